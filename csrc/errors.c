@@ -1,0 +1,45 @@
+/* errors.c - raising rdma.SysError from provider failures. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "rdma.h"
+
+/* Fill *st and return -1 (providers call this; no Python here). */
+int
+pyrdma_fail(struct pyrdma_status *st, int err, const char *func,
+            const char *fmt, ...)
+{
+    va_list ap;
+
+    st->err = err;
+    st->func = func;
+    st->msg[0] = '\0';
+    if (fmt != NULL && fmt[0] != '\0') {
+        va_start(ap, fmt);
+        vsnprintf(st->msg, sizeof(st->msg), fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+PyObject *
+pyrdma_raise_sys(pyrdma_state *st, int err, const char *func, const char *msg)
+{
+    PyObject *exc;
+
+    if (msg != NULL && msg[0] != '\0')
+        exc = PyObject_CallFunction(st->SysError, "iss", err, func, msg);
+    else
+        exc = PyObject_CallFunction(st->SysError, "is", err, func);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+PyObject *
+pyrdma_raise_status(pyrdma_state *st, const struct pyrdma_status *s)
+{
+    return pyrdma_raise_sys(st, s->err, s->func ? s->func : "?", s->msg);
+}

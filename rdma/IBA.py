@@ -1,0 +1,120 @@
+"""InfiniBand Architecture definitions: constants and the GID type.
+
+A leaf module: it imports nothing else of the rdma package, so every layer
+may use it.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+__all__ = ["GID", "GUID", "IB_DEFAULT_QP1_QKEY", "DEFAULT_PKEY",
+           "IB_DEFAULT_PKEY_FULL", "IB_PKEY_FULL_MASK",
+           "GID_TYPE_IB", "GID_TYPE_ROCE_V1", "GID_TYPE_ROCE_V2"]
+
+#: The well-known Q_Key of QP1 (GSI).
+IB_DEFAULT_QP1_QKEY = 0x80010000
+#: The default partition key, full membership.
+DEFAULT_PKEY = 0xFFFF
+IB_DEFAULT_PKEY_FULL = 0xFFFF
+#: The membership bit of a P_Key.
+IB_PKEY_FULL_MASK = 0x8000
+
+#: GID types (the values of IBV_GID_TYPE_*).
+GID_TYPE_IB = 0
+GID_TYPE_ROCE_V1 = 1
+GID_TYPE_ROCE_V2 = 2
+
+
+class GID(bytes):
+    """A 128-bit Global Identifier, stored as its 16 bytes (network order).
+
+    ``GID(x)`` accepts 16 raw bytes, an ``int``, another ``GID``, an
+    :class:`ipaddress.IPv6Address` or any textual IPv6 form
+    (``"fe80::1"``, ``"::ffff:192.0.2.1"``, the full form with every
+    group).  ``str()`` prints the canonical IPv6 form; ``prefix`` and
+    ``guid`` give the two 64-bit halves.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value: object = 0) -> "GID":
+        if isinstance(value, GID):
+            return bytes.__new__(cls, value)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            raw = bytes(value)
+            if len(raw) != 16:
+                raise ValueError(f"a GID is 16 bytes, not {len(raw)}")
+            return bytes.__new__(cls, raw)
+        if isinstance(value, bool):
+            raise TypeError("a GID cannot be made from a bool")
+        if isinstance(value, int):
+            if not 0 <= value < 1 << 128:
+                raise ValueError(f"GID value out of range: {value:#x}")
+            return bytes.__new__(cls, value.to_bytes(16, "big"))
+        if isinstance(value, ipaddress.IPv6Address):
+            return bytes.__new__(cls, value.packed)
+        if isinstance(value, str):
+            try:
+                addr = ipaddress.IPv6Address(value.strip())
+            except ipaddress.AddressValueError as e:
+                raise ValueError(f"invalid GID {value!r}: {e}") from None
+            return bytes.__new__(cls, addr.packed)
+        raise TypeError(f"cannot make a GID from {type(value).__name__}")
+
+    @classmethod
+    def from_parts(cls, prefix: int, guid: int) -> "GID":
+        """Build a GID from its 64-bit subnet prefix and interface GUID."""
+        return cls((prefix << 64) | guid)
+
+    @property
+    def prefix(self) -> int:
+        """The upper 64 bits (subnet prefix)."""
+        return int.from_bytes(self[:8], "big")
+
+    @property
+    def guid(self) -> int:
+        """The lower 64 bits (interface ID / port GUID)."""
+        return int.from_bytes(self[8:], "big")
+
+    def __int__(self) -> int:
+        return int.from_bytes(self, "big")
+
+    def __str__(self) -> str:
+        return str(ipaddress.IPv6Address(bytes(self)))
+
+    def __repr__(self) -> str:
+        return f"GID('{self}')"
+
+    def __bool__(self) -> bool:
+        return any(self)
+
+    def __reduce__(self):
+        return (GID, (bytes(self),))
+
+
+class GUID(int):
+    """A 64-bit GUID printed the ibv_devinfo way (``0002:c903:0000:1234``)."""
+
+    def __new__(cls, value: object = 0) -> "GUID":
+        if isinstance(value, str):
+            text = value.replace(":", "")
+            try:
+                v = int(text, 16)
+            except ValueError:
+                raise ValueError(f"invalid GUID {value!r}") from None
+        elif isinstance(value, (bytes, bytearray)):
+            if len(value) != 8:
+                raise ValueError(f"a GUID is 8 bytes, not {len(value)}")
+            v = int.from_bytes(value, "big")
+        else:
+            v = int(value)
+        if not 0 <= v < 1 << 64:
+            raise ValueError(f"GUID value out of range: {v:#x}")
+        return int.__new__(cls, v)
+
+    def __str__(self) -> str:
+        h = f"{int(self):016x}"
+        return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+
+    def __repr__(self) -> str:
+        return f"GUID('{self}')"

@@ -1,0 +1,32 @@
+"""Exceptions of the rdma package (a leaf module: imports nothing of rdma)."""
+import os
+
+__all__ = ["RDMAError", "SysError"]
+
+
+class RDMAError(Exception):
+    """Base class of every error raised by the rdma package."""
+
+
+class SysError(RDMAError, OSError):
+    """A system or library call failed.
+
+    ``errno`` is the error number, ``func`` the C function that failed
+    (for example ``"ibv_open_device"``) and ``strerror`` the message.
+    """
+
+    def __init__(self, errno: int, func: str, msg: str = ""):
+        text = os.strerror(errno) if errno else "error"
+        if msg:
+            text = f"{text}: {msg}"
+        OSError.__init__(self, errno, text)
+        self.func = func
+
+    def __str__(self) -> str:
+        return f"{self.func}: [Errno {self.errno}] {self.strerror}"
+
+    def __reduce__(self):
+        msg = self.strerror
+        prefix = os.strerror(self.errno) if self.errno else "error"
+        msg = msg[len(prefix) + 2:] if msg.startswith(prefix + ": ") else ""
+        return (type(self), (self.errno, self.func, msg))

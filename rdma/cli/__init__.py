@@ -1,0 +1,93 @@
+"""The ``rdma`` command line: ``rdma devices``, ``rdma devinfo``, ``rdma demo``.
+
+Every subcommand prints errors as one line on stderr (no traceback) and
+exits non-zero: 1 for an RDMA error, 2 for bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from rdma._errors import RDMAError
+
+__all__ = ["main"]
+
+
+def _add_provider(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--provider", default=None,
+                   help="provider: verbs, ucx or auto (default: "
+                        "$RDMA_PROVIDER, else auto)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rdma", description="RDMA tools built on the rdma package.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("devices", help="list RDMA devices (like ibv_devices)")
+    _add_provider(p)
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing; exit 0 if a device exists, else 1")
+    p.set_defaults(func=_cmd_devices)
+
+    p = sub.add_parser("devinfo",
+                       help="query RDMA devices (like ibv_devinfo)")
+    _add_provider(p)
+    p.add_argument("-d", "--ib-dev", metavar="DEVICE",
+                   help="use this device (default: all devices)")
+    p.add_argument("-i", "--ib-port", metavar="PORT", type=int, default=0,
+                   help="use this port of the device (default: all ports)")
+    p.add_argument("-l", "--list", action="store_true",
+                   help="print only the device names")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print all the attributes of the device")
+    p.set_defaults(func=_cmd_devinfo)
+
+    p = sub.add_parser("demo", help="find a device, open it and show what it "
+                                    "can do")
+    _add_provider(p)
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    import rdma
+    devices = rdma.get_devices(args.provider)
+    if args.quiet:
+        return 0 if devices else 1
+    print(f"    {'device':<16}\t   node GUID")
+    print(f"    {'------':<16}\t----------------")
+    for d in devices:
+        print(f"    {d.name:<16}\t{int(d.node_guid):016x}")
+    return 0
+
+
+def _cmd_devinfo(args: argparse.Namespace) -> int:
+    from rdma.cli.devinfo import devinfo
+    return devinfo(args)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from rdma.cli.demo import demo
+    return demo(args)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the ``rdma`` command; return its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except RDMAError as e:
+        print(f"rdma {args.command}: {e}", file=sys.stderr)
+        return 1
+    except (ValueError, TypeError) as e:
+        print(f"rdma {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rdma {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

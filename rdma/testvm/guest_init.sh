@@ -1,0 +1,143 @@
+#!/bin/sh
+# PID 1 of the rdma-testvm guest, run by the host's own /bin/sh after the
+# initramfs switch_root'ed into the (overlaid, read-only) host root.
+#
+# Protocol with the host (files in the read-write share, mounted at $S):
+#   in:  config.sh  shell variables (TESTVM_*), written by the host
+#        env.sh     "export K='V'" lines: the command's whole environment
+#        cmd.sh     the command (sources env.sh, cd's, exec's)
+#   out: ready      written once RDMA is set up; the command starts right after
+#        output     the command's combined stdout/stderr (tailed live by the host)
+#        timed_out  present if the in-guest `timeout` killed the command
+#        dmesg      the guest kernel log
+#        rc         the command's exit status; written last (atomically)
+#        error      a setup failure (also printed as RDMA-TESTVM-ERROR: on the console)
+# Nothing here may hang forever: every wait is a bounded poll.
+
+S=/run/rdma-testvm
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+exec </dev/null
+
+poweroff_now() {
+    sync
+    echo o > /proc/sysrq-trigger
+    # The power-off is asynchronous; PID 1 must not exit before it happens.
+    sleep 60
+    exit 1
+}
+
+fail() {
+    echo "RDMA-TESTVM-ERROR: $*"
+    printf '%s\n' "$*" > "$S/error.tmp" && mv "$S/error.tmp" "$S/error"
+    dmesg > "$S/dmesg" 2>&1
+    poweroff_now
+}
+
+log() {
+    read -r up _ < /proc/uptime
+    echo "rdma-testvm: [$up] $*"
+}
+
+run() {
+    out=$("$@" 2>&1) || fail "command failed: $*: $out"
+}
+
+setsys() {
+    echo "$2" > "/proc/sys/$1" || fail "cannot set /proc/sys/$1 to $2"
+}
+
+# wait_rxe DEV GID: poll (bounded) until port 1 of DEV is ACTIVE and its GID
+# table entry $TESTVM_GID_INDEX is the expected RoCEv2 GID.
+wait_rxe() {
+    p=/sys/class/infiniband/$1/ports/1
+    i=0
+    while [ $i -lt 200 ]; do
+        state=$(cat "$p/state" 2>/dev/null)
+        gid=$(cat "$p/gids/$TESTVM_GID_INDEX" 2>/dev/null)
+        gtype=$(cat "$p/gid_attrs/types/$TESTVM_GID_INDEX" 2>/dev/null)
+        case "$state" in
+            *ACTIVE*)
+                if [ "$gid" = "$2" ] && [ "$gtype" = "RoCE v2" ]; then
+                    return 0
+                fi ;;
+        esac
+        sleep 0.05
+        i=$((i + 1))
+    done
+    fail "$1: port not ready after 10 s (state='$state', gid[$TESTVM_GID_INDEX]='$gid' type='$gtype', expected '$2' RoCE v2)"
+}
+
+[ -r "$S/config.sh" ] || fail "no $S/config.sh"
+. "$S/config.sh"
+
+log "guest init"
+echo rdma-testvm > /proc/sys/kernel/hostname
+ip link set lo up || fail "cannot bring up lo"
+
+run modprobe -a rdma_rxe ib_umad rdma_ucm dummy veth
+
+# rxe0 on a dummy interface (rxe cannot attach to lo).
+run ip link add dummy0 type dummy
+run ip addr add "$TESTVM_RXE0_ADDR/24" dev dummy0
+run ip link set dummy0 up
+run rdma link add rxe0 type rxe netdev dummy0
+log "rxe0 created"
+
+if [ "$TESTVM_TWO_HOST" = 1 ]; then
+    # Two "hosts" in the initial namespace (rxe in 6.1 only works there):
+    # rxe1 on veth0, rxe2 on veth1, and policy routing so that traffic
+    # generated locally for the peer's address really crosses the veth pair
+    # instead of being short-circuited through the local table.
+    A1=$TESTVM_HOST1_ADDR
+    A2=$TESTVM_HOST2_ADDR
+    run ip link add veth0 type veth peer name veth1
+    for c in all default veth0 veth1; do
+        setsys "net/ipv4/conf/$c/accept_local" 1
+        setsys "net/ipv4/conf/$c/rp_filter" 0
+    done
+    run ip addr add "$A1/24" dev veth0
+    run ip addr add "$A2/24" dev veth1
+    run ip link set veth0 up
+    run ip link set veth1 up
+    run ip rule add pref 100 lookup local
+    run ip rule del pref 0 lookup local
+    run ip route add "$A2/32" dev veth0 src "$A1" table 101
+    run ip route add "$A1/32" dev veth1 src "$A2" table 102
+    run ip rule add pref 10 iif lo to "$A2/32" lookup 101
+    run ip rule add pref 11 iif lo to "$A1/32" lookup 102
+    run rdma link add rxe1 type rxe netdev veth0
+    run rdma link add rxe2 type rxe netdev veth1
+fi
+
+wait_rxe rxe0 "$TESTVM_RXE0_GID"
+if [ "$TESTVM_TWO_HOST" = 1 ]; then
+    wait_rxe rxe1 "$TESTVM_HOST1_GID"
+    wait_rxe rxe2 "$TESTVM_HOST2_GID"
+fi
+
+for d in /dev/infiniband/uverbs0 /dev/infiniband/rdma_cm /dev/infiniband/umad0; do
+    [ -c "$d" ] || fail "$d is missing"
+done
+
+[ -d "$TESTVM_CWD" ] || fail "working directory $TESTVM_CWD does not exist in the guest (note: /tmp, /run and /dev/shm are fresh tmpfs there)"
+mkdir -p "$S/out" || fail "cannot create $S/out"
+
+cut -d' ' -f1 /proc/uptime > "$S/ready.tmp" && mv "$S/ready.tmp" "$S/ready" \
+    || fail "cannot write $S/ready"
+log "ready"
+
+start=$(date +%s%N)
+timeout -k "$TESTVM_KILL_AFTER" "$TESTVM_TIMEOUT" env -i /bin/sh "$S/cmd.sh" \
+    > "$S/output" 2>&1 < /dev/null
+rc=$?
+end=$(date +%s%N)
+elapsed_ms=$(( (end - start) / 1000000 ))
+if { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && [ $elapsed_ms -ge "$TESTVM_TIMEOUT_MS" ]; then
+    echo "$elapsed_ms" > "$S/timed_out"
+fi
+log "command exited with $rc after ${elapsed_ms} ms"
+
+dmesg > "$S/dmesg" 2>&1
+echo "$rc" > "$S/rc.tmp" && mv "$S/rc.tmp" "$S/rc"
+poweroff_now
