@@ -1,0 +1,64 @@
+"""Build other variants of the extension beside the in-place build.
+
+``python tests/variants.py linked asan`` builds each variant into
+``build/variants/<name>/`` as a complete importable ``rdma`` package (the
+Python sources are copied, the extension is compiled with that variant's
+options).  Put that directory first on ``PYTHONPATH`` to use it.
+
+Variants:
+  linked  libibverbs linked at build time (RDMA_LINK_IBVERBS=1)
+  asan    a debug build with AddressSanitizer (RDMA_DEBUG=asan)
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = {
+    "dlopen": {},
+    "linked": {"RDMA_LINK_IBVERBS": "1"},
+    "asan": {"RDMA_DEBUG": "asan"},
+}
+
+
+def variant_dir(name: str) -> Path:
+    return ROOT / "build" / "variants" / name
+
+
+def build(name: str, quiet: bool = True) -> Path:
+    """Build variant ``name``; return the directory to put on sys.path."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}: {', '.join(VARIANTS)}")
+    out = variant_dir(name)
+    pkg = out / "rdma"
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    shutil.copytree(ROOT / "rdma", pkg,
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    env = dict(os.environ, RDMA_WERROR="1", **VARIANTS[name])
+    cmd = [sys.executable, "setup.py", "-q", "build_ext",
+           "--build-lib", str(out),
+           "--build-temp", str(ROOT / "build" / f"temp-{name}"), "--force"]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"building variant {name} failed:\n"
+                           f"{res.stdout}\n{res.stderr}")
+    if not quiet:
+        sys.stdout.write(res.stdout)
+    return out
+
+
+def asan_runtime() -> str:
+    """Path of the ASan runtime of the compiler that built the asan variant."""
+    return subprocess.run(["gcc", "-print-file-name=libasan.so"],
+                          capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+if __name__ == "__main__":
+    for n in sys.argv[1:] or ["linked", "asan"]:
+        print(f"[variants] {n}: {build(n)}")
