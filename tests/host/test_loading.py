@@ -1,0 +1,85 @@
+"""The dlopen and linked builds: import without rdma-core, clean errors."""
+import re
+import subprocess
+
+import pytest
+
+import rdma
+import rdma._ibverbs as _ibverbs
+from conftest import run_py
+
+
+def _undefined_symbols(so):
+    out = subprocess.run(["nm", "-D", "--undefined-only", str(so)],
+                         capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def test_default_build_is_dlopen_and_needs_no_libibverbs():
+    """The default build resolves no ibv_* symbol at load time."""
+    assert _ibverbs._VERBS_LINKAGE == "dlopen"
+    undefined = _undefined_symbols(_ibverbs.__file__)
+    verbs = {s for s in undefined if re.match(r"_?_*ibv_", s.split("@")[0])}
+    assert not verbs, f"dlopen build references libibverbs symbols: {verbs}"
+    ldd = subprocess.run(["ldd", _ibverbs.__file__], capture_output=True,
+                         text=True).stdout
+    assert "libibverbs" not in ldd
+
+
+def test_missing_libibverbs_imports_and_names_the_package():
+    """Pointing the loader at a library that does not exist: import works,
+    listing the verbs provider raises SysError naming the package."""
+    code = (
+        "import rdma\n"
+        "try:\n"
+        "    rdma.get_devices('verbs')\n"
+        "except rdma.SysError as e:\n"
+        "    print('ERR', e.errno, e.func, e)\n"
+        "else:\n"
+        "    print('NOERR')\n"
+        "try:\n"
+        "    rdma.get_end_port()\n"
+        "except rdma.SysError as e:\n"
+        "    print('AUTO', e.func)\n"
+    )
+    res = run_py(code, env={"RDMA_IBVERBS_LIBRARY": "libdoes-not-exist.so.9"})
+    assert res.returncode == 0, res.stderr
+    assert "ERR 2 dlopen" in res.stdout
+    assert "libdoes-not-exist.so.9" in res.stdout
+    assert "libibverbs1" in res.stdout          # the Debian package
+    assert "AUTO dlopen" in res.stdout          # auto mode: same clear error
+
+
+def test_no_kernel_support_means_no_devices():
+    """On this host (no RDMA in the kernel) the list is empty, not an error."""
+    assert rdma.get_devices("verbs") == []
+    with pytest.raises(rdma.RDMAError, match="no RDMA devices"):
+        rdma.get_end_port()
+    with pytest.raises(rdma.SysError) as ei:
+        rdma.ibverbs.Context("rxe0")
+    assert ei.value.func == "ibv_open_device" and "rxe0" in str(ei.value)
+
+
+def test_unknown_provider_rejected():
+    with pytest.raises(ValueError, match="unknown RDMA provider 'nope'"):
+        rdma.get_devices("nope")
+    with pytest.raises(ValueError, match="unknown RDMA provider"):
+        rdma.ibverbs.Context("x", provider="nope")
+
+
+def test_provider_env_variable():
+    res = run_py("import rdma; rdma.get_devices()",
+                 env={"RDMA_PROVIDER": "bogus"})
+    assert res.returncode != 0 and "unknown RDMA provider 'bogus'" in res.stderr
+
+
+def test_linked_variant_links_libibverbs_and_imports(linked_variant):
+    so = next((linked_variant / "rdma").glob("_ibverbs*.so"))
+    ldd = subprocess.run(["ldd", str(so)], capture_output=True,
+                         text=True).stdout
+    assert "libibverbs.so.1" in ldd
+    res = run_py("import rdma, rdma._ibverbs as m; "
+                 "print(m.__file__, m._VERBS_LINKAGE, rdma.get_devices('verbs'))",
+                 pythonpath=linked_variant)
+    assert res.returncode == 0, res.stderr
+    assert str(linked_variant) in res.stdout and "linked []" in res.stdout
