@@ -80,7 +80,10 @@ class GID(bytes):
         return int.from_bytes(self, "big")
 
     def __str__(self) -> str:
-        return str(ipaddress.IPv6Address(bytes(self)))
+        addr = ipaddress.IPv6Address(bytes(self))
+        if addr.ipv4_mapped is not None:      # as inet_ntop prints it
+            return f"::ffff:{addr.ipv4_mapped}"
+        return str(addr)
 
     def __repr__(self) -> str:
         return f"GID('{self}')"

@@ -121,6 +121,7 @@ _PASS_ENV = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "HOME", "LANG", "LANGUAGE",
 _PASS_ENV_PREFIXES = ("RDMA_", "PYTEST_", "LC_", "PYENV", "PYTHON")
 
 _QEMU = "qemu-system-x86_64"
+_KERNEL_APPEND = "console=ttyS0 panic=-1 loglevel=4 quiet"
 
 
 # --------------------------------------------------------------------------
@@ -751,6 +752,7 @@ def _command_script(command: Sequence[str] | str, cwd: str) -> str:
     lines = [
         f". {_GUEST_SHARE}/env.sh",
         f"cd -- {shlex.quote(cwd)} || exit 125",
+        "unset OLDPWD",
     ]
     if isinstance(command, str):
         lines.append(f"exec /bin/sh -c {shlex.quote(command)}")
@@ -840,7 +842,7 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-nic", "none",
             "-kernel", str(kernel), "-initrd", str(initrd),
-            "-append", "console=ttyS0 panic=-1 loglevel=4 quiet",
+            "-append", _KERNEL_APPEND,
             "-serial", f"file:{console_log}",
             "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,"
                       "multidevs=remap",
@@ -905,11 +907,14 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
         # --- the command ------------------------------------------------------
         streamer = _Streamer(share / "output", stream)
         cmd_deadline = t_ready + float(timeout) + _KILL_AFTER + _COMMAND_GRACE
-        while not (share / "rc").exists():
+        def finished():
+            return _read_text(share / "rc").endswith("\n")
+
+        while not finished():
             streamer.pump()
             if proc.poll() is not None:
                 # Re-check: the guest may have written rc just before exiting.
-                if (share / "rc").exists():
+                if finished():
                     break
                 streamer.pump(final=True)
                 raise vm_failure(

@@ -67,5 +67,7 @@ echo "rdma-testvm: [$up] root mounted" > /dev/console
 cp /guest_init.sh $R/run/rdma-testvm-init.sh || die "copy guest init"
 
 umount /proc
-exec switch_root $R /bin/sh /run/rdma-testvm-init.sh
+# Start the guest init with a clean environment (just PATH).
+exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    switch_root $R /bin/sh /run/rdma-testvm-init.sh
 die "switch_root failed"

@@ -9,7 +9,8 @@ from rdma.IBA import GID, GUID
 @pytest.mark.parametrize("text,canonical", [
     ("fe80::1", "fe80::1"),
     ("fe80:0000:0000:0000:0002:c903:0000:1234", "fe80::2:c903:0:1234"),
-    ("::ffff:192.0.2.1", "::ffff:c000:201"),
+    ("::ffff:192.0.2.1", "::ffff:192.0.2.1"),
+    ("::ffff:c000:201", "::ffff:192.0.2.1"),
     ("::", "::"),
     ("  FE80::ABCD ", "fe80::abcd"),
 ])
