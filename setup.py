@@ -18,8 +18,14 @@ from setuptools import Extension, setup
 SOURCES = [
     "csrc/module.c",
     "csrc/errors.c",
+    "csrc/obj.c",
     "csrc/structs.c",
     "csrc/context.c",
+    "csrc/pd.c",
+    "csrc/cq.c",
+    "csrc/qp.c",
+    "csrc/mr.c",
+    "csrc/wr.c",
     "csrc/provider_verbs.c",
 ]
 
@@ -48,6 +54,14 @@ setup(
             extra_compile_args=cflags,
             extra_link_args=ldflags,
             libraries=libraries,
-        )
+        ),
+        Extension(
+            "rdma._umad",
+            sources=["csrc/umad.c"],
+            depends=[],
+            extra_compile_args=cflags,
+            extra_link_args=ldflags,
+            libraries=["dl"],
+        ),
     ],
 )

@@ -1,28 +1,36 @@
 /* context.c - rdma.ibverbs.Context: an open device of one provider. */
 #include <errno.h>
+#include <poll.h>
 
 #include "rdma.h"
 #include "structmember.h"
 
-/* Return 1 if the context is open; else 0 with ValueError set. */
 static int
-check_open(pyrdma_Context *self)
+ctx_destroy(pyrdma_obj *o, struct pyrdma_status *st)
 {
-    if (self->h == NULL) {
-        PyErr_SetString(PyExc_ValueError, "operation on a closed Context");
-        return 0;
-    }
-    return 1;
+    return o->prov->close_device(o->h, st);
 }
 
-/* Raise the "provider lacks this verb" SysError; return NULL. */
+static const struct pyrdma_objkind ctx_kind = {
+    "Context", PYRDMA_RANK_CONTEXT, ctx_destroy, NULL,
+};
+
 static PyObject *
-not_supported(pyrdma_Context *self, const char *verb)
+ctx_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-    char msg[128];
-    PyOS_snprintf(msg, sizeof(msg), "the %s provider does not implement it",
-                  self->prov->name);
-    return pyrdma_raise_sys(self->state, EOPNOTSUPP, verb, msg);
+    pyrdma_Context *self;
+    pyrdma_state *st = pyrdma_get_state_by_type(tp);
+
+    (void)args;
+    (void)kw;
+    if (st == NULL)
+        return NULL;
+    self = (pyrdma_Context *)tp->tp_alloc(tp, 0);
+    if (self == NULL)
+        return NULL;
+    pyrdma_obj_setup(&self->o, &ctx_kind, NULL, st);
+    self->end_port = Py_NewRef(Py_None);
+    return (PyObject *)self;
 }
 
 static int
@@ -39,7 +47,7 @@ ctx_init(PyObject *op, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$sO:Context", kwlist,
                                      &name, &provname, &end_port))
         return -1;
-    if (self->h != NULL) {
+    if (self->o.h != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Context is already open");
         return -1;
     }
@@ -49,11 +57,11 @@ ctx_init(PyObject *op, PyObject *args, PyObject *kw)
         return -1;
     }
     if (prov->load(&st) < 0 || prov->open_device(name, &h, &st) < 0) {
-        pyrdma_raise_status(self->state, &st);
+        pyrdma_raise_status(self->o.state, &st);
         return -1;
     }
-    self->prov = prov;
-    self->h = h;
+    self->o.prov = prov;
+    self->o.h = h;
     Py_XSETREF(self->name, PyUnicode_FromString(name));
     Py_INCREF(end_port);
     Py_XSETREF(self->end_port, end_port);
@@ -62,91 +70,12 @@ ctx_init(PyObject *op, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static PyObject *
-ctx_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
-{
-    pyrdma_Context *self;
-    pyrdma_state *st = pyrdma_get_state_by_type(tp);
-
-    (void)args;
-    (void)kw;
-    if (st == NULL)
-        return NULL;
-    self = (pyrdma_Context *)tp->tp_alloc(tp, 0);
-    if (self == NULL)
-        return NULL;
-    self->state = st;
-    self->end_port = Py_NewRef(Py_None);
-    return (PyObject *)self;
-}
-
-/* Close the device; return 0, or -1 with an exception set. */
-static int
-ctx_do_close(pyrdma_Context *self)
-{
-    struct pyrdma_status st = {0};
-    void *h = self->h;
-
-    if (h == NULL)
-        return 0;
-    self->h = NULL;   /* steal first: never closed twice */
-    if (self->prov->close_device(h, &st) < 0) {
-        pyrdma_raise_status(self->state, &st);
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *
-ctx_close(PyObject *op, PyObject *noargs)
-{
-    (void)noargs;
-    if (ctx_do_close((pyrdma_Context *)op) < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-ctx_enter(PyObject *op, PyObject *noargs)
-{
-    (void)noargs;
-    if (!check_open((pyrdma_Context *)op))
-        return NULL;
-    return Py_NewRef(op);
-}
-
-static PyObject *
-ctx_exit(PyObject *op, PyObject *args)
-{
-    (void)args;
-    if (ctx_do_close((pyrdma_Context *)op) < 0)
-        return NULL;
-    Py_RETURN_FALSE;
-}
-
-static void
-ctx_finalize(PyObject *op)
-{
-    pyrdma_Context *self = (pyrdma_Context *)op;
-    PyObject *et, *ev, *tb;
-
-    if (self->h == NULL)
-        return;
-    PyErr_Fetch(&et, &ev, &tb);
-    if (PyErr_ResourceWarning(op, 1, "unclosed %R", op) < 0)
-        PyErr_WriteUnraisable(op);
-    if (ctx_do_close(self) < 0)
-        PyErr_WriteUnraisable(op);
-    PyErr_Restore(et, ev, tb);
-}
-
 static int
 ctx_traverse(PyObject *op, visitproc visit, void *arg)
 {
     pyrdma_Context *self = (pyrdma_Context *)op;
-    Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->end_port);
-    return 0;
+    return pyrdma_obj_traverse(op, visit, arg);
 }
 
 static int
@@ -154,27 +83,11 @@ ctx_clear(PyObject *op)
 {
     pyrdma_Context *self = (pyrdma_Context *)op;
     Py_CLEAR(self->end_port);
-    return 0;
-}
-
-static void
-ctx_dealloc(PyObject *op)
-{
-    pyrdma_Context *self = (pyrdma_Context *)op;
-    PyTypeObject *tp = Py_TYPE(op);
-
-    PyObject_GC_UnTrack(op);
-    if (PyObject_CallFinalizerFromDealloc(op) < 0)
-        return;   /* resurrected */
-    if (self->weakreflist != NULL)
-        PyObject_ClearWeakRefs(op);
-    ctx_clear(op);
     Py_CLEAR(self->name);
-    tp->tp_free(op);
-    Py_DECREF(tp);
+    return pyrdma_obj_clear(op);
 }
 
-/* Parse a port number argument; return 0..255 or -1 with an error set. */
+/* Parse a port number argument; return 1..255 or -1 with an error set. */
 static int
 port_arg(pyrdma_Context *self, PyObject *v)
 {
@@ -238,14 +151,14 @@ ctx_query_device(PyObject *op, PyObject *noargs)
     struct pyrdma_status st = {0};
 
     (void)noargs;
-    if (!check_open(self))
+    if (!pyrdma_obj_check(&self->o))
         return NULL;
-    if (self->prov->query_device == NULL)
-        return not_supported(self, "ibv_query_device");
+    if (self->o.prov->query_device == NULL)
+        return pyrdma_not_supported(&self->o, "ibv_query_device");
     memset(&a, 0, sizeof(a));
-    if (self->prov->query_device(self->h, &a, &st) < 0)
-        return pyrdma_raise_status(self->state, &st);
-    return pyrdma_struct_new(self->state->device_attr, &a, sizeof(a));
+    if (self->o.prov->query_device(self->o.h, &a, &st) < 0)
+        return pyrdma_raise_status(self->o.state, &st);
+    return pyrdma_struct_new(self->o.state->device_attr, &a, sizeof(a));
 }
 
 static PyObject *
@@ -260,16 +173,16 @@ ctx_query_port(PyObject *op, PyObject *args, PyObject *kw)
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:query_port", kwlist, &pobj))
         return NULL;
-    if (!check_open(self))
+    if (!pyrdma_obj_check(&self->o))
         return NULL;
     if ((port = port_arg(self, pobj)) < 0)
         return NULL;
-    if (self->prov->query_port == NULL)
-        return not_supported(self, "ibv_query_port");
+    if (self->o.prov->query_port == NULL)
+        return pyrdma_not_supported(&self->o, "ibv_query_port");
     memset(&a, 0, sizeof(a));
-    if (self->prov->query_port(self->h, (uint8_t)port, &a, &st) < 0)
-        return pyrdma_raise_status(self->state, &st);
-    return pyrdma_struct_new(self->state->port_attr, &a, sizeof(a));
+    if (self->o.prov->query_port(self->o.h, (uint8_t)port, &a, &st) < 0)
+        return pyrdma_raise_status(self->o.state, &st);
+    return pyrdma_struct_new(self->o.state->port_attr, &a, sizeof(a));
 }
 
 /* Shared by query_gid and query_gid_ex: fill *e; return 0 or -1. */
@@ -286,17 +199,17 @@ gid_entry(pyrdma_Context *self, PyObject *args, PyObject *kw,
     PyOS_snprintf(fmt, sizeof(fmt), "OO:%s", fname);
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &pobj, &iobj))
         return -1;
-    if (!check_open(self))
+    if (!pyrdma_obj_check(&self->o))
         return -1;
     if ((port = port_arg(self, pobj)) < 0 ||
         (idx = index_arg(iobj, "index")) < 0)
         return -1;
-    if (self->prov->query_gid == NULL) {
-        not_supported(self, "ibv_query_gid");
+    if (self->o.prov->query_gid == NULL) {
+        pyrdma_not_supported(&self->o, "ibv_query_gid");
         return -1;
     }
-    if (self->prov->query_gid(self->h, (uint8_t)port, idx, e, &st) < 0) {
-        pyrdma_raise_status(self->state, &st);
+    if (self->o.prov->query_gid(self->o.h, (uint8_t)port, idx, e, &st) < 0) {
+        pyrdma_raise_status(self->o.state, &st);
         return -1;
     }
     return 0;
@@ -309,7 +222,7 @@ ctx_query_gid(PyObject *op, PyObject *args, PyObject *kw)
 
     if (gid_entry((pyrdma_Context *)op, args, kw, "query_gid", &e) < 0)
         return NULL;
-    return pyrdma_gid_from_raw(((pyrdma_Context *)op)->state, e.gid);
+    return pyrdma_gid_from_raw(((pyrdma_obj *)op)->state, e.gid);
 }
 
 static PyObject *
@@ -319,7 +232,7 @@ ctx_query_gid_ex(PyObject *op, PyObject *args, PyObject *kw)
 
     if (gid_entry((pyrdma_Context *)op, args, kw, "query_gid_ex", &e) < 0)
         return NULL;
-    return pyrdma_struct_new(((pyrdma_Context *)op)->state->gid_entry, &e,
+    return pyrdma_struct_new(((pyrdma_obj *)op)->state->gid_entry, &e,
                              sizeof(e));
 }
 
@@ -336,16 +249,114 @@ ctx_query_pkey(PyObject *op, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:query_pkey", kwlist,
                                      &pobj, &iobj))
         return NULL;
-    if (!check_open(self))
+    if (!pyrdma_obj_check(&self->o))
         return NULL;
     if ((port = port_arg(self, pobj)) < 0 ||
         (idx = index_arg(iobj, "index")) < 0)
         return NULL;
-    if (self->prov->query_pkey == NULL)
-        return not_supported(self, "ibv_query_pkey");
-    if (self->prov->query_pkey(self->h, (uint8_t)port, idx, &pkey, &st) < 0)
-        return pyrdma_raise_status(self->state, &st);
+    if (self->o.prov->query_pkey == NULL)
+        return pyrdma_not_supported(&self->o, "ibv_query_pkey");
+    if (self->o.prov->query_pkey(self->o.h, (uint8_t)port, idx, &pkey, &st) < 0)
+        return pyrdma_raise_status(self->o.state, &st);
     return PyLong_FromLong(pkey);
+}
+
+static PyObject *
+ctx_pd(PyObject *op, PyObject *noargs)
+{
+    (void)noargs;
+    return pyrdma_pd_new((pyrdma_Context *)op);
+}
+
+static PyObject *
+ctx_cq(PyObject *op, PyObject *args, PyObject *kw)
+{
+    return pyrdma_cq_new((pyrdma_Context *)op, args, kw);
+}
+
+static PyObject *
+ctx_comp_channel(PyObject *op, PyObject *noargs)
+{
+    (void)noargs;
+    return pyrdma_cc_new((pyrdma_Context *)op);
+}
+
+/* Find the object an async event is about; a new reference or None. */
+static PyObject *
+event_element(pyrdma_Context *self, const struct pyrdma_async_event *ev)
+{
+    pyrdma_obj *o = NULL;
+
+    switch (ev->element_kind) {
+    case PYRDMA_EV_PORT:
+        return PyLong_FromLong(ev->port_num);
+    case PYRDMA_EV_CQ:   /* Context -> CQ (or CompChannel -> CQ) */
+    case PYRDMA_EV_QP:   /* Context -> PD -> QP */
+    case PYRDMA_EV_SRQ:  /* Context -> PD -> SRQ */
+        /* Only an object that is still one of our live descendants. */
+        o = pyrdma_find_child(&self->o, ev->element, 3);
+        break;
+    }
+    return Py_NewRef(o ? (PyObject *)o : Py_None);
+}
+
+static PyObject *
+ctx_get_async_event(PyObject *op, PyObject *args, PyObject *kw)
+{
+    pyrdma_Context *self = (pyrdma_Context *)op;
+    static char *kwlist[] = {"timeout", NULL};
+    PyObject *tobj = Py_None, *res, *el;
+    struct pyrdma_async_event ev;
+    struct pyrdma_py_async_event pev;
+    struct pyrdma_status st = {0};
+    double timeout = -1;
+    int rc, fd;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:get_async_event", kwlist,
+                                     &tobj))
+        return NULL;
+    if (pyrdma_timeout_arg(tobj, &timeout) < 0)
+        return NULL;
+    if (!pyrdma_obj_check(&self->o))
+        return NULL;
+    if (self->o.prov->get_async_event == NULL)
+        return pyrdma_not_supported(&self->o, "ibv_get_async_event");
+    for (;;) {
+        rc = self->o.prov->get_async_event(self->o.h, &ev, &st);
+        if (rc < 0)
+            return pyrdma_raise_status(self->o.state, &st);
+        if (rc > 0)
+            break;
+        fd = self->o.prov->async_fd(self->o.h);
+        rc = pyrdma_wait_fd(&self->o, &fd, &timeout);
+        if (rc < 0)
+            return NULL;
+        if (rc == 0)
+            Py_RETURN_NONE;
+    }
+    pev.event_type = ev.event_type;
+    res = pyrdma_struct_new(self->o.state->async_event, &pev, sizeof(pev));
+    if (res == NULL)
+        return NULL;
+    el = event_element(self, &ev);
+    if (el == NULL) {
+        Py_DECREF(res);
+        return NULL;
+    }
+    pyrdma_struct_slots(res)[0] = el;
+    return res;
+}
+
+static PyObject *
+ctx_async_fileno(PyObject *op, PyObject *noargs)
+{
+    pyrdma_Context *self = (pyrdma_Context *)op;
+    (void)noargs;
+    if (!pyrdma_obj_check(&self->o))
+        return NULL;
+    if (self->o.prov->async_fd == NULL)
+        return pyrdma_not_supported(&self->o, "async_fd");
+    return PyLong_FromLong(self->o.prov->async_fd(self->o.h));
 }
 
 static PyObject *
@@ -354,15 +365,8 @@ ctx_repr(PyObject *op)
     pyrdma_Context *self = (pyrdma_Context *)op;
     return PyUnicode_FromFormat("<rdma.ibverbs.Context %R (%s)%s>",
                                 self->name ? self->name : Py_None,
-                                self->prov ? self->prov->name : "?",
-                                self->h ? "" : " closed");
-}
-
-static PyObject *
-ctx_get_closed(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyBool_FromLong(((pyrdma_Context *)op)->h == NULL);
+                                self->o.prov ? self->o.prov->name : "?",
+                                self->o.h ? "" : " closed");
 }
 
 static PyObject *
@@ -370,9 +374,9 @@ ctx_get_provider(PyObject *op, void *closure)
 {
     pyrdma_Context *self = (pyrdma_Context *)op;
     (void)closure;
-    if (self->prov == NULL)
+    if (self->o.prov == NULL)
         Py_RETURN_NONE;
-    return PyUnicode_FromString(self->prov->name);
+    return PyUnicode_FromString(self->o.prov->name);
 }
 
 static PyObject *
@@ -391,11 +395,6 @@ ctx_get_end_port(PyObject *op, void *closure)
 }
 
 static PyMethodDef ctx_methods[] = {
-    {"close", ctx_close, METH_NOARGS,
-     "close($self, /)\n--\n\nClose the device (and, later, its children). "
-     "Idempotent."},
-    {"__enter__", ctx_enter, METH_NOARGS, NULL},
-    {"__exit__", ctx_exit, METH_VARARGS, NULL},
     {"query_device", ctx_query_device, METH_NOARGS,
      "query_device($self, /)\n--\n\nReturn the device's attributes as a "
      "device_attr (ibv_query_device)."},
@@ -415,11 +414,27 @@ static PyMethodDef ctx_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "query_pkey($self, /, port_id, index)\n--\n\nReturn P_Key table entry "
      "index of the port (ibv_query_pkey)."},
+    {"pd", ctx_pd, METH_NOARGS,
+     "pd($self, /)\n--\n\nAllocate a protection domain (ibv_alloc_pd)."},
+    {"cq", (PyCFunction)(void (*)(void))ctx_cq, METH_VARARGS | METH_KEYWORDS,
+     "cq($self, /, nelems=100, comp_channel=None, vec=0)\n--\n\n"
+     "Create a completion queue of at least nelems entries "
+     "(ibv_create_cq), optionally reporting to a CompChannel."},
+    {"comp_channel", ctx_comp_channel, METH_NOARGS,
+     "comp_channel($self, /)\n--\n\nCreate a completion channel "
+     "(ibv_create_comp_channel)."},
+    {"get_async_event", (PyCFunction)(void (*)(void))ctx_get_async_event,
+     METH_VARARGS | METH_KEYWORDS,
+     "get_async_event($self, /, timeout=None)\n--\n\nWait for the next "
+     "asynchronous event and return it (acknowledged) as an async_event, "
+     "or None after timeout seconds.  Releases the GIL while waiting."},
+    {"async_fileno", ctx_async_fileno, METH_NOARGS,
+     "async_fileno($self, /)\n--\n\nThe fd that is readable when an async "
+     "event is pending (for select/poll/asyncio)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef ctx_getset[] = {
-    {"closed", ctx_get_closed, NULL, "True once close() was called.", NULL},
     {"provider", ctx_get_provider, NULL,
      "Name of the provider that opened the device.", NULL},
     {"name", ctx_get_name, NULL, "Device name.", NULL},
@@ -428,44 +443,29 @@ static PyGetSetDef ctx_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef ctx_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET,
-     offsetof(pyrdma_Context, weakreflist), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
-
+/* The Context is the one object users construct directly. */
 static PyType_Slot ctx_slots[] = {
-    {Py_tp_doc, "Context(name, *, provider='verbs', end_port=None)\n--\n\n"
-                "An open RDMA device (ibv_open_device).  Usually made with "
-                "rdma.get_verbs(end_port).  A context manager; close() "
-                "releases it and everything created from it."},
     {Py_tp_new, ctx_new},
     {Py_tp_init, ctx_init},
-    {Py_tp_dealloc, ctx_dealloc},
-    {Py_tp_finalize, ctx_finalize},
     {Py_tp_traverse, ctx_traverse},
     {Py_tp_clear, ctx_clear},
     {Py_tp_repr, ctx_repr},
-    {Py_tp_methods, ctx_methods},
-    {Py_tp_getset, ctx_getset},
-    {Py_tp_members, ctx_members},
     {0, NULL},
-};
-
-static PyType_Spec ctx_spec = {
-    .name = "rdma.ibverbs.Context",
-    .basicsize = sizeof(pyrdma_Context),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = ctx_slots,
 };
 
 int
 pyrdma_context_init(PyObject *module, pyrdma_state *st)
 {
-    st->ContextType = (PyTypeObject *)PyType_FromModuleAndSpec(module,
-                                                               &ctx_spec, NULL);
-    if (st->ContextType == NULL)
+    PyTypeObject *tp = pyrdma_obj_type(
+        module, "rdma.ibverbs.Context", sizeof(pyrdma_Context),
+        "Context(name, *, provider='verbs', end_port=None)\n--\n\n"
+        "An open RDMA device (ibv_open_device).  Usually made with "
+        "rdma.get_verbs(end_port).  A context manager; close() releases it "
+        "and everything created from it.",
+        ctx_methods, ctx_getset, ctx_slots, 1);
+
+    if (tp == NULL)
         return -1;
-    return PyModule_AddType(module, st->ContextType);
+    st->ContextType = tp;
+    return 0;
 }

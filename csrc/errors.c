@@ -1,4 +1,5 @@
 /* errors.c - raising rdma.SysError from provider failures. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -42,4 +43,13 @@ PyObject *
 pyrdma_raise_status(pyrdma_state *st, const struct pyrdma_status *s)
 {
     return pyrdma_raise_sys(st, s->err, s->func ? s->func : "?", s->msg);
+}
+
+PyObject *
+pyrdma_not_supported(pyrdma_obj *o, const char *verb)
+{
+    char msg[128];
+    PyOS_snprintf(msg, sizeof(msg), "the %s provider does not implement it",
+                  o->prov ? o->prov->name : "?");
+    return pyrdma_raise_sys(o->state, EOPNOTSUPP, verb, msg);
 }

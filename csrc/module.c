@@ -62,6 +62,42 @@ pyrdma_gid_from_raw(pyrdma_state *st, const uint8_t raw[16])
     return g;
 }
 
+int
+pyrdma_gid_to_raw(pyrdma_state *st, PyObject *v, uint8_t raw[16],
+                  const char *what)
+{
+    Py_buffer b;
+
+    if (PyUnicode_Check(v) || PyLong_Check(v)) {
+        /* Textual and integer forms go through rdma.IBA.GID. */
+        PyObject *tp = pyrdma_gid_type(st), *g;
+        int rc;
+        if (tp == NULL)
+            return -1;
+        g = PyObject_CallOneArg(tp, v);
+        if (g == NULL)
+            return -1;
+        rc = pyrdma_gid_to_raw(st, g, raw, what);
+        Py_DECREF(g);
+        return rc;
+    }
+    if (PyObject_GetBuffer(v, &b, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a GID, a str or 16 bytes, "
+                     "not %.100s", what, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    if (b.len != 16) {
+        PyBuffer_Release(&b);
+        PyErr_Format(PyExc_ValueError, "%s must be 16 bytes, not %zd", what,
+                     b.len);
+        return -1;
+    }
+    memcpy(raw, b.buf, 16);
+    PyBuffer_Release(&b);
+    return 0;
+}
+
 /* Return the provider named by a str argument, NULL with an error set. */
 static const struct pyrdma_provider *
 provider_arg(PyObject *arg)
@@ -176,7 +212,18 @@ mod_exec(PyObject *m)
         return -1;
     if (PyModule_AddObjectRef(m, "SysError", st->SysError) < 0)
         return -1;
-    if (pyrdma_structs_init(m, st) < 0 || pyrdma_context_init(m, st) < 0)
+    errors = PyImport_ImportModule("rdma._errors");
+    if (errors == NULL)
+        return -1;
+    st->WRError = PyObject_GetAttrString(errors, "WRError");
+    Py_DECREF(errors);
+    if (st->WRError == NULL)
+        return -1;
+    /* Object types first: struct fields check against them. */
+    if (pyrdma_context_init(m, st) < 0 || pyrdma_pd_init(m, st) < 0 ||
+        pyrdma_cq_init(m, st) < 0 || pyrdma_qp_init(m, st) < 0 ||
+        pyrdma_mr_init(m, st) < 0 || pyrdma_structs_init(m, st) < 0 ||
+        pyrdma_wr_init(m, st) < 0)
         return -1;
     for (i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
         if (PyModule_AddIntConstant(m, constants[i].name,
@@ -197,11 +244,34 @@ mod_traverse(PyObject *m, visitproc visit, void *arg)
 {
     pyrdma_state *st = PyModule_GetState(m);
     Py_VISIT(st->SysError);
+    Py_VISIT(st->WRError);
     Py_VISIT(st->GID);
     Py_VISIT(st->ContextType);
+    Py_VISIT(st->PDType);
+    Py_VISIT(st->CQType);
+    Py_VISIT(st->CompChannelType);
+    Py_VISIT(st->QPType);
+    Py_VISIT(st->SRQType);
+    Py_VISIT(st->MRType);
+    Py_VISIT(st->MWType);
+    Py_VISIT(st->AHType);
+    Py_VISIT(st->SendBatchType);
+    Py_VISIT(st->RecvBatchType);
+    Py_VISIT(st->WCArrayType);
     Py_VISIT(st->device_attr);
     Py_VISIT(st->port_attr);
     Py_VISIT(st->gid_entry);
+    Py_VISIT(st->global_route);
+    Py_VISIT(st->ah_attr);
+    Py_VISIT(st->qp_cap);
+    Py_VISIT(st->qp_attr);
+    Py_VISIT(st->qp_init_attr);
+    Py_VISIT(st->srq_attr);
+    Py_VISIT(st->sge);
+    Py_VISIT(st->send_wr);
+    Py_VISIT(st->recv_wr);
+    Py_VISIT(st->wc);
+    Py_VISIT(st->async_event);
     return 0;
 }
 
@@ -210,11 +280,34 @@ mod_clear(PyObject *m)
 {
     pyrdma_state *st = PyModule_GetState(m);
     Py_CLEAR(st->SysError);
+    Py_CLEAR(st->WRError);
     Py_CLEAR(st->GID);
     Py_CLEAR(st->ContextType);
+    Py_CLEAR(st->PDType);
+    Py_CLEAR(st->CQType);
+    Py_CLEAR(st->CompChannelType);
+    Py_CLEAR(st->QPType);
+    Py_CLEAR(st->SRQType);
+    Py_CLEAR(st->MRType);
+    Py_CLEAR(st->MWType);
+    Py_CLEAR(st->AHType);
+    Py_CLEAR(st->SendBatchType);
+    Py_CLEAR(st->RecvBatchType);
+    Py_CLEAR(st->WCArrayType);
     Py_CLEAR(st->device_attr);
     Py_CLEAR(st->port_attr);
     Py_CLEAR(st->gid_entry);
+    Py_CLEAR(st->global_route);
+    Py_CLEAR(st->ah_attr);
+    Py_CLEAR(st->qp_cap);
+    Py_CLEAR(st->qp_attr);
+    Py_CLEAR(st->qp_init_attr);
+    Py_CLEAR(st->srq_attr);
+    Py_CLEAR(st->sge);
+    Py_CLEAR(st->send_wr);
+    Py_CLEAR(st->recv_wr);
+    Py_CLEAR(st->wc);
+    Py_CLEAR(st->async_event);
     return 0;
 }
 

@@ -118,6 +118,227 @@ struct pyrdma_port_attr {
     uint16_t port_cap_flags2;  /* IBV_PORT_*2 capability mask */
 };
 
+
+/* ---- Hot-path structs: the ABI layout of the libibverbs structs, so the
+ * verbs provider passes them through without copying (provider_verbs.c
+ * checks every offset against <infiniband/verbs.h> at compile time). ---- */
+
+/* A scatter/gather element (struct ibv_sge). */
+struct pyrdma_sge {
+    uint64_t addr;     /* start address */
+    uint32_t length;   /* bytes */
+    uint32_t lkey;     /* local key of the MR that covers it */
+};
+
+/* Where a memory window is bound (struct ibv_mw_bind_info). */
+struct pyrdma_mw_bind_info {
+    void *mr;                    /* provider MR handle */
+    uint64_t addr;               /* start of the window */
+    uint64_t length;             /* length of the window */
+    unsigned int mw_access_flags; /* IBV_ACCESS_* */
+};
+
+/* A send work request (struct ibv_send_wr). */
+struct pyrdma_send_wr {
+    uint64_t wr_id;                    /* returned in the completion */
+    struct pyrdma_send_wr *next;       /* next WR of the list, or NULL */
+    struct pyrdma_sge *sg_list;        /* scatter/gather array */
+    int num_sge;                       /* entries in sg_list */
+    int opcode;                        /* IBV_WR_* */
+    unsigned int send_flags;           /* IBV_SEND_* */
+    union {
+        uint32_t imm_data;             /* network byte order */
+        uint32_t invalidate_rkey;
+    };
+    union {
+        struct {
+            uint64_t remote_addr;
+            uint32_t rkey;
+        } rdma;
+        struct {
+            uint64_t remote_addr;
+            uint64_t compare_add;
+            uint64_t swap;
+            uint32_t rkey;
+        } atomic;
+        struct {
+            void *ah;                  /* provider AH handle */
+            uint32_t remote_qpn;
+            uint32_t remote_qkey;
+        } ud;
+    } wr;
+    union {
+        struct {
+            uint32_t remote_srqn;
+        } xrc;
+    } qp_type;
+    union {
+        struct {
+            void *mw;                  /* provider MW handle */
+            uint32_t rkey;
+            struct pyrdma_mw_bind_info bind_info;
+        } bind_mw;
+        struct {
+            void *hdr;
+            uint16_t hdr_sz;
+            uint16_t mss;
+        } tso;
+    };
+};
+
+/* A receive work request (struct ibv_recv_wr). */
+struct pyrdma_recv_wr {
+    uint64_t wr_id;                    /* returned in the completion */
+    struct pyrdma_recv_wr *next;       /* next WR of the list, or NULL */
+    struct pyrdma_sge *sg_list;        /* scatter/gather array */
+    int num_sge;                       /* entries in sg_list */
+};
+
+/* A work completion (struct ibv_wc). */
+struct pyrdma_wc {
+    uint64_t wr_id;          /* of the completed WR */
+    int32_t status;          /* IBV_WC_* status */
+    int32_t opcode;          /* IBV_WC_* opcode */
+    uint32_t vendor_err;     /* vendor syndrome */
+    uint32_t byte_len;       /* bytes received */
+    uint32_t imm_data;       /* network order; or the invalidated rkey */
+    uint32_t qp_num;         /* local QP number */
+    uint32_t src_qp;         /* remote QP number (UD) */
+    uint32_t wc_flags;       /* IBV_WC_GRH, IBV_WC_WITH_IMM, ... */
+    uint16_t pkey_index;     /* P_Key index (GSI QPs) */
+    uint16_t slid;           /* source LID (UD) */
+    uint8_t sl;              /* service level (UD) */
+    uint8_t dlid_path_bits;  /* DLID path bits (UD) */
+};
+
+/* ---- Control-path structs: provider neutral, converted by providers. ---- */
+
+/* Global route (struct ibv_global_route). */
+struct pyrdma_global_route {
+    uint8_t dgid[16];        /* destination GID, network order */
+    uint32_t flow_label;     /* IPv6 flow label */
+    uint8_t sgid_index;      /* index of the source GID */
+    uint8_t hop_limit;       /* hop limit */
+    uint8_t traffic_class;   /* traffic class */
+};
+
+/* Address vector (struct ibv_ah_attr). */
+struct pyrdma_ah_attr {
+    struct pyrdma_global_route grh; /* used when is_global */
+    uint16_t dlid;           /* destination LID */
+    uint8_t sl;              /* service level */
+    uint8_t src_path_bits;   /* source path bits */
+    uint8_t static_rate;     /* IBV_RATE_* */
+    uint8_t is_global;       /* 1: a GRH is used */
+    uint8_t port_num;        /* local port */
+};
+
+/* QP capacities (struct ibv_qp_cap). */
+struct pyrdma_qp_cap {
+    uint32_t max_send_wr;     /* send queue depth */
+    uint32_t max_recv_wr;     /* receive queue depth */
+    uint32_t max_send_sge;    /* s/g entries per send WR */
+    uint32_t max_recv_sge;    /* s/g entries per receive WR */
+    uint32_t max_inline_data; /* bytes of inline data */
+};
+
+/* QP attributes (struct ibv_qp_attr); which are valid says a PYRDMA_QP_*
+ * mask (the IBV_QP_* bit values). */
+struct pyrdma_qp_attr {
+    int32_t qp_state;            /* IBV_QPS_* */
+    int32_t cur_qp_state;        /* IBV_QPS_* */
+    int32_t path_mtu;            /* IBV_MTU_* */
+    int32_t path_mig_state;      /* IBV_MIG_* */
+    uint32_t qkey;               /* Q_Key (UD) */
+    uint32_t rq_psn;             /* receive PSN */
+    uint32_t sq_psn;             /* send PSN */
+    uint32_t dest_qp_num;        /* remote QP number */
+    uint32_t qp_access_flags;    /* IBV_ACCESS_* for remote access */
+    struct pyrdma_qp_cap cap;    /* capacities */
+    struct pyrdma_ah_attr ah_attr;     /* primary path */
+    struct pyrdma_ah_attr alt_ah_attr; /* alternate path */
+    uint16_t pkey_index;         /* P_Key index */
+    uint16_t alt_pkey_index;     /* alternate P_Key index */
+    uint8_t en_sqd_async_notify; /* notify when SQ drained */
+    uint8_t sq_draining;         /* SQ is draining (query) */
+    uint8_t max_rd_atomic;       /* outstanding RDMA read/atomic as initiator */
+    uint8_t max_dest_rd_atomic;  /* responder resources */
+    uint8_t min_rnr_timer;       /* RNR NAK timer encoding */
+    uint8_t port_num;            /* local port */
+    uint8_t timeout;             /* local ack timeout encoding */
+    uint8_t retry_cnt;           /* transport retries */
+    uint8_t rnr_retry;           /* RNR retries (7: infinite) */
+    uint8_t alt_port_num;        /* alternate port */
+    uint8_t alt_timeout;         /* alternate ack timeout */
+    uint32_t rate_limit;         /* kbps, 0: unlimited */
+};
+
+/* The IBV_QP_* attribute mask bits (the ABI values). */
+enum {
+    PYRDMA_QP_STATE = 1 << 0, PYRDMA_QP_CUR_STATE = 1 << 1,
+    PYRDMA_QP_EN_SQD_ASYNC_NOTIFY = 1 << 2, PYRDMA_QP_ACCESS_FLAGS = 1 << 3,
+    PYRDMA_QP_PKEY_INDEX = 1 << 4, PYRDMA_QP_PORT = 1 << 5,
+    PYRDMA_QP_QKEY = 1 << 6, PYRDMA_QP_AV = 1 << 7,
+    PYRDMA_QP_PATH_MTU = 1 << 8, PYRDMA_QP_TIMEOUT = 1 << 9,
+    PYRDMA_QP_RETRY_CNT = 1 << 10, PYRDMA_QP_RNR_RETRY = 1 << 11,
+    PYRDMA_QP_RQ_PSN = 1 << 12, PYRDMA_QP_MAX_QP_RD_ATOMIC = 1 << 13,
+    PYRDMA_QP_ALT_PATH = 1 << 14, PYRDMA_QP_MIN_RNR_TIMER = 1 << 15,
+    PYRDMA_QP_SQ_PSN = 1 << 16, PYRDMA_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
+    PYRDMA_QP_PATH_MIG_STATE = 1 << 18, PYRDMA_QP_CAP = 1 << 19,
+    PYRDMA_QP_DEST_QPN = 1 << 20, PYRDMA_QP_RATE_LIMIT = 1 << 25,
+};
+
+/* QP creation attributes (struct ibv_qp_init_attr, handles resolved). */
+struct pyrdma_qp_init_attr {
+    void *send_cq;           /* provider CQ handle */
+    void *recv_cq;           /* provider CQ handle */
+    void *srq;               /* provider SRQ handle or NULL */
+    void *qp_context;        /* returned in async events */
+    struct pyrdma_qp_cap cap; /* requested; the provider writes the actual */
+    int32_t qp_type;         /* IBV_QPT_* */
+    int32_t sq_sig_all;      /* 1: every send WR is signaled */
+};
+
+/* SRQ attributes (struct ibv_srq_attr); mask bits PYRDMA_SRQ_*. */
+struct pyrdma_srq_attr {
+    uint32_t max_wr;         /* depth */
+    uint32_t max_sge;        /* s/g entries per WR */
+    uint32_t srq_limit;      /* low watermark for IBV_EVENT_SRQ_LIMIT_REACHED */
+};
+enum { PYRDMA_SRQ_MAX_WR = 1 << 0, PYRDMA_SRQ_LIMIT = 1 << 1 };
+
+/* What the element of an async event is. */
+enum { PYRDMA_EV_NONE, PYRDMA_EV_QP, PYRDMA_EV_CQ, PYRDMA_EV_SRQ,
+       PYRDMA_EV_PORT };
+
+/* An asynchronous event, already acknowledged by the provider. */
+struct pyrdma_async_event {
+    int32_t event_type;      /* IBV_EVENT_* */
+    int32_t element_kind;    /* PYRDMA_EV_* */
+    int32_t port_num;        /* for port events */
+    void *element;           /* the qp/cq/srq context pointer, or NULL */
+};
+
+/* What a registered MR is (keys and where it is). */
+struct pyrdma_mr_info {
+    uint32_t lkey;           /* local key */
+    uint32_t rkey;           /* remote key */
+};
+
+/* Opcodes and QP types the object model looks at (the ABI values). */
+enum {
+    PYRDMA_WR_RDMA_WRITE = 0, PYRDMA_WR_RDMA_WRITE_WITH_IMM = 1,
+    PYRDMA_WR_SEND = 2, PYRDMA_WR_SEND_WITH_IMM = 3, PYRDMA_WR_RDMA_READ = 4,
+    PYRDMA_WR_ATOMIC_CMP_AND_SWP = 5, PYRDMA_WR_ATOMIC_FETCH_AND_ADD = 6,
+    PYRDMA_WR_LOCAL_INV = 7, PYRDMA_WR_BIND_MW = 8, PYRDMA_WR_SEND_WITH_INV = 9,
+};
+enum { PYRDMA_QPT_RC = 2, PYRDMA_QPT_UC = 3, PYRDMA_QPT_UD = 4 };
+enum {
+    PYRDMA_ACCESS_LOCAL_WRITE = 1, PYRDMA_ACCESS_REMOTE_WRITE = 2,
+    PYRDMA_ACCESS_REMOTE_READ = 4, PYRDMA_ACCESS_REMOTE_ATOMIC = 8,
+    PYRDMA_ACCESS_MW_BIND = 16,
+};
+
 /* The ops of one provider. */
 struct pyrdma_provider {
     const char *name;       /* "verbs", "ucx" */
@@ -141,6 +362,79 @@ struct pyrdma_provider {
                      struct pyrdma_gid_entry *entry, struct pyrdma_status *st);
     int (*query_pkey)(void *ctx, uint8_t port, int index, uint16_t *pkey,
                       struct pyrdma_status *st);
+    /* Async events: a pollable fd, and read one (non-blocking, acked);
+       return 1 if one was read, 0 if none is pending, -1 on error. */
+    int (*async_fd)(void *ctx);
+    int (*get_async_event)(void *ctx, struct pyrdma_async_event *ev,
+                           struct pyrdma_status *st);
+
+    /* Protection domain. */
+    int (*alloc_pd)(void *ctx, void **pd, struct pyrdma_status *st);
+    int (*dealloc_pd)(void *pd, struct pyrdma_status *st);
+
+    /* Memory regions and windows. */
+    int (*reg_mr)(void *pd, void *addr, size_t length, unsigned int access,
+                  void **mr, struct pyrdma_mr_info *info,
+                  struct pyrdma_status *st);
+    int (*dereg_mr)(void *mr, struct pyrdma_status *st);
+    int (*alloc_mw)(void *pd, int type, void **mw, uint32_t *rkey,
+                    struct pyrdma_status *st);
+    int (*dealloc_mw)(void *mw, struct pyrdma_status *st);
+
+    /* Completion channel: a pollable fd; get_cq_event is non-blocking and
+       returns 1 with *cq_context set, 0 if none is pending, -1 on error. */
+    int (*create_comp_channel)(void *ctx, void **cc, int *fd,
+                               struct pyrdma_status *st);
+    int (*destroy_comp_channel)(void *cc, struct pyrdma_status *st);
+    int (*get_cq_event)(void *cc, void **cq_context, struct pyrdma_status *st);
+    void (*ack_cq_events)(void *cq, unsigned int n);
+
+    /* Completion queue. */
+    int (*create_cq)(void *ctx, int cqe, void *cq_context, void *cc,
+                     int comp_vector, void **cq, int *actual_cqe,
+                     struct pyrdma_status *st);
+    int (*destroy_cq)(void *cq, struct pyrdma_status *st);
+    int (*resize_cq)(void *cq, int cqe, int *actual_cqe,
+                     struct pyrdma_status *st);
+    /* Return 0 or a positive errno. */
+    int (*req_notify_cq)(void *cq, int solicited_only);
+    /* Return the number of completions written to wc (0..n) or -errno. */
+    int (*poll_cq)(void *cq, int n, struct pyrdma_wc *wc);
+
+    /* Shared receive queue. */
+    int (*create_srq)(void *pd, struct pyrdma_srq_attr *attr, void *srq_context,
+                      void **srq, struct pyrdma_status *st);
+    int (*modify_srq)(void *srq, struct pyrdma_srq_attr *attr, int mask,
+                      struct pyrdma_status *st);
+    int (*query_srq)(void *srq, struct pyrdma_srq_attr *attr,
+                     struct pyrdma_status *st);
+    int (*destroy_srq)(void *srq, struct pyrdma_status *st);
+    /* Return 0 or a positive errno with *bad the rejected WR. */
+    int (*post_srq_recv)(void *srq, struct pyrdma_recv_wr *wr,
+                         struct pyrdma_recv_wr **bad);
+
+    /* Queue pair. */
+    int (*create_qp)(void *pd, struct pyrdma_qp_init_attr *attr, void **qp,
+                     uint32_t *qp_num, struct pyrdma_status *st);
+    int (*modify_qp)(void *qp, struct pyrdma_qp_attr *attr, int mask,
+                     struct pyrdma_status *st);
+    int (*query_qp)(void *qp, struct pyrdma_qp_attr *attr, int mask,
+                    struct pyrdma_status *st);
+    int (*destroy_qp)(void *qp, struct pyrdma_status *st);
+    /* Return 0 or a positive errno with *bad the rejected WR. */
+    int (*post_send)(void *qp, struct pyrdma_send_wr *wr,
+                     struct pyrdma_send_wr **bad);
+    int (*post_recv)(void *qp, struct pyrdma_recv_wr *wr,
+                     struct pyrdma_recv_wr **bad);
+    int (*attach_mcast)(void *qp, const uint8_t gid[16], uint16_t lid,
+                        struct pyrdma_status *st);
+    int (*detach_mcast)(void *qp, const uint8_t gid[16], uint16_t lid,
+                        struct pyrdma_status *st);
+
+    /* Address handle. */
+    int (*create_ah)(void *pd, struct pyrdma_ah_attr *attr, void **ah,
+                     struct pyrdma_status *st);
+    int (*destroy_ah)(void *ah, struct pyrdma_status *st);
 };
 
 /* The providers compiled in. */

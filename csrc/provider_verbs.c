@@ -13,6 +13,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +44,130 @@ static struct {
                         uint32_t flags, size_t entry_size); /* optional */
     int (*query_pkey)(struct ibv_context *ctx, uint8_t port, int index,
                       __be16 *pkey);
+    int (*get_async_event)(struct ibv_context *ctx, struct ibv_async_event *e);
+    void (*ack_async_event)(struct ibv_async_event *e);
+    struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);
+    int (*dealloc_pd)(struct ibv_pd *pd);
+    struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length,
+                             int access);
+    int (*dereg_mr)(struct ibv_mr *mr);
+    struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *ctx);
+    int (*destroy_comp_channel)(struct ibv_comp_channel *cc);
+    int (*get_cq_event)(struct ibv_comp_channel *cc, struct ibv_cq **cq,
+                        void **cq_context);
+    void (*ack_cq_events)(struct ibv_cq *cq, unsigned int n);
+    struct ibv_cq *(*create_cq)(struct ibv_context *ctx, int cqe, void *user,
+                                struct ibv_comp_channel *cc, int vector);
+    int (*destroy_cq)(struct ibv_cq *cq);
+    int (*resize_cq)(struct ibv_cq *cq, int cqe);
+    struct ibv_srq *(*create_srq)(struct ibv_pd *pd,
+                                  struct ibv_srq_init_attr *attr);
+    int (*modify_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr,
+                      int mask);
+    int (*query_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+    int (*destroy_srq)(struct ibv_srq *srq);
+    struct ibv_qp *(*create_qp)(struct ibv_pd *pd,
+                                struct ibv_qp_init_attr *attr);
+    int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+    int (*query_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
+                    struct ibv_qp_init_attr *init);
+    int (*destroy_qp)(struct ibv_qp *qp);
+    int (*attach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid,
+                        uint16_t lid);
+    int (*detach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid,
+                        uint16_t lid);
+    struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+    int (*destroy_ah)(struct ibv_ah *ah);
 } V;
+
+/* The hot-path structs of provider.h must be the libibverbs ABI. */
+#define SAME(a, b, f) \
+    _Static_assert(offsetof(struct a, f) == offsetof(struct b, f) && \
+                   sizeof(((struct a *)0)->f) == sizeof(((struct b *)0)->f), \
+                   #a "." #f)
+_Static_assert(sizeof(struct pyrdma_sge) == sizeof(struct ibv_sge), "sge");
+SAME(pyrdma_sge, ibv_sge, addr);
+SAME(pyrdma_sge, ibv_sge, length);
+SAME(pyrdma_sge, ibv_sge, lkey);
+_Static_assert(sizeof(struct pyrdma_send_wr) == sizeof(struct ibv_send_wr),
+               "send_wr");
+SAME(pyrdma_send_wr, ibv_send_wr, wr_id);
+SAME(pyrdma_send_wr, ibv_send_wr, next);
+SAME(pyrdma_send_wr, ibv_send_wr, sg_list);
+SAME(pyrdma_send_wr, ibv_send_wr, num_sge);
+SAME(pyrdma_send_wr, ibv_send_wr, opcode);
+SAME(pyrdma_send_wr, ibv_send_wr, send_flags);
+SAME(pyrdma_send_wr, ibv_send_wr, imm_data);
+SAME(pyrdma_send_wr, ibv_send_wr, invalidate_rkey);
+SAME(pyrdma_send_wr, ibv_send_wr, wr.rdma.remote_addr);
+SAME(pyrdma_send_wr, ibv_send_wr, wr.rdma.rkey);
+SAME(pyrdma_send_wr, ibv_send_wr, wr.atomic.remote_addr);
+SAME(pyrdma_send_wr, ibv_send_wr, wr.atomic.compare_add);
+SAME(pyrdma_send_wr, ibv_send_wr, wr.atomic.swap);
+SAME(pyrdma_send_wr, ibv_send_wr, wr.atomic.rkey);
+SAME(pyrdma_send_wr, ibv_send_wr, wr.ud.ah);
+SAME(pyrdma_send_wr, ibv_send_wr, wr.ud.remote_qpn);
+SAME(pyrdma_send_wr, ibv_send_wr, wr.ud.remote_qkey);
+SAME(pyrdma_send_wr, ibv_send_wr, qp_type.xrc.remote_srqn);
+SAME(pyrdma_send_wr, ibv_send_wr, bind_mw.mw);
+SAME(pyrdma_send_wr, ibv_send_wr, bind_mw.rkey);
+SAME(pyrdma_send_wr, ibv_send_wr, bind_mw.bind_info.mr);
+SAME(pyrdma_send_wr, ibv_send_wr, bind_mw.bind_info.addr);
+SAME(pyrdma_send_wr, ibv_send_wr, bind_mw.bind_info.length);
+SAME(pyrdma_send_wr, ibv_send_wr, bind_mw.bind_info.mw_access_flags);
+SAME(pyrdma_send_wr, ibv_send_wr, tso.hdr);
+SAME(pyrdma_send_wr, ibv_send_wr, tso.hdr_sz);
+SAME(pyrdma_send_wr, ibv_send_wr, tso.mss);
+_Static_assert(sizeof(struct pyrdma_recv_wr) == sizeof(struct ibv_recv_wr),
+               "recv_wr");
+SAME(pyrdma_recv_wr, ibv_recv_wr, wr_id);
+SAME(pyrdma_recv_wr, ibv_recv_wr, next);
+SAME(pyrdma_recv_wr, ibv_recv_wr, sg_list);
+SAME(pyrdma_recv_wr, ibv_recv_wr, num_sge);
+_Static_assert(sizeof(struct pyrdma_wc) == sizeof(struct ibv_wc), "wc");
+SAME(pyrdma_wc, ibv_wc, wr_id);
+SAME(pyrdma_wc, ibv_wc, status);
+SAME(pyrdma_wc, ibv_wc, opcode);
+SAME(pyrdma_wc, ibv_wc, vendor_err);
+SAME(pyrdma_wc, ibv_wc, byte_len);
+SAME(pyrdma_wc, ibv_wc, imm_data);
+SAME(pyrdma_wc, ibv_wc, qp_num);
+SAME(pyrdma_wc, ibv_wc, src_qp);
+SAME(pyrdma_wc, ibv_wc, wc_flags);
+SAME(pyrdma_wc, ibv_wc, pkey_index);
+SAME(pyrdma_wc, ibv_wc, slid);
+SAME(pyrdma_wc, ibv_wc, sl);
+SAME(pyrdma_wc, ibv_wc, dlid_path_bits);
+#undef SAME
+_Static_assert((int)PYRDMA_QP_STATE == (int)IBV_QP_STATE, "PYRDMA_QP_STATE");
+_Static_assert((int)PYRDMA_QP_CUR_STATE == (int)IBV_QP_CUR_STATE, "PYRDMA_QP_CUR_STATE");
+_Static_assert((int)PYRDMA_QP_AV == (int)IBV_QP_AV, "PYRDMA_QP_AV");
+_Static_assert((int)PYRDMA_QP_PORT == (int)IBV_QP_PORT, "PYRDMA_QP_PORT");
+_Static_assert((int)PYRDMA_QP_DEST_QPN == (int)IBV_QP_DEST_QPN, "PYRDMA_QP_DEST_QPN");
+_Static_assert((int)PYRDMA_QP_CAP == (int)IBV_QP_CAP, "PYRDMA_QP_CAP");
+_Static_assert((int)PYRDMA_QP_RATE_LIMIT == (int)IBV_QP_RATE_LIMIT, "PYRDMA_QP_RATE_LIMIT");
+_Static_assert((int)PYRDMA_QP_ALT_PATH == (int)IBV_QP_ALT_PATH, "PYRDMA_QP_ALT_PATH");
+_Static_assert((int)PYRDMA_QP_PATH_MIG_STATE == (int)IBV_QP_PATH_MIG_STATE, "PYRDMA_QP_PATH_MIG_STATE");
+_Static_assert((int)PYRDMA_SRQ_MAX_WR == (int)IBV_SRQ_MAX_WR, "PYRDMA_SRQ_MAX_WR");
+_Static_assert((int)PYRDMA_SRQ_LIMIT == (int)IBV_SRQ_LIMIT, "PYRDMA_SRQ_LIMIT");
+_Static_assert((int)PYRDMA_WR_RDMA_WRITE == (int)IBV_WR_RDMA_WRITE, "PYRDMA_WR_RDMA_WRITE");
+_Static_assert((int)PYRDMA_WR_RDMA_WRITE_WITH_IMM == (int)IBV_WR_RDMA_WRITE_WITH_IMM, "PYRDMA_WR_RDMA_WRITE_WITH_IMM");
+_Static_assert((int)PYRDMA_WR_SEND == (int)IBV_WR_SEND, "PYRDMA_WR_SEND");
+_Static_assert((int)PYRDMA_WR_SEND_WITH_IMM == (int)IBV_WR_SEND_WITH_IMM, "PYRDMA_WR_SEND_WITH_IMM");
+_Static_assert((int)PYRDMA_WR_RDMA_READ == (int)IBV_WR_RDMA_READ, "PYRDMA_WR_RDMA_READ");
+_Static_assert((int)PYRDMA_WR_ATOMIC_CMP_AND_SWP == (int)IBV_WR_ATOMIC_CMP_AND_SWP, "PYRDMA_WR_ATOMIC_CMP_AND_SWP");
+_Static_assert((int)PYRDMA_WR_ATOMIC_FETCH_AND_ADD == (int)IBV_WR_ATOMIC_FETCH_AND_ADD, "PYRDMA_WR_ATOMIC_FETCH_AND_ADD");
+_Static_assert((int)PYRDMA_WR_LOCAL_INV == (int)IBV_WR_LOCAL_INV, "PYRDMA_WR_LOCAL_INV");
+_Static_assert((int)PYRDMA_WR_BIND_MW == (int)IBV_WR_BIND_MW, "PYRDMA_WR_BIND_MW");
+_Static_assert((int)PYRDMA_WR_SEND_WITH_INV == (int)IBV_WR_SEND_WITH_INV, "PYRDMA_WR_SEND_WITH_INV");
+_Static_assert((int)PYRDMA_QPT_RC == (int)IBV_QPT_RC, "PYRDMA_QPT_RC");
+_Static_assert((int)PYRDMA_QPT_UC == (int)IBV_QPT_UC, "PYRDMA_QPT_UC");
+_Static_assert((int)PYRDMA_QPT_UD == (int)IBV_QPT_UD, "PYRDMA_QPT_UD");
+_Static_assert((int)PYRDMA_ACCESS_LOCAL_WRITE == (int)IBV_ACCESS_LOCAL_WRITE, "PYRDMA_ACCESS_LOCAL_WRITE");
+_Static_assert((int)PYRDMA_ACCESS_REMOTE_WRITE == (int)IBV_ACCESS_REMOTE_WRITE, "PYRDMA_ACCESS_REMOTE_WRITE");
+_Static_assert((int)PYRDMA_ACCESS_REMOTE_READ == (int)IBV_ACCESS_REMOTE_READ, "PYRDMA_ACCESS_REMOTE_READ");
+_Static_assert((int)PYRDMA_ACCESS_REMOTE_ATOMIC == (int)IBV_ACCESS_REMOTE_ATOMIC, "PYRDMA_ACCESS_REMOTE_ATOMIC");
+_Static_assert((int)PYRDMA_ACCESS_MW_BIND == (int)IBV_ACCESS_MW_BIND, "PYRDMA_ACCESS_MW_BIND");
 
 #ifdef PYRDMA_LINK_IBVERBS
 
@@ -64,6 +189,31 @@ load(struct pyrdma_status *st)
     V.query_gid = ibv_query_gid;
     V.query_gid_ex = _ibv_query_gid_ex;
     V.query_pkey = ibv_query_pkey;
+    V.get_async_event = ibv_get_async_event;
+    V.ack_async_event = ibv_ack_async_event;
+    V.alloc_pd = ibv_alloc_pd;
+    V.dealloc_pd = ibv_dealloc_pd;
+    V.reg_mr = ibv_reg_mr;
+    V.dereg_mr = ibv_dereg_mr;
+    V.create_comp_channel = ibv_create_comp_channel;
+    V.destroy_comp_channel = ibv_destroy_comp_channel;
+    V.get_cq_event = ibv_get_cq_event;
+    V.ack_cq_events = ibv_ack_cq_events;
+    V.create_cq = ibv_create_cq;
+    V.destroy_cq = ibv_destroy_cq;
+    V.resize_cq = ibv_resize_cq;
+    V.create_srq = ibv_create_srq;
+    V.modify_srq = ibv_modify_srq;
+    V.query_srq = ibv_query_srq;
+    V.destroy_srq = ibv_destroy_srq;
+    V.create_qp = ibv_create_qp;
+    V.modify_qp = ibv_modify_qp;
+    V.query_qp = ibv_query_qp;
+    V.destroy_qp = ibv_destroy_qp;
+    V.attach_mcast = ibv_attach_mcast;
+    V.detach_mcast = ibv_detach_mcast;
+    V.create_ah = ibv_create_ah;
+    V.destroy_ah = ibv_destroy_ah;
     V.loaded = 1;
     return 0;
 }
@@ -116,6 +266,31 @@ load(struct pyrdma_status *st)
     REQ(query_port, "ibv_query_port");
     REQ(query_gid, "ibv_query_gid");
     REQ(query_pkey, "ibv_query_pkey");
+    REQ(get_async_event, "ibv_get_async_event");
+    REQ(ack_async_event, "ibv_ack_async_event");
+    REQ(alloc_pd, "ibv_alloc_pd");
+    REQ(dealloc_pd, "ibv_dealloc_pd");
+    REQ(reg_mr, "ibv_reg_mr");
+    REQ(dereg_mr, "ibv_dereg_mr");
+    REQ(create_comp_channel, "ibv_create_comp_channel");
+    REQ(destroy_comp_channel, "ibv_destroy_comp_channel");
+    REQ(get_cq_event, "ibv_get_cq_event");
+    REQ(ack_cq_events, "ibv_ack_cq_events");
+    REQ(create_cq, "ibv_create_cq");
+    REQ(destroy_cq, "ibv_destroy_cq");
+    REQ(resize_cq, "ibv_resize_cq");
+    REQ(create_srq, "ibv_create_srq");
+    REQ(modify_srq, "ibv_modify_srq");
+    REQ(query_srq, "ibv_query_srq");
+    REQ(destroy_srq, "ibv_destroy_srq");
+    REQ(create_qp, "ibv_create_qp");
+    REQ(modify_qp, "ibv_modify_qp");
+    REQ(query_qp, "ibv_query_qp");
+    REQ(destroy_qp, "ibv_destroy_qp");
+    REQ(attach_mcast, "ibv_attach_mcast");
+    REQ(detach_mcast, "ibv_detach_mcast");
+    REQ(create_ah, "ibv_create_ah");
+    REQ(destroy_ah, "ibv_destroy_ah");
 #undef REQ
     sym((void **)&V.query_gid_ex, "_ibv_query_gid_ex", 0, st);
     V.loaded = 1;
@@ -316,6 +491,517 @@ query_pkey(void *ctx, uint8_t port, int index, uint16_t *pkey,
     return 0;
 }
 
+/* Make fd non-blocking; return 0 or -1 with *st set. */
+static int
+set_nonblock(int fd, const char *what, struct pyrdma_status *st)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return pyrdma_fail(st, errno, "fcntl", "%s fd", what);
+    return 0;
+}
+
+static int
+async_fd(void *ctx)
+{
+    return ((struct ibv_context *)ctx)->async_fd;
+}
+
+static int
+get_async_event(void *vctx, struct pyrdma_async_event *ev,
+                struct pyrdma_status *st)
+{
+    struct ibv_context *ctx = vctx;
+    struct ibv_async_event e;
+    int fl = fcntl(ctx->async_fd, F_GETFL);
+
+    if (fl >= 0 && !(fl & O_NONBLOCK) &&
+        set_nonblock(ctx->async_fd, "async", st) < 0)
+        return -1;
+    if (V.get_async_event(ctx, &e) != 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        return fail_errno(st, 0, "ibv_get_async_event");
+    }
+    memset(ev, 0, sizeof(*ev));
+    ev->event_type = e.event_type;
+    switch (e.event_type) {
+    case IBV_EVENT_CQ_ERR:
+        ev->element_kind = PYRDMA_EV_CQ;
+        ev->element = e.element.cq->cq_context;
+        break;
+    case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR: case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+        ev->element_kind = PYRDMA_EV_QP;
+        ev->element = e.element.qp->qp_context;
+        break;
+    case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED:
+        ev->element_kind = PYRDMA_EV_SRQ;
+        ev->element = e.element.srq->srq_context;
+        break;
+    case IBV_EVENT_PORT_ACTIVE: case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_LID_CHANGE: case IBV_EVENT_PKEY_CHANGE:
+    case IBV_EVENT_SM_CHANGE: case IBV_EVENT_CLIENT_REREGISTER:
+    case IBV_EVENT_GID_CHANGE:
+        ev->element_kind = PYRDMA_EV_PORT;
+        ev->port_num = e.element.port_num;
+        break;
+    default:
+        ev->element_kind = PYRDMA_EV_NONE;
+        break;
+    }
+    V.ack_async_event(&e);
+    return 1;
+}
+
+static int
+alloc_pd(void *ctx, void **pd, struct pyrdma_status *st)
+{
+    errno = 0;
+    *pd = V.alloc_pd(ctx);
+    return *pd ? 0 : fail_errno(st, 0, "ibv_alloc_pd");
+}
+
+static int
+dealloc_pd(void *pd, struct pyrdma_status *st)
+{
+    int rc = V.dealloc_pd(pd);
+    return rc ? fail_errno(st, rc, "ibv_dealloc_pd") : 0;
+}
+
+static int
+reg_mr(void *pd, void *addr, size_t length, unsigned int access, void **mr,
+       struct pyrdma_mr_info *info, struct pyrdma_status *st)
+{
+    struct ibv_mr *m;
+
+    errno = 0;
+    m = V.reg_mr(pd, addr, length, (int)access);
+    if (m == NULL)
+        return fail_errno(st, 0, "ibv_reg_mr");
+    info->lkey = m->lkey;
+    info->rkey = m->rkey;
+    *mr = m;
+    return 0;
+}
+
+static int
+dereg_mr(void *mr, struct pyrdma_status *st)
+{
+    int rc = V.dereg_mr(mr);
+    return rc ? fail_errno(st, rc, "ibv_dereg_mr") : 0;
+}
+
+static int
+alloc_mw(void *pd, int type, void **mw, uint32_t *rkey,
+         struct pyrdma_status *st)
+{
+    struct ibv_mw *m;
+
+    errno = 0;
+    m = ibv_alloc_mw(pd, type);   /* inline: dispatches through ctx ops */
+    if (m == NULL)
+        return fail_errno(st, errno ? errno : EOPNOTSUPP, "ibv_alloc_mw");
+    *rkey = m->rkey;
+    *mw = m;
+    return 0;
+}
+
+static int
+dealloc_mw(void *mw, struct pyrdma_status *st)
+{
+    int rc = ibv_dealloc_mw(mw);
+    return rc ? fail_errno(st, rc, "ibv_dealloc_mw") : 0;
+}
+
+static int
+create_comp_channel(void *ctx, void **cc, int *fd, struct pyrdma_status *st)
+{
+    struct ibv_comp_channel *c;
+
+    errno = 0;
+    c = V.create_comp_channel(ctx);
+    if (c == NULL)
+        return fail_errno(st, 0, "ibv_create_comp_channel");
+    if (set_nonblock(c->fd, "completion channel", st) < 0) {
+        V.destroy_comp_channel(c);
+        return -1;
+    }
+    *cc = c;
+    *fd = c->fd;
+    return 0;
+}
+
+static int
+destroy_comp_channel(void *cc, struct pyrdma_status *st)
+{
+    int rc = V.destroy_comp_channel(cc);
+    return rc ? fail_errno(st, rc, "ibv_destroy_comp_channel") : 0;
+}
+
+static int
+get_cq_event(void *cc, void **cq_context, struct pyrdma_status *st)
+{
+    struct ibv_cq *cq;
+
+    if (V.get_cq_event(cc, &cq, cq_context) != 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        return fail_errno(st, 0, "ibv_get_cq_event");
+    }
+    return 1;
+}
+
+static void
+ack_cq_events(void *cq, unsigned int n)
+{
+    V.ack_cq_events(cq, n);
+}
+
+static int
+create_cq(void *ctx, int cqe, void *cq_context, void *cc, int vector,
+          void **cq, int *actual, struct pyrdma_status *st)
+{
+    struct ibv_cq *c;
+
+    errno = 0;
+    c = V.create_cq(ctx, cqe, cq_context, cc, vector);
+    if (c == NULL)
+        return fail_errno(st, 0, "ibv_create_cq");
+    *cq = c;
+    *actual = c->cqe;
+    return 0;
+}
+
+static int
+destroy_cq(void *cq, struct pyrdma_status *st)
+{
+    int rc = V.destroy_cq(cq);
+    return rc ? fail_errno(st, rc, "ibv_destroy_cq") : 0;
+}
+
+static int
+resize_cq(void *cq, int cqe, int *actual, struct pyrdma_status *st)
+{
+    int rc = V.resize_cq(cq, cqe);
+    if (rc)
+        return fail_errno(st, rc, "ibv_resize_cq");
+    *actual = ((struct ibv_cq *)cq)->cqe;
+    return 0;
+}
+
+static int
+req_notify_cq(void *cq, int solicited_only)
+{
+    return ibv_req_notify_cq(cq, solicited_only);
+}
+
+static int
+poll_cq(void *cq, int n, struct pyrdma_wc *wc)
+{
+    int rc = ibv_poll_cq(cq, n, (struct ibv_wc *)wc);
+    return rc >= 0 ? rc : -EIO;
+}
+
+static int
+create_srq(void *pd, struct pyrdma_srq_attr *a, void *srq_context, void **srq,
+           struct pyrdma_status *st)
+{
+    struct ibv_srq_init_attr ia;
+    struct ibv_srq *s;
+
+    memset(&ia, 0, sizeof(ia));
+    ia.srq_context = srq_context;
+    ia.attr.max_wr = a->max_wr;
+    ia.attr.max_sge = a->max_sge;
+    ia.attr.srq_limit = a->srq_limit;
+    errno = 0;
+    s = V.create_srq(pd, &ia);
+    if (s == NULL)
+        return fail_errno(st, 0, "ibv_create_srq");
+    a->max_wr = ia.attr.max_wr;
+    a->max_sge = ia.attr.max_sge;
+    *srq = s;
+    return 0;
+}
+
+static int
+modify_srq(void *srq, struct pyrdma_srq_attr *a, int mask,
+           struct pyrdma_status *st)
+{
+    struct ibv_srq_attr sa = {.max_wr = a->max_wr, .max_sge = a->max_sge,
+                              .srq_limit = a->srq_limit};
+    int rc = V.modify_srq(srq, &sa, mask);
+    return rc ? fail_errno(st, rc, "ibv_modify_srq") : 0;
+}
+
+static int
+query_srq(void *srq, struct pyrdma_srq_attr *a, struct pyrdma_status *st)
+{
+    struct ibv_srq_attr sa;
+    int rc;
+
+    memset(&sa, 0, sizeof(sa));
+    rc = V.query_srq(srq, &sa);
+    if (rc)
+        return fail_errno(st, rc, "ibv_query_srq");
+    a->max_wr = sa.max_wr;
+    a->max_sge = sa.max_sge;
+    a->srq_limit = sa.srq_limit;
+    return 0;
+}
+
+static int
+destroy_srq(void *srq, struct pyrdma_status *st)
+{
+    int rc = V.destroy_srq(srq);
+    return rc ? fail_errno(st, rc, "ibv_destroy_srq") : 0;
+}
+
+static int
+post_srq_recv(void *srq, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
+{
+    return ibv_post_srq_recv(srq, (struct ibv_recv_wr *)wr,
+                             (struct ibv_recv_wr **)bad);
+}
+
+static void
+ah_to_ibv(struct ibv_ah_attr *d, const struct pyrdma_ah_attr *s)
+{
+    memcpy(d->grh.dgid.raw, s->grh.dgid, 16);
+    d->grh.flow_label = s->grh.flow_label;
+    d->grh.sgid_index = s->grh.sgid_index;
+    d->grh.hop_limit = s->grh.hop_limit;
+    d->grh.traffic_class = s->grh.traffic_class;
+    d->dlid = s->dlid;
+    d->sl = s->sl;
+    d->src_path_bits = s->src_path_bits;
+    d->static_rate = s->static_rate;
+    d->is_global = s->is_global;
+    d->port_num = s->port_num;
+}
+
+static void
+ah_from_ibv(struct pyrdma_ah_attr *d, const struct ibv_ah_attr *s)
+{
+    memcpy(d->grh.dgid, s->grh.dgid.raw, 16);
+    d->grh.flow_label = s->grh.flow_label;
+    d->grh.sgid_index = s->grh.sgid_index;
+    d->grh.hop_limit = s->grh.hop_limit;
+    d->grh.traffic_class = s->grh.traffic_class;
+    d->dlid = s->dlid;
+    d->sl = s->sl;
+    d->src_path_bits = s->src_path_bits;
+    d->static_rate = s->static_rate;
+    d->is_global = s->is_global;
+    d->port_num = s->port_num;
+}
+
+static void
+cap_to_ibv(struct ibv_qp_cap *d, const struct pyrdma_qp_cap *s)
+{
+    d->max_send_wr = s->max_send_wr;
+    d->max_recv_wr = s->max_recv_wr;
+    d->max_send_sge = s->max_send_sge;
+    d->max_recv_sge = s->max_recv_sge;
+    d->max_inline_data = s->max_inline_data;
+}
+
+static void
+cap_from_ibv(struct pyrdma_qp_cap *d, const struct ibv_qp_cap *s)
+{
+    d->max_send_wr = s->max_send_wr;
+    d->max_recv_wr = s->max_recv_wr;
+    d->max_send_sge = s->max_send_sge;
+    d->max_recv_sge = s->max_recv_sge;
+    d->max_inline_data = s->max_inline_data;
+}
+
+static int
+create_qp(void *pd, struct pyrdma_qp_init_attr *a, void **qp, uint32_t *qpn,
+          struct pyrdma_status *st)
+{
+    struct ibv_qp_init_attr ia;
+    struct ibv_qp *q;
+
+    memset(&ia, 0, sizeof(ia));
+    ia.qp_context = a->qp_context;
+    ia.send_cq = a->send_cq;
+    ia.recv_cq = a->recv_cq;
+    ia.srq = a->srq;
+    cap_to_ibv(&ia.cap, &a->cap);
+    ia.qp_type = a->qp_type;
+    ia.sq_sig_all = a->sq_sig_all;
+    errno = 0;
+    q = V.create_qp(pd, &ia);
+    if (q == NULL)
+        return fail_errno(st, 0, "ibv_create_qp");
+    cap_from_ibv(&a->cap, &ia.cap);
+    *qp = q;
+    *qpn = q->qp_num;
+    return 0;
+}
+
+static void
+qp_attr_to_ibv(struct ibv_qp_attr *d, const struct pyrdma_qp_attr *s)
+{
+    memset(d, 0, sizeof(*d));
+    d->qp_state = s->qp_state;
+    d->cur_qp_state = s->cur_qp_state;
+    d->path_mtu = s->path_mtu;
+    d->path_mig_state = s->path_mig_state;
+    d->qkey = s->qkey;
+    d->rq_psn = s->rq_psn;
+    d->sq_psn = s->sq_psn;
+    d->dest_qp_num = s->dest_qp_num;
+    d->qp_access_flags = s->qp_access_flags;
+    cap_to_ibv(&d->cap, &s->cap);
+    ah_to_ibv(&d->ah_attr, &s->ah_attr);
+    ah_to_ibv(&d->alt_ah_attr, &s->alt_ah_attr);
+    d->pkey_index = s->pkey_index;
+    d->alt_pkey_index = s->alt_pkey_index;
+    d->en_sqd_async_notify = s->en_sqd_async_notify;
+    d->sq_draining = s->sq_draining;
+    d->max_rd_atomic = s->max_rd_atomic;
+    d->max_dest_rd_atomic = s->max_dest_rd_atomic;
+    d->min_rnr_timer = s->min_rnr_timer;
+    d->port_num = s->port_num;
+    d->timeout = s->timeout;
+    d->retry_cnt = s->retry_cnt;
+    d->rnr_retry = s->rnr_retry;
+    d->alt_port_num = s->alt_port_num;
+    d->alt_timeout = s->alt_timeout;
+    d->rate_limit = s->rate_limit;
+}
+
+static void
+qp_attr_from_ibv(struct pyrdma_qp_attr *d, const struct ibv_qp_attr *s)
+{
+    memset(d, 0, sizeof(*d));
+    d->qp_state = s->qp_state;
+    d->cur_qp_state = s->cur_qp_state;
+    d->path_mtu = s->path_mtu;
+    d->path_mig_state = s->path_mig_state;
+    d->qkey = s->qkey;
+    d->rq_psn = s->rq_psn;
+    d->sq_psn = s->sq_psn;
+    d->dest_qp_num = s->dest_qp_num;
+    d->qp_access_flags = s->qp_access_flags;
+    cap_from_ibv(&d->cap, &s->cap);
+    ah_from_ibv(&d->ah_attr, &s->ah_attr);
+    ah_from_ibv(&d->alt_ah_attr, &s->alt_ah_attr);
+    d->pkey_index = s->pkey_index;
+    d->alt_pkey_index = s->alt_pkey_index;
+    d->en_sqd_async_notify = s->en_sqd_async_notify;
+    d->sq_draining = s->sq_draining;
+    d->max_rd_atomic = s->max_rd_atomic;
+    d->max_dest_rd_atomic = s->max_dest_rd_atomic;
+    d->min_rnr_timer = s->min_rnr_timer;
+    d->port_num = s->port_num;
+    d->timeout = s->timeout;
+    d->retry_cnt = s->retry_cnt;
+    d->rnr_retry = s->rnr_retry;
+    d->alt_port_num = s->alt_port_num;
+    d->alt_timeout = s->alt_timeout;
+    d->rate_limit = s->rate_limit;
+}
+
+static int
+modify_qp(void *qp, struct pyrdma_qp_attr *a, int mask,
+          struct pyrdma_status *st)
+{
+    struct ibv_qp_attr ia;
+    int rc;
+
+    qp_attr_to_ibv(&ia, a);
+    rc = V.modify_qp(qp, &ia, mask);
+    return rc ? fail_errno(st, rc, "ibv_modify_qp") : 0;
+}
+
+static int
+query_qp(void *qp, struct pyrdma_qp_attr *a, int mask,
+         struct pyrdma_status *st)
+{
+    struct ibv_qp_attr ia;
+    struct ibv_qp_init_attr init;
+    int rc;
+
+    memset(&ia, 0, sizeof(ia));
+    memset(&init, 0, sizeof(init));
+    rc = V.query_qp(qp, &ia, mask, &init);
+    if (rc)
+        return fail_errno(st, rc, "ibv_query_qp");
+    qp_attr_from_ibv(a, &ia);
+    return 0;
+}
+
+static int
+destroy_qp(void *qp, struct pyrdma_status *st)
+{
+    int rc = V.destroy_qp(qp);
+    return rc ? fail_errno(st, rc, "ibv_destroy_qp") : 0;
+}
+
+static int
+post_send(void *qp, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
+{
+    return ibv_post_send(qp, (struct ibv_send_wr *)wr,
+                         (struct ibv_send_wr **)bad);
+}
+
+static int
+post_recv(void *qp, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
+{
+    return ibv_post_recv(qp, (struct ibv_recv_wr *)wr,
+                         (struct ibv_recv_wr **)bad);
+}
+
+static int
+attach_mcast(void *qp, const uint8_t gid[16], uint16_t lid,
+             struct pyrdma_status *st)
+{
+    union ibv_gid g;
+    int rc;
+
+    memcpy(g.raw, gid, 16);
+    rc = V.attach_mcast(qp, &g, lid);
+    return rc ? fail_errno(st, rc, "ibv_attach_mcast") : 0;
+}
+
+static int
+detach_mcast(void *qp, const uint8_t gid[16], uint16_t lid,
+             struct pyrdma_status *st)
+{
+    union ibv_gid g;
+    int rc;
+
+    memcpy(g.raw, gid, 16);
+    rc = V.detach_mcast(qp, &g, lid);
+    return rc ? fail_errno(st, rc, "ibv_detach_mcast") : 0;
+}
+
+static int
+create_ah(void *pd, struct pyrdma_ah_attr *a, void **ah,
+          struct pyrdma_status *st)
+{
+    struct ibv_ah_attr ia;
+
+    memset(&ia, 0, sizeof(ia));
+    ah_to_ibv(&ia, a);
+    errno = 0;
+    *ah = V.create_ah(pd, &ia);
+    return *ah ? 0 : fail_errno(st, 0, "ibv_create_ah");
+}
+
+static int
+destroy_ah(void *ah, struct pyrdma_status *st)
+{
+    int rc = V.destroy_ah(ah);
+    return rc ? fail_errno(st, rc, "ibv_destroy_ah") : 0;
+}
+
 const struct pyrdma_provider pyrdma_provider_verbs = {
     .name = "verbs",
     .library = "libibverbs.so.1",
@@ -328,4 +1014,36 @@ const struct pyrdma_provider pyrdma_provider_verbs = {
     .query_port = query_port,
     .query_gid = query_gid,
     .query_pkey = query_pkey,
+    .async_fd = async_fd,
+    .get_async_event = get_async_event,
+    .alloc_pd = alloc_pd,
+    .dealloc_pd = dealloc_pd,
+    .reg_mr = reg_mr,
+    .dereg_mr = dereg_mr,
+    .alloc_mw = alloc_mw,
+    .dealloc_mw = dealloc_mw,
+    .create_comp_channel = create_comp_channel,
+    .destroy_comp_channel = destroy_comp_channel,
+    .get_cq_event = get_cq_event,
+    .ack_cq_events = ack_cq_events,
+    .create_cq = create_cq,
+    .destroy_cq = destroy_cq,
+    .resize_cq = resize_cq,
+    .req_notify_cq = req_notify_cq,
+    .poll_cq = poll_cq,
+    .create_srq = create_srq,
+    .modify_srq = modify_srq,
+    .query_srq = query_srq,
+    .destroy_srq = destroy_srq,
+    .post_srq_recv = post_srq_recv,
+    .create_qp = create_qp,
+    .modify_qp = modify_qp,
+    .query_qp = query_qp,
+    .destroy_qp = destroy_qp,
+    .post_send = post_send,
+    .post_recv = post_recv,
+    .attach_mcast = attach_mcast,
+    .detach_mcast = detach_mcast,
+    .create_ah = create_ah,
+    .destroy_ah = destroy_ah,
 };

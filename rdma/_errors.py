@@ -1,7 +1,7 @@
 """Exceptions of the rdma package (a leaf module: imports nothing of rdma)."""
 import os
 
-__all__ = ["RDMAError", "SysError"]
+__all__ = ["RDMAError", "SysError", "WRError"]
 
 
 class RDMAError(Exception):
@@ -30,3 +30,21 @@ class SysError(RDMAError, OSError):
         prefix = os.strerror(self.errno) if self.errno else "error"
         msg = msg[len(prefix) + 2:] if msg.startswith(prefix + ": ") else ""
         return (type(self), (self.errno, self.func, msg))
+
+
+class WRError(SysError):
+    """A posted work request was rejected (``ibv_post_send``,
+    ``ibv_post_recv``, ``ibv_post_srq_recv``).
+
+    ``index`` is the position of the rejected request in the posted list
+    (the ones before it were posted), ``wr`` the request itself.
+    """
+
+    def __init__(self, errno: int, func: str, msg: str = "",
+                 index: int = 0, wr: object = None):
+        SysError.__init__(self, errno, func, msg)
+        self.index = index
+        self.wr = wr
+
+    def __reduce__(self):
+        return (type(self), SysError.__reduce__(self)[1] + (self.index, None))

@@ -1,17 +1,91 @@
 """The verbs interface: objects, structs and IBV_* constants.
 
 ``import rdma.ibverbs as ibv`` gives the C extension's types (``Context``,
-struct types such as ``ibv.port_attr``) and every ``IBV_*`` constant of the
-installed rdma-core, plus the Python helpers that belong to this namespace.
+``PD``, ``CQ``, ``QP``..., struct types such as ``ibv.qp_attr``), every
+``IBV_*`` constant of the installed rdma-core, and the Python helpers that
+belong to this namespace (:class:`WCError`).
 """
+from __future__ import annotations
+
+from typing import Optional
+
 from rdma import _ibverbs
-from rdma._errors import RDMAError, SysError
+from rdma._errors import RDMAError, SysError, WRError
 from rdma._ibverbs import *  # noqa: F401,F403  (types and IBV_* constants)
 
 Context = _ibverbs.Context
-device_attr = _ibverbs.device_attr
-port_attr = _ibverbs.port_attr
-gid_entry = _ibverbs.gid_entry
+PD = _ibverbs.PD
+CQ = _ibverbs.CQ
+CompChannel = _ibverbs.CompChannel
+QP = _ibverbs.QP
+SRQ = _ibverbs.SRQ
+MR = _ibverbs.MR
+MW = _ibverbs.MW
+AH = _ibverbs.AH
+SendBatch = _ibverbs.SendBatch
+RecvBatch = _ibverbs.RecvBatch
+WCArray = _ibverbs.WCArray
 
-__all__ = ["Context", "device_attr", "port_attr", "gid_entry", "RDMAError",
-           "SysError"] + [n for n in dir(_ibverbs) if n.startswith("IBV_")]
+
+def _names(prefix: str, exclude: tuple = ()) -> dict:
+    out = {}
+    for n in dir(_ibverbs):
+        if n.startswith(prefix) and not any(n.startswith(e) for e in exclude):
+            out.setdefault(getattr(_ibverbs, n), n)
+    return out
+
+
+_WC_STATUS = _names("IBV_WC_", ("IBV_WC_EX_", "IBV_WC_STANDARD", "IBV_WC_IP",
+                                "IBV_WC_WITH", "IBV_WC_GRH", "IBV_WC_TM",
+                                "IBV_WC_SEND", "IBV_WC_RDMA", "IBV_WC_COMP",
+                                "IBV_WC_FETCH", "IBV_WC_BIND", "IBV_WC_LOCAL_INV",
+                                "IBV_WC_TSO", "IBV_WC_RECV", "IBV_WC_DRIVER",
+                                "IBV_WC_ATOMIC_WRITE", "IBV_WC_FLUSH"))
+_WC_OPCODE = {getattr(_ibverbs, n): n for n in (
+    "IBV_WC_SEND", "IBV_WC_RDMA_WRITE", "IBV_WC_RDMA_READ",
+    "IBV_WC_COMP_SWAP", "IBV_WC_FETCH_ADD", "IBV_WC_BIND_MW",
+    "IBV_WC_LOCAL_INV", "IBV_WC_TSO", "IBV_WC_RECV",
+    "IBV_WC_RECV_RDMA_WITH_IMM") if hasattr(_ibverbs, n)}
+
+
+def wc_status_str(status: int) -> str:
+    """The IBV_WC_* name of a work completion status."""
+    return _WC_STATUS.get(status, f"unknown status {status}")
+
+
+def wc_opcode_str(opcode: int) -> str:
+    """The IBV_WC_* name of a work completion opcode."""
+    return _WC_OPCODE.get(opcode, f"unknown opcode {opcode}")
+
+
+class WCError(RDMAError):
+    """A work completion with an error status.
+
+    ``WCError(wc, qp=None, msg=None)``: ``wc`` is the failed
+    :class:`rdma.ibverbs.wc`; ``qp`` the QP it belongs to, when known (use
+    it to tear the QP down).  ``status``, ``opcode``, ``vendor_err`` and
+    ``qp_num`` are copied from the completion.
+    """
+
+    def __init__(self, wc, qp: Optional["QP"] = None, msg: str = None):
+        self.wc = wc
+        self.qp = qp
+        self.status = wc.status
+        self.opcode = wc.opcode
+        self.vendor_err = wc.vendor_err
+        self.qp_num = wc.qp_num
+        text = (f"{wc_status_str(wc.status)} ({wc.status}) on QP "
+                f"{wc.qp_num:#x}, opcode {wc_opcode_str(wc.opcode)}, "
+                f"wr_id {wc.wr_id}, vendor_err {wc.vendor_err:#x}")
+        if msg:
+            text = f"{msg}: {text}"
+        super().__init__(text)
+
+
+__all__ = ["Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW",
+           "AH", "SendBatch", "RecvBatch", "WCArray", "WCError", "WRError",
+           "RDMAError", "SysError", "wc_status_str", "wc_opcode_str",
+           "device_attr", "port_attr", "gid_entry", "global_route", "ah_attr",
+           "qp_cap", "qp_attr", "qp_init_attr", "srq_attr", "sge", "send_wr",
+           "recv_wr", "wc", "async_event"] + \
+    [n for n in dir(_ibverbs) if n.startswith("IBV_")]

@@ -1,0 +1,298 @@
+/* mr.c - rdma.ibverbs.MR (memory region) and MW (memory window). */
+#include <errno.h>
+
+#include "rdma.h"
+
+static int
+mr_destroy(pyrdma_obj *o, struct pyrdma_status *st)
+{
+    return o->prov->dereg_mr(o->h, st);
+}
+
+/* After deregistration: let go of the user's buffer. */
+static void
+mr_release(pyrdma_obj *o)
+{
+    pyrdma_MR *mr = (pyrdma_MR *)o;
+    if (mr->have_view) {
+        mr->have_view = 0;
+        PyBuffer_Release(&mr->view);
+    }
+}
+
+static const struct pyrdma_objkind mr_kind = {
+    "MR", PYRDMA_RANK_MR, mr_destroy, mr_release,
+};
+
+PyObject *
+pyrdma_pd_mr(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"buf", "access", NULL};
+    pyrdma_obj *pd = (pyrdma_obj *)op;
+    struct pyrdma_status st = {0};
+    unsigned int access = 0;
+    PyObject *buf;
+    pyrdma_MR *mr;
+    int flags;
+    void *h;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:mr", kwlist, &buf,
+                                     &access))
+        return NULL;
+    if (!pyrdma_obj_check(pd))
+        return NULL;
+    if (pd->prov->reg_mr == NULL)
+        return pyrdma_not_supported(pd, "ibv_reg_mr");
+    mr = (pyrdma_MR *)pyrdma_obj_new(pd->state->MRType, &mr_kind, pd);
+    if (mr == NULL)
+        return NULL;
+    /* The device may write: only a writable buffer will do.  PyBUF_SIMPLE
+       also insists on contiguous memory. */
+    flags = PyBUF_SIMPLE;
+    if (access & (PYRDMA_ACCESS_LOCAL_WRITE | PYRDMA_ACCESS_REMOTE_WRITE |
+                  PYRDMA_ACCESS_REMOTE_ATOMIC))
+        flags |= PyBUF_WRITABLE;
+    if (PyObject_GetBuffer(buf, &mr->view, flags) < 0) {
+        Py_DECREF(mr);
+        if (PyErr_ExceptionMatches(PyExc_BufferError) &&
+            (flags & PyBUF_WRITABLE)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "PD.mr(): access 0x%x lets the "
+                         "device write, but the %.100s buffer is read-only",
+                         access, Py_TYPE(buf)->tp_name);
+        }
+        return NULL;
+    }
+    mr->have_view = 1;
+    mr->access = access;
+    if (pd->prov->reg_mr(pd->h, mr->view.buf, (size_t)mr->view.len, access,
+                         &h, &mr->info, &st) < 0) {
+        mr_release(&mr->o);
+        Py_DECREF(mr);
+        return pyrdma_raise_status(pd->state, &st);
+    }
+    mr->o.h = h;
+    pyrdma_obj_link(&mr->o, 0, pd);
+    return (PyObject *)mr;
+}
+
+static PyObject *
+mr_sge(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"length", "off", NULL};
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+    PyObject *lobj = Py_None;
+    Py_ssize_t off = 0, length;
+    struct pyrdma_sge sge;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|On:sge", kwlist, &lobj,
+                                     &off))
+        return NULL;
+    if (!pyrdma_obj_check(&mr->o))
+        return NULL;
+    if (off < 0 || off > mr->view.len) {
+        PyErr_Format(PyExc_ValueError, "MR.sge(): off %zd is outside the "
+                     "%zd-byte region", off, mr->view.len);
+        return NULL;
+    }
+    if (lobj == Py_None)
+        length = mr->view.len - off;
+    else {
+        length = PyLong_AsSsize_t(lobj);
+        if (length == -1 && PyErr_Occurred())
+            return NULL;
+        if (length < 0 || length > mr->view.len - off) {
+            PyErr_Format(PyExc_ValueError, "MR.sge(): length %zd at off %zd "
+                         "exceeds the %zd-byte region", length, off,
+                         mr->view.len);
+            return NULL;
+        }
+    }
+    if (length > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "MR.sge(): an sge is at most "
+                        "4 GiB - 1");
+        return NULL;
+    }
+    sge.addr = (uint64_t)(uintptr_t)mr->view.buf + (uint64_t)off;
+    sge.length = (uint32_t)length;
+    sge.lkey = mr->info.lkey;
+    return pyrdma_struct_new(mr->o.state->sge, &sge, sizeof(sge));
+}
+
+static PyObject *
+mr_get_lkey(PyObject *op, void *c)
+{
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+    (void)c;
+    if (!pyrdma_obj_check(&mr->o))
+        return NULL;
+    return PyLong_FromUnsignedLong(mr->info.lkey);
+}
+
+static PyObject *
+mr_get_rkey(PyObject *op, void *c)
+{
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+    (void)c;
+    if (!pyrdma_obj_check(&mr->o))
+        return NULL;
+    return PyLong_FromUnsignedLong(mr->info.rkey);
+}
+
+static PyObject *
+mr_get_addr(PyObject *op, void *c)
+{
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+    (void)c;
+    if (!pyrdma_obj_check(&mr->o))
+        return NULL;
+    return PyLong_FromUnsignedLongLong((uintptr_t)mr->view.buf);
+}
+
+static PyObject *
+mr_get_length(PyObject *op, void *c)
+{
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+    (void)c;
+    if (!pyrdma_obj_check(&mr->o))
+        return NULL;
+    return PyLong_FromSsize_t(mr->view.len);
+}
+
+static PyObject *
+mr_get_buf(PyObject *op, void *c)
+{
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+    (void)c;
+    if (!pyrdma_obj_check(&mr->o))
+        return NULL;
+    return Py_NewRef(mr->view.obj ? mr->view.obj : Py_None);
+}
+
+static PyObject *
+mr_get_access(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(((pyrdma_MR *)op)->access);
+}
+
+static PyObject *
+obj_get_pd(PyObject *op, void *closure)
+{
+    PyObject *pd = ((pyrdma_obj *)op)->parents[0];
+    (void)closure;
+    return Py_NewRef(pd ? pd : Py_None);
+}
+
+static int
+mr_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+    if (mr->have_view)
+        Py_VISIT(mr->view.obj);
+    return pyrdma_obj_traverse(op, visit, arg);
+}
+
+static PyMethodDef mr_methods[] = {
+    {"sge", (PyCFunction)(void (*)(void))mr_sge, METH_VARARGS | METH_KEYWORDS,
+     "sge($self, /, length=None, off=0)\n--\n\nAn ibv.sge covering length "
+     "bytes (default: to the end) from offset off of the region."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef mr_getset[] = {
+    {"lkey", mr_get_lkey, NULL, "Local key.", NULL},
+    {"rkey", mr_get_rkey, NULL, "Remote key.", NULL},
+    {"addr", mr_get_addr, NULL, "Start address of the region.", NULL},
+    {"length", mr_get_length, NULL, "Length of the region in bytes.", NULL},
+    {"buf", mr_get_buf, NULL, "The registered buffer object.", NULL},
+    {"access", mr_get_access, NULL, "IBV_ACCESS_* flags.", NULL},
+    {"pd", obj_get_pd, NULL, "The PD it belongs to.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot mr_slots[] = {
+    {Py_tp_traverse, mr_traverse},
+    {0, NULL},
+};
+
+/* ---- MW ---- */
+
+static int
+mw_destroy(pyrdma_obj *o, struct pyrdma_status *st)
+{
+    return o->prov->dealloc_mw(o->h, st);
+}
+
+static const struct pyrdma_objkind mw_kind = {
+    "MW", PYRDMA_RANK_MW, mw_destroy, NULL,
+};
+
+PyObject *
+pyrdma_pd_mw(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"type", NULL};
+    pyrdma_obj *pd = (pyrdma_obj *)op;
+    struct pyrdma_status st = {0};
+    int type = 1;
+    pyrdma_MW *mw;
+    void *h;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i:mw", kwlist, &type))
+        return NULL;
+    if (!pyrdma_obj_check(pd))
+        return NULL;
+    if (type != 1 && type != 2) {
+        PyErr_Format(PyExc_ValueError, "PD.mw(): type must be IBV_MW_TYPE_1 "
+                     "or IBV_MW_TYPE_2, not %d", type);
+        return NULL;
+    }
+    if (pd->prov->alloc_mw == NULL)
+        return pyrdma_not_supported(pd, "ibv_alloc_mw");
+    mw = (pyrdma_MW *)pyrdma_obj_new(pd->state->MWType, &mw_kind, pd);
+    if (mw == NULL)
+        return NULL;
+    if (pd->prov->alloc_mw(pd->h, type, &h, &mw->rkey, &st) < 0) {
+        Py_DECREF(mw);
+        return pyrdma_raise_status(pd->state, &st);
+    }
+    mw->type = type;
+    mw->o.h = h;
+    pyrdma_obj_link(&mw->o, 0, pd);
+    return (PyObject *)mw;
+}
+
+static PyObject *
+mw_get_rkey(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(((pyrdma_MW *)op)->rkey);
+}
+
+static PyObject *
+mw_get_type(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(((pyrdma_MW *)op)->type);
+}
+
+static PyGetSetDef mw_getset[] = {
+    {"rkey", mw_get_rkey, NULL, "Remote key of the window.", NULL},
+    {"type", mw_get_type, NULL, "IBV_MW_TYPE_1 or IBV_MW_TYPE_2.", NULL},
+    {"pd", obj_get_pd, NULL, "The PD it belongs to.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+int
+pyrdma_mr_init(PyObject *module, pyrdma_state *st)
+{
+    st->MRType = pyrdma_obj_type(module, "rdma.ibverbs.MR", sizeof(pyrdma_MR),
+                                 "A registered memory region: PD.mr().",
+                                 mr_methods, mr_getset, mr_slots, 0);
+    if (st->MRType == NULL)
+        return -1;
+    st->MWType = pyrdma_obj_type(module, "rdma.ibverbs.MW", sizeof(pyrdma_MW),
+                                 "A memory window: PD.mw().",
+                                 NULL, mw_getset, NULL, 0);
+    return st->MWType == NULL ? -1 : 0;
+}

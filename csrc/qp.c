@@ -1,0 +1,489 @@
+/* qp.c - rdma.ibverbs.QP (queue pair) and SRQ (shared receive queue). */
+#include <errno.h>
+
+#include "rdma.h"
+
+/* ---- SRQ ---- */
+
+static int
+srq_destroy(pyrdma_obj *o, struct pyrdma_status *st)
+{
+    return o->prov->destroy_srq(o->h, st);
+}
+
+static const struct pyrdma_objkind srq_kind = {
+    "SRQ", PYRDMA_RANK_SRQ, srq_destroy, NULL,
+};
+
+PyObject *
+pyrdma_pd_srq(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"max_wr", "max_sge", "srq_limit", NULL};
+    pyrdma_obj *pd = (pyrdma_obj *)op;
+    struct pyrdma_srq_attr a = {100, 1, 0};
+    struct pyrdma_status st = {0};
+    pyrdma_SRQ *srq;
+    void *h;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|III:srq", kwlist, &a.max_wr,
+                                     &a.max_sge, &a.srq_limit))
+        return NULL;
+    if (!pyrdma_obj_check(pd))
+        return NULL;
+    if (pd->prov->create_srq == NULL)
+        return pyrdma_not_supported(pd, "ibv_create_srq");
+    srq = (pyrdma_SRQ *)pyrdma_obj_new(pd->state->SRQType, &srq_kind, pd);
+    if (srq == NULL)
+        return NULL;
+    if (pd->prov->create_srq(pd->h, &a, srq, &h, &st) < 0) {
+        Py_DECREF(srq);
+        return pyrdma_raise_status(pd->state, &st);
+    }
+    srq->o.h = h;
+    pyrdma_obj_link(&srq->o, 0, pd);
+    return (PyObject *)srq;
+}
+
+static PyObject *
+srq_modify(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"attr", "mask", NULL};
+    pyrdma_SRQ *srq = (pyrdma_SRQ *)op;
+    struct pyrdma_status st = {0};
+    PyObject *attr, *mobj = Py_None;
+    struct pyrdma_srq_attr a;
+    long mask;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:modify", kwlist, &attr,
+                                     &mobj))
+        return NULL;
+    if (!pyrdma_obj_check(&srq->o))
+        return NULL;
+    if (!PyObject_TypeCheck(attr, srq->o.state->srq_attr)) {
+        PyErr_Format(PyExc_TypeError, "SRQ.modify() needs an ibv.srq_attr, "
+                     "not %.100s", Py_TYPE(attr)->tp_name);
+        return NULL;
+    }
+    mask = mobj == Py_None ? (long)pyrdma_struct_mask(attr)
+                           : PyLong_AsLong(mobj);
+    if (mask == -1 && PyErr_Occurred())
+        return NULL;
+    if (mask == 0) {
+        PyErr_SetString(PyExc_ValueError, "SRQ.modify(): no attribute was "
+                        "set (assign max_wr or srq_limit)");
+        return NULL;
+    }
+    memcpy(&a, pyrdma_struct_sync(attr), sizeof(a));
+    if (srq->o.prov->modify_srq(srq->o.h, &a, (int)mask, &st) < 0)
+        return pyrdma_raise_status(srq->o.state, &st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+srq_query(PyObject *op, PyObject *noargs)
+{
+    pyrdma_SRQ *srq = (pyrdma_SRQ *)op;
+    struct pyrdma_status st = {0};
+    struct pyrdma_srq_attr a;
+
+    (void)noargs;
+    if (!pyrdma_obj_check(&srq->o))
+        return NULL;
+    memset(&a, 0, sizeof(a));
+    if (srq->o.prov->query_srq(srq->o.h, &a, &st) < 0)
+        return pyrdma_raise_status(srq->o.state, &st);
+    return pyrdma_struct_new(srq->o.state->srq_attr, &a, sizeof(a));
+}
+
+static PyObject *
+srq_post_recv(PyObject *op, PyObject *arg)
+{
+    return pyrdma_post_recv((pyrdma_obj *)op, arg, 1);
+}
+
+static PyObject *
+obj_get_pd(PyObject *op, void *closure)
+{
+    PyObject *pd = ((pyrdma_obj *)op)->parents[0];
+    (void)closure;
+    return Py_NewRef(pd ? pd : Py_None);
+}
+
+static PyMethodDef srq_methods[] = {
+    {"post_recv", srq_post_recv, METH_O,
+     "post_recv($self, wr, /)\n--\n\nPost receive work requests "
+     "(ibv_post_srq_recv): one ibv.recv_wr, a list of them, a chain, or an "
+     "ibv.RecvBatch."},
+    {"modify", (PyCFunction)(void (*)(void))srq_modify,
+     METH_VARARGS | METH_KEYWORDS,
+     "modify($self, /, attr, mask=None)\n--\n\nChange max_wr or srq_limit "
+     "(ibv_modify_srq); the mask defaults to the fields assigned in attr."},
+    {"query", srq_query, METH_NOARGS,
+     "query($self, /)\n--\n\nReturn the SRQ's ibv.srq_attr "
+     "(ibv_query_srq)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef srq_getset[] = {
+    {"pd", obj_get_pd, NULL, "The PD it belongs to.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* ---- QP ---- */
+
+static int
+qp_destroy(pyrdma_obj *o, struct pyrdma_status *st)
+{
+    return o->prov->destroy_qp(o->h, st);
+}
+
+static const struct pyrdma_objkind qp_kind = {
+    "QP", PYRDMA_RANK_QP, qp_destroy, NULL,
+};
+
+/* Check that obj is an open object of type tp in the PD's Context; return
+   1, or 0 with an error naming what. */
+static int
+same_ctx(pyrdma_obj *pd, PyObject *obj, PyTypeObject *tp, const char *what)
+{
+    pyrdma_obj *o = (pyrdma_obj *)obj;
+
+    if (!PyObject_TypeCheck(obj, tp)) {
+        PyErr_Format(PyExc_TypeError, "PD.qp(): %s must be a %s, not %.100s",
+                     what, tp->tp_name, Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    if (!pyrdma_obj_check(o))
+        return 0;
+    /* CQs hang off the Context, SRQs off a PD. */
+    if (o->parents[0] != pd->parents[0] && o->parents[0] != (PyObject *)pd) {
+        PyErr_Format(PyExc_ValueError, "PD.qp(): %s belongs to another %s",
+                     what, tp == pd->state->SRQType ? "PD" : "Context");
+        return 0;
+    }
+    return 1;
+}
+
+PyObject *
+pyrdma_pd_qp(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"qp_type", "max_send_wr", "send_cq",
+                             "max_recv_wr", "recv_cq", "srq", "sq_sig_all",
+                             "max_send_sge", "max_recv_sge",
+                             "max_inline_data", NULL};
+    pyrdma_obj *pd = (pyrdma_obj *)op;
+    pyrdma_state *S = pd->state;
+    PyObject *qp_type, *send_cq = Py_None, *recv_cq = Py_None, *srq = Py_None;
+    struct pyrdma_qp_init_attr ia;
+    struct pyrdma_status st = {0};
+    unsigned int max_send_wr = 0, max_recv_wr = 0;
+    unsigned int max_send_sge = 1, max_recv_sge = 1, max_inline = 0;
+    int sq_sig_all = 1;
+    pyrdma_QP *qp;
+    long t;
+    void *h;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|IOIOOpIII:qp", kwlist,
+                                     &qp_type, &max_send_wr, &send_cq,
+                                     &max_recv_wr, &recv_cq, &srq,
+                                     &sq_sig_all, &max_send_sge,
+                                     &max_recv_sge, &max_inline))
+        return NULL;
+    if (!pyrdma_obj_check(pd))
+        return NULL;
+    memset(&ia, 0, sizeof(ia));
+    if (PyObject_TypeCheck(qp_type, S->qp_init_attr)) {
+        /* pd.qp(ibv.qp_init_attr(...)) */
+        struct pyrdma_py_qp_init_attr *d = pyrdma_struct_sync(qp_type);
+        PyObject **slots = pyrdma_struct_slots(qp_type);
+        if (PyTuple_GET_SIZE(args) > 1 || (kw && PyDict_GET_SIZE(kw))) {
+            PyErr_SetString(PyExc_TypeError, "PD.qp(): give a qp_init_attr "
+                            "or the arguments, not both");
+            return NULL;
+        }
+        ia.cap = d->cap;
+        ia.qp_type = d->qp_type;
+        ia.sq_sig_all = d->sq_sig_all;
+        send_cq = slots[PYRDMA_INIT_SEND_CQ] ? slots[PYRDMA_INIT_SEND_CQ]
+                                             : Py_None;
+        recv_cq = slots[PYRDMA_INIT_RECV_CQ] ? slots[PYRDMA_INIT_RECV_CQ]
+                                             : Py_None;
+        srq = slots[PYRDMA_INIT_SRQ] ? slots[PYRDMA_INIT_SRQ] : Py_None;
+    }
+    else {
+        t = PyLong_AsLong(qp_type);
+        if (t == -1 && PyErr_Occurred())
+            return NULL;
+        ia.qp_type = (int32_t)t;
+        ia.sq_sig_all = sq_sig_all;
+        ia.cap.max_send_wr = max_send_wr;
+        ia.cap.max_recv_wr = max_recv_wr;
+        ia.cap.max_send_sge = max_send_sge;
+        ia.cap.max_recv_sge = max_recv_sge;
+        ia.cap.max_inline_data = max_inline;
+    }
+    if (ia.qp_type != PYRDMA_QPT_RC && ia.qp_type != PYRDMA_QPT_UC &&
+        ia.qp_type != PYRDMA_QPT_UD) {
+        PyErr_Format(PyExc_ValueError, "PD.qp(): qp_type must be IBV_QPT_RC, "
+                     "IBV_QPT_UC or IBV_QPT_UD, not %d", (int)ia.qp_type);
+        return NULL;
+    }
+    if (send_cq == Py_None || recv_cq == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "PD.qp(): send_cq and recv_cq are "
+                        "required");
+        return NULL;
+    }
+    if (!same_ctx(pd, send_cq, S->CQType, "send_cq") ||
+        !same_ctx(pd, recv_cq, S->CQType, "recv_cq") ||
+        (srq != Py_None && !same_ctx(pd, srq, S->SRQType, "srq")))
+        return NULL;
+    if (srq != Py_None && ((pyrdma_obj *)srq)->parents[0] != op) {
+        PyErr_SetString(PyExc_ValueError, "PD.qp(): the srq belongs to "
+                        "another PD");
+        return NULL;
+    }
+    if (pd->prov->create_qp == NULL)
+        return pyrdma_not_supported(pd, "ibv_create_qp");
+    qp = (pyrdma_QP *)pyrdma_obj_new(S->QPType, &qp_kind, pd);
+    if (qp == NULL)
+        return NULL;
+    ia.send_cq = ((pyrdma_obj *)send_cq)->h;
+    ia.recv_cq = ((pyrdma_obj *)recv_cq)->h;
+    ia.srq = srq != Py_None ? ((pyrdma_obj *)srq)->h : NULL;
+    ia.qp_context = qp;
+    if (pd->prov->create_qp(pd->h, &ia, &h, &qp->qp_num, &st) < 0) {
+        Py_DECREF(qp);
+        return pyrdma_raise_status(S, &st);
+    }
+    qp->o.h = h;
+    qp->qp_type = ia.qp_type;
+    qp->cap = ia.cap;
+    qp->sq_sig_all = ia.sq_sig_all;
+    pyrdma_obj_link(&qp->o, 0, pd);
+    pyrdma_obj_link(&qp->o, 1, (pyrdma_obj *)send_cq);
+    pyrdma_obj_link(&qp->o, 2, (pyrdma_obj *)recv_cq);
+    if (srq != Py_None)
+        pyrdma_obj_link(&qp->o, 3, (pyrdma_obj *)srq);
+    return (PyObject *)qp;
+}
+
+static PyObject *
+qp_modify(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"attr", "mask", NULL};
+    pyrdma_QP *qp = (pyrdma_QP *)op;
+    struct pyrdma_status st = {0};
+    PyObject *attr, *mobj = Py_None;
+    struct pyrdma_qp_attr a;
+    long mask;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:modify", kwlist, &attr,
+                                     &mobj))
+        return NULL;
+    if (!pyrdma_obj_check(&qp->o))
+        return NULL;
+    if (!PyObject_TypeCheck(attr, qp->o.state->qp_attr)) {
+        PyErr_Format(PyExc_TypeError, "QP.modify() needs an ibv.qp_attr, "
+                     "not %.100s", Py_TYPE(attr)->tp_name);
+        return NULL;
+    }
+    mask = mobj == Py_None ? (long)pyrdma_struct_mask(attr)
+                           : PyLong_AsLong(mobj);
+    if (mask == -1 && PyErr_Occurred())
+        return NULL;
+    if (mask == 0) {
+        PyErr_SetString(PyExc_ValueError, "QP.modify(): no attribute of the "
+                        "qp_attr was set");
+        return NULL;
+    }
+    memcpy(&a, pyrdma_struct_sync(attr), sizeof(a));
+    if (qp->o.prov->modify_qp(qp->o.h, &a, (int)mask, &st) < 0)
+        return pyrdma_raise_status(qp->o.state, &st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+qp_query(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"mask", NULL};
+    pyrdma_QP *qp = (pyrdma_QP *)op;
+    struct pyrdma_status st = {0};
+    struct pyrdma_qp_attr a;
+    long mask = 0x3FFFFFF & ~PYRDMA_QP_RATE_LIMIT;
+    PyObject *res;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|l:query", kwlist, &mask))
+        return NULL;
+    if (!pyrdma_obj_check(&qp->o))
+        return NULL;
+    memset(&a, 0, sizeof(a));
+    if (qp->o.prov->query_qp(qp->o.h, &a, (int)mask, &st) < 0)
+        return pyrdma_raise_status(qp->o.state, &st);
+    res = pyrdma_struct_new(qp->o.state->qp_attr, &a, sizeof(a));
+    return res;
+}
+
+static PyObject *
+qp_post_send(PyObject *op, PyObject *arg)
+{
+    return pyrdma_post_send((pyrdma_QP *)op, arg);
+}
+
+static PyObject *
+qp_post_recv(PyObject *op, PyObject *arg)
+{
+    pyrdma_QP *qp = (pyrdma_QP *)op;
+    if (qp->o.parents[3] != NULL && qp->o.h != NULL) {
+        PyErr_SetString(PyExc_ValueError, "QP.post_recv(): the QP takes its "
+                        "receives from an SRQ; post them there");
+        return NULL;
+    }
+    return pyrdma_post_recv(&qp->o, arg, 0);
+}
+
+static PyObject *
+qp_mcast(PyObject *op, PyObject *args, int attach)
+{
+    pyrdma_QP *qp = (pyrdma_QP *)op;
+    struct pyrdma_status st = {0};
+    PyObject *gid;
+    unsigned short lid = 0;
+    uint8_t raw[16];
+    int rc;
+
+    if (!PyArg_ParseTuple(args, attach ? "O|H:attach_mcast" :
+                          "O|H:detach_mcast", &gid, &lid))
+        return NULL;
+    if (!pyrdma_obj_check(&qp->o))
+        return NULL;
+    if (pyrdma_gid_to_raw(qp->o.state, gid, raw, "gid") < 0)
+        return NULL;
+    if (attach)
+        rc = qp->o.prov->attach_mcast(qp->o.h, raw, lid, &st);
+    else
+        rc = qp->o.prov->detach_mcast(qp->o.h, raw, lid, &st);
+    if (rc < 0)
+        return pyrdma_raise_status(qp->o.state, &st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+qp_attach_mcast(PyObject *op, PyObject *args)
+{
+    return qp_mcast(op, args, 1);
+}
+
+static PyObject *
+qp_detach_mcast(PyObject *op, PyObject *args)
+{
+    return qp_mcast(op, args, 0);
+}
+
+static PyObject *
+qp_get_qp_num(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(((pyrdma_QP *)op)->qp_num);
+}
+
+static PyObject *
+qp_get_qp_type(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(((pyrdma_QP *)op)->qp_type);
+}
+
+static PyObject *
+qp_get_cap(PyObject *op, void *c)
+{
+    pyrdma_QP *qp = (pyrdma_QP *)op;
+    (void)c;
+    return pyrdma_struct_new(qp->o.state->qp_cap, &qp->cap, sizeof(qp->cap));
+}
+
+static PyObject *
+qp_get_sq_sig_all(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((pyrdma_QP *)op)->sq_sig_all);
+}
+
+static PyObject *
+qp_get_parent(PyObject *op, void *c)
+{
+    PyObject *p = ((pyrdma_obj *)op)->parents[(intptr_t)c];
+    return Py_NewRef(p ? p : Py_None);
+}
+
+static PyObject *
+qp_get_state(PyObject *op, void *c)
+{
+    pyrdma_QP *qp = (pyrdma_QP *)op;
+    struct pyrdma_status st = {0};
+    struct pyrdma_qp_attr a;
+
+    (void)c;
+    if (!pyrdma_obj_check(&qp->o))
+        return NULL;
+    if (qp->o.prov->query_qp(qp->o.h, &a, PYRDMA_QP_STATE, &st) < 0)
+        return pyrdma_raise_status(qp->o.state, &st);
+    return PyLong_FromLong(a.qp_state);
+}
+
+static PyMethodDef qp_methods[] = {
+    {"post_send", qp_post_send, METH_O,
+     "post_send($self, wr, /)\n--\n\nPost send work requests "
+     "(ibv_post_send): one ibv.send_wr, a list of them, a chain (next), or "
+     "an ibv.SendBatch.  A rejected request raises ibv.WRError naming its "
+     "index; the ones before it were posted."},
+    {"post_recv", qp_post_recv, METH_O,
+     "post_recv($self, wr, /)\n--\n\nPost receive work requests "
+     "(ibv_post_recv): one ibv.recv_wr, a list, a chain or an "
+     "ibv.RecvBatch."},
+    {"modify", (PyCFunction)(void (*)(void))qp_modify,
+     METH_VARARGS | METH_KEYWORDS,
+     "modify($self, /, attr, mask=None)\n--\n\nModify the QP "
+     "(ibv_modify_qp); the mask defaults to the IBV_QP_* bits of the fields "
+     "assigned in attr."},
+    {"query", (PyCFunction)(void (*)(void))qp_query,
+     METH_VARARGS | METH_KEYWORDS,
+     "query($self, /, mask=...)\n--\n\nReturn the QP's ibv.qp_attr "
+     "(ibv_query_qp)."},
+    {"attach_mcast", qp_attach_mcast, METH_VARARGS,
+     "attach_mcast($self, gid, lid=0, /)\n--\n\nJoin a UD QP to a multicast "
+     "group (ibv_attach_mcast)."},
+    {"detach_mcast", qp_detach_mcast, METH_VARARGS,
+     "detach_mcast($self, gid, lid=0, /)\n--\n\nLeave a multicast group "
+     "(ibv_detach_mcast)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef qp_getset[] = {
+    {"qp_num", qp_get_qp_num, NULL, "QP number.", NULL},
+    {"qp_type", qp_get_qp_type, NULL, "IBV_QPT_*.", NULL},
+    {"cap", qp_get_cap, NULL, "Actual capacities (ibv.qp_cap).", NULL},
+    {"sq_sig_all", qp_get_sq_sig_all, NULL,
+     "True if every send WR is signaled.", NULL},
+    {"state", qp_get_state, NULL, "Current state (queried), IBV_QPS_*.",
+     NULL},
+    {"pd", qp_get_parent, NULL, "The PD.", (void *)0},
+    {"send_cq", qp_get_parent, NULL, "The send CQ.", (void *)1},
+    {"recv_cq", qp_get_parent, NULL, "The receive CQ.", (void *)2},
+    {"srq", qp_get_parent, NULL, "The SRQ, or None.", (void *)3},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+int
+pyrdma_qp_init(PyObject *module, pyrdma_state *st)
+{
+    st->SRQType = pyrdma_obj_type(module, "rdma.ibverbs.SRQ",
+                                  sizeof(pyrdma_SRQ),
+                                  "A shared receive queue: PD.srq().",
+                                  srq_methods, srq_getset, NULL, 0);
+    if (st->SRQType == NULL)
+        return -1;
+    st->QPType = pyrdma_obj_type(module, "rdma.ibverbs.QP", sizeof(pyrdma_QP),
+                                 "A queue pair: PD.qp().", qp_methods,
+                                 qp_getset, NULL, 0);
+    return st->QPType == NULL ? -1 : 0;
+}

@@ -1,0 +1,977 @@
+/* umad.c - rdma._umad: user MADs through libibumad, loaded with dlopen. */
+
+/*
+ * libibumad.so.3 (or $RDMA_UMAD_LIBRARY) is loaded the first time it is
+ * needed, so importing the module never requires it.  The module offers:
+ *
+ *   _load()              load the library (SysError naming the package)
+ *   get_ca_names()       the CA names libibumad sees
+ *   get_ca(name)         a CA and its ports as plain dicts
+ *   Port(ca, port_num)   an open umad port: register/unregister agents,
+ *                        send a MAD, receive one with a timeout
+ *
+ * Transactions (matching replies to requests, retries) are done in Python
+ * (rdma/umad.py) on top of Port.send/Port.recv.  Port.recv waits in short
+ * slices with the GIL released and checks for signals between slices, so
+ * Ctrl-C interrupts a wait.  All libibumad calls go through the table U, so
+ * the extension has no undefined umad_* symbol; libibumad itself calls
+ * open/read/write/ioctl/poll through libc, which keeps the ibsim shim
+ * (LD_PRELOAD libumad2sim.so) working.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "structmember.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <endian.h>
+#include <infiniband/umad.h>
+
+/* Longest wait with the GIL released before signals are checked (ms). */
+#define SLICE_MS 50
+/* First receive buffer size (bytes of MAD data); grows on ENOSPC. */
+#define FIRST_BUF 256
+/* Largest receive buffer accepted (bytes of MAD data). */
+#define MAX_BUF (16 * 1024 * 1024)
+
+/* The libibumad functions this module uses, resolved by load(). */
+static struct {
+    int loaded;                         /* 1 once every symbol is resolved */
+    void *dl;                           /* dlopen handle */
+    int (*init)(void);
+    int (*get_cas_names)(char cas[][UMAD_CA_NAME_LEN], int max);
+    int (*get_ca)(const char *ca_name, umad_ca_t *ca);
+    int (*release_ca)(umad_ca_t *ca);
+    int (*open_port)(const char *ca_name, int portnum);
+    int (*close_port)(int portid);
+    size_t (*size)(void);
+    int (*set_addr)(void *umad, int dlid, int dqp, int sl, int qkey);
+    int (*set_grh)(void *umad, void *mad_addr);
+    int (*set_pkey)(void *umad, int pkey_index);
+    int (*send)(int portid, int agentid, void *umad, int length,
+                int timeout_ms, int retries);
+    int (*recv)(int portid, void *umad, int *length, int timeout_ms);
+    int (*reg)(int portid, int mgmt_class, int mgmt_version,
+               uint8_t rmpp_version, long method_mask[16 / sizeof(long)]);
+    int (*unreg)(int portid, int agentid);
+} U;
+
+/* Module state (PEP 573). */
+typedef struct {
+    PyObject *SysError;          /* rdma.SysError, from rdma._errors */
+    PyTypeObject *PortType;      /* rdma._umad.Port */
+} umad_state;
+
+/* An open umad port (one file descriptor of /dev/infiniband/umadN). */
+typedef struct {
+    PyObject_HEAD
+    int portid;              /* libibumad port id, -1 once closed */
+    int busy;                /* calls running with the GIL released */
+    int closing;             /* close() was asked while busy */
+    int port_num;            /* the port number it was opened on */
+    PyObject *ca_name;       /* the CA name (str) */
+    size_t buf_hint;         /* receive buffer size that fitted last time */
+    umad_state *state;       /* module state, cached */
+    PyObject *weakreflist;   /* weak references to this object */
+} umad_Port;
+
+static PyModuleDef umad_module;
+
+/* Raise SysError(err, func, msg) and return NULL. */
+static PyObject *
+raise_sys(umad_state *st, int err, const char *func, const char *msg)
+{
+    PyObject *exc;
+
+    if (msg != NULL && msg[0] != '\0')
+        exc = PyObject_CallFunction(st->SysError, "iss", err, func, msg);
+    else
+        exc = PyObject_CallFunction(st->SysError, "is", err, func);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+/* Resolve one symbol into *slot; return 0, or -1 with SysError set. */
+static int
+sym(umad_state *st, void **slot, const char *name)
+{
+    char msg[160];
+
+    *slot = dlsym(U.dl, name);
+    if (*slot != NULL)
+        return 0;
+    PyOS_snprintf(msg, sizeof(msg),
+                  "libibumad has no symbol %s (rdma-core too old?)", name);
+    raise_sys(st, ENOSYS, "dlsym", msg);
+    return -1;
+}
+
+/* Load libibumad; return 0, or -1 with SysError set. */
+static int
+load(umad_state *st)
+{
+    const char *lib;
+    char msg[512];
+
+    if (U.loaded)
+        return 0;
+    lib = getenv("RDMA_UMAD_LIBRARY");
+    if (lib == NULL || lib[0] == '\0')
+        lib = "libibumad.so.3";
+    if (U.dl == NULL) {
+        U.dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (U.dl == NULL) {
+            const char *why = dlerror();
+            PyOS_snprintf(msg, sizeof(msg),
+                          "cannot load %s (%s); install the Debian package "
+                          "libibumad3 (rdma-core)", lib,
+                          why ? why : "unknown error");
+            raise_sys(st, ENOENT, "dlopen", msg);
+            return -1;
+        }
+    }
+#define REQ(field, name) \
+    if (sym(st, (void **)&U.field, name) < 0) \
+        goto fail
+    REQ(init, "umad_init");
+    REQ(get_cas_names, "umad_get_cas_names");
+    REQ(get_ca, "umad_get_ca");
+    REQ(release_ca, "umad_release_ca");
+    REQ(open_port, "umad_open_port");
+    REQ(close_port, "umad_close_port");
+    REQ(size, "umad_size");
+    REQ(set_addr, "umad_set_addr");
+    REQ(set_grh, "umad_set_grh");
+    REQ(set_pkey, "umad_set_pkey");
+    REQ(send, "umad_send");
+    REQ(recv, "umad_recv");
+    REQ(reg, "umad_register");
+    REQ(unreg, "umad_unregister");
+#undef REQ
+    if (U.init() < 0) {
+        raise_sys(st, EIO, "umad_init", "");
+        goto fail;
+    }
+    U.loaded = 1;
+    return 0;
+fail:
+    dlclose(U.dl);
+    U.dl = NULL;
+    return -1;
+}
+
+/* Return the errno of a libibumad failure (its return value or errno). */
+static int
+err_of(int rc)
+{
+    if (rc < 0 && rc != -1)
+        return -rc;
+    return errno ? errno : EIO;
+}
+
+/* ---- module functions ------------------------------------------------ */
+
+static PyObject *
+mod_load(PyObject *m, PyObject *noargs)
+{
+    (void)noargs;
+    if (load(PyModule_GetState(m)) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+mod_get_ca_names(PyObject *m, PyObject *noargs)
+{
+    umad_state *st = PyModule_GetState(m);
+    char (*names)[UMAD_CA_NAME_LEN];
+    PyObject *list = NULL;
+    int n, i;
+
+    (void)noargs;
+    if (load(st) < 0)
+        return NULL;
+    names = calloc(UMAD_MAX_DEVICES, UMAD_CA_NAME_LEN);
+    if (names == NULL)
+        return PyErr_NoMemory();
+    errno = 0;
+    n = U.get_cas_names(names, UMAD_MAX_DEVICES);
+    if (n < 0) {
+        /* No umad support in the kernel: no CAs, not an error. */
+        if (errno == ENOENT || errno == ENODEV || n == -ENOENT)
+            n = 0;
+        else {
+            raise_sys(st, err_of(n), "umad_get_cas_names", "");
+            goto out;
+        }
+    }
+    list = PyList_New(0);
+    if (list == NULL)
+        goto out;
+    for (i = 0; i < n; i++) {
+        PyObject *s;
+        names[i][UMAD_CA_NAME_LEN - 1] = '\0';
+        s = PyUnicode_FromString(names[i]);
+        if (s == NULL || PyList_Append(list, s) < 0) {
+            Py_XDECREF(s);
+            Py_CLEAR(list);
+            goto out;
+        }
+        Py_DECREF(s);
+    }
+out:
+    free(names);
+    return list;
+}
+
+/* Return a new dict describing one umad port, NULL with an error set. */
+static PyObject *
+port_dict(const umad_port_t *p)
+{
+    PyObject *d, *pkeys;
+    unsigned i;
+
+    pkeys = PyList_New(0);
+    if (pkeys == NULL)
+        return NULL;
+    for (i = 0; p->pkeys != NULL && i < p->pkeys_size; i++) {
+        PyObject *v = PyLong_FromLong(p->pkeys[i]);
+        if (v == NULL || PyList_Append(pkeys, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(pkeys);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    d = Py_BuildValue(
+        "{s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:k,s:K,s:K,s:N,s:s}",
+        "port_id", p->portnum,
+        "lid", p->base_lid,
+        "lmc", p->lmc,
+        "sm_lid", p->sm_lid,
+        "sm_sl", p->sm_sl,
+        "state", p->state,
+        "phys_state", p->phys_state,
+        "rate", p->rate,
+        "capmask", (unsigned long)be32toh(p->capmask),
+        "gid_prefix", (unsigned long long)be64toh(p->gid_prefix),
+        "port_guid", (unsigned long long)be64toh(p->port_guid),
+        "pkeys", pkeys,
+        "link_layer", p->link_layer);
+    return d;
+}
+
+static PyObject *
+mod_get_ca(PyObject *m, PyObject *arg)
+{
+    umad_state *st = PyModule_GetState(m);
+    umad_ca_t ca;
+    const char *name;
+    PyObject *ports = NULL, *res = NULL;
+    int rc, i;
+    char msg[128];
+
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "CA name must be a str, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    name = PyUnicode_AsUTF8(arg);
+    if (name == NULL || load(st) < 0)
+        return NULL;
+    if (strlen(name) >= UMAD_CA_NAME_LEN) {
+        PyErr_Format(PyExc_ValueError, "CA name too long: %s", name);
+        return NULL;
+    }
+    memset(&ca, 0, sizeof(ca));
+    errno = 0;
+    rc = U.get_ca(name, &ca);
+    if (rc < 0) {
+        PyOS_snprintf(msg, sizeof(msg), "no umad device %s", name);
+        return raise_sys(st, err_of(rc), "umad_get_ca", msg);
+    }
+    ports = PyList_New(0);
+    if (ports == NULL)
+        goto out;
+    for (i = 0; i < UMAD_CA_MAX_PORTS; i++) {
+        PyObject *d;
+        if (ca.ports[i] == NULL)
+            continue;
+        d = port_dict(ca.ports[i]);
+        if (d == NULL || PyList_Append(ports, d) < 0) {
+            Py_XDECREF(d);
+            goto out;
+        }
+        Py_DECREF(d);
+    }
+    ca.fw_ver[sizeof(ca.fw_ver) - 1] = '\0';
+    ca.ca_type[sizeof(ca.ca_type) - 1] = '\0';
+    ca.hw_ver[sizeof(ca.hw_ver) - 1] = '\0';
+    res = Py_BuildValue("{s:s,s:I,s:i,s:s,s:s,s:s,s:K,s:K,s:O}",
+                        "name", ca.ca_name,
+                        "node_type", ca.node_type,
+                        "numports", ca.numports,
+                        "fw_ver", ca.fw_ver,
+                        "ca_type", ca.ca_type,
+                        "hw_ver", ca.hw_ver,
+                        "node_guid",
+                        (unsigned long long)be64toh(ca.node_guid),
+                        "system_guid",
+                        (unsigned long long)be64toh(ca.system_guid),
+                        "ports", ports);
+out:
+    Py_XDECREF(ports);
+    U.release_ca(&ca);
+    return res;
+}
+
+/* ---- Port -------------------------------------------------------------- */
+
+/* Return 1 if the port is open; else 0 with ValueError set. */
+static int
+check_open(umad_Port *self)
+{
+    if (self->portid < 0 || self->closing) {
+        PyErr_SetString(PyExc_ValueError, "operation on a closed umad Port");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+port_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
+{
+    umad_Port *self;
+    PyObject *m = PyType_GetModuleByDef(tp, &umad_module);
+
+    (void)args;
+    (void)kw;
+    if (m == NULL)
+        return NULL;
+    self = (umad_Port *)tp->tp_alloc(tp, 0);
+    if (self == NULL)
+        return NULL;
+    self->state = PyModule_GetState(m);
+    self->portid = -1;
+    self->buf_hint = FIRST_BUF;
+    return (PyObject *)self;
+}
+
+static int
+port_init(PyObject *op, PyObject *args, PyObject *kw)
+{
+    umad_Port *self = (umad_Port *)op;
+    static char *kwlist[] = {"ca_name", "port_num", NULL};
+    const char *name;
+    int port_num, portid;
+    char msg[160];
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "si:Port", kwlist, &name,
+                                     &port_num))
+        return -1;
+    if (self->portid >= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "umad Port is already open");
+        return -1;
+    }
+    if (port_num < 0 || port_num > 255) {
+        PyErr_Format(PyExc_ValueError, "port_num out of range: %d", port_num);
+        return -1;
+    }
+    if (load(self->state) < 0)
+        return -1;
+    errno = 0;
+    Py_BEGIN_ALLOW_THREADS
+    portid = U.open_port(name, port_num);
+    Py_END_ALLOW_THREADS
+    if (portid < 0) {
+        PyOS_snprintf(msg, sizeof(msg), "cannot open umad port %s/%d",
+                      name, port_num);
+        raise_sys(self->state, err_of(portid), "umad_open_port", msg);
+        return -1;
+    }
+    self->portid = portid;
+    self->port_num = port_num;
+    Py_XSETREF(self->ca_name, PyUnicode_FromString(name));
+    return self->ca_name == NULL ? -1 : 0;
+}
+
+/* Close the port if nobody is using it; return 0, or -1 with an error. */
+static int
+port_do_close(umad_Port *self)
+{
+    int portid = self->portid;
+
+    if (portid < 0)
+        return 0;
+    if (self->busy > 0) {
+        /* A wait in another thread closes it when its slice ends. */
+        self->closing = 1;
+        return 0;
+    }
+    self->portid = -1;   /* steal first: never closed twice */
+    self->closing = 0;
+    if (U.close_port(portid) < 0) {
+        raise_sys(self->state, EIO, "umad_close_port", "");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+port_close(PyObject *op, PyObject *noargs)
+{
+    (void)noargs;
+    if (port_do_close((umad_Port *)op) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+port_enter(PyObject *op, PyObject *noargs)
+{
+    (void)noargs;
+    if (!check_open((umad_Port *)op))
+        return NULL;
+    return Py_NewRef(op);
+}
+
+static PyObject *
+port_exit(PyObject *op, PyObject *args)
+{
+    (void)args;
+    if (port_do_close((umad_Port *)op) < 0)
+        return NULL;
+    Py_RETURN_FALSE;
+}
+
+static PyObject *
+port_register(PyObject *op, PyObject *args, PyObject *kw)
+{
+    umad_Port *self = (umad_Port *)op;
+    static char *kwlist[] = {"mgmt_class", "mgmt_version", "rmpp_version",
+                             "method_mask", NULL};
+    int mgmt_class, mgmt_version, rmpp_version = 0, rc, i;
+    PyObject *mask_obj = Py_None;
+    long mask[16 / sizeof(long)];
+    Py_buffer raw;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ii|iO:register", kwlist,
+                                     &mgmt_class, &mgmt_version,
+                                     &rmpp_version, &mask_obj))
+        return NULL;
+    if (!check_open(self))
+        return NULL;
+    if (mgmt_class < 0 || mgmt_class > 255 || mgmt_version < 0 ||
+        mgmt_version > 255 || rmpp_version < 0 || rmpp_version > 255) {
+        PyErr_SetString(PyExc_ValueError,
+                        "mgmt_class, mgmt_version and rmpp_version are "
+                        "8-bit values");
+        return NULL;
+    }
+    memset(mask, 0, sizeof(mask));
+    if (mask_obj != Py_None) {
+        /* 16 bytes, little endian: bit n set means method n is received. */
+        const unsigned char *b;
+        if (PyObject_GetBuffer(mask_obj, &raw, PyBUF_SIMPLE) < 0)
+            return NULL;
+        if (raw.len != 16) {
+            PyBuffer_Release(&raw);
+            PyErr_SetString(PyExc_ValueError, "method_mask is 16 bytes");
+            return NULL;
+        }
+        b = raw.buf;
+        for (i = 0; i < 128; i++)
+            if (b[i / 8] & (1u << (i % 8)))
+                mask[i / (8 * sizeof(long))] |=
+                    1L << (i % (8 * sizeof(long)));
+        PyBuffer_Release(&raw);
+    }
+    errno = 0;
+    rc = U.reg(self->portid, mgmt_class, mgmt_version, (uint8_t)rmpp_version,
+               mask_obj != Py_None ? mask : NULL);
+    if (rc < 0)
+        return raise_sys(self->state, err_of(rc), "umad_register", "");
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *
+port_unregister(PyObject *op, PyObject *arg)
+{
+    umad_Port *self = (umad_Port *)op;
+    long agent = PyLong_AsLong(arg);
+    int rc;
+
+    if (agent == -1 && PyErr_Occurred())
+        return NULL;
+    if (!check_open(self))
+        return NULL;
+    errno = 0;
+    rc = U.unreg(self->portid, (int)agent);
+    if (rc < 0)
+        return raise_sys(self->state, err_of(rc), "umad_unregister", "");
+    Py_RETURN_NONE;
+}
+
+/* Fill the GRH of a umad from a tuple (dgid, sgid_index, hop_limit,
+ * traffic_class, flow_label); return 0, or -1 with an error set. */
+static int
+set_grh(void *umad, PyObject *grh)
+{
+    ib_mad_addr_t addr;
+    Py_buffer gid;
+    unsigned int sgid_index, hop_limit, tclass;
+    unsigned long flow;
+
+    if (!PyArg_ParseTuple(grh, "y*IIIk:grh", &gid, &sgid_index, &hop_limit,
+                          &tclass, &flow))
+        return -1;
+    if (gid.len != 16 || sgid_index > 255 || hop_limit > 255 ||
+        tclass > 255 || flow > 0xFFFFF) {
+        PyBuffer_Release(&gid);
+        PyErr_SetString(PyExc_ValueError,
+                        "grh is (16-byte dgid, sgid_index, hop_limit, "
+                        "traffic_class, 20-bit flow_label)");
+        return -1;
+    }
+    memset(&addr, 0, sizeof(addr));
+    memcpy(addr.gid, gid.buf, 16);
+    PyBuffer_Release(&gid);
+    addr.grh_present = 1;
+    addr.gid_index = (uint8_t)sgid_index;
+    addr.hop_limit = (uint8_t)hop_limit;
+    addr.traffic_class = (uint8_t)tclass;
+    addr.flow_label = htobe32((uint32_t)flow);
+    U.set_grh(umad, &addr);
+    return 0;
+}
+
+static PyObject *
+port_send(PyObject *op, PyObject *args, PyObject *kw)
+{
+    umad_Port *self = (umad_Port *)op;
+    static char *kwlist[] = {"agent_id", "mad", "dlid", "dqpn", "sl", "qkey",
+                             "pkey_index", "timeout_ms", "retries", "grh",
+                             NULL};
+    int agent, dlid = -1, dqpn = 1, sl = 0, pkey_index = 0, timeout_ms = 0;
+    int retries = 0, rc, portid;
+    unsigned long qkey = 0x80010000UL;
+    PyObject *grh = Py_None;
+    Py_buffer mad;
+    void *umad;
+    size_t hdr;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*|$iiikiiiO:send", kwlist,
+                                     &agent, &mad, &dlid, &dqpn, &sl, &qkey,
+                                     &pkey_index, &timeout_ms, &retries, &grh))
+        return NULL;
+    if (dlid == -1) {
+        PyErr_SetString(PyExc_TypeError, "send() needs the keyword dlid");
+        goto fail;
+    }
+    if (!check_open(self))
+        goto fail;
+    if (mad.len < 24 || mad.len > MAX_BUF) {
+        PyErr_Format(PyExc_ValueError, "a MAD is 24 to %d bytes, not %zd",
+                     MAX_BUF, mad.len);
+        goto fail;
+    }
+    if (dlid < 0 || dlid > 0xFFFF || dqpn < 0 || dqpn > 0xFFFFFF || sl < 0 ||
+        sl > 15 || qkey > 0xFFFFFFFFUL || pkey_index < 0 ||
+        pkey_index > 0xFFFF || timeout_ms < 0 || retries < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "send: dlid (16 bit), dqpn (24 bit), sl (4 bit), "
+                        "qkey (32 bit), pkey_index, timeout_ms, retries "
+                        "out of range");
+        goto fail;
+    }
+    hdr = U.size();
+    umad = calloc(1, hdr + (size_t)mad.len);
+    if (umad == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    memcpy((char *)umad + hdr, mad.buf, (size_t)mad.len);
+    U.set_addr(umad, dlid, dqpn, sl, (int)qkey);
+    U.set_pkey(umad, pkey_index);
+    if (grh != Py_None && set_grh(umad, grh) < 0) {
+        free(umad);
+        goto fail;
+    }
+    portid = self->portid;
+    self->busy++;
+    errno = 0;
+    Py_BEGIN_ALLOW_THREADS
+    rc = U.send(portid, agent, umad, (int)mad.len, timeout_ms, retries);
+    Py_END_ALLOW_THREADS
+    self->busy--;
+    free(umad);
+    PyBuffer_Release(&mad);
+    if (self->closing && self->busy == 0)
+        port_do_close(self);
+    if (rc < 0)
+        return raise_sys(self->state, err_of(rc), "umad_send", "");
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&mad);
+    return NULL;
+}
+
+/* Return the monotonic clock in milliseconds. */
+static long long
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Build the (agent_id, status, mad, addr) result of a receive. */
+static PyObject *
+recv_result(void *umad, size_t hdr, int agent, int len)
+{
+    const ib_user_mad_t *u = umad;
+    const ib_mad_addr_t *a = &u->addr;
+    PyObject *addr;
+
+    addr = Py_BuildValue("(IIIIIIy#IIII)",
+                         (unsigned int)be16toh(a->lid),
+                         (unsigned int)be32toh(a->qpn),
+                         (unsigned int)be32toh(a->qkey),
+                         (unsigned int)a->sl,
+                         (unsigned int)a->path_bits,
+                         (unsigned int)a->grh_present,
+                         (const char *)a->gid, (Py_ssize_t)16,
+                         (unsigned int)a->hop_limit,
+                         (unsigned int)a->traffic_class,
+                         (unsigned int)be32toh(a->flow_label),
+                         (unsigned int)a->pkey_index);
+    if (addr == NULL)
+        return NULL;
+    return Py_BuildValue("(iIy#N)", agent, (unsigned int)u->status,
+                         (const char *)umad + hdr, (Py_ssize_t)len, addr);
+}
+
+static PyObject *
+port_recv(PyObject *op, PyObject *args, PyObject *kw)
+{
+    umad_Port *self = (umad_Port *)op;
+    static char *kwlist[] = {"timeout_ms", NULL};
+    int timeout_ms = -1, portid, rc = 0, len, slice;
+    size_t hdr, cap;
+    void *umad = NULL;
+    PyObject *res = NULL;
+    long long deadline = 0;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i:recv", kwlist,
+                                     &timeout_ms))
+        return NULL;
+    if (!check_open(self))
+        return NULL;
+    if (timeout_ms >= 0)
+        deadline = now_ms() + timeout_ms;
+    hdr = U.size();
+    cap = self->buf_hint;
+    umad = malloc(hdr + cap);
+    if (umad == NULL)
+        return PyErr_NoMemory();
+    portid = self->portid;
+    self->busy++;
+    for (;;) {
+        if (timeout_ms >= 0) {
+            long long left = deadline - now_ms();
+            if (left <= 0) {
+                res = Py_NewRef(Py_None);   /* timed out */
+                break;
+            }
+            slice = left > SLICE_MS ? SLICE_MS : (int)left;
+        }
+        else
+            slice = SLICE_MS;
+        len = (int)cap;
+        errno = 0;
+        Py_BEGIN_ALLOW_THREADS
+        rc = U.recv(portid, umad, &len, slice);
+        Py_END_ALLOW_THREADS
+        if (rc >= 0) {
+            if (len < 0 || (size_t)len > cap)
+                len = (int)cap;
+            res = recv_result(umad, hdr, rc, len);
+            break;
+        }
+        if (rc == -ENOSPC || errno == ENOSPC) {
+            /* The MAD stays queued; len is the size it needs. */
+            void *bigger;
+            if (len <= (int)cap || len > MAX_BUF) {
+                raise_sys(self->state, ENOSPC, "umad_recv",
+                          "received MAD has an impossible length");
+                break;
+            }
+            bigger = realloc(umad, hdr + (size_t)len);
+            if (bigger == NULL) {
+                PyErr_NoMemory();
+                break;
+            }
+            umad = bigger;
+            cap = (size_t)len;
+            self->buf_hint = cap;
+            continue;
+        }
+        if (rc != -ETIMEDOUT && errno != ETIMEDOUT && errno != EAGAIN &&
+            errno != EINTR) {
+            raise_sys(self->state, err_of(rc), "umad_recv", "");
+            break;
+        }
+        if (PyErr_CheckSignals() < 0)
+            break;
+        if (self->closing) {
+            PyErr_SetString(PyExc_ValueError,
+                            "the umad Port was closed during recv()");
+            break;
+        }
+    }
+    self->busy--;
+    free(umad);
+    if (self->closing && self->busy == 0 && port_do_close(self) < 0)
+        Py_CLEAR(res);
+    return res;
+}
+
+static PyObject *
+port_get_fd(PyObject *op, void *closure)
+{
+    umad_Port *self = (umad_Port *)op;
+    (void)closure;
+    return PyLong_FromLong(self->portid);
+}
+
+static PyObject *
+port_get_closed(PyObject *op, void *closure)
+{
+    umad_Port *self = (umad_Port *)op;
+    (void)closure;
+    return PyBool_FromLong(self->portid < 0 || self->closing);
+}
+
+static PyObject *
+port_repr(PyObject *op)
+{
+    umad_Port *self = (umad_Port *)op;
+    if (self->ca_name == NULL)
+        return PyUnicode_FromString("<rdma._umad.Port (not open)>");
+    return PyUnicode_FromFormat("<rdma._umad.Port %U/%d%s>", self->ca_name,
+                                self->port_num,
+                                self->portid < 0 ? " (closed)" : "");
+}
+
+static void
+port_finalize(PyObject *op)
+{
+    umad_Port *self = (umad_Port *)op;
+    PyObject *et, *ev, *tb;
+
+    if (self->portid < 0)
+        return;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (PyErr_ResourceWarning(op, 1, "unclosed %R", op) < 0)
+        PyErr_WriteUnraisable(op);
+    self->busy = 0;
+    if (port_do_close(self) < 0)
+        PyErr_WriteUnraisable(op);
+    PyErr_Restore(et, ev, tb);
+}
+
+static int
+port_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(op));
+    return 0;
+}
+
+static void
+port_dealloc(PyObject *op)
+{
+    umad_Port *self = (umad_Port *)op;
+    PyTypeObject *tp = Py_TYPE(op);
+
+    PyObject_GC_UnTrack(op);
+    if (PyObject_CallFinalizerFromDealloc(op) < 0)
+        return;   /* resurrected */
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs(op);
+    Py_CLEAR(self->ca_name);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef port_methods[] = {
+    {"close", port_close, METH_NOARGS,
+     "close($self, /)\n--\n\nClose the port (idempotent); its agents go "
+     "with it."},
+    {"__enter__", port_enter, METH_NOARGS, NULL},
+    {"__exit__", port_exit, METH_VARARGS, NULL},
+    {"register", (PyCFunction)(void (*)(void))port_register,
+     METH_VARARGS | METH_KEYWORDS,
+     "register($self, /, mgmt_class, mgmt_version, rmpp_version=0, "
+     "method_mask=None)\n--\n\n"
+     "Register an agent for a management class (umad_register); return "
+     "its agent id.  rmpp_version=1 makes the kernel do RMPP for it; "
+     "method_mask (16 bytes, little endian, bit n = method n) receives unsolicited requests."},
+    {"unregister", port_unregister, METH_O,
+     "unregister($self, agent_id, /)\n--\n\nUnregister an agent."},
+    {"send", (PyCFunction)(void (*)(void))port_send,
+     METH_VARARGS | METH_KEYWORDS,
+     "send($self, agent_id, mad, /, *, dlid, dqpn=1, sl=0, qkey=0x80010000, "
+     "pkey_index=0, timeout_ms=0, retries=0, grh=None)\n--\n\n"
+     "Send one MAD (bytes, from the common MAD header on) to dlid/dqpn.  "
+     "grh is None or (dgid, sgid_index, hop_limit, traffic_class, "
+     "flow_label).  A non-zero timeout_ms asks the kernel to track the "
+     "reply."},
+    {"recv", (PyCFunction)(void (*)(void))port_recv,
+     METH_VARARGS | METH_KEYWORDS,
+     "recv($self, /, timeout_ms=-1)\n--\n\n"
+     "Wait for one MAD (GIL released, Ctrl-C interrupts); return None on "
+     "timeout, else (agent_id, status, mad, addr) with addr = (slid, sqpn, "
+     "qkey, sl, path_bits, grh_present, sgid, hop_limit, traffic_class, "
+     "flow_label, pkey_index).  The buffer grows to fit large (RMPP) "
+     "MADs."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef port_getset[] = {
+    {"fd", port_get_fd, NULL, "The libibumad port id (-1 once closed).",
+     NULL},
+    {"closed", port_get_closed, NULL, "True once close() was called.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef port_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(umad_Port, weakreflist),
+     READONLY, NULL},
+    {"ca_name", T_OBJECT, offsetof(umad_Port, ca_name), READONLY,
+     "The CA name."},
+    {"port_num", T_INT, offsetof(umad_Port, port_num), READONLY,
+     "The port number."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot port_slots[] = {
+    {Py_tp_doc, "Port(ca_name, port_num)\n--\n\n"
+                "An open umad port (umad_open_port); a context manager."},
+    {Py_tp_new, port_new},
+    {Py_tp_init, port_init},
+    {Py_tp_dealloc, port_dealloc},
+    {Py_tp_finalize, port_finalize},
+    {Py_tp_traverse, port_traverse},
+    {Py_tp_repr, port_repr},
+    {Py_tp_methods, port_methods},
+    {Py_tp_getset, port_getset},
+    {Py_tp_members, port_members},
+    {0, NULL},
+};
+
+static PyType_Spec port_spec = {
+    .name = "rdma._umad.Port",
+    .basicsize = sizeof(umad_Port),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = port_slots,
+};
+
+/* ---- module ------------------------------------------------------------ */
+
+static PyMethodDef mod_methods[] = {
+    {"_load", mod_load, METH_NOARGS,
+     "_load($module, /)\n--\n\nLoad libibumad; raise SysError naming the "
+     "package when it is missing."},
+    {"get_ca_names", mod_get_ca_names, METH_NOARGS,
+     "get_ca_names($module, /)\n--\n\nThe names of the CAs libibumad sees "
+     "(an empty list without umad support)."},
+    {"get_ca", mod_get_ca, METH_O,
+     "get_ca($module, name, /)\n--\n\nA CA as a dict (name, node_type, "
+     "numports, fw_ver, ca_type, hw_ver, node_guid, system_guid, ports); "
+     "each port a dict (port_id, lid, lmc, sm_lid, sm_sl, state, "
+     "phys_state, rate, capmask, gid_prefix, port_guid, pkeys, "
+     "link_layer)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+mod_exec(PyObject *m)
+{
+    umad_state *st = PyModule_GetState(m);
+    PyObject *errors;
+
+    errors = PyImport_ImportModule("rdma._errors");
+    if (errors == NULL)
+        return -1;
+    st->SysError = PyObject_GetAttrString(errors, "SysError");
+    Py_DECREF(errors);
+    if (st->SysError == NULL)
+        return -1;
+    st->PortType = (PyTypeObject *)PyType_FromModuleAndSpec(m, &port_spec,
+                                                            NULL);
+    if (st->PortType == NULL)
+        return -1;
+    if (PyModule_AddObjectRef(m, "Port", (PyObject *)st->PortType) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(m, "SLICE_MS", SLICE_MS) < 0)
+        return -1;
+    return 0;
+}
+
+static int
+mod_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    umad_state *st = PyModule_GetState(m);
+    Py_VISIT(st->SysError);
+    Py_VISIT(st->PortType);
+    return 0;
+}
+
+static int
+mod_clear(PyObject *m)
+{
+    umad_state *st = PyModule_GetState(m);
+    Py_CLEAR(st->SysError);
+    Py_CLEAR(st->PortType);
+    return 0;
+}
+
+static void
+mod_free(void *m)
+{
+    mod_clear((PyObject *)m);
+}
+
+static PyModuleDef_Slot mod_slots[] = {
+    {Py_mod_exec, mod_exec},
+    {0, NULL},
+};
+
+static PyModuleDef umad_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "rdma._umad",
+    .m_doc = "User MADs through libibumad (loaded on first use).",
+    .m_size = sizeof(umad_state),
+    .m_methods = mod_methods,
+    .m_slots = mod_slots,
+    .m_traverse = mod_traverse,
+    .m_clear = mod_clear,
+    .m_free = mod_free,
+};
+
+PyMODINIT_FUNC
+PyInit__umad(void)
+{
+    return PyModuleDef_Init(&umad_module);
+}
