@@ -422,6 +422,10 @@ static PyMethodDef cq_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "req_notify_cq($self, /, solicited_only=False)\n--\n\nArm the CQ: the "
      "next (solicited) completion raises an event on its CompChannel."},
+    {"req_notify", (PyCFunction)(void (*)(void))cq_req_notify_cq,
+     METH_VARARGS | METH_KEYWORDS,
+     "req_notify($self, /, solicited_only=False)\n--\n\npython-rdma's name "
+     "of req_notify_cq()."},
     {"ack_events", (PyCFunction)(void (*)(void))cq_ack_events,
      METH_VARARGS | METH_KEYWORDS,
      "ack_events($self, /, n=None)\n--\n\nAcknowledge n (default: all) "
@@ -438,6 +442,8 @@ static PyGetSetDef cq_getset[] = {
     {"unacked_events", cq_get_unacked, NULL,
      "Events received and not yet acknowledged.", NULL},
     {"comp_channel", cq_get_cc, NULL, "Its CompChannel, or None.", NULL},
+    {"comp_chan", cq_get_cc, NULL, "python-rdma's name of comp_channel.",
+     NULL},
     {"ctx", cq_get_ctx, NULL, "The Context it belongs to.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

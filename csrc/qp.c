@@ -356,7 +356,30 @@ qp_mcast(PyObject *op, PyObject *args, int attach)
         return NULL;
     if (!pyrdma_obj_check(&qp->o))
         return NULL;
-    if (pyrdma_gid_to_raw(qp->o.state, gid, raw, "gid") < 0)
+    if (PyTuple_GET_SIZE(args) == 1 && PyObject_HasAttrString(gid, "DGID")) {
+        /* python-rdma form: a path with DGID and DLID. */
+        PyObject *path = gid, *d;
+        long l;
+        d = PyObject_GetAttrString(path, "DLID");
+        if (d == NULL)
+            return NULL;
+        l = PyLong_AsLong(d);
+        Py_DECREF(d);
+        if ((l == -1 && PyErr_Occurred()) || l < 0 || l > 0xFFFF) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "path.DLID out of range");
+            return NULL;
+        }
+        lid = (unsigned short)l;
+        d = PyObject_GetAttrString(path, "DGID");
+        if (d == NULL)
+            return NULL;
+        l = pyrdma_gid_to_raw(qp->o.state, d, raw, "path.DGID");
+        Py_DECREF(d);
+        if (l < 0)
+            return NULL;
+    }
+    else if (pyrdma_gid_to_raw(qp->o.state, gid, raw, "gid") < 0)
         return NULL;
     if (attach)
         rc = qp->o.prov->attach_mcast(qp->o.h, raw, lid, &st);
@@ -364,6 +387,79 @@ qp_mcast(PyObject *op, PyObject *args, int attach)
         rc = qp->o.prov->detach_mcast(qp->o.h, raw, lid, &st);
     if (rc < 0)
         return pyrdma_raise_status(qp->o.state, &st);
+    Py_RETURN_NONE;
+}
+
+/* modify_to_*: ask the path for the qp_attr (the tables live in
+   rdma.path) and apply it. */
+static int
+modify_to(pyrdma_QP *qp, PyObject *path, int state, unsigned int access)
+{
+    PyObject *attr, *res, *args;
+
+    if (!pyrdma_obj_check(&qp->o))
+        return -1;
+    attr = PyObject_CallMethod(path, "qp_attr", "iiI", qp->qp_type, state,
+                               access);
+    if (attr == NULL)
+        return -1;
+    args = PyTuple_Pack(1, attr);
+    Py_DECREF(attr);
+    if (args == NULL)
+        return -1;
+    res = qp_modify((PyObject *)qp, args, NULL);
+    Py_DECREF(args);
+    if (res == NULL)
+        return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+static PyObject *
+qp_modify_to_init(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", "qp_access_flags", NULL};
+    PyObject *path;
+    unsigned int access = 0;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:modify_to_init", kwlist,
+                                     &path, &access))
+        return NULL;
+    if (modify_to((pyrdma_QP *)op, path, 1, access) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+qp_modify_to_rtr(PyObject *op, PyObject *path)
+{
+    if (modify_to((pyrdma_QP *)op, path, 2, 0) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+qp_modify_to_rts(PyObject *op, PyObject *path)
+{
+    if (modify_to((pyrdma_QP *)op, path, 3, 0) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+qp_establish(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", "qp_access_flags", NULL};
+    PyObject *path;
+    unsigned int access = 0;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:establish", kwlist,
+                                     &path, &access))
+        return NULL;
+    if (modify_to((pyrdma_QP *)op, path, 1, access) < 0 ||
+        modify_to((pyrdma_QP *)op, path, 2, 0) < 0 ||
+        modify_to((pyrdma_QP *)op, path, 3, 0) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -416,6 +512,16 @@ qp_get_parent(PyObject *op, void *c)
 }
 
 static PyObject *
+qp_get_ctx(PyObject *op, void *c)
+{
+    pyrdma_obj *pd = (pyrdma_obj *)((pyrdma_obj *)op)->parents[0];
+    (void)c;
+    if (pd == NULL || pd->parents[0] == NULL)
+        Py_RETURN_NONE;
+    return Py_NewRef(pd->parents[0]);
+}
+
+static PyObject *
 qp_get_state(PyObject *op, void *c)
 {
     pyrdma_QP *qp = (pyrdma_QP *)op;
@@ -449,9 +555,25 @@ static PyMethodDef qp_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "query($self, /, mask=...)\n--\n\nReturn the QP's ibv.qp_attr "
      "(ibv_query_qp)."},
+    {"modify_to_init", (PyCFunction)(void (*)(void))qp_modify_to_init,
+     METH_VARARGS | METH_KEYWORDS,
+     "modify_to_init($self, /, path, qp_access_flags=0)\n--\n\nMove the QP "
+     "to INIT with the P_Key, port (and Q_Key for UD) of an "
+     "rdma.path.IBPath."},
+    {"modify_to_rtr", qp_modify_to_rtr, METH_O,
+     "modify_to_rtr($self, path, /)\n--\n\nMove the QP to RTR: address "
+     "vector, MTU, destination QP and PSN, responder resources from path."},
+    {"modify_to_rts", qp_modify_to_rts, METH_O,
+     "modify_to_rts($self, path, /)\n--\n\nMove the QP to RTS: send PSN, "
+     "timeout, retries and RD atomics from path."},
+    {"establish", (PyCFunction)(void (*)(void))qp_establish,
+     METH_VARARGS | METH_KEYWORDS,
+     "establish($self, /, path, qp_access_flags=0)\n--\n\n"
+     "modify_to_init, modify_to_rtr and modify_to_rts in one call."},
     {"attach_mcast", qp_attach_mcast, METH_VARARGS,
      "attach_mcast($self, gid, lid=0, /)\n--\n\nJoin a UD QP to a multicast "
-     "group (ibv_attach_mcast)."},
+     "group (ibv_attach_mcast); a path with DGID and DLID is accepted "
+     "too."},
     {"detach_mcast", qp_detach_mcast, METH_VARARGS,
      "detach_mcast($self, gid, lid=0, /)\n--\n\nLeave a multicast group "
      "(ibv_detach_mcast)."},
@@ -467,6 +589,7 @@ static PyGetSetDef qp_getset[] = {
     {"state", qp_get_state, NULL, "Current state (queried), IBV_QPS_*.",
      NULL},
     {"pd", qp_get_parent, NULL, "The PD.", (void *)0},
+    {"ctx", qp_get_ctx, NULL, "The Context.", NULL},
     {"send_cq", qp_get_parent, NULL, "The send CQ.", (void *)1},
     {"recv_cq", qp_get_parent, NULL, "The receive CQ.", (void *)2},
     {"srq", qp_get_parent, NULL, "The SRQ, or None.", (void *)3},

@@ -4,11 +4,25 @@
 :func:`get_devices`, :func:`get_end_port` and :func:`get_verbs` find a
 device and open it; verbs errors raise :class:`SysError`.
 """
-from rdma._errors import RDMAError, SysError
+from rdma._errors import RDMAError, SysError, WRError
 from rdma.devices import (Device, EndPort, get_devices, get_end_port,
                           get_verbs)
 
 __version__ = "0.1.0"
 
-__all__ = ["RDMAError", "SysError", "Device", "EndPort", "get_devices",
+__all__ = ["RDMAError", "SysError", "WRError", "WCError", "Device", "EndPort", "get_devices",
            "get_end_port", "get_verbs", "__version__"]
+
+
+def __getattr__(name):
+    # Lazily: rdma.WCError lives in rdma.ibverbs, rdma.get_umad in rdma.umad.
+    if name == "WCError":
+        from rdma.ibverbs import WCError
+        return WCError
+    if name == "get_umad":
+        from rdma.umad import get_umad
+        return get_umad
+    if name in ("path", "vtools", "aio", "ibverbs", "IBA", "sa", "umad"):
+        import importlib
+        return importlib.import_module(f"rdma.{name}")
+    raise AttributeError(f"module 'rdma' has no attribute {name!r}")

@@ -105,6 +105,16 @@ class EndPort:
         return self.attr.sm_lid
 
     @property
+    def subnet_timeout(self) -> int:
+        """The subnet timeout encoding of the port (4.096 us * 2**t)."""
+        return self.attr.subnet_timeout
+
+    @property
+    def sm_sl(self) -> int:
+        """The SL to reach the subnet manager."""
+        return self.attr.sm_sl
+
+    @property
     def state(self) -> int:
         """The logical port state (``IBV_PORT_*``)."""
         return self.attr.state

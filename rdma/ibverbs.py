@@ -64,12 +64,21 @@ class WCError(RDMAError):
     ``WCError(wc, qp=None, msg=None)``: ``wc`` is the failed
     :class:`rdma.ibverbs.wc`; ``qp`` the QP it belongs to, when known (use
     it to tear the QP down).  ``status``, ``opcode``, ``vendor_err`` and
-    ``qp_num`` are copied from the completion.
+    ``qp_num`` are copied from the completion.  python-rdma's form
+    ``WCError(wc, cq, msg, obj=qp_or_srq, is_rq=...)`` works too.
     """
 
-    def __init__(self, wc, qp: Optional["QP"] = None, msg: str = None):
+    def __init__(self, wc, qp=None, msg: Optional[str] = None, obj=None,
+                 is_rq: Optional[bool] = None, cq=None):
+        if qp is not None and isinstance(qp, CQ):
+            qp, cq = None, qp            # python-rdma: WCError(wc, cq, ...)
+        if qp is None and isinstance(obj, QP):
+            qp = obj
         self.wc = wc
         self.qp = qp
+        self.cq = cq
+        self.srq = obj if isinstance(obj, SRQ) else None
+        self.is_rq = is_rq
         self.status = wc.status
         self.opcode = wc.opcode
         self.vendor_err = wc.vendor_err
@@ -77,12 +86,20 @@ class WCError(RDMAError):
         text = (f"{wc_status_str(wc.status)} ({wc.status}) on QP "
                 f"{wc.qp_num:#x}, opcode {wc_opcode_str(wc.opcode)}, "
                 f"wr_id {wc.wr_id}, vendor_err {wc.vendor_err:#x}")
+        if is_rq is not None:
+            text += ", receive queue" if is_rq else ", send queue"
         if msg:
             text = f"{msg}: {text}"
         super().__init__(text)
 
 
-__all__ = ["Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW",
+def WCPath(end_port, wc, buf=None, off: int = 0, **kwargs):
+    """The path of a received UD packet (see :func:`rdma.path.WCPath`)."""
+    from rdma.path import WCPath as _wcpath
+    return _wcpath(end_port, wc, buf, off, **kwargs)
+
+
+__all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW",
            "AH", "SendBatch", "RecvBatch", "WCArray", "WCError", "WRError",
            "RDMAError", "SysError", "wc_status_str", "wc_opcode_str",
            "device_attr", "port_attr", "gid_entry", "global_route", "ah_attr",
