@@ -193,3 +193,22 @@ class GUID(int):
 
     def __repr__(self) -> str:
         return f"GUID('{self}')"
+
+
+# MAD and SA structures (rdma._mad imports GID from here at run time only,
+# so importing it last makes no cycle).
+from rdma._mad import (  # noqa: E402
+    MADHeader, RMPPHeader, SAHeader, SAFormat, SMPNodeInfo, SMPPortInfo,
+    MADInformInfo, MADClassPortInfo, SAPathRecord, SANodeRecord,
+    SAPortInfoRecord, SAServiceRecord, SAMCMemberRecord, SALinkRecord,
+    SAInformInfoRecord, BinStruct, MADError, SAError, MADTimeoutError,
+    MADFormatError, mad_status_words, sa_status_word, lifetime_to_us,
+    MCMEMBER_JOIN_FULL)
+
+__all__ += ["MADHeader", "RMPPHeader", "SAHeader", "SAFormat", "SMPNodeInfo",
+            "SMPPortInfo", "MADInformInfo", "MADClassPortInfo",
+            "SAPathRecord", "SANodeRecord", "SAPortInfoRecord",
+            "SAServiceRecord", "SAMCMemberRecord", "SALinkRecord",
+            "SAInformInfoRecord", "BinStruct", "MADError", "SAError",
+            "MADTimeoutError", "MADFormatError", "mad_status_words",
+            "sa_status_word", "lifetime_to_us", "MCMEMBER_JOIN_FULL"]

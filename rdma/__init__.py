@@ -11,7 +11,7 @@ from rdma.devices import (Device, EndPort, get_devices, get_end_port,
 __version__ = "0.1.0"
 
 __all__ = ["RDMAError", "SysError", "WRError", "WCError", "Device", "EndPort", "get_devices",
-           "get_end_port", "get_verbs", "__version__"]
+           "get_end_port", "get_verbs", "get_umad", "__version__"]
 
 
 def __getattr__(name):

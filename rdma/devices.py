@@ -105,6 +105,13 @@ class EndPort:
         return self.attr.sm_lid
 
     @property
+    def sa_path(self):
+        """How to reach this port's subnet administrator (SM LID, SL,
+        P_Key, QP1 Q_Key): an :class:`rdma.umad.SAPath`."""
+        from rdma import umad
+        return umad.sa_path(self)
+
+    @property
     def subnet_timeout(self) -> int:
         """The subnet timeout encoding of the port (4.096 us * 2**t)."""
         return self.attr.subnet_timeout

@@ -377,7 +377,7 @@ class IBPath(Path):
         """``PD.ah()`` protocol: the ah_attr to build an AH from."""
         return self.ah_attr()
 
-    def _cached_ah(self, pd: "ibv.PD") -> "ibv.AH":
+    def ah_for(self, pd: "ibv.PD") -> "ibv.AH":
         """``PD.ah(path)``: the AH of this path on *pd*, made once."""
         c = self.__dict__.get("_cached_ah")
         if c is not None and c[0] is pd and not c[1].closed:
@@ -718,6 +718,7 @@ def from_string(s: str, default_end_port=None, require_dev=None,
 # -- the reply path of a UD receive ------------------------------------------
 
 def _ipv4_header_ok(h: bytes) -> bool:
+    """True for an IPv4 header without options whose checksum is right."""
     if len(h) < 20 or h[0] != 0x45:
         return False
     total = sum(struct.unpack("!10H", h[:20]))
@@ -744,7 +745,10 @@ def WCPath(end_port, wc, buf=None, off: int = 0, **kwargs: Any) -> IBPath:
             raise ValueError("WCPath(): buf must hold 40 bytes of GRH at off")
         grh = bytes(mv[off:off + 40])
         path.has_grh = True
-        if _ipv4_header_ok(grh[20:40]):
+        # An IPv6/IB GRH has version 6 in its first nibble; otherwise (and
+        # when a checksummed IPv4 header is there) it is RoCE v2 over IPv4.
+        if (grh[0] >> 4 != 6 and grh[20] >> 4 == 4) or \
+                _ipv4_header_ok(grh[20:40]):
             # RoCE v2 over IPv4: the GIDs are IPv4-mapped addresses.
             path.traffic_class = grh[21]
             path.hop_limit = grh[28]

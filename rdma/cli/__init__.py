@@ -10,6 +10,7 @@ import sys
 from typing import List, Optional
 
 from rdma._errors import RDMAError
+from rdma.cli import saquery as _saquery
 
 __all__ = ["main"]
 
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "can do")
     _add_provider(p)
     p.set_defaults(func=_cmd_demo)
+    _saquery.add_parser(sub)
     return parser
 
 

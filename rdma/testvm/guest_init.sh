@@ -34,8 +34,8 @@ poweroff_now() {
 
 fail() {
     echo "RDMA-TESTVM-ERROR: $*"
-    printf '%s\n' "$*" > "$S/error"
     dmesg > "$S/dmesg" 2>&1
+    printf '%s\n' "$*" > "$S/error"
     poweroff_now
 }
 
@@ -88,8 +88,10 @@ wait_rxe() {
 log "guest init"
 echo rdma-testvm > /proc/sys/kernel/hostname
 
-run modprobe -a rdma_rxe ib_umad rdma_ucm dummy veth
-log "modules loaded"
+# The initramfs loaded the modules (rdma_rxe ib_umad rdma_ucm dummy veth).
+for m in rdma_rxe ib_umad rdma_ucm dummy veth; do
+    [ -d "/sys/module/$m" ] || fail "kernel module $m is not loaded"
+done
 
 VETH_CMDS=
 RXE_CMDS=
@@ -103,6 +105,8 @@ if [ "$TESTVM_TWO_HOST" = 1 ]; then
     VETH_CMDS="link add veth0 type veth peer name veth1
 addr add $A1/24 dev veth0
 addr add $A2/24 dev veth1
+link set veth0 up
+link set veth1 up
 route add $A2/32 dev veth0 src $A1 table 101
 route add $A1/32 dev veth1 src $A2 table 102
 rule add pref 100 lookup local
@@ -128,14 +132,12 @@ $VETH_CMDS
 EOF
 
 if [ "$TESTVM_TWO_HOST" = 1 ]; then
+    # (interfaces created after the change of "default" inherit it, but
+    # be explicit)
     for c in veth0 veth1; do
         setsys "net/ipv4/conf/$c/accept_local" 1
         setsys "net/ipv4/conf/$c/rp_filter" 0
     done
-    run ip -batch - <<EOF
-link set veth0 up
-link set veth1 up
-EOF
 fi
 
 run rdma -b - <<EOF

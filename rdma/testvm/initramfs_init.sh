@@ -28,21 +28,23 @@ die() {
 read -r up _ < /proc/uptime
 echo "rdma-testvm: [$up] initramfs" > /dev/console
 
-for m in $(cat /modules/order); do
-    insmod "/modules/$m.ko" || die "insmod $m failed"
-done
+# Each line of /modules/order: module name, then its parameters.
+while read -r m params; do
+    insmod "/modules/$m.ko" $params || die "insmod $m failed"
+done < /modules/order
 
 mkdir -p /lower /upper /newroot
+# (retried for up to 2 s in case the virtio device is still being probed)
 ok=
 for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-    if mount -t 9p -o ro,trans=virtio,version=9p2000.L,cache=loose,msize=262144 \
-            /dev/root /lower 2>/dev/null; then
+    if err=$(mount -t 9p -o ro,trans=virtio,version=9p2000.L,cache=loose,msize=262144 \
+            /dev/root /lower 2>&1); then
         ok=1
         break
     fi
     sleep 0.1
 done
-[ -n "$ok" ] || die "cannot mount the host root filesystem over 9p"
+[ -n "$ok" ] || die "cannot mount the host root filesystem over 9p: $err"
 
 mount -t tmpfs -o mode=0755 tmpfs /upper || die "tmpfs for overlay"
 mkdir -p /upper/upper /upper/work

@@ -6,7 +6,7 @@ import pytest
 
 import rdma
 import rdma._ibverbs as _ibverbs
-from conftest import run_py
+from host_helpers import run_py
 
 
 def _undefined_symbols(so):

@@ -1,0 +1,140 @@
+"""Operations the shimmed worker runs (see worker.py): small functions
+that use the rdma package against the simulated fabric and return plain,
+picklable values."""
+import os
+import time
+
+import rdma.sa as sa
+import rdma.umad as umad_mod
+from rdma import _mad as mad
+from pathstub import StubPath
+
+_umad = None
+
+
+def _port_name():
+    """The first ACTIVE port, else the first port (no SM: none is ACTIVE;
+    in ibsim's "net" example Hca2 is cabled on port 2)."""
+    try:
+        return str(umad_mod.get_end_port())
+    except umad_mod.RDMAError:
+        return "ibsim0/1"
+
+
+def ping():
+    return os.getpid()
+
+
+def close():
+    global _umad
+    if _umad is not None:
+        _umad.close()
+        _umad = None
+
+
+def get(timeout_ms=1000, retries=2):
+    """The worker's UMAD on the first active port (opened once)."""
+    global _umad
+    if _umad is None or _umad.closed:
+        _umad = umad_mod.get_umad(_port_name(), timeout_ms=timeout_ms,
+                                  retries=retries)
+    _umad.timeout_ms, _umad.retries = timeout_ms, retries
+    return _umad
+
+
+def end_port():
+    ep = umad_mod.get_end_port(_port_name())
+    return {"name": str(ep), "lid": ep.lid, "sm_lid": ep.sm_lid,
+            "sm_sl": ep.sm_sl, "gid": str(ep.default_gid),
+            "guid": int(ep.port_guid), "state": ep.state,
+            "pkeys": ep.pkeys[:4]}
+
+
+def devices():
+    return [(d.name, int(d.node_guid), [p.port_id for p in d.end_ports])
+            for d in umad_mod.get_umad_devices()]
+
+
+def sa_get(record, **kw):
+    """SubnAdmGet of a record object; returns the record."""
+    return get(**kw).SubnAdmGet(record)
+
+
+def sa_table(record, **kw):
+    return get(**kw).SubnAdmGetTable(record)
+
+
+def sa_set(record, **kw):
+    return get(**kw).SubnAdmSet(record)
+
+
+def sa_delete(record, **kw):
+    return get(**kw).SubnAdmDelete(record)
+
+
+def sa_raw(method, record, **kw):
+    """An SA RPC returning the reply bytes and the records."""
+    rep = get(**kw).sa_rpc(method, record)
+    return rep.header.pack() + rep.data, rep.records
+
+
+def path_query(**fields):
+    return sa.path_record_query(get(), **fields)
+
+
+def resolve(reversible=True, properties=None, **path_fields):
+    """resolve_path on a StubPath; returns its attributes."""
+    u = get()
+    p = StubPath(u.end_port, **path_fields)
+    sa.resolve_path(u, p, reversible=reversible, properties=properties)
+    return p.as_dict()
+
+
+def time_path_queries(n, dlid):
+    u = get()
+    t = time.perf_counter()
+    for _ in range(n):
+        sa.path_record_query(u, DLID=dlid, SLID=u.end_port.lid)
+    return (time.perf_counter() - t) / n
+
+
+def open_port(ca, port):
+    """Open a umad port by name (for the missing device/port errors)."""
+    with umad_mod.get_umad(f"{ca}/{port}") as u:
+        return repr(u)
+
+
+def timed_query(path_dlid, timeout_ms, retries):
+    """A PathRecord Get sent to ``path_dlid`` as if it were the SA;
+    returns (elapsed seconds, exception or None)."""
+    u = get(timeout_ms=timeout_ms, retries=retries)
+    path = umad_mod.SAPath(u.end_port, path_dlid)
+    t = time.monotonic()
+    try:
+        u.SubnAdmGet(mad.SAPathRecord(DLID=1, SLID=u.end_port.lid), path)
+    except Exception as e:      # noqa: BLE001 - returned to the test
+        return time.monotonic() - t, e
+    return time.monotonic() - t, None
+
+
+def gil_check(ms):
+    """Count ticks of another thread while recvfrom() waits ``ms``."""
+    import threading
+    u = get()
+    u.register(3, 2, rmpp=True)
+    ticks = 0
+    stop = threading.Event()
+
+    def spin():
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0.001)
+    t = threading.Thread(target=spin)
+    t.start()
+    t0 = time.monotonic()
+    u.recvfrom(ms)
+    waited = time.monotonic() - t0
+    stop.set()
+    t.join()
+    return ticks, waited
