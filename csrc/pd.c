@@ -101,8 +101,8 @@ pd_ah(PyObject *op, PyObject *arg)
         return ah_from_attr(pd, arg);
     /* A path (rdma.path.IBPath) makes and caches its own AH: it is asked,
        so that the path tables live in one Python place. */
-    if (PyObject_HasAttrString(arg, "_cached_ah"))
-        return PyObject_CallMethod(arg, "_cached_ah", "O", op);
+    if (PyObject_HasAttrString(arg, "ah_for"))
+        return PyObject_CallMethod(arg, "ah_for", "O", op);
     if (!PyObject_HasAttrString(arg, "ah_attr_for")) {
         PyErr_Format(PyExc_TypeError, "PD.ah() needs an ibv.ah_attr or a "
                      "path, not %.100s", Py_TYPE(arg)->tp_name);
