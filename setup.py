@@ -26,6 +26,7 @@ SOURCES = [
     "csrc/qp.c",
     "csrc/mr.c",
     "csrc/wr.c",
+    "csrc/capi.c",
     "csrc/provider_verbs.c",
 ]
 
@@ -49,7 +50,9 @@ setup(
         Extension(
             "rdma._ibverbs",
             sources=SOURCES,
-            depends=["csrc/rdma.h", "csrc/provider.h", "csrc/constants.inc"],
+            depends=["csrc/rdma.h", "csrc/provider.h", "csrc/constants.inc",
+                     "rdma/include/pyrdma.h"],
+            include_dirs=["rdma/include"],
             define_macros=macros,
             extra_compile_args=cflags,
             extra_link_args=ldflags,

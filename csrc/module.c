@@ -223,7 +223,7 @@ mod_exec(PyObject *m)
     if (pyrdma_context_init(m, st) < 0 || pyrdma_pd_init(m, st) < 0 ||
         pyrdma_cq_init(m, st) < 0 || pyrdma_qp_init(m, st) < 0 ||
         pyrdma_mr_init(m, st) < 0 || pyrdma_structs_init(m, st) < 0 ||
-        pyrdma_wr_init(m, st) < 0)
+        pyrdma_wr_init(m, st) < 0 || pyrdma_capi_init(m, st) < 0)
         return -1;
     for (i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
         if (PyModule_AddIntConstant(m, constants[i].name,

@@ -119,97 +119,10 @@ struct pyrdma_port_attr {
 };
 
 
-/* ---- Hot-path structs: the ABI layout of the libibverbs structs, so the
- * verbs provider passes them through without copying (provider_verbs.c
- * checks every offset against <infiniband/verbs.h> at compile time). ---- */
-
-/* A scatter/gather element (struct ibv_sge). */
-struct pyrdma_sge {
-    uint64_t addr;     /* start address */
-    uint32_t length;   /* bytes */
-    uint32_t lkey;     /* local key of the MR that covers it */
-};
-
-/* Where a memory window is bound (struct ibv_mw_bind_info). */
-struct pyrdma_mw_bind_info {
-    void *mr;                    /* provider MR handle */
-    uint64_t addr;               /* start of the window */
-    uint64_t length;             /* length of the window */
-    unsigned int mw_access_flags; /* IBV_ACCESS_* */
-};
-
-/* A send work request (struct ibv_send_wr). */
-struct pyrdma_send_wr {
-    uint64_t wr_id;                    /* returned in the completion */
-    struct pyrdma_send_wr *next;       /* next WR of the list, or NULL */
-    struct pyrdma_sge *sg_list;        /* scatter/gather array */
-    int num_sge;                       /* entries in sg_list */
-    int opcode;                        /* IBV_WR_* */
-    unsigned int send_flags;           /* IBV_SEND_* */
-    union {
-        uint32_t imm_data;             /* network byte order */
-        uint32_t invalidate_rkey;
-    };
-    union {
-        struct {
-            uint64_t remote_addr;
-            uint32_t rkey;
-        } rdma;
-        struct {
-            uint64_t remote_addr;
-            uint64_t compare_add;
-            uint64_t swap;
-            uint32_t rkey;
-        } atomic;
-        struct {
-            void *ah;                  /* provider AH handle */
-            uint32_t remote_qpn;
-            uint32_t remote_qkey;
-        } ud;
-    } wr;
-    union {
-        struct {
-            uint32_t remote_srqn;
-        } xrc;
-    } qp_type;
-    union {
-        struct {
-            void *mw;                  /* provider MW handle */
-            uint32_t rkey;
-            struct pyrdma_mw_bind_info bind_info;
-        } bind_mw;
-        struct {
-            void *hdr;
-            uint16_t hdr_sz;
-            uint16_t mss;
-        } tso;
-    };
-};
-
-/* A receive work request (struct ibv_recv_wr). */
-struct pyrdma_recv_wr {
-    uint64_t wr_id;                    /* returned in the completion */
-    struct pyrdma_recv_wr *next;       /* next WR of the list, or NULL */
-    struct pyrdma_sge *sg_list;        /* scatter/gather array */
-    int num_sge;                       /* entries in sg_list */
-};
-
-/* A work completion (struct ibv_wc). */
-struct pyrdma_wc {
-    uint64_t wr_id;          /* of the completed WR */
-    int32_t status;          /* IBV_WC_* status */
-    int32_t opcode;          /* IBV_WC_* opcode */
-    uint32_t vendor_err;     /* vendor syndrome */
-    uint32_t byte_len;       /* bytes received */
-    uint32_t imm_data;       /* network order; or the invalidated rkey */
-    uint32_t qp_num;         /* local QP number */
-    uint32_t src_qp;         /* remote QP number (UD) */
-    uint32_t wc_flags;       /* IBV_WC_GRH, IBV_WC_WITH_IMM, ... */
-    uint16_t pkey_index;     /* P_Key index (GSI QPs) */
-    uint16_t slid;           /* source LID (UD) */
-    uint8_t sl;              /* service level (UD) */
-    uint8_t dlid_path_bits;  /* DLID path bits (UD) */
-};
+/* The hot-path structs (pyrdma_sge, pyrdma_send_wr, pyrdma_recv_wr,
+   pyrdma_wc) are public: they live in rdma/include/pyrdma.h, the header of
+   the C API for Cython and C users. */
+#include "pyrdma.h"
 
 /* ---- Control-path structs: provider neutral, converted by providers. ---- */
 

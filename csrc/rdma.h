@@ -281,6 +281,7 @@ int pyrdma_cq_init(PyObject *module, pyrdma_state *st);
 int pyrdma_qp_init(PyObject *module, pyrdma_state *st);
 int pyrdma_mr_init(PyObject *module, pyrdma_state *st);
 int pyrdma_wr_init(PyObject *module, pyrdma_state *st);
+int pyrdma_capi_init(PyObject *module, pyrdma_state *st);
 /* Create objects (used by Context and PD methods). */
 PyObject *pyrdma_pd_new(pyrdma_Context *ctx);
 PyObject *pyrdma_cq_new(pyrdma_Context *ctx, PyObject *args, PyObject *kw);

@@ -10,8 +10,16 @@ from rdma.devices import (Device, EndPort, get_devices, get_end_port,
 
 __version__ = "0.1.0"
 
+
+def get_include() -> str:
+    """The directory of ``pyrdma.h`` (the C API) and, beside the package,
+    ``rdma/capi.pxd``: pass it as an include dir to C/Cython extensions."""
+    import os
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "include")
+
 __all__ = ["RDMAError", "SysError", "WRError", "WCError", "Device", "EndPort", "get_devices",
-           "get_end_port", "get_verbs", "get_umad", "__version__"]
+           "get_end_port", "get_verbs", "get_umad", "get_include", "__version__"]
 
 
 def __getattr__(name):

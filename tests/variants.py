@@ -52,6 +52,21 @@ def build(name: str, quiet: bool = True) -> Path:
     return out
 
 
+def build_cython_example() -> Path:
+    """Compile examples/cython/fastloop.pyx against rdma.get_include() into
+    build/variants/cython-example; return that directory."""
+    out = variant_dir("cython-example")
+    cmd = [sys.executable, str(ROOT / "examples" / "cython" / "setup.py"),
+           "-q", "build_ext", "--build-lib", str(out), "--build-temp",
+           str(ROOT / "build" / "temp-cython")]
+    res = subprocess.run(cmd, cwd=ROOT / "build", capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"building the Cython example failed:\n"
+                           f"{res.stdout}\n{res.stderr}")
+    return out
+
+
 def asan_runtime() -> str:
     """Path of the ASan runtime of the compiler that built the asan variant."""
     return subprocess.run(["gcc", "-print-file-name=libasan.so"],
@@ -60,5 +75,6 @@ def asan_runtime() -> str:
 
 
 if __name__ == "__main__":
-    for n in sys.argv[1:] or ["linked", "asan"]:
-        print(f"[variants] {n}: {build(n)}")
+    for n in sys.argv[1:] or ["linked", "asan", "cython-example"]:
+        d = build_cython_example() if n == "cython-example" else build(n)
+        print(f"[variants] {n}: {d}")
