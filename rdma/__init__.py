@@ -11,6 +11,13 @@ from rdma.devices import (Device, EndPort, get_devices, get_end_port,
 __version__ = "0.1.0"
 
 
+def get_umad(end_port=None, **kwargs):
+    """Open a :class:`rdma.umad.UMAD` (MADs through libibumad) on
+    *end_port*; see :func:`rdma.umad.get_umad`."""
+    from rdma.umad import get_umad as _get_umad
+    return _get_umad(end_port, **kwargs)
+
+
 def get_include() -> str:
     """The directory of ``pyrdma.h`` (the C API) and, beside the package,
     ``rdma/capi.pxd``: pass it as an include dir to C/Cython extensions."""
@@ -27,9 +34,6 @@ def __getattr__(name):
     if name == "WCError":
         from rdma.ibverbs import WCError
         return WCError
-    if name == "get_umad":
-        from rdma.umad import get_umad
-        return get_umad
     if name in ("path", "vtools", "aio", "ibverbs", "IBA", "sa", "umad"):
         import importlib
         return importlib.import_module(f"rdma.{name}")

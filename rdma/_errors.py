@@ -48,3 +48,9 @@ class WRError(SysError):
 
     def __reduce__(self):
         return (type(self), SysError.__reduce__(self)[1] + (self.index, None))
+
+
+# Shown (and documented) as rdma.RDMAError, rdma.SysError, rdma.WRError.
+for _cls in (RDMAError, SysError, WRError):
+    _cls.__module__ = "rdma"
+del _cls
