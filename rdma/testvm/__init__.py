@@ -952,6 +952,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
                 msg = f"guest kernel panic: {panic.group(0).strip()}"
             elif err:
                 msg = f"guest setup failed: {err}"
+            elif qlog:
+                msg = f"{what}: {_tail(qlog, 1)}"
             else:
                 msg = what
             if qlog:
