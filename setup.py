@@ -28,6 +28,7 @@ SOURCES = [
     "csrc/wr.c",
     "csrc/capi.c",
     "csrc/provider_verbs.c",
+    "csrc/provider_ucx.c",
 ]
 
 cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",

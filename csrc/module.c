@@ -12,6 +12,7 @@ static const struct {
 /* The providers compiled into this build, in selection order. */
 static const struct pyrdma_provider *const providers[] = {
     &pyrdma_provider_verbs,
+    &pyrdma_provider_ucx,
 };
 #define NPROVIDERS (sizeof(providers) / sizeof(providers[0]))
 

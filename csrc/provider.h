@@ -352,5 +352,6 @@ struct pyrdma_provider {
 
 /* The providers compiled in. */
 extern const struct pyrdma_provider pyrdma_provider_verbs;
+extern const struct pyrdma_provider pyrdma_provider_ucx;
 
 #endif /* PYRDMA_PROVIDER_H */

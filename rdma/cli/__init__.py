@@ -11,6 +11,7 @@ from typing import List, Optional
 
 from rdma._errors import RDMAError
 from rdma.cli import saquery as _saquery
+from rdma.cli import validate as _validate
 
 __all__ = ["main"]
 
@@ -51,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_provider(p)
     p.set_defaults(func=_cmd_demo)
     _saquery.add_parser(sub)
+    _validate.add_parser(sub)
+    from rdma.cli import pingpong as _pingpong
+    _pingpong.add_parser(sub)
+    from rdma.cli import perf as _perf
+    _perf.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,3497 @@
+/* provider_ucx.c - the software fabric: verbs semantics on UCP active messages. */
+
+/*
+ * A "NIC" in software.  Every process has one fabric node (device "ucx0"):
+ * a UCP context and worker (thread mode MULTI), a sockaddr listener, a
+ * progress thread and an entry in the rendezvous directory.  Contexts,
+ * PDs, CQs, QPs... are plain C structs of this file, guarded by one mutex
+ * (N.lock); UCP is never called with N.lock held, so the only lock order is
+ * "UCP worker lock, then N.lock" (inside UCP callbacks).
+ *
+ * The wire: every operation is one active message (AM_REQ) carrying a
+ * header (struct wire) and the payload; the responder validates it (QP,
+ * rkey, bounds, access) and executes it in its AM callback, which runs in
+ * the responder's progress thread (or in its poll_cq), never in Python.
+ * Responses (AM_RESP: cumulative ACKs, NAKs, READ/atomic data) go through
+ * an ordered outbox that is sent outside every lock.  A requester completes
+ * an RC WR when its response arrives, UC/UD WRs when UCP has sent them.
+ * Nothing is ever DMA'd from or into user memory outside N.lock, and an MR
+ * is removed from the key table under N.lock, so a deregistered MR or a
+ * stale key can only produce an error completion.
+ *
+ * Addressing: the port GID is fe80::<GUID> where the GUID holds the IPv4
+ * address (4 bytes) and TCP port (2 bytes) of the node's sockaddr listener
+ * and a 2-byte salt; the LID is unique among the nodes of one host (claimed
+ * in the rendezvous directory).  docs/fabric.rst describes it.
+ */
+
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>   /* enum values only: no libibverbs call */
+#include <ucp/api/ucp.h>
+
+#include "provider.h"
+
+/* ------------------------------------------------------------------ */
+/* libucp, loaded with dlopen                                          */
+
+static struct {
+    int loaded;
+    void *dl;
+    ucs_status_t (*config_read)(const char *, const char *, ucp_config_t **);
+    void (*config_release)(ucp_config_t *);
+    ucs_status_t (*init_version)(unsigned, unsigned, const ucp_params_t *,
+                                 const ucp_config_t *, ucp_context_h *);
+    void (*cleanup)(ucp_context_h);
+    void (*get_version)(unsigned *, unsigned *, unsigned *);
+    ucs_status_t (*worker_create)(ucp_context_h, const ucp_worker_params_t *,
+                                  ucp_worker_h *);
+    ucs_status_t (*worker_get_address)(ucp_worker_h, ucp_address_t **,
+                                       size_t *);
+    void (*worker_release_address)(ucp_worker_h, ucp_address_t *);
+    unsigned (*worker_progress)(ucp_worker_h);
+    ucs_status_t (*worker_get_efd)(ucp_worker_h, int *);
+    ucs_status_t (*worker_arm)(ucp_worker_h);
+    ucs_status_t (*worker_signal)(ucp_worker_h);
+    ucs_status_t (*worker_set_am_recv_handler)(ucp_worker_h,
+                                               const ucp_am_handler_param_t *);
+    ucs_status_t (*listener_create)(ucp_worker_h, const ucp_listener_params_t *,
+                                    ucp_listener_h *);
+    ucs_status_t (*listener_query)(ucp_listener_h, ucp_listener_attr_t *);
+    ucs_status_t (*listener_reject)(ucp_listener_h, ucp_conn_request_h);
+    ucs_status_t (*ep_create)(ucp_worker_h, const ucp_ep_params_t *,
+                              ucp_ep_h *);
+    ucs_status_ptr_t (*am_send_nbx)(ucp_ep_h, unsigned, const void *, size_t,
+                                    const void *, size_t,
+                                    const ucp_request_param_t *);
+    ucs_status_ptr_t (*am_recv_data_nbx)(ucp_worker_h, void *, void *, size_t,
+                                         const ucp_request_param_t *);
+    void (*request_free)(void *);
+    const char *(*status_string)(ucs_status_t);
+} U;
+
+/* ------------------------------------------------------------------ */
+/* constants                                                           */
+
+#define DEV_NAME "ucx0"
+#define AM_REQ 17
+#define AM_RESP 18
+#define QPN_IDX_BITS 14
+#define MAX_QP (1 << QPN_IDX_BITS)
+#define MAX_WR 16384
+#define MAX_SGE 16
+#define MAX_INLINE 4096
+#define MAX_CQE (1 << 20)
+#define MAX_RD_ATOM 16
+#define SLOT_SMALL 192          /* preallocated payload bytes per send slot */
+#define GRH_LEN 40
+#define PORT_MTU IBV_MTU_4096
+#define MAX_MSG (1u << 31)
+#define SALT_TRIES 64
+
+/* REQ operations */
+enum { OP_SEND, OP_WRITE, OP_READ, OP_CAS, OP_FAA };
+/* REQ flags */
+enum { F_IMM = 1, F_SOLICITED = 2 };
+/* RESP codes */
+enum { R_ACK, R_READ, R_ATOMIC, R_RNR_WAIT, R_RNR_EXC, R_REM_ACCESS,
+       R_REM_INV, R_REM_OP, R_NOQP };
+
+/* The header of every message ("BTH" + "RETH"/"AtomicETH"/"DETH"). */
+struct wire {
+    uint8_t kind;        /* AM_REQ or AM_RESP */
+    uint8_t op;          /* REQ: OP_*; RESP: R_* */
+    uint8_t flags;       /* F_* */
+    uint8_t rnr_retry;   /* requester's rnr_retry (REQ) */
+    uint32_t dst_qpn;    /* the QP it is for */
+    uint32_t src_qpn;    /* the QP it is from */
+    uint32_t psn;        /* REQ: its PSN; ACK: last PSN acknowledged */
+    uint32_t slot;       /* requester's SQ index (echoed) */
+    uint32_t epoch;      /* requester QP incarnation (echoed) */
+    uint64_t src_guid;   /* sending node */
+    uint16_t src_lid;    /* sending node's LID */
+    uint16_t qp_type;    /* IBV_QPT_* of the sender */
+    uint32_t imm;        /* immediate data, network order */
+    uint32_t rkey;       /* remote key */
+    uint32_t qkey;       /* UD Q_Key */
+    uint32_t len;        /* payload bytes (SEND/WRITE) or READ length */
+    uint32_t pad;
+    uint64_t raddr;      /* remote address */
+    uint64_t cmp;        /* atomic compare or add */
+    uint64_t swap;       /* atomic swap */
+};
+
+/* ------------------------------------------------------------------ */
+/* objects                                                             */
+
+struct uctx;
+struct ucq;
+struct usrq;
+struct uqp;
+struct peer;
+
+/* A pending asynchronous event of a context. */
+struct aev {
+    int32_t type;          /* IBV_EVENT_* */
+    int32_t kind;          /* PYRDMA_EV_* */
+    void *element;         /* qp/srq/cq context pointer */
+};
+
+/* An open device. */
+struct uctx {
+    int async_fd;          /* eventfd, readable while events are queued */
+    struct aev *ev;        /* ring of pending async events */
+    uint32_t ev_head, ev_tail, ev_cap;
+};
+
+/* A protection domain. */
+struct upd {
+    struct uctx *ctx;      /* its context */
+};
+
+/* A memory region (a row of the key table). */
+struct umr {
+    struct upd *pd;        /* PD it belongs to */
+    uint8_t *addr;         /* start */
+    size_t len;            /* bytes */
+    unsigned int access;   /* IBV_ACCESS_* */
+    uint32_t key;          /* lkey == rkey */
+    void *owned;           /* memory allocated by alloc_mr, or NULL */
+};
+
+/* A completion channel. */
+struct ucc {
+    int fd;                /* eventfd, readable while events are queued */
+    void **q;              /* ring of cq_context pointers */
+    struct ucq **qcq;      /* the CQ of each queued event */
+    uint32_t head, tail, cap;
+};
+
+/* A completion queue. */
+struct ucq {
+    struct uctx *ctx;      /* its context */
+    struct ucc *cc;        /* completion channel or NULL */
+    void *cq_context;      /* returned by get_cq_event */
+    struct pyrdma_wc *ring; /* entries */
+    uint32_t mask;         /* ring size - 1 */
+    uint32_t cqe;          /* usable entries */
+    uint32_t head, tail;   /* consumer / producer */
+    int armed;             /* 0, 1: any completion, 2: solicited only */
+    int overrun;           /* an entry was lost */
+};
+
+/* A posted receive. */
+struct rwqe {
+    uint64_t wr_id;        /* returned in the completion */
+    int num_sge;           /* entries used */
+    struct pyrdma_sge *sge; /* max_sge entries */
+};
+
+/* A receive queue (of a QP or an SRQ). */
+struct rq {
+    struct rwqe *w;        /* ring */
+    struct pyrdma_sge *sges; /* storage of every WQE's s/g list */
+    uint32_t mask, max_wr, max_sge;
+    uint32_t head, tail;
+};
+
+/* A shared receive queue. */
+struct usrq {
+    struct upd *pd;        /* PD it belongs to */
+    void *srq_context;     /* for async events */
+    struct rq rq;          /* the receives */
+    uint32_t limit;        /* SRQ limit (0: disarmed) */
+};
+
+/* A message the responder keeps for later (RNR, or behind a rendezvous). */
+struct inmsg {
+    struct inmsg *next;    /* next in the QP's inbound queue */
+    struct uqp *qp;        /* owner; NULL once the QP is gone */
+    int ready;             /* the data has arrived */
+    int inflight;          /* UCP still writes into data */
+    uint64_t hold_until;   /* RNR: NAK after this time (0: not held yet) */
+    int hold_forever;      /* RNR with rnr_retry 7 */
+    int waited;            /* an RNR_WAIT was sent */
+    int lost;              /* the data never arrived: drop it */
+    size_t len;            /* bytes of data */
+    uint8_t *data;         /* struct wire + payload */
+};
+
+/* A send work request in flight. */
+struct slot {
+    struct uqp *qp;        /* owner; NULL once the QP is gone */
+    uint32_t idx;          /* absolute SQ index */
+    ucp_ep_h ep;           /* where it goes */
+    uint64_t wr_id;        /* returned in the completion */
+    int opcode;            /* IBV_WR_* */
+    int signaled;          /* make a completion on success */
+    int done;              /* completed (status valid) */
+    int status;            /* IBV_WC_* */
+    int need_send;         /* post_send must transmit it */
+    int imm_done;          /* post_send saw UCP complete it immediately */
+    int inflight;          /* UCP still reads buf */
+    int rnr_wait;          /* responder holds it for RNR: no ack timer */
+    uint32_t psn;          /* PSN */
+    uint32_t byte_len;     /* for READ/atomic completions */
+    uint64_t deadline;     /* ack timeout (ns), 0: none */
+    int num_sge;           /* local s/g (READ/atomic targets) */
+    struct pyrdma_sge *sge; /* max_send_sge entries */
+    uint8_t *buf;          /* wire + payload to send */
+    size_t len;            /* bytes in buf */
+    size_t cap;            /* capacity of buf */
+    uint8_t small[SLOT_SMALL]; /* buf when it fits */
+};
+
+/* A node reachable over the fabric. */
+struct peer {
+    uint64_t guid;         /* its GUID */
+    uint16_t lid;          /* its LID (0 if unknown) */
+    ucp_ep_h ep;           /* endpoint to it */
+    int failed;            /* the endpoint failed or the process died */
+    pid_t pid;             /* same host: its pid (0: unknown) */
+    uint64_t next_check;   /* next liveness check (ns) */
+};
+
+/* A queue pair. */
+struct uqp {
+    struct upd *pd;        /* PD */
+    struct ucq *scq, *rcq; /* CQs */
+    struct usrq *srq;      /* SRQ or NULL */
+    void *qp_context;      /* for async events */
+    uint32_t qpn;          /* QP number */
+    int type;              /* IBV_QPT_* */
+    int sq_sig_all;        /* every WR signaled */
+    struct pyrdma_qp_cap cap; /* capacities */
+    struct pyrdma_qp_attr attr; /* as modified (state in attr.qp_state) */
+    uint32_t epoch;        /* incremented at RESET */
+    pthread_mutex_t post_lock; /* serializes post_send callers */
+    /* send queue */
+    struct slot *sq;       /* ring */
+    uint32_t sq_mask;      /* ring size - 1 */
+    uint32_t sq_head, sq_tail; /* oldest uncompleted, next free */
+    uint32_t next_psn;     /* next PSN to send */
+    int err_pending;       /* a WR failed: later WRs flush */
+    struct peer *peer;     /* RC/UC: the remote node */
+    /* receive side */
+    struct rq rq;          /* own receives (no SRQ) */
+    uint32_t expect_psn;   /* responder: next PSN */
+    uint32_t dead_epoch;   /* drop requests of this requester epoch */
+    int dead_valid;        /* dead_epoch is set */
+    struct inmsg *inq, *inq_tail; /* held/ordered inbound messages */
+    struct obox *ack_item; /* its pending ACK in the outbox */
+    int destroyed;         /* being destroyed */
+};
+
+/* A response waiting to be sent. */
+struct obox {
+    struct obox *next;
+    struct uqp *qp;        /* for ACK coalescing (may be stale: checked) */
+    ucp_ep_h ep;           /* where */
+    size_t len;            /* bytes */
+    uint8_t *buf;          /* small or heap */
+    uint8_t small[sizeof(struct wire) + 8];
+};
+
+/* An address handle. */
+struct uah {
+    struct upd *pd;        /* PD */
+    struct peer *peer;     /* resolved node */
+    struct pyrdma_ah_attr attr; /* as created */
+};
+
+/* Memory UCP may still use after its owner went away. */
+struct grave {
+    struct grave *next;
+    struct slot *sq;       /* slots, freed at exit */
+};
+
+/* The process's fabric node. */
+static struct node {
+    int up;                /* initialized */
+    pid_t pid;             /* process that initialized it */
+    pthread_mutex_t lock;  /* guards everything below */
+    ucp_context_h uctx;
+    ucp_worker_h w;
+    ucp_listener_h listener;
+    ucp_address_t *waddr;
+    size_t waddr_len;
+    int efd, epfd, stopfd;
+    pthread_t thr;
+    volatile int stop;
+    uint64_t guid;         /* host order */
+    uint16_t lid;
+    uint8_t gid[16];
+    uint32_t ip;           /* network order */
+    uint16_t port;         /* host order, 0: no listener */
+    char dir[200];         /* rendezvous directory */
+    char nodefile[260], lidfile[260];
+    char boot_id[40];
+    unsigned long netns;
+    /* tables */
+    struct uqp *qps[MAX_QP];
+    uint16_t qp_gen[MAX_QP];
+    uint32_t qp_next;
+    struct umr **mrs;
+    uint8_t *mr_gen;
+    uint32_t nmr;
+    struct peer **peers;
+    int npeers, cpeers;
+    ucp_ep_h *accepted;
+    int nacc, cacc;
+    struct obox *ob_head, *ob_tail, *ob_free;
+    pthread_mutex_t drain_lock;
+    struct grave *graves;
+    int timers;            /* something waits on a timer */
+    uint32_t qp_hi;        /* QP table entries in use are below this */
+    uint64_t app_progress; /* when poll_cq last drove progress (ns) */
+    int quietfd;           /* epoll set of stopfd only */
+} N = {.lock = PTHREAD_MUTEX_INITIALIZER,
+       .drain_lock = PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define LOCK() pthread_mutex_lock(&N.lock)
+#define UNLOCK() pthread_mutex_unlock(&N.lock)
+
+static uint64_t
+now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static int
+ucs_fail(struct pyrdma_status *st, ucs_status_t s, const char *func,
+         const char *what)
+{
+    return pyrdma_fail(st, s == UCS_ERR_NO_MEMORY ? ENOMEM : EIO, func,
+                       "%s: %s", what, U.status_string ? U.status_string(s)
+                                                       : "UCX error");
+}
+
+/* ------------------------------------------------------------------ */
+/* loading                                                             */
+
+static int
+load(struct pyrdma_status *st)
+{
+    const char *lib;
+
+    if (U.loaded)
+        return 0;
+    lib = getenv("RDMA_UCX_LIBRARY");
+    if (lib == NULL || lib[0] == '\0')
+        lib = "libucp.so.0";
+    if (U.dl == NULL) {
+        U.dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (U.dl == NULL) {
+            const char *why = dlerror();
+            return pyrdma_fail(st, ENOENT, "dlopen",
+                               "cannot load %s (%s); install the Debian "
+                               "package libucx0 (UCX)", lib,
+                               why ? why : "unknown error");
+        }
+    }
+#define REQ(field, name) \
+    if ((*(void **)&U.field = dlsym(U.dl, name)) == NULL) { \
+        pyrdma_fail(st, ENOSYS, "dlsym", "%s has no symbol %s (UCX too " \
+                    "old? 1.13 or later is needed)", lib, name); \
+        goto fail; \
+    }
+    REQ(config_read, "ucp_config_read");
+    REQ(config_release, "ucp_config_release");
+    REQ(init_version, "ucp_init_version");
+    REQ(cleanup, "ucp_cleanup");
+    REQ(get_version, "ucp_get_version");
+    REQ(worker_create, "ucp_worker_create");
+    REQ(worker_get_address, "ucp_worker_get_address");
+    REQ(worker_release_address, "ucp_worker_release_address");
+    REQ(worker_progress, "ucp_worker_progress");
+    REQ(worker_get_efd, "ucp_worker_get_efd");
+    REQ(worker_arm, "ucp_worker_arm");
+    REQ(worker_signal, "ucp_worker_signal");
+    REQ(worker_set_am_recv_handler, "ucp_worker_set_am_recv_handler");
+    REQ(listener_create, "ucp_listener_create");
+    REQ(listener_query, "ucp_listener_query");
+    REQ(listener_reject, "ucp_listener_reject");
+    REQ(ep_create, "ucp_ep_create");
+    REQ(am_send_nbx, "ucp_am_send_nbx");
+    REQ(am_recv_data_nbx, "ucp_am_recv_data_nbx");
+    REQ(request_free, "ucp_request_free");
+    REQ(status_string, "ucs_status_string");
+#undef REQ
+    U.loaded = 1;
+    return 0;
+fail:
+    dlclose(U.dl);
+    U.dl = NULL;
+    return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* small helpers                                                       */
+
+static uint32_t
+pow2(uint32_t n)
+{
+    uint32_t p = 1;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+/* Signed distance of 24-bit PSNs: a - b. */
+static int32_t
+psn_diff(uint32_t a, uint32_t b)
+{
+    return (int32_t)((a - b) << 8) >> 8;
+}
+
+static void
+wake_progress(void)
+{
+    if (N.w != NULL)
+        U.worker_signal(N.w);
+}
+
+static void
+ctx_event(struct uctx *c, int type, int kind, void *element)
+{
+    uint64_t one = 1;
+    if (c->ev_tail - c->ev_head == c->ev_cap) {
+        uint32_t ncap = c->ev_cap ? c->ev_cap * 2 : 16, i;
+        struct aev *n = malloc(sizeof(*n) * ncap);
+        if (n == NULL)
+            return;
+        for (i = 0; i < c->ev_tail - c->ev_head; i++)
+            n[i] = c->ev[(c->ev_head + i) % (c->ev_cap ? c->ev_cap : 1)];
+        free(c->ev);
+        c->ev = n;
+        c->ev_tail -= c->ev_head;
+        c->ev_head = 0;
+        c->ev_cap = ncap;
+    }
+    c->ev[c->ev_tail % c->ev_cap] = (struct aev){type, kind, element};
+    c->ev_tail++;
+    if (write(c->async_fd, &one, sizeof(one)) < 0) {
+        /* the counter cannot overflow in practice */
+    }
+}
+
+static struct umr *
+mr_lookup(uint32_t key)
+{
+    uint32_t idx = key >> 8;
+    if (idx == 0 || idx >= N.nmr || N.mrs[idx] == NULL ||
+        N.mrs[idx]->key != key)
+        return NULL;
+    return N.mrs[idx];
+}
+
+/* Return 1 if [addr, addr+len) lies in mr. */
+static int
+in_mr(const struct umr *mr, uint64_t addr, uint64_t len)
+{
+    uint64_t start = (uint64_t)(uintptr_t)mr->addr;
+    return addr >= start && len <= mr->len && addr - start <= mr->len - len;
+}
+
+/* Check a local s/g list against the key table: 0 or an IBV_WC_* status. */
+static int
+check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n, int write,
+           int bad_status)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        struct umr *mr;
+        if (sg[i].length == 0)
+            continue;
+        mr = mr_lookup(sg[i].lkey);
+        if (mr == NULL || mr->pd != pd || !in_mr(mr, sg[i].addr, sg[i].length)
+            || (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
+            return bad_status;
+    }
+    return 0;
+}
+
+/* Scatter len bytes of src into a checked s/g list; return bytes copied. */
+static size_t
+scatter(const struct pyrdma_sge *sg, int n, const uint8_t *src, size_t len)
+{
+    size_t done = 0;
+    int i;
+    for (i = 0; i < n && done < len; i++) {
+        size_t k = sg[i].length;
+        if (k > len - done)
+            k = len - done;
+        memcpy((void *)(uintptr_t)sg[i].addr, src + done, k);
+        done += k;
+    }
+    return done;
+}
+
+/* ------------------------------------------------------------------ */
+/* completion queues and channels                                      */
+
+static void
+cc_push(struct ucc *cc, struct ucq *cq)
+{
+    uint64_t one = 1;
+    if (cc->tail - cc->head == cc->cap) {
+        uint32_t ncap = cc->cap ? cc->cap * 2 : 16, i, n = cc->tail - cc->head;
+        void **q = malloc(sizeof(*q) * ncap);
+        struct ucq **qc = malloc(sizeof(*qc) * ncap);
+        if (q == NULL || qc == NULL) {
+            free(q);
+            free(qc);
+            return;
+        }
+        for (i = 0; i < n; i++) {
+            q[i] = cc->q[(cc->head + i) % cc->cap];
+            qc[i] = cc->qcq[(cc->head + i) % cc->cap];
+        }
+        free(cc->q);
+        free(cc->qcq);
+        cc->q = q;
+        cc->qcq = qc;
+        cc->head = 0;
+        cc->tail = n;
+        cc->cap = ncap;
+    }
+    cc->q[cc->tail % cc->cap] = cq->cq_context;
+    cc->qcq[cc->tail % cc->cap] = cq;
+    cc->tail++;
+    if (write(cc->fd, &one, sizeof(one)) < 0) {
+        /* cannot overflow in practice */
+    }
+}
+
+/* Append a completion; raise the CQ's event if it is armed for it. */
+static void
+cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited)
+{
+    if (cq->tail - cq->head >= cq->cqe) {
+        if (!cq->overrun) {
+            cq->overrun = 1;
+            ctx_event(cq->ctx, IBV_EVENT_CQ_ERR, PYRDMA_EV_CQ,
+                      cq->cq_context);
+        }
+        return;
+    }
+    cq->ring[cq->tail & cq->mask] = *wc;
+    __atomic_store_n(&cq->tail, cq->tail + 1, __ATOMIC_RELEASE);
+    if (cq->armed && cq->cc != NULL &&
+        (cq->armed == 1 || solicited || wc->status != IBV_WC_SUCCESS)) {
+        cq->armed = 0;
+        cc_push(cq->cc, cq);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* the outbox: responses, sent in order outside every lock             */
+
+static struct obox *
+ob_new(struct uqp *q, size_t len)
+{
+    struct obox *o = N.ob_free;
+    if (o != NULL)
+        N.ob_free = o->next;
+    else if ((o = malloc(sizeof(*o))) == NULL)
+        return NULL;
+    o->next = NULL;
+    o->qp = q;
+    o->ep = q->peer->ep;
+    o->len = len;
+    o->buf = len <= sizeof(o->small) ? o->small : malloc(len);
+    if (o->buf == NULL) {
+        o->next = N.ob_free;
+        N.ob_free = o;
+        return NULL;
+    }
+    if (N.ob_tail)
+        N.ob_tail->next = o;
+    else
+        N.ob_head = o;
+    N.ob_tail = o;
+    return o;
+}
+
+static void
+ob_recycle(struct obox *o)
+{
+    if (o->buf != o->small)
+        free(o->buf);
+    o->buf = NULL;
+    o->next = N.ob_free;
+    N.ob_free = o;
+}
+
+static void
+resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
+{
+    memset(r, 0, sizeof(*r));
+    r->kind = AM_RESP;
+    r->op = (uint8_t)code;
+    r->dst_qpn = h->src_qpn;
+    r->src_qpn = q->qpn;
+    r->psn = h->psn;
+    r->slot = h->slot;
+    r->epoch = h->epoch;
+    r->src_guid = N.guid;
+    r->src_lid = N.lid;
+}
+
+/* Queue a coalescing ACK of h->psn for q. */
+static void
+queue_ack(struct uqp *q, const struct wire *h)
+{
+    struct obox *o = q->ack_item;
+    if (q->peer == NULL || q->peer->failed)
+        return;
+    if (o != NULL) {
+        struct wire *r = (struct wire *)o->buf;
+        if (r->epoch == h->epoch) {
+            r->psn = h->psn;
+            r->slot = h->slot;
+            return;
+        }
+    }
+    o = ob_new(q, sizeof(struct wire));
+    if (o == NULL)
+        return;
+    resp_header((struct wire *)o->buf, q, h, R_ACK);
+    q->ack_item = o;
+}
+
+/* Queue a response other than an ACK (data may be NULL). */
+static void
+queue_resp(struct uqp *q, const struct wire *h, int code, const void *data,
+           size_t dlen)
+{
+    struct obox *o;
+    if (q->peer == NULL || q->peer->failed)
+        return;
+    o = ob_new(q, sizeof(struct wire) + dlen);
+    if (o == NULL)
+        return;
+    resp_header((struct wire *)o->buf, q, h, code);
+    ((struct wire *)o->buf)->len = (uint32_t)dlen;
+    if (dlen)
+        memcpy(o->buf + sizeof(struct wire), data, dlen);
+    q->ack_item = NULL;     /* later ACKs must come after this */
+}
+
+static void
+ob_sent_cb(void *req, ucs_status_t status, void *user)
+{
+    (void)status;
+    LOCK();
+    ob_recycle(user);
+    UNLOCK();
+    U.request_free(req);
+}
+
+/* Send the outbox.  Never called with N.lock held nor from a UCP callback;
+   whoever holds drain_lock sends everything, in order. */
+static void
+drain(void)
+{
+    for (;;) {
+        struct obox *list, *o, *next, *recycle = NULL;
+        if (pthread_mutex_trylock(&N.drain_lock) != 0)
+            return;
+        for (;;) {
+            LOCK();
+            list = N.ob_head;
+            N.ob_head = N.ob_tail = NULL;
+            for (o = list; o; o = o->next)
+                if (o->qp != NULL && o->qp->ack_item == o)
+                    o->qp->ack_item = NULL;
+            UNLOCK();
+            if (list == NULL)
+                break;
+            for (o = list; o; o = next) {
+                ucp_request_param_t p;
+                ucs_status_ptr_t r;
+                next = o->next;
+                memset(&p, 0, sizeof(p));
+                p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                 UCP_OP_ATTR_FIELD_USER_DATA;
+                p.cb.send = ob_sent_cb;
+                p.user_data = o;
+                r = U.am_send_nbx(o->ep, AM_RESP, o->buf,
+                                  sizeof(struct wire),
+                                  o->buf + sizeof(struct wire),
+                                  o->len - sizeof(struct wire), &p);
+                if (!UCS_PTR_IS_PTR(r)) {
+                    o->next = recycle;
+                    recycle = o;
+                }
+            }
+            if (recycle) {
+                LOCK();
+                for (o = recycle; o; o = next) {
+                    next = o->next;
+                    ob_recycle(o);
+                }
+                UNLOCK();
+                recycle = NULL;
+            }
+        }
+        pthread_mutex_unlock(&N.drain_lock);
+        LOCK();
+        o = N.ob_head;
+        UNLOCK();
+        if (o == NULL)
+            return;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* requester side: completions                                         */
+
+static void rq_flush(struct uqp *q);
+
+static void
+qp_enter_err(struct uqp *q)
+{
+    if (q->attr.qp_state == IBV_QPS_ERR)
+        return;
+    q->attr.qp_state = IBV_QPS_ERR;
+    if (q->srq != NULL)
+        ctx_event(q->pd->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, PYRDMA_EV_QP,
+                  q->qp_context);
+    else
+        rq_flush(q);
+}
+
+static const int wc_opcode_of[] = {
+    [IBV_WR_RDMA_WRITE] = IBV_WC_RDMA_WRITE,
+    [IBV_WR_RDMA_WRITE_WITH_IMM] = IBV_WC_RDMA_WRITE,
+    [IBV_WR_SEND] = IBV_WC_SEND,
+    [IBV_WR_SEND_WITH_IMM] = IBV_WC_SEND,
+    [IBV_WR_RDMA_READ] = IBV_WC_RDMA_READ,
+    [IBV_WR_ATOMIC_CMP_AND_SWP] = IBV_WC_COMP_SWAP,
+    [IBV_WR_ATOMIC_FETCH_AND_ADD] = IBV_WC_FETCH_ADD,
+};
+
+/* Complete the done slots at the head of the SQ, in order. */
+static void
+sq_advance(struct uqp *q)
+{
+    while (q->sq_head != q->sq_tail) {
+        struct slot *s = &q->sq[q->sq_head & q->sq_mask];
+        if (!s->done)
+            break;
+        if (s->status != IBV_WC_SUCCESS || s->signaled) {
+            struct pyrdma_wc wc;
+            memset(&wc, 0, sizeof(wc));
+            wc.wr_id = s->wr_id;
+            wc.status = s->status;
+            wc.opcode = (s->opcode >= 0 && s->opcode <= 6)
+                        ? wc_opcode_of[s->opcode] : IBV_WC_SEND;
+            wc.byte_len = s->byte_len;
+            wc.qp_num = q->qpn;
+            cq_push(q->scq, &wc, 0);
+        }
+        if (s->status != IBV_WC_SUCCESS && s->status != IBV_WC_WR_FLUSH_ERR)
+            qp_enter_err(q);
+        q->sq_head++;
+    }
+}
+
+/* Fail slot i with status; every later WR flushes. */
+static void
+sq_fail(struct uqp *q, uint32_t i, int status)
+{
+    uint32_t k;
+    struct slot *s = &q->sq[i & q->sq_mask];
+    s->done = 1;
+    s->status = status;
+    for (k = i + 1; k != q->sq_tail; k++) {
+        struct slot *t = &q->sq[k & q->sq_mask];
+        if (!t->done) {
+            t->done = 1;
+            t->status = IBV_WC_WR_FLUSH_ERR;
+        }
+    }
+    q->err_pending = 1;
+}
+
+/* Fail the first outstanding WR of q (peer gone, timeout). */
+static void
+sq_fail_outstanding(struct uqp *q, int status)
+{
+    uint32_t i;
+    for (i = q->sq_head; i != q->sq_tail; i++)
+        if (!q->sq[i & q->sq_mask].done) {
+            sq_fail(q, i, status);
+            break;
+        }
+    sq_advance(q);
+}
+
+/* ------------------------------------------------------------------ */
+/* receive queues                                                      */
+
+static int
+rq_init(struct rq *r, uint32_t max_wr, uint32_t max_sge)
+{
+    uint32_t n = pow2(max_wr ? max_wr : 1), i;
+    r->w = calloc(n, sizeof(*r->w));
+    r->sges = calloc((size_t)n * (max_sge ? max_sge : 1), sizeof(*r->sges));
+    if (r->w == NULL || r->sges == NULL) {
+        free(r->w);
+        free(r->sges);
+        r->w = NULL;
+        r->sges = NULL;
+        return -1;
+    }
+    for (i = 0; i < n; i++)
+        r->w[i].sge = r->sges + (size_t)i * (max_sge ? max_sge : 1);
+    r->mask = n - 1;
+    r->max_wr = max_wr;
+    r->max_sge = max_sge;
+    r->head = r->tail = 0;
+    return 0;
+}
+
+static void
+rq_free(struct rq *r)
+{
+    free(r->w);
+    free(r->sges);
+    r->w = NULL;
+    r->sges = NULL;
+}
+
+/* Post receives; return 0 or an errno with *bad set. */
+static int
+rq_post(struct rq *r, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
+{
+    for (; wr; wr = wr->next) {
+        struct rwqe *w;
+        if (wr->num_sge < 0 || (uint32_t)wr->num_sge > r->max_sge) {
+            *bad = wr;
+            return EINVAL;
+        }
+        if (r->tail - r->head >= r->max_wr) {
+            *bad = wr;
+            return ENOMEM;
+        }
+        w = &r->w[r->tail & r->mask];
+        w->wr_id = wr->wr_id;
+        w->num_sge = wr->num_sge;
+        if (wr->num_sge)
+            memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * (size_t)wr->num_sge);
+        r->tail++;
+    }
+    return 0;
+}
+
+static void
+rq_flush(struct uqp *q)
+{
+    while (q->rq.head != q->rq.tail) {
+        struct rwqe *w = &q->rq.w[q->rq.head & q->rq.mask];
+        struct pyrdma_wc wc;
+        memset(&wc, 0, sizeof(wc));
+        wc.wr_id = w->wr_id;
+        wc.status = IBV_WC_WR_FLUSH_ERR;
+        wc.opcode = IBV_WC_RECV;
+        wc.qp_num = q->qpn;
+        q->rq.head++;
+        cq_push(q->rcq, &wc, 0);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* responder                                                           */
+
+static const double rnr_ms[32] = {
+    655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48,
+    0.64, 0.96, 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48,
+    30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52,
+};
+
+/* Build the 40-byte GRH of a UD receive (IB: an IPv6-style header). */
+static void
+build_grh(uint8_t *g, const struct wire *h, size_t plen)
+{
+    uint32_t vtf = htonl(6u << 28);
+    uint16_t paylen = htons((uint16_t)(12 + 8 + ((plen + 3) & ~(size_t)3) +
+                                       4));
+    uint64_t sg = htobe64(h->src_guid), dg = htobe64(N.guid);
+    memcpy(g, &vtf, 4);
+    memcpy(g + 4, &paylen, 2);
+    g[6] = 0x1B;            /* next header: IBA BTH */
+    g[7] = 64;              /* hop limit */
+    memcpy(g + 8, N.gid, 8);
+    memcpy(g + 16, &sg, 8);
+    memcpy(g + 24, N.gid, 8);
+    memcpy(g + 32, &dg, 8);
+}
+
+enum { RX_DONE, RX_HOLD };
+
+/* Responder errors: NAK, responder QP to ERR. */
+static void
+rx_nak(struct uqp *q, const struct wire *h, int code)
+{
+    queue_resp(q, h, code, NULL, 0);
+    q->dead_epoch = h->epoch;
+    q->dead_valid = 1;
+}
+
+/* Execute one request on q; RX_HOLD if it must wait for a receive. */
+static int
+rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
+        struct inmsg *held)
+{
+    int rc = q->type == IBV_QPT_RC;
+    struct rq *r = q->srq ? &q->srq->rq : &q->rq;
+    struct umr *mr = NULL;
+    int need_recv = h->op == OP_SEND ||
+                    (h->op == OP_WRITE && (h->flags & F_IMM));
+
+    if (q->type == IBV_QPT_UD) {
+        if (h->qkey != q->attr.qkey || h->op != OP_SEND)
+            return RX_DONE;             /* dropped, like a bad Q_Key */
+    }
+    else if (q->dead_valid && h->epoch == q->dead_epoch)
+        return RX_DONE;                 /* its requester went to ERR */
+    if (need_recv && r->head == r->tail) {
+        if (!rc)
+            return RX_DONE;             /* UC/UD: silently dropped */
+        if (h->rnr_retry == 0 || (held && held->hold_until &&
+                                  !held->hold_forever &&
+                                  now_ns() >= held->hold_until)) {
+            rx_nak(q, h, R_RNR_EXC);
+            return RX_DONE;
+        }
+        return RX_HOLD;
+    }
+    if (rc || q->type == IBV_QPT_UC) {
+        if (h->op == OP_WRITE || h->op == OP_READ || h->op == OP_CAS ||
+            h->op == OP_FAA) {
+            unsigned need = h->op == OP_WRITE ? IBV_ACCESS_REMOTE_WRITE :
+                            h->op == OP_READ ? IBV_ACCESS_REMOTE_READ :
+                            IBV_ACCESS_REMOTE_ATOMIC;
+            uint64_t len = h->op >= OP_CAS ? 8 : h->len;
+            if (len != 0) {
+                mr = mr_lookup(h->rkey);
+                if (mr == NULL || mr->pd != q->pd || !(mr->access & need) ||
+                    !(q->attr.qp_access_flags & need) ||
+                    !in_mr(mr, h->raddr, len) ||
+                    (h->op >= OP_CAS && (h->raddr & 7))) {
+                    if (rc) {
+                        rx_nak(q, h, R_REM_ACCESS);
+                        ctx_event(q->pd->ctx, IBV_EVENT_QP_ACCESS_ERR,
+                                  PYRDMA_EV_QP, q->qp_context);
+                        qp_enter_err(q);
+                    }
+                    return RX_DONE;
+                }
+            }
+        }
+    }
+    switch (h->op) {
+    case OP_WRITE:
+        if (h->len)
+            memcpy((void *)(uintptr_t)h->raddr, pl, h->len);
+        break;
+    case OP_READ: {
+        queue_resp(q, h, R_READ, h->len ? (const void *)(uintptr_t)h->raddr
+                                        : NULL, h->len);
+        return RX_DONE;
+    }
+    case OP_CAS:
+    case OP_FAA: {
+        uint64_t *p = (uint64_t *)(uintptr_t)h->raddr, old;
+        if (h->op == OP_FAA)
+            old = __atomic_fetch_add(p, h->cmp, __ATOMIC_SEQ_CST);
+        else {
+            old = h->cmp;
+            __atomic_compare_exchange_n(p, &old, h->swap, 0,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        }
+        queue_resp(q, h, R_ATOMIC, &old, 8);
+        return RX_DONE;
+    }
+    default:
+        break;
+    }
+    if (need_recv) {
+        struct rwqe *w = &r->w[r->head & r->mask];
+        struct pyrdma_wc wc;
+        size_t room = 0, want;
+        int i, bad;
+        memset(&wc, 0, sizeof(wc));
+        wc.wr_id = w->wr_id;
+        wc.qp_num = q->qpn;
+        wc.opcode = h->op == OP_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
+        if (h->flags & F_IMM) {
+            wc.wc_flags |= IBV_WC_WITH_IMM;
+            wc.imm_data = h->imm;
+        }
+        for (i = 0; i < w->num_sge; i++)
+            room += w->sge[i].length;
+        want = h->op == OP_SEND ? plen + (q->type == IBV_QPT_UD ? GRH_LEN : 0)
+                                : 0;
+        bad = check_sges(q->pd, w->sge, w->num_sge, 1, IBV_WC_LOC_PROT_ERR);
+        r->head++;
+        if (!bad && want > room)
+            bad = IBV_WC_LOC_LEN_ERR;
+        if (bad) {
+            wc.status = bad;
+            cq_push(q->rcq, &wc, 0);
+            if (rc)
+                rx_nak(q, h, bad == IBV_WC_LOC_LEN_ERR ? R_REM_INV : R_REM_OP);
+            if (q->type != IBV_QPT_UD)
+                qp_enter_err(q);
+            return RX_DONE;
+        }
+        if (h->op == OP_SEND) {
+            if (q->type == IBV_QPT_UD) {
+                uint8_t grh[GRH_LEN];
+                struct pyrdma_sge tmp[MAX_SGE];
+                int k = 0;
+                size_t skip = GRH_LEN;
+                build_grh(grh, h, plen);
+                scatter(w->sge, w->num_sge, grh, GRH_LEN);
+                /* the payload goes after the GRH */
+                for (i = 0; i < w->num_sge; i++) {
+                    if (w->sge[i].length <= skip) {
+                        skip -= w->sge[i].length;
+                        continue;
+                    }
+                    tmp[k] = w->sge[i];
+                    tmp[k].addr += skip;
+                    tmp[k].length -= (uint32_t)skip;
+                    skip = 0;
+                    k++;
+                }
+                scatter(tmp, k, pl, plen);
+                wc.wc_flags |= IBV_WC_GRH;
+                wc.src_qp = h->src_qpn;
+                wc.slid = h->src_lid;
+            }
+            else
+                scatter(w->sge, w->num_sge, pl, plen);
+            wc.byte_len = (uint32_t)want;
+        }
+        else
+            wc.byte_len = h->len;
+        if (q->srq != NULL && q->srq->limit &&
+            r->tail - r->head < q->srq->limit) {
+            q->srq->limit = 0;
+            ctx_event(q->pd->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, PYRDMA_EV_SRQ,
+                      q->srq->srq_context);
+        }
+        cq_push(q->rcq, &wc, h->flags & F_SOLICITED);
+    }
+    if (rc)
+        queue_ack(q, h);
+    return RX_DONE;
+}
+
+static void
+inmsg_free(struct inmsg *m)
+{
+    free(m->data);
+    free(m);
+}
+
+/* Process q's queued inbound messages from the head. */
+static void
+inq_run(struct uqp *q)
+{
+    while (q->inq != NULL) {
+        struct inmsg *m = q->inq;
+        const struct wire *h = (const struct wire *)m->data;
+        int rc;
+        if (!m->ready)
+            return;
+        if (m->lost || (q->attr.qp_state != IBV_QPS_RTR &&
+                        q->attr.qp_state != IBV_QPS_RTS))
+            rc = RX_DONE;       /* dropped */
+        else
+            rc = rx_exec(q, h, m->data + sizeof(*h), m->len - sizeof(*h), m);
+        if (rc == RX_HOLD) {
+            if (!m->hold_until) {
+                double ms = rnr_ms[q->attr.min_rnr_timer & 31];
+                m->hold_forever = h->rnr_retry >= 7;
+                m->hold_until = now_ns() +
+                                (uint64_t)(ms * 1e6 * h->rnr_retry) + 1;
+                N.timers = 1;
+            }
+            if (!m->waited) {
+                m->waited = 1;
+                queue_resp(q, h, R_RNR_WAIT, NULL, 0);
+            }
+            return;
+        }
+        q->inq = m->next;
+        if (q->inq == NULL)
+            q->inq_tail = NULL;
+        inmsg_free(m);
+    }
+}
+
+static void
+inq_append(struct uqp *q, struct inmsg *m)
+{
+    m->qp = q;
+    m->next = NULL;
+    if (q->inq_tail)
+        q->inq_tail->next = m;
+    else
+        q->inq = m;
+    q->inq_tail = m;
+}
+
+static struct uqp *
+qp_lookup(uint32_t qpn)
+{
+    uint32_t idx = qpn & (MAX_QP - 1);
+    struct uqp *q = N.qps[idx];
+    return (q != NULL && q->qpn == qpn && !q->destroyed) ? q : NULL;
+}
+
+/* A request arrived (N.lock held) with its payload pl (plen bytes), or,
+   if rndv, with the payload still to be received: then *rndv_msg is set to
+   the queued message whose data must receive it (after the header). */
+static void
+on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
+       struct inmsg **rndv_msg)
+{
+    struct uqp *q = qp_lookup(h->dst_qpn);
+    struct inmsg *m;
+    int ok;
+
+    if ((h->op == OP_SEND || h->op == OP_WRITE) && plen != h->len)
+        return;                 /* malformed */
+    if (q == NULL || q->type != h->qp_type) {
+        /* no such QP: an RC requester learns it at once (hardware would
+           let it time out) */
+        int i;
+        if (h->qp_type != IBV_QPT_RC)
+            return;
+        for (i = 0; i < N.npeers; i++)
+            if (N.peers[i]->guid == h->src_guid && !N.peers[i]->failed) {
+                struct uqp fake;
+                memset(&fake, 0, sizeof(fake));
+                fake.peer = N.peers[i];
+                fake.qpn = h->dst_qpn;
+                queue_resp(&fake, h, R_NOQP, NULL, 0);
+                if (N.ob_tail != NULL && N.ob_tail->qp == &fake)
+                    N.ob_tail->qp = NULL;
+                break;
+            }
+        return;
+    }
+    ok = q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS;
+    if (ok && q->type != IBV_QPT_UD &&
+        (q->attr.dest_qp_num != h->src_qpn || q->peer == NULL ||
+         q->peer->guid != h->src_guid))
+        ok = 0;
+    if (!ok) {
+        if (h->qp_type == IBV_QPT_RC && q->peer != NULL &&
+            q->peer->guid == h->src_guid)
+            queue_resp(q, h, R_NOQP, NULL, 0);
+        return;
+    }
+    if (q->type != IBV_QPT_UD) {
+        if (h->psn != q->expect_psn)
+            return;             /* out of sequence: dropped (the requester
+                                   times out, as with a wrong PSN) */
+        q->expect_psn = (q->expect_psn + 1) & 0xFFFFFF;
+    }
+    if (!rndv && q->inq == NULL &&
+        rx_exec(q, h, pl, plen, NULL) == RX_DONE)
+        return;
+    /* keep it: behind others, waiting for a receive, or for its data */
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return;
+    m->len = sizeof(*h) + plen;
+    m->data = malloc(m->len);
+    if (m->data == NULL) {
+        free(m);
+        return;
+    }
+    memcpy(m->data, h, sizeof(*h));
+    if (rndv) {
+        m->inflight = 1;
+        *rndv_msg = m;
+    }
+    else {
+        if (plen)
+            memcpy(m->data + sizeof(*h), pl, plen);
+        m->ready = 1;
+    }
+    inq_append(q, m);
+    inq_run(q);
+}
+
+/* A response arrived (N.lock held). */
+static void
+on_resp(const struct wire *h, const uint8_t *pl, size_t plen)
+{
+    struct uqp *q = qp_lookup(h->dst_qpn);
+    struct slot *s;
+    uint32_t i;
+
+    if (q == NULL || h->epoch != q->epoch || q->type != IBV_QPT_RC)
+        return;
+    if (h->op == R_ACK) {
+        for (i = q->sq_head; i != q->sq_tail; i++) {
+            s = &q->sq[i & q->sq_mask];
+            if (psn_diff(s->psn, h->psn) > 0)
+                break;
+            if (!s->done && (s->opcode == IBV_WR_SEND ||
+                             s->opcode == IBV_WR_SEND_WITH_IMM ||
+                             s->opcode == IBV_WR_RDMA_WRITE ||
+                             s->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+                s->done = 1;
+                s->status = IBV_WC_SUCCESS;
+            }
+        }
+        sq_advance(q);
+        return;
+    }
+    if ((uint32_t)(h->slot - q->sq_head) >= (uint32_t)(q->sq_tail - q->sq_head))
+        return;
+    s = &q->sq[h->slot & q->sq_mask];
+    if (s->done || s->psn != h->psn)
+        return;
+    switch (h->op) {
+    case R_READ:
+    case R_ATOMIC: {
+        int bad = check_sges(q->pd, s->sge, s->num_sge, 1,
+                             IBV_WC_LOC_PROT_ERR);
+        if (bad) {
+            sq_fail(q, h->slot, bad);
+            break;
+        }
+        if (h->op == R_ATOMIC) {
+            if (plen >= 8)
+                scatter(s->sge, s->num_sge, pl, 8);
+            s->byte_len = 8;
+        }
+        else {
+            scatter(s->sge, s->num_sge, pl, plen);
+            s->byte_len = (uint32_t)plen;
+        }
+        s->done = 1;
+        s->status = IBV_WC_SUCCESS;
+        break;
+    }
+    case R_RNR_WAIT:
+        s->rnr_wait = 1;
+        s->deadline = 0;
+        return;
+    case R_RNR_EXC:
+        sq_fail(q, h->slot, IBV_WC_RNR_RETRY_EXC_ERR);
+        break;
+    case R_REM_ACCESS:
+        sq_fail(q, h->slot, IBV_WC_REM_ACCESS_ERR);
+        break;
+    case R_REM_INV:
+        sq_fail(q, h->slot, IBV_WC_REM_INV_REQ_ERR);
+        break;
+    case R_REM_OP:
+        sq_fail(q, h->slot, IBV_WC_REM_OP_ERR);
+        break;
+    default:
+        sq_fail(q, h->slot, IBV_WC_RETRY_EXC_ERR);
+        break;
+    }
+    sq_advance(q);
+}
+
+/* Rendezvous data of a message. */
+struct rndv_rx {
+    struct inmsg *m;       /* REQ: the queued message; NULL for RESP */
+    struct wire h;         /* RESP: its header */
+    uint8_t *buf;          /* RESP: its payload */
+    size_t len;            /* RESP: payload bytes */
+};
+
+static void
+rndv_done(void *req, ucs_status_t status, size_t length, void *user)
+{
+    struct rndv_rx *x = user;
+    (void)length;
+    LOCK();
+    if (x->m != NULL) {
+        struct inmsg *m = x->m;
+        m->inflight = 0;
+        if (m->qp == NULL)
+            inmsg_free(m);          /* its QP is gone */
+        else {
+            m->ready = 1;
+            m->lost = status != UCS_OK;
+            inq_run(m->qp);
+        }
+    }
+    else if (status == UCS_OK)
+        on_resp(&x->h, x->buf, x->len);
+    UNLOCK();
+    free(x->buf);
+    free(x);
+    if (req != NULL)
+        U.request_free(req);
+}
+
+static ucs_status_t
+am_cb(void *arg, const void *header, size_t header_length, void *data,
+      size_t length, const ucp_am_recv_param_t *param)
+{
+    struct wire h;
+    struct rndv_rx *x;
+    struct inmsg *m = NULL;
+    ucp_request_param_t p;
+    ucs_status_ptr_t r;
+    void *dst;
+
+    (void)arg;
+    if (header_length != sizeof(h))
+        return UCS_OK;
+    memcpy(&h, header, sizeof(h));
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        LOCK();
+        if (h.kind == AM_REQ)
+            on_req(&h, data, length, 0, NULL);
+        else if (h.kind == AM_RESP)
+            on_resp(&h, data, length);
+        UNLOCK();
+        return UCS_OK;
+    }
+    /* rendezvous: reserve the message's place, then fetch the data */
+    x = calloc(1, sizeof(*x));
+    if (x == NULL)
+        return UCS_OK;
+    if (h.kind == AM_REQ) {
+        LOCK();
+        on_req(&h, NULL, length, 1, &m);
+        UNLOCK();
+        if (m == NULL) {
+            free(x);
+            return UCS_OK;      /* dropped */
+        }
+        x->m = m;
+        dst = m->data + sizeof(h);
+    }
+    else {
+        x->h = h;
+        x->len = length;
+        x->buf = malloc(length ? length : 1);
+        if (x->buf == NULL) {
+            free(x);
+            return UCS_OK;
+        }
+        dst = x->buf;
+    }
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = rndv_done;
+    p.user_data = x;
+    r = U.am_recv_data_nbx(N.w, data, dst, length, &p);
+    if (UCS_PTR_IS_ERR(r))
+        rndv_done(NULL, UCS_PTR_STATUS(r), 0, x);
+    else if (r == NULL)
+        rndv_done(NULL, UCS_OK, length, x);
+    return UCS_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* peers and addressing                                                */
+
+static void peer_fail_locked(struct peer *p);
+
+static void
+ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    struct peer *p = arg;
+    (void)ep;
+    (void)status;
+    LOCK();
+    if (p != NULL)
+        peer_fail_locked(p);
+    UNLOCK();
+}
+
+/* The rendezvous record of a node. */
+struct record {
+    uint32_t magic;        /* REC_MAGIC */
+    pid_t pid;             /* owner */
+    unsigned long netns;   /* inode of its network namespace */
+    char boot_id[40];      /* of its host */
+    uint64_t guid;         /* its GUID */
+    uint16_t lid;          /* its LID */
+    uint32_t alen;         /* worker address bytes that follow */
+};
+#define REC_MAGIC 0x52554358u
+
+static int
+pid_alive(pid_t pid)
+{
+    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+/* Read the record of guid into *rec and a malloc'd address; 0 or -1. */
+static int
+record_read(uint64_t guid, struct record *rec, void **addr)
+{
+    char path[300];
+    int fd;
+    ssize_t n;
+
+    snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
+             (unsigned long long)guid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, rec, sizeof(*rec));
+    if (n != (ssize_t)sizeof(*rec) || rec->magic != REC_MAGIC ||
+        rec->alen > (1 << 20)) {
+        close(fd);
+        return -1;
+    }
+    *addr = malloc(rec->alen ? rec->alen : 1);
+    if (*addr == NULL || read(fd, *addr, rec->alen) != (ssize_t)rec->alen) {
+        free(*addr);
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* The GUID that owns lid on this host, or 0. */
+static uint64_t
+lid_owner(uint16_t lid)
+{
+    char path[300], buf[64];
+    int fd;
+    ssize_t n;
+    unsigned long long g = 0;
+    int pid = 0;
+
+    snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    if (sscanf(buf, "%d %llx", &pid, &g) != 2 || !pid_alive(pid))
+        return 0;
+    return g;
+}
+
+static int
+same_host(const struct record *r)
+{
+    return r->netns == N.netns && strcmp(r->boot_id, N.boot_id) == 0;
+}
+
+/* Find or make the peer for (guid, lid); dgid_known: guid came from a
+   GID.  Return 0 or -1 with *st set.  Called without N.lock. */
+static int
+peer_get(uint64_t guid, uint16_t lid, struct peer **out,
+         struct pyrdma_status *st)
+{
+    struct peer *p = NULL;
+    struct record rec;
+    void *addr = NULL;
+    ucp_ep_params_t ep;
+    ucs_status_t s;
+    struct sockaddr_in sin;
+    int i, have_rec = 0;
+
+    if (guid == 0 && lid != 0) {
+        if (lid == N.lid)
+            guid = N.guid;
+        else
+            guid = lid_owner(lid);
+        if (guid == 0)
+            return pyrdma_fail(st, EHOSTUNREACH, "ibv_modify_qp",
+                               "no fabric node has LID 0x%x on this host "
+                               "(rendezvous directory %s); use the GID to "
+                               "reach another host", lid, N.dir);
+    }
+    LOCK();
+    for (i = 0; i < N.npeers; i++)
+        if (N.peers[i]->guid == guid && !N.peers[i]->failed) {
+            *out = N.peers[i];
+            UNLOCK();
+            return 0;
+        }
+    UNLOCK();
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    p->guid = guid;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.err_handler.cb = ep_err_cb;
+    ep.err_handler.arg = p;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    if (guid == N.guid) {
+        ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep.address = N.waddr;
+        p->lid = N.lid;
+        p->pid = getpid();
+    }
+    else if (record_read(guid, &rec, &addr) == 0 && same_host(&rec) &&
+             pid_alive(rec.pid)) {
+        have_rec = 1;
+        ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep.address = addr;
+        p->lid = rec.lid;
+        p->pid = rec.pid;
+    }
+    else {
+        uint32_t ip;
+        uint16_t port;
+        uint64_t be = htobe64(guid);
+        memcpy(&ip, (uint8_t *)&be, 4);
+        memcpy(&port, (uint8_t *)&be + 4, 2);
+        if (port == 0 || ip == 0) {
+            free(addr);
+            free(p);
+            return pyrdma_fail(st, EHOSTUNREACH, "ibv_modify_qp",
+                               "fabric node %016llx is not on this host and "
+                               "has no listener (set RDMA_UCX_ADDR on both "
+                               "hosts)", (unsigned long long)guid);
+        }
+        memset(&sin, 0, sizeof(sin));
+        sin.sin_family = AF_INET;
+        sin.sin_addr.s_addr = ip;
+        sin.sin_port = port;
+        ep.field_mask |= UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                         UCP_EP_PARAM_FIELD_FLAGS;
+        ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+        ep.sockaddr.addr = (struct sockaddr *)&sin;
+        ep.sockaddr.addrlen = sizeof(sin);
+        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    }
+    (void)have_rec;
+    s = U.ep_create(N.w, &ep, &p->ep);
+    free(addr);
+    if (s != UCS_OK) {
+        free(p);
+        return ucs_fail(st, s, "ucp_ep_create", "connecting to a fabric node");
+    }
+    LOCK();
+    if (N.npeers == N.cpeers) {
+        int nc = N.cpeers ? N.cpeers * 2 : 16;
+        struct peer **np = realloc(N.peers, sizeof(*np) * (size_t)nc);
+        if (np == NULL) {
+            UNLOCK();
+            return pyrdma_fail(st, ENOMEM, "realloc", "");
+        }
+        N.peers = np;
+        N.cpeers = nc;
+    }
+    N.peers[N.npeers++] = p;
+    UNLOCK();
+    wake_progress();
+    *out = p;
+    return 0;
+}
+
+/* Resolve an address vector to a peer. */
+static int
+ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
+           struct pyrdma_status *st, const char *func)
+{
+    uint64_t guid = 0;
+    if (a->port_num > 1)
+        return pyrdma_fail(st, EINVAL, func, "port_num %u: the fabric "
+                           "device has one port", a->port_num);
+    if (a->is_global) {
+        if (a->grh.sgid_index != 0)
+            return pyrdma_fail(st, EINVAL, func, "sgid_index %u: the GID "
+                               "table has one entry", a->grh.sgid_index);
+        if (a->grh.dgid[0] == 0xff)
+            return pyrdma_fail(st, EOPNOTSUPP, func, "multicast is not "
+                               "supported by the ucx fabric");
+        memcpy(&guid, a->grh.dgid + 8, 8);
+        guid = be64toh(guid);
+        if (guid == 0)
+            return pyrdma_fail(st, EINVAL, func, "the DGID has no GUID");
+        return peer_get(guid, 0, out, st);
+    }
+    if (a->dlid == 0 || a->dlid >= 0xC000)
+        return pyrdma_fail(st, EINVAL, func, "dlid 0x%x is not a unicast "
+                           "LID (and the ah_attr has no GRH)", a->dlid);
+    return peer_get(0, a->dlid, out, st);
+}
+
+static void
+conn_cb(ucp_conn_request_h req, void *arg)
+{
+    ucp_ep_params_t ep;
+    ucp_ep_h h;
+    (void)arg;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.conn_request = req;
+    ep.err_handler.cb = ep_err_cb;
+    ep.err_handler.arg = NULL;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    if (U.ep_create(N.w, &ep, &h) != UCS_OK)
+        return;
+    LOCK();
+    if (N.nacc == N.cacc) {
+        int nc = N.cacc ? N.cacc * 2 : 16;
+        ucp_ep_h *n = realloc(N.accepted, sizeof(*n) * (size_t)nc);
+        if (n != NULL) {
+            N.accepted = n;
+            N.cacc = nc;
+        }
+    }
+    if (N.nacc < N.cacc)
+        N.accepted[N.nacc++] = h;
+    UNLOCK();
+}
+
+/* ------------------------------------------------------------------ */
+/* timers and the progress thread                                      */
+
+/* A peer is gone: its QPs' outstanding WRs fail.  N.lock held. */
+static void
+peer_fail_locked(struct peer *p)
+{
+    int k;
+    p->failed = 1;
+    for (k = 0; k < (int)N.qp_hi; k++) {
+        struct uqp *q = N.qps[k];
+        if (q != NULL && q->peer == p && !q->destroyed)
+            sq_fail_outstanding(q, IBV_WC_RETRY_EXC_ERR);
+    }
+}
+
+static void
+timers(void)
+{
+    uint64_t t = now_ns();
+    int i, any = 0;
+
+    LOCK();
+    for (i = 0; i < N.npeers; i++) {
+        struct peer *p = N.peers[i];
+        if (!p->failed && p->pid && p->pid != getpid() &&
+            t >= p->next_check) {
+            p->next_check = t + 100000000ull;
+            if (!pid_alive(p->pid))
+                peer_fail_locked(p);
+        }
+    }
+    for (i = 0; i < (int)N.qp_hi; i++) {
+        struct uqp *q = N.qps[i];
+        uint32_t k;
+        if (q == NULL || q->destroyed)
+            continue;
+        for (k = q->sq_head; k != q->sq_tail; k++) {
+            struct slot *s = &q->sq[k & q->sq_mask];
+            if (s->done)
+                continue;
+            any = 1;
+            if ((s->deadline && t >= s->deadline) ||
+                (q->peer && q->peer->failed))
+                sq_fail_outstanding(q, IBV_WC_RETRY_EXC_ERR);
+            break;
+        }
+        if (q->inq != NULL && q->inq->hold_until) {
+            any = 1;
+            if (!q->inq->hold_forever && t >= q->inq->hold_until)
+                inq_run(q);
+        }
+    }
+    N.timers = any;
+    UNLOCK();
+}
+
+static void *
+progress_main(void *arg)
+{
+    struct epoll_event ev[4];
+    sigset_t all;
+    int idle = 0;
+    uint64_t last_timers = 0;
+
+    (void)arg;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    while (!N.stop) {
+        unsigned n = 0, k;
+        uint64_t t;
+        while ((k = U.worker_progress(N.w)) != 0 && n < 10000)
+            n += k;
+        drain();
+        t = now_ns();
+        if ((N.timers && t - last_timers > 1000000ull) ||
+            t - last_timers > 100000000ull) {
+            timers();
+            drain();
+            last_timers = t;
+        }
+        if (n) {
+            idle = 0;
+            continue;
+        }
+        if (++idle < 64)
+            continue;           /* spin a little before sleeping */
+        if (t - __atomic_load_n(&N.app_progress, __ATOMIC_RELAXED) <
+            2000000ull) {
+            /* the application polls (and so progresses) itself: stand
+               back and leave the CPU to it */
+            epoll_wait(N.quietfd, ev, 4, 1);
+            idle = 0;
+            continue;
+        }
+        if (U.worker_arm(N.w) == UCS_ERR_BUSY)
+            continue;
+        epoll_wait(N.epfd, ev, 4, N.timers ? 5 : 100);
+        idle = 0;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* the node                                                            */
+
+static void
+read_boot_id(void)
+{
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    ssize_t n = 0;
+    struct stat sb;
+    if (fd >= 0) {
+        n = read(fd, N.boot_id, sizeof(N.boot_id) - 1);
+        close(fd);
+    }
+    N.boot_id[n > 0 ? n : 0] = '\0';
+    if (n > 0 && N.boot_id[n - 1] == '\n')
+        N.boot_id[n - 1] = '\0';
+    N.netns = stat("/proc/self/ns/net", &sb) == 0 ? (unsigned long)sb.st_ino
+                                                   : 0;
+}
+
+static void
+node_atexit(void)
+{
+    if (!N.up || N.pid != getpid())
+        return;
+    N.stop = 1;
+    if (N.stopfd >= 0) {
+        uint64_t one = 1;
+        if (write(N.stopfd, &one, sizeof(one)) < 0) {
+            /* nothing to do at exit */
+        }
+    }
+    pthread_join(N.thr, NULL);
+    unlink(N.nodefile);
+    unlink(N.lidfile);
+}
+
+/* Claim a LID near hint in the rendezvous directory; 0 or -1. */
+static int
+claim_lid(uint16_t hint)
+{
+    int tries;
+    for (tries = 0; tries < 4096; tries++) {
+        uint16_t lid = (uint16_t)(1 + (hint + tries) % 0xBFFE);
+        char path[260], buf[64];
+        int fd, len;
+        snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            if (errno == EEXIST && lid_owner(lid) == 0) {
+                /* stale: its owner died */
+                unlink(path);
+                tries--;
+                continue;
+            }
+            if (errno != EEXIST)
+                return -1;
+            continue;
+        }
+        len = snprintf(buf, sizeof(buf), "%d %016llx\n", (int)getpid(),
+                       (unsigned long long)N.guid);
+        if (write(fd, buf, (size_t)len) != len) {
+            close(fd);
+            unlink(path);
+            return -1;
+        }
+        close(fd);
+        N.lid = lid;
+        snprintf(N.lidfile, sizeof(N.lidfile), "%s", path);
+        return 0;
+    }
+    return -1;
+}
+
+static int
+write_record(void)
+{
+    struct record rec;
+    char tmp[300];
+    int fd;
+
+    memset(&rec, 0, sizeof(rec));
+    rec.magic = REC_MAGIC;
+    rec.pid = getpid();
+    rec.netns = N.netns;
+    snprintf(rec.boot_id, sizeof(rec.boot_id), "%s", N.boot_id);
+    rec.guid = N.guid;
+    rec.lid = N.lid;
+    rec.alen = (uint32_t)N.waddr_len;
+    snprintf(N.nodefile, sizeof(N.nodefile), "%s/node-%016llx", N.dir,
+             (unsigned long long)N.guid);
+    snprintf(tmp, sizeof(tmp), "%s.tmp%d", N.nodefile, (int)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    if (write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec) ||
+        write(fd, N.waddr, N.waddr_len) != (ssize_t)N.waddr_len) {
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    close(fd);
+    return rename(tmp, N.nodefile);
+}
+
+static void
+pick_dir(void)
+{
+    const char *d = getenv("RDMA_UCX_DIR");
+    if (d != NULL && d[0])
+        snprintf(N.dir, sizeof(N.dir), "%s", d);
+    else
+        snprintf(N.dir, sizeof(N.dir), "/dev/shm/rdma-ucx-%u",
+                 (unsigned)getuid());
+    mkdir(N.dir, 0700);
+}
+
+/* Bring the node up once per process; 0 or -1 with *st set. */
+static int
+node_up(struct pyrdma_status *st)
+{
+    ucp_config_t *cfg = NULL;
+    ucp_params_t pp;
+    ucp_worker_params_t wp;
+    ucp_am_handler_param_t ap;
+    ucs_status_t s;
+    const char *ipstr;
+    struct epoll_event ev;
+    uint8_t salt[2];
+    uint64_t be;
+    int rc = -1;
+
+    pthread_mutex_lock(&init_lock);
+    if (N.up && N.pid == getpid()) {
+        pthread_mutex_unlock(&init_lock);
+        return 0;
+    }
+    if (N.up) {
+        /* a forked child: the parent's node is not ours; start afresh
+           (its memory is left alone: UCP may map it) */
+        struct node fresh = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                             .drain_lock = PTHREAD_MUTEX_INITIALIZER};
+        memcpy(&N, &fresh, sizeof(N));
+    }
+    N.stopfd = N.efd = N.epfd = -1;
+    read_boot_id();
+    pick_dir();
+    if (access(N.dir, W_OK) != 0) {
+        pyrdma_fail(st, errno, "mkdir", "rendezvous directory %s is not "
+                    "writable (set RDMA_UCX_DIR)", N.dir);
+        goto out;
+    }
+    /* UCP */
+    s = U.config_read(NULL, NULL, &cfg);
+    if (s != UCS_OK) {
+        ucs_fail(st, s, "ucp_config_read", "reading the UCX configuration");
+        goto out;
+    }
+    memset(&pp, 0, sizeof(pp));
+    pp.field_mask = UCP_PARAM_FIELD_FEATURES;
+    pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    s = U.init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg, &N.uctx);
+    U.config_release(cfg);
+    if (s != UCS_OK) {
+        ucs_fail(st, s, "ucp_init", "initializing UCX");
+        goto out;
+    }
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    s = U.worker_create(N.uctx, &wp, &N.w);
+    if (s != UCS_OK) {
+        ucs_fail(st, s, "ucp_worker_create", "creating the UCX worker");
+        goto out;
+    }
+    memset(&ap, 0, sizeof(ap));
+    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                    UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    ap.flags = UCP_AM_FLAG_WHOLE_MSG;
+    ap.cb = am_cb;
+    ap.id = AM_REQ;
+    ap.arg = NULL;
+    if ((s = U.worker_set_am_recv_handler(N.w, &ap)) != UCS_OK) {
+        ucs_fail(st, s, "ucp_worker_set_am_recv_handler", "AM handler");
+        goto out;
+    }
+    ap.id = AM_RESP;
+    if ((s = U.worker_set_am_recv_handler(N.w, &ap)) != UCS_OK) {
+        ucs_fail(st, s, "ucp_worker_set_am_recv_handler", "AM handler");
+        goto out;
+    }
+    s = U.worker_get_address(N.w, &N.waddr, &N.waddr_len);
+    if (s != UCS_OK) {
+        ucs_fail(st, s, "ucp_worker_get_address", "worker address");
+        goto out;
+    }
+    /* the listener: the one setting, RDMA_UCX_ADDR, says where */
+    ipstr = getenv("RDMA_UCX_ADDR");
+    if (ipstr == NULL || ipstr[0] == '\0')
+        ipstr = "127.0.0.1";
+    if (inet_pton(AF_INET, ipstr, &N.ip) != 1) {
+        pyrdma_fail(st, EINVAL, "inet_pton", "RDMA_UCX_ADDR=%s is not an "
+                    "IPv4 address", ipstr);
+        goto out;
+    }
+    {
+        ucp_listener_params_t lp;
+        ucp_listener_attr_t la;
+        struct sockaddr_in sin;
+        memset(&sin, 0, sizeof(sin));
+        sin.sin_family = AF_INET;
+        sin.sin_addr.s_addr = N.ip;
+        memset(&lp, 0, sizeof(lp));
+        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                        UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+        lp.sockaddr.addr = (struct sockaddr *)&sin;
+        lp.sockaddr.addrlen = sizeof(sin);
+        lp.conn_handler.cb = conn_cb;
+        s = U.listener_create(N.w, &lp, &N.listener);
+        if (s == UCS_OK) {
+            memset(&la, 0, sizeof(la));
+            la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+            if (U.listener_query(N.listener, &la) == UCS_OK)
+                N.port = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
+        }
+        else if (getenv("RDMA_UCX_ADDR") && getenv("RDMA_UCX_ADDR")[0]) {
+            ucs_fail(st, s, "ucp_listener_create", "listening on "
+                     "RDMA_UCX_ADDR (does UCX_TLS include tcp?)");
+            goto out;
+        }
+        else
+            N.listener = NULL;      /* same-host only */
+    }
+    /* identity: GUID = IPv4 | port | salt, LID unique on this host */
+    {
+        int tries, fd;
+        char path[300];
+        for (tries = 0; tries < SALT_TRIES; tries++) {
+            uint8_t g[8];
+            int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+            if (rfd < 0 || read(rfd, salt, 2) != 2) {
+                salt[0] = (uint8_t)getpid();
+                salt[1] = (uint8_t)(getpid() >> 8) ^ (uint8_t)tries;
+            }
+            if (rfd >= 0)
+                close(rfd);
+            memcpy(g, &N.ip, 4);
+            g[4] = (uint8_t)(N.port >> 8);
+            g[5] = (uint8_t)N.port;
+            g[6] = salt[0];
+            g[7] = salt[1];
+            memcpy(&be, g, 8);
+            N.guid = be64toh(be);
+            snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
+                     (unsigned long long)N.guid);
+            fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0)
+                break;
+            {
+                struct record r;
+                ssize_t n = read(fd, &r, sizeof(r));
+                close(fd);
+                if (n != (ssize_t)sizeof(r) || !pid_alive(r.pid)) {
+                    unlink(path);
+                    break;
+                }
+            }
+        }
+        memset(N.gid, 0, 16);
+        N.gid[0] = 0xfe;
+        N.gid[1] = 0x80;
+        be = htobe64(N.guid);
+        memcpy(N.gid + 8, &be, 8);
+        if (claim_lid((uint16_t)(N.guid ^ (N.guid >> 16) ^ (N.guid >> 32))) < 0
+            || write_record() < 0) {
+            pyrdma_fail(st, errno ? errno : EIO, "open",
+                        "cannot register in %s", N.dir);
+            goto out;
+        }
+    }
+    /* wake-ups */
+    if ((s = U.worker_get_efd(N.w, &N.efd)) != UCS_OK) {
+        ucs_fail(st, s, "ucp_worker_get_efd", "event fd");
+        goto out;
+    }
+    N.epfd = epoll_create1(EPOLL_CLOEXEC);
+    N.stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (N.epfd < 0 || N.stopfd < 0) {
+        pyrdma_fail(st, errno, "epoll_create1", "");
+        goto out;
+    }
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN;
+    epoll_ctl(N.epfd, EPOLL_CTL_ADD, N.efd, &ev);
+    epoll_ctl(N.epfd, EPOLL_CTL_ADD, N.stopfd, &ev);
+    N.quietfd = epoll_create1(EPOLL_CLOEXEC);
+    if (N.quietfd < 0) {
+        pyrdma_fail(st, errno, "epoll_create1", "");
+        goto out;
+    }
+    epoll_ctl(N.quietfd, EPOLL_CTL_ADD, N.stopfd, &ev);
+    N.pid = getpid();
+    N.qp_next = 2;
+    if (pthread_create(&N.thr, NULL, progress_main, NULL) != 0) {
+        pyrdma_fail(st, EAGAIN, "pthread_create", "progress thread");
+        goto out;
+    }
+    {
+        static int registered;
+        if (!registered) {
+            registered = 1;
+            atexit(node_atexit);
+        }
+    }
+    N.up = 1;
+    rc = 0;
+out:
+    if (rc < 0) {
+        /* leave UCP objects alone (a retry makes new ones); close fds */
+        if (N.epfd >= 0)
+            close(N.epfd);
+        if (N.stopfd >= 0)
+            close(N.stopfd);
+        if (N.lidfile[0])
+            unlink(N.lidfile);
+        N.epfd = N.stopfd = -1;
+    }
+    pthread_mutex_unlock(&init_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* device, context, port                                               */
+
+static int
+get_devices(struct pyrdma_devinfo **out, int *n, struct pyrdma_status *st)
+{
+    struct pyrdma_devinfo *d;
+
+    *out = NULL;
+    *n = 0;
+    if (node_up(st) < 0)
+        return -1;
+    d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    snprintf(d->name, sizeof(d->name), "%s", DEV_NAME);
+    d->node_guid = N.guid;
+    d->node_type = IBV_NODE_CA;
+    d->transport_type = IBV_TRANSPORT_IB;
+    *out = d;
+    *n = 1;
+    return 0;
+}
+
+static int
+open_device(const char *name, void **out, struct pyrdma_status *st)
+{
+    struct uctx *c;
+
+    if (strcmp(name, DEV_NAME) != 0)
+        return pyrdma_fail(st, ENODEV, "ibv_open_device", "no device %s "
+                           "(the ucx provider has %s)", name, DEV_NAME);
+    if (node_up(st) < 0)
+        return -1;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    c->async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->async_fd < 0) {
+        free(c);
+        return pyrdma_fail(st, errno, "eventfd", "");
+    }
+    *out = c;
+    return 0;
+}
+
+static int
+close_device(void *vc, struct pyrdma_status *st)
+{
+    struct uctx *c = vc;
+    (void)st;
+    LOCK();
+    close(c->async_fd);
+    free(c->ev);
+    free(c);
+    UNLOCK();
+    return 0;
+}
+
+static int
+query_device(void *vc, struct pyrdma_device_attr *a, struct pyrdma_status *st)
+{
+    unsigned maj = 0, min = 0, rel = 0;
+    (void)vc;
+    (void)st;
+    U.get_version(&maj, &min, &rel);
+    memset(a, 0, sizeof(*a));
+    snprintf(a->fw_ver, sizeof(a->fw_ver), "ucx-%u.%u.%u", maj, min, rel);
+    a->node_guid = N.guid;
+    a->sys_image_guid = N.guid;
+    a->max_mr_size = 1ull << 47;
+    a->page_size_cap = 0xfffff000;
+    a->vendor_id = 0;
+    a->vendor_part_id = 0x5543;
+    a->hw_ver = 1;
+    a->max_qp = MAX_QP - 2;
+    a->max_qp_wr = MAX_WR;
+    a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN |
+                          IBV_DEVICE_SHUTDOWN_PORT | IBV_DEVICE_SYS_IMAGE_GUID;
+    a->max_sge = MAX_SGE;
+    a->max_sge_rd = MAX_SGE;
+    a->max_cq = 1 << 16;
+    a->max_cqe = MAX_CQE;
+    a->max_mr = 1 << 20;
+    a->max_pd = 1 << 16;
+    a->max_qp_rd_atom = MAX_RD_ATOM;
+    a->max_res_rd_atom = MAX_RD_ATOM * (MAX_QP - 2);
+    a->max_qp_init_rd_atom = MAX_RD_ATOM;
+    a->atomic_cap = IBV_ATOMIC_HCA;
+    a->max_ah = 1 << 16;
+    a->max_srq = 1 << 16;
+    a->max_srq_wr = MAX_WR;
+    a->max_srq_sge = MAX_SGE;
+    a->max_pkeys = 1;
+    a->local_ca_ack_delay = 15;
+    a->phys_port_cnt = 1;
+    return 0;
+}
+
+static int
+query_port(void *vc, uint8_t port, struct pyrdma_port_attr *a,
+           struct pyrdma_status *st)
+{
+    (void)vc;
+    if (port != 1)
+        return pyrdma_fail(st, EINVAL, "ibv_query_port", "port %u: the "
+                           "fabric device has port 1 only", port);
+    memset(a, 0, sizeof(*a));
+    a->state = IBV_PORT_ACTIVE;
+    a->max_mtu = PORT_MTU;
+    a->active_mtu = PORT_MTU;
+    a->gid_tbl_len = 1;
+    a->port_cap_flags = 0;
+    a->max_msg_sz = MAX_MSG;
+    a->pkey_tbl_len = 1;
+    a->lid = N.lid;
+    a->sm_lid = 0;
+    a->lmc = 0;
+    a->max_vl_num = 1;
+    a->subnet_timeout = 18;
+    a->active_width = 1;
+    a->active_speed = 1;
+    a->phys_state = 5;
+    a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+    return 0;
+}
+
+static int
+query_gid(void *vc, uint8_t port, int index, struct pyrdma_gid_entry *e,
+          struct pyrdma_status *st)
+{
+    (void)vc;
+    if (port != 1 || index != 0)
+        return pyrdma_fail(st, EINVAL, "ibv_query_gid", "port %u index %d: "
+                           "the fabric port has one GID (1/0)", port, index);
+    memset(e, 0, sizeof(*e));
+    memcpy(e->gid, N.gid, 16);
+    e->gid_type = 0;        /* IBV_GID_TYPE_IB */
+    return 0;
+}
+
+static int
+query_pkey(void *vc, uint8_t port, int index, uint16_t *pkey,
+           struct pyrdma_status *st)
+{
+    (void)vc;
+    if (port != 1 || index != 0)
+        return pyrdma_fail(st, EINVAL, "ibv_query_pkey", "port %u index %d",
+                           port, index);
+    *pkey = 0xffff;
+    return 0;
+}
+
+static int
+async_fd(void *vc)
+{
+    return ((struct uctx *)vc)->async_fd;
+}
+
+static int
+get_async_event(void *vc, struct pyrdma_async_event *ev,
+                struct pyrdma_status *st)
+{
+    struct uctx *c = vc;
+    uint64_t v;
+    (void)st;
+    LOCK();
+    if (c->ev_head == c->ev_tail) {
+        UNLOCK();
+        return 0;
+    }
+    memset(ev, 0, sizeof(*ev));
+    ev->event_type = c->ev[c->ev_head % c->ev_cap].type;
+    ev->element_kind = c->ev[c->ev_head % c->ev_cap].kind;
+    ev->element = c->ev[c->ev_head % c->ev_cap].element;
+    c->ev_head++;
+    if (c->ev_head == c->ev_tail && read(c->async_fd, &v, sizeof(v)) < 0) {
+        /* already drained */
+    }
+    UNLOCK();
+    return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* PD, MR                                                              */
+
+static int
+alloc_pd(void *vc, void **out, struct pyrdma_status *st)
+{
+    struct upd *pd = calloc(1, sizeof(*pd));
+    if (pd == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    pd->ctx = vc;
+    *out = pd;
+    return 0;
+}
+
+static int
+dealloc_pd(void *pd, struct pyrdma_status *st)
+{
+    (void)st;
+    free(pd);
+    return 0;
+}
+
+static int
+mr_insert(struct umr *mr, struct pyrdma_mr_info *info,
+          struct pyrdma_status *st)
+{
+    uint32_t i;
+    LOCK();
+    for (i = 1; i < N.nmr; i++)
+        if (N.mrs[i] == NULL)
+            break;
+    if (i >= N.nmr) {
+        uint32_t nn = N.nmr ? N.nmr * 2 : 256;
+        struct umr **m;
+        uint8_t *g;
+        if (nn > (1u << 24)) {
+            UNLOCK();
+            return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "too many MRs");
+        }
+        m = realloc(N.mrs, sizeof(*m) * nn);
+        if (m == NULL) {
+            UNLOCK();
+            return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "");
+        }
+        N.mrs = m;
+        g = realloc(N.mr_gen, nn);
+        if (g == NULL) {
+            UNLOCK();
+            return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "");
+        }
+        N.mr_gen = g;
+        memset(N.mrs + N.nmr, 0, sizeof(*m) * (nn - N.nmr));
+        memset(N.mr_gen + N.nmr, 0, nn - N.nmr);
+        if (N.nmr == 0)
+            i = 1;
+        else
+            i = N.nmr;
+        N.nmr = nn;
+    }
+    N.mr_gen[i]++;
+    mr->key = (i << 8) | N.mr_gen[i];
+    N.mrs[i] = mr;
+    UNLOCK();
+    info->lkey = info->rkey = mr->key;
+    return 0;
+}
+
+static int
+reg_mr(void *pd, void *addr, size_t length, unsigned int access, void **out,
+       struct pyrdma_mr_info *info, struct pyrdma_status *st)
+{
+    struct umr *mr;
+    if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+        !(access & IBV_ACCESS_LOCAL_WRITE))
+        return pyrdma_fail(st, EINVAL, "ibv_reg_mr", "remote write or atomic "
+                           "access needs IBV_ACCESS_LOCAL_WRITE");
+    mr = calloc(1, sizeof(*mr));
+    if (mr == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    mr->pd = pd;
+    mr->addr = addr;
+    mr->len = length;
+    mr->access = access;
+    if (mr_insert(mr, info, st) < 0) {
+        free(mr);
+        return -1;
+    }
+    *out = mr;
+    return 0;
+}
+
+static int
+dereg_mr(void *vmr, struct pyrdma_status *st)
+{
+    struct umr *mr = vmr;
+    (void)st;
+    LOCK();
+    N.mrs[mr->key >> 8] = NULL;
+    UNLOCK();
+    free(mr);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* completion channels and CQs                                         */
+
+static int
+create_comp_channel(void *vc, void **out, int *fd, struct pyrdma_status *st)
+{
+    struct ucc *cc = calloc(1, sizeof(*cc));
+    (void)vc;
+    if (cc == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    cc->fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (cc->fd < 0) {
+        free(cc);
+        return pyrdma_fail(st, errno, "eventfd", "");
+    }
+    *out = cc;
+    *fd = cc->fd;
+    return 0;
+}
+
+static int
+destroy_comp_channel(void *vcc, struct pyrdma_status *st)
+{
+    struct ucc *cc = vcc;
+    (void)st;
+    close(cc->fd);
+    free(cc->q);
+    free(cc->qcq);
+    free(cc);
+    return 0;
+}
+
+static int
+get_cq_event(void *vcc, void **cq_context, struct pyrdma_status *st)
+{
+    struct ucc *cc = vcc;
+    uint64_t v;
+    (void)st;
+    LOCK();
+    if (cc->head == cc->tail) {
+        UNLOCK();
+        return 0;
+    }
+    *cq_context = cc->q[cc->head % cc->cap];
+    cc->head++;
+    if (cc->head == cc->tail && read(cc->fd, &v, sizeof(v)) < 0) {
+        /* already drained */
+    }
+    UNLOCK();
+    return 1;
+}
+
+static void
+ack_cq_events(void *cq, unsigned int n)
+{
+    (void)cq;
+    (void)n;
+}
+
+static int
+create_cq(void *vc, int cqe, void *cq_context, void *vcc, int vector,
+          void **out, int *actual, struct pyrdma_status *st)
+{
+    struct ucq *cq;
+    uint32_t n;
+    (void)vector;
+    if (cqe < 1 || cqe > MAX_CQE)
+        return pyrdma_fail(st, EINVAL, "ibv_create_cq", "cqe %d not in "
+                           "1..%d", cqe, MAX_CQE);
+    cq = calloc(1, sizeof(*cq));
+    if (cq == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    n = pow2((uint32_t)cqe + 1);
+    cq->ring = calloc(n, sizeof(*cq->ring));
+    if (cq->ring == NULL) {
+        free(cq);
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    }
+    cq->ctx = vc;
+    cq->cc = vcc;
+    cq->cq_context = cq_context;
+    cq->mask = n - 1;
+    cq->cqe = (uint32_t)cqe;
+    *out = cq;
+    *actual = cqe;
+    return 0;
+}
+
+static int
+destroy_cq(void *vcq, struct pyrdma_status *st)
+{
+    struct ucq *cq = vcq;
+    (void)st;
+    LOCK();
+    if (cq->cc != NULL) {
+        /* forget its unread events */
+        struct ucc *cc = cq->cc;
+        uint32_t i, k = cc->head;
+        for (i = cc->head; i != cc->tail; i++)
+            if (cc->qcq[i % cc->cap] != cq) {
+                cc->q[k % cc->cap] = cc->q[i % cc->cap];
+                cc->qcq[k % cc->cap] = cc->qcq[i % cc->cap];
+                k++;
+            }
+        cc->tail = k;
+        if (cc->head == cc->tail) {
+            uint64_t v;
+            if (read(cc->fd, &v, sizeof(v)) < 0) {
+                /* nothing pending */
+            }
+        }
+    }
+    UNLOCK();
+    free(cq->ring);
+    free(cq);
+    return 0;
+}
+
+static int
+resize_cq(void *vcq, int cqe, int *actual, struct pyrdma_status *st)
+{
+    struct ucq *cq = vcq;
+    struct pyrdma_wc *ring;
+    uint32_t n, i, used;
+    if (cqe < 1 || cqe > MAX_CQE)
+        return pyrdma_fail(st, EINVAL, "ibv_resize_cq", "cqe %d", cqe);
+    n = pow2((uint32_t)cqe + 1);
+    ring = calloc(n, sizeof(*ring));
+    if (ring == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    LOCK();
+    used = cq->tail - cq->head;
+    if (used > (uint32_t)cqe) {
+        UNLOCK();
+        free(ring);
+        return pyrdma_fail(st, EINVAL, "ibv_resize_cq", "%u completions "
+                           "are queued", used);
+    }
+    for (i = 0; i < used; i++)
+        ring[i] = cq->ring[(cq->head + i) & cq->mask];
+    free(cq->ring);
+    cq->ring = ring;
+    cq->mask = n - 1;
+    cq->head = 0;
+    cq->tail = used;
+    cq->cqe = (uint32_t)cqe;
+    UNLOCK();
+    *actual = cqe;
+    return 0;
+}
+
+static int
+req_notify_cq(void *vcq, int solicited_only)
+{
+    struct ucq *cq = vcq;
+    LOCK();
+    cq->armed = solicited_only ? 2 : 1;
+    UNLOCK();
+    return 0;
+}
+
+static int
+cq_take(struct ucq *cq, int n, struct pyrdma_wc *wc)
+{
+    int got = 0;
+    LOCK();
+    while (got < n && cq->head != cq->tail) {
+        wc[got++] = cq->ring[cq->head & cq->mask];
+        cq->head++;
+    }
+    UNLOCK();
+    return got;
+}
+
+static int
+poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
+{
+    struct ucq *cq = vcq;
+    int got;
+    if (n <= 0)
+        return 0;
+    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) != cq->head)
+        return cq_take(cq, n, wc);
+    /* empty: make progress here (no thread hop), then look again */
+    __atomic_store_n(&N.app_progress, now_ns(), __ATOMIC_RELAXED);
+    if (U.worker_progress(N.w))
+        drain();
+    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head)
+        return 0;
+    got = cq_take(cq, n, wc);
+    return got;
+}
+
+/* ------------------------------------------------------------------ */
+/* SRQ                                                                 */
+
+static int
+create_srq(void *pd, struct pyrdma_srq_attr *a, void *ctxp, void **out,
+           struct pyrdma_status *st)
+{
+    struct usrq *s;
+    if (a->max_wr < 1 || a->max_wr > MAX_WR || a->max_sge > MAX_SGE)
+        return pyrdma_fail(st, EINVAL, "ibv_create_srq", "max_wr %u / "
+                           "max_sge %u (limits %d / %d)", a->max_wr,
+                           a->max_sge, MAX_WR, MAX_SGE);
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    if (rq_init(&s->rq, a->max_wr, a->max_sge ? a->max_sge : 1) < 0) {
+        free(s);
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    }
+    s->pd = pd;
+    s->srq_context = ctxp;
+    s->limit = a->srq_limit;
+    a->max_sge = s->rq.max_sge;
+    *out = s;
+    return 0;
+}
+
+static int
+modify_srq(void *vs, struct pyrdma_srq_attr *a, int mask,
+           struct pyrdma_status *st)
+{
+    struct usrq *s = vs;
+    if (mask & PYRDMA_SRQ_MAX_WR)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "resizing an SRQ "
+                           "is not supported by the ucx fabric");
+    if (mask & PYRDMA_SRQ_LIMIT) {
+        if (a->srq_limit > s->rq.max_wr)
+            return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "srq_limit %u "
+                               "> max_wr %u", a->srq_limit, s->rq.max_wr);
+        LOCK();
+        s->limit = a->srq_limit;
+        UNLOCK();
+    }
+    return 0;
+}
+
+static int
+query_srq(void *vs, struct pyrdma_srq_attr *a, struct pyrdma_status *st)
+{
+    struct usrq *s = vs;
+    (void)st;
+    a->max_wr = s->rq.max_wr;
+    a->max_sge = s->rq.max_sge;
+    a->srq_limit = s->limit;
+    return 0;
+}
+
+static int
+destroy_srq(void *vs, struct pyrdma_status *st)
+{
+    struct usrq *s = vs;
+    (void)st;
+    rq_free(&s->rq);
+    free(s);
+    return 0;
+}
+
+/* Run the held messages of the QPs that take receives from r. */
+static void
+rq_refilled(struct usrq *srq, struct uqp *own)
+{
+    int i;
+    if (own != NULL) {
+        if (own->inq)
+            inq_run(own);
+        return;
+    }
+    for (i = 0; i < (int)N.qp_hi; i++) {
+        struct uqp *q = N.qps[i];
+        if (q != NULL && q->srq == srq && q->inq != NULL && !q->destroyed)
+            inq_run(q);
+    }
+}
+
+static int
+post_srq_recv(void *vs, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
+{
+    struct usrq *s = vs;
+    int rc, any;
+    LOCK();
+    rc = rq_post(&s->rq, wr, bad);
+    rq_refilled(s, NULL);
+    any = N.ob_head != NULL;
+    UNLOCK();
+    if (any)
+        drain();
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* QP                                                                  */
+
+static int
+create_qp(void *vpd, struct pyrdma_qp_init_attr *a, void **out, uint32_t *qpn,
+          struct pyrdma_status *st)
+{
+    struct uqp *q;
+    struct pyrdma_qp_cap *c = &a->cap;
+    uint32_t n, i, idx;
+
+    if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC &&
+        a->qp_type != IBV_QPT_UD)
+        return pyrdma_fail(st, EINVAL, "ibv_create_qp", "qp_type %d",
+                           a->qp_type);
+    if (c->max_send_wr > MAX_WR || c->max_recv_wr > MAX_WR ||
+        c->max_send_sge > MAX_SGE || c->max_recv_sge > MAX_SGE ||
+        c->max_inline_data > MAX_INLINE)
+        return pyrdma_fail(st, EINVAL, "ibv_create_qp", "capacities beyond "
+                           "the device's (wr %d, sge %d, inline %d)", MAX_WR,
+                           MAX_SGE, MAX_INLINE);
+    q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    q->pd = vpd;
+    q->scq = a->send_cq;
+    q->rcq = a->recv_cq;
+    q->srq = a->srq;
+    q->qp_context = a->qp_context;
+    q->type = a->qp_type;
+    q->sq_sig_all = a->sq_sig_all;
+    if (c->max_send_sge == 0)
+        c->max_send_sge = 1;
+    if (c->max_recv_sge == 0)
+        c->max_recv_sge = 1;
+    if (q->srq != NULL) {
+        c->max_recv_wr = 0;
+        c->max_recv_sge = 0;
+    }
+    q->cap = *c;
+    n = pow2(c->max_send_wr ? c->max_send_wr : 1);
+    q->sq = calloc(n, sizeof(*q->sq));
+    if (q->sq == NULL)
+        goto nomem;
+    for (i = 0; i < n; i++) {
+        q->sq[i].sge = calloc(c->max_send_sge, sizeof(struct pyrdma_sge));
+        if (q->sq[i].sge == NULL)
+            goto nomem;
+        q->sq[i].buf = q->sq[i].small;
+        q->sq[i].cap = SLOT_SMALL;
+    }
+    q->sq_mask = n - 1;
+    if (q->srq == NULL && rq_init(&q->rq, c->max_recv_wr, c->max_recv_sge) < 0)
+        goto nomem;
+    pthread_mutex_init(&q->post_lock, NULL);
+    q->attr.qp_state = IBV_QPS_RESET;
+    q->attr.cap = *c;
+    q->attr.path_mtu = PORT_MTU;
+    q->attr.port_num = 1;
+    LOCK();
+    for (i = 0; i < MAX_QP; i++) {
+        idx = (N.qp_next + i) & (MAX_QP - 1);
+        if (idx >= 2 && N.qps[idx] == NULL)
+            break;
+    }
+    if (i == MAX_QP) {
+        UNLOCK();
+        pyrdma_fail(st, ENOMEM, "ibv_create_qp", "too many QPs");
+        goto fail;
+    }
+    N.qp_next = idx + 1;
+    if (idx + 1 > N.qp_hi)
+        N.qp_hi = idx + 1;
+    N.qp_gen[idx] = (uint16_t)((N.qp_gen[idx] + 1) & 0x3ff);
+    q->qpn = ((uint32_t)N.qp_gen[idx] << QPN_IDX_BITS) | idx;
+    N.qps[idx] = q;
+    UNLOCK();
+    *out = q;
+    *qpn = q->qpn;
+    return 0;
+nomem:
+    pyrdma_fail(st, ENOMEM, "calloc", "");
+fail:
+    if (q->sq)
+        for (i = 0; i <= q->sq_mask || (q->sq_mask == 0 && i < n); i++) {
+            if (i >= n)
+                break;
+            free(q->sq[i].sge);
+        }
+    free(q->sq);
+    rq_free(&q->rq);
+    free(q);
+    return -1;
+}
+
+/* The IBA modify_qp table: required and optional attributes. */
+#define M(x) PYRDMA_QP_##x
+static int
+qp_table(int type, int cur, int next, int *req, int *opt)
+{
+    int ud = type == IBV_QPT_UD, rc = type == IBV_QPT_RC;
+    *req = *opt = 0;
+    if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
+        return 1;
+    switch (cur) {
+    case IBV_QPS_RESET:
+        if (next != IBV_QPS_INIT)
+            return 0;
+        *req = M(PKEY_INDEX) | M(PORT) | (ud ? M(QKEY) : M(ACCESS_FLAGS));
+        return 1;
+    case IBV_QPS_INIT:
+        if (next == IBV_QPS_INIT) {
+            *opt = M(PKEY_INDEX) | M(PORT) | (ud ? M(QKEY) : M(ACCESS_FLAGS));
+            return 1;
+        }
+        if (next != IBV_QPS_RTR)
+            return 0;
+        if (!ud)
+            *req = M(AV) | M(PATH_MTU) | M(DEST_QPN) | M(RQ_PSN) |
+                   (rc ? M(MAX_DEST_RD_ATOMIC) | M(MIN_RNR_TIMER) : 0);
+        *opt = M(PKEY_INDEX) | (ud ? M(QKEY) : M(ACCESS_FLAGS) | M(ALT_PATH));
+        return 1;
+    case IBV_QPS_RTR:
+        if (next != IBV_QPS_RTS)
+            return 0;
+        *req = M(SQ_PSN) | (rc ? M(TIMEOUT) | M(RETRY_CNT) | M(RNR_RETRY) |
+                                 M(MAX_QP_RD_ATOMIC) : 0);
+        *opt = M(CUR_STATE) | (ud ? M(QKEY) : M(ACCESS_FLAGS) | M(ALT_PATH) |
+                               M(PATH_MIG_STATE) |
+                               (rc ? M(MIN_RNR_TIMER) : 0));
+        return 1;
+    case IBV_QPS_RTS:
+    case IBV_QPS_SQE:
+        if (next != IBV_QPS_RTS)
+            return 0;
+        *opt = M(CUR_STATE) | (ud ? M(QKEY) : M(ACCESS_FLAGS) | M(ALT_PATH) |
+                               M(PATH_MIG_STATE) |
+                               (rc ? M(MIN_RNR_TIMER) : 0));
+        return 1;
+    case IBV_QPS_ERR:
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* Forget everything in flight (RESET).  N.lock held. */
+static void
+qp_reset(struct uqp *q)
+{
+    struct inmsg *m, *next;
+    q->sq_head = q->sq_tail;
+    q->err_pending = 0;
+    q->epoch++;
+    q->dead_valid = 0;
+    q->rq.head = q->rq.tail;
+    for (m = q->inq; m; m = next) {
+        next = m->next;
+        if (m->inflight)
+            m->qp = NULL;       /* freed when UCP is done with it */
+        else
+            inmsg_free(m);
+    }
+    q->inq = q->inq_tail = NULL;
+    q->peer = NULL;
+    memset(&q->attr, 0, sizeof(q->attr));
+    q->attr.cap = q->cap;
+    q->attr.path_mtu = PORT_MTU;
+    q->attr.port_num = 1;
+}
+
+static int
+modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
+          struct pyrdma_status *st)
+{
+    struct uqp *q = vq;
+    int cur, next, req, opt;
+    struct peer *peer = NULL;
+    const int known = M(STATE) | M(CUR_STATE) | M(EN_SQD_ASYNC_NOTIFY) |
+                      M(ACCESS_FLAGS) | M(PKEY_INDEX) | M(PORT) | M(QKEY) |
+                      M(AV) | M(PATH_MTU) | M(TIMEOUT) | M(RETRY_CNT) |
+                      M(RNR_RETRY) | M(RQ_PSN) | M(MAX_QP_RD_ATOMIC) |
+                      M(ALT_PATH) | M(MIN_RNR_TIMER) | M(SQ_PSN) |
+                      M(MAX_DEST_RD_ATOMIC) | M(PATH_MIG_STATE) | M(CAP) |
+                      M(DEST_QPN) | M(RATE_LIMIT);
+
+    if (mask & ~known)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "unknown attribute "
+                           "mask bits 0x%x", mask & ~known);
+    LOCK();
+    cur = q->attr.qp_state;
+    UNLOCK();
+    next = (mask & M(STATE)) ? a->qp_state : cur;
+    if ((mask & M(CUR_STATE)) && a->cur_qp_state != cur)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "cur_qp_state %d but "
+                           "the QP is in state %d", a->cur_qp_state, cur);
+    if (next == IBV_QPS_SQD)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "SQD is not supported "
+                           "by the ucx fabric");
+    if (!qp_table(q->type, cur, next, &req, &opt))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "illegal transition "
+                           "%d -> %d", cur, next);
+    opt |= M(STATE) | M(CUR_STATE);
+    if ((mask & req) != req)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "transition %d -> %d "
+                           "needs attribute mask 0x%x (missing 0x%x)", cur,
+                           next, req, req & ~mask);
+    if (mask & ~(req | opt))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "attribute mask 0x%x "
+                           "not allowed in transition %d -> %d",
+                           mask & ~(req | opt), cur, next);
+    if ((mask & M(PORT)) && a->port_num != 1)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "port_num %u",
+                           a->port_num);
+    if ((mask & M(PKEY_INDEX)) && a->pkey_index != 0)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "pkey_index %u",
+                           a->pkey_index);
+    if ((mask & M(PATH_MTU)) && (a->path_mtu < IBV_MTU_256 ||
+                                 a->path_mtu > PORT_MTU))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "path_mtu %d",
+                           a->path_mtu);
+    if (((mask & M(TIMEOUT)) && a->timeout > 31) ||
+        ((mask & M(RETRY_CNT)) && a->retry_cnt > 7) ||
+        ((mask & M(RNR_RETRY)) && a->rnr_retry > 7) ||
+        ((mask & M(MIN_RNR_TIMER)) && a->min_rnr_timer > 31) ||
+        ((mask & M(MAX_QP_RD_ATOMIC)) && a->max_rd_atomic > MAX_RD_ATOM) ||
+        ((mask & M(MAX_DEST_RD_ATOMIC)) &&
+         a->max_dest_rd_atomic > MAX_RD_ATOM) ||
+        ((mask & M(DEST_QPN)) && a->dest_qp_num > 0xFFFFFF))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "attribute out of "
+                           "range");
+    if ((mask & M(ACCESS_FLAGS)) &&
+        (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE |
+                                          IBV_ACCESS_REMOTE_WRITE |
+                                          IBV_ACCESS_REMOTE_READ |
+                                          IBV_ACCESS_REMOTE_ATOMIC |
+                                          IBV_ACCESS_MW_BIND)))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "qp_access_flags "
+                           "0x%x", a->qp_access_flags);
+    if (mask & M(AV)) {
+        if (ah_resolve(&a->ah_attr, &peer, st, "ibv_modify_qp") < 0)
+            return -1;
+    }
+    LOCK();
+    if (q->attr.qp_state != cur) {
+        UNLOCK();
+        return pyrdma_fail(st, EAGAIN, "ibv_modify_qp", "the QP changed "
+                           "state meanwhile");
+    }
+    if (next == IBV_QPS_RESET) {
+        qp_reset(q);
+        UNLOCK();
+        return 0;
+    }
+    if (mask & M(ACCESS_FLAGS))
+        q->attr.qp_access_flags = a->qp_access_flags;
+    if (mask & M(PKEY_INDEX))
+        q->attr.pkey_index = a->pkey_index;
+    if (mask & M(PORT))
+        q->attr.port_num = a->port_num;
+    if (mask & M(QKEY))
+        q->attr.qkey = a->qkey;
+    if (mask & M(AV)) {
+        q->attr.ah_attr = a->ah_attr;
+        q->peer = peer;
+    }
+    if (mask & M(PATH_MTU))
+        q->attr.path_mtu = a->path_mtu;
+    if (mask & M(TIMEOUT))
+        q->attr.timeout = a->timeout;
+    if (mask & M(RETRY_CNT))
+        q->attr.retry_cnt = a->retry_cnt;
+    if (mask & M(RNR_RETRY))
+        q->attr.rnr_retry = a->rnr_retry;
+    if (mask & M(RQ_PSN)) {
+        q->attr.rq_psn = a->rq_psn & 0xFFFFFF;
+        q->expect_psn = q->attr.rq_psn;
+    }
+    if (mask & M(MAX_QP_RD_ATOMIC))
+        q->attr.max_rd_atomic = a->max_rd_atomic;
+    if (mask & M(MIN_RNR_TIMER))
+        q->attr.min_rnr_timer = a->min_rnr_timer;
+    if (mask & M(SQ_PSN)) {
+        q->attr.sq_psn = a->sq_psn & 0xFFFFFF;
+        q->next_psn = q->attr.sq_psn;
+    }
+    if (mask & M(MAX_DEST_RD_ATOMIC))
+        q->attr.max_dest_rd_atomic = a->max_dest_rd_atomic;
+    if (mask & M(DEST_QPN))
+        q->attr.dest_qp_num = a->dest_qp_num;
+    if (mask & M(ALT_PATH)) {
+        q->attr.alt_ah_attr = a->alt_ah_attr;
+        q->attr.alt_pkey_index = a->alt_pkey_index;
+        q->attr.alt_port_num = a->alt_port_num;
+        q->attr.alt_timeout = a->alt_timeout;
+    }
+    if (mask & M(PATH_MIG_STATE))
+        q->attr.path_mig_state = a->path_mig_state;
+    if (next == IBV_QPS_ERR) {
+        uint32_t i;
+        for (i = q->sq_head; i != q->sq_tail; i++) {
+            struct slot *s = &q->sq[i & q->sq_mask];
+            if (!s->done) {
+                s->done = 1;
+                s->status = IBV_WC_WR_FLUSH_ERR;
+            }
+        }
+        q->err_pending = 1;
+        qp_enter_err(q);
+        sq_advance(q);
+    }
+    else {
+        q->attr.qp_state = next;
+        if (next == IBV_QPS_RTS)
+            q->err_pending = 0;
+    }
+    UNLOCK();
+    return 0;
+}
+#undef M
+
+static int
+query_qp(void *vq, struct pyrdma_qp_attr *a, int mask, struct pyrdma_status *st)
+{
+    struct uqp *q = vq;
+    (void)mask;
+    (void)st;
+    LOCK();
+    *a = q->attr;
+    a->cur_qp_state = q->attr.qp_state;
+    a->cap = q->cap;
+    UNLOCK();
+    return 0;
+}
+
+static int
+destroy_qp(void *vq, struct pyrdma_status *st)
+{
+    struct uqp *q = vq;
+    struct inmsg *m, *next;
+    struct obox *o;
+    uint32_t i;
+    int busy = 0;
+    (void)st;
+    pthread_mutex_lock(&q->post_lock);
+    LOCK();
+    q->destroyed = 1;
+    N.qps[q->qpn & (MAX_QP - 1)] = NULL;
+    for (m = q->inq; m; m = next) {
+        next = m->next;
+        if (m->inflight)
+            m->qp = NULL;
+        else
+            inmsg_free(m);
+    }
+    for (o = N.ob_head; o; o = o->next)
+        if (o->qp == q)
+            o->qp = NULL;
+    for (i = 0; i <= q->sq_mask; i++) {
+        q->sq[i].qp = NULL;
+        if (q->sq[i].inflight)
+            busy = 1;
+    }
+    if (busy) {
+        /* UCP still reads some slot buffers: keep them until exit */
+        struct grave *g = malloc(sizeof(*g));
+        if (g != NULL) {
+            g->sq = q->sq;
+            g->next = N.graves;
+            N.graves = g;
+        }
+        q->sq = NULL;
+    }
+    UNLOCK();
+    pthread_mutex_unlock(&q->post_lock);
+    pthread_mutex_destroy(&q->post_lock);
+    if (q->sq != NULL) {
+        for (i = 0; i <= q->sq_mask; i++) {
+            if (q->sq[i].buf != q->sq[i].small)
+                free(q->sq[i].buf);
+            free(q->sq[i].sge);
+        }
+        free(q->sq);
+    }
+    rq_free(&q->rq);
+    free(q);
+    return 0;
+}
+
+/* UCP finished sending a request (not called for immediate completions). */
+static void
+req_sent_cb(void *req, ucs_status_t status, void *user)
+{
+    struct slot *s = user;
+    struct uqp *q;
+    LOCK();
+    s->inflight = 0;
+    q = s->qp;                  /* NULL: the QP is gone (slot in a grave) */
+    if (q != NULL && (uint32_t)(s->idx - q->sq_head) <
+                     (uint32_t)(q->sq_tail - q->sq_head) && !s->done &&
+        s->need_send == 0) {
+        if (status != UCS_OK)
+            sq_fail(q, s->idx, IBV_WC_RETRY_EXC_ERR);
+        else if (q->type != IBV_QPT_RC) {
+            s->done = 1;        /* UC/UD: complete once sent */
+            s->status = IBV_WC_SUCCESS;
+        }
+        sq_advance(q);
+    }
+    else if (q != NULL && status != UCS_OK)
+        s->imm_done = -1;       /* post_send is still finishing it */
+    UNLOCK();
+    U.request_free(req);
+}
+
+/* Copy the local s/g data of a WR into the slot buffer after the header;
+   return 0 or an IBV_WC_* status. */
+static int
+gather(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
+       size_t total, int inline_data)
+{
+    size_t need = sizeof(struct wire) + total, off = sizeof(struct wire);
+    int i;
+    if (!inline_data) {
+        int bad = check_sges(q->pd, wr->sg_list, wr->num_sge, 0,
+                             IBV_WC_LOC_QP_OP_ERR);
+        if (bad)
+            return bad;
+    }
+    if (need > s->cap) {
+        uint8_t *b = malloc(need);
+        if (b == NULL)
+            return IBV_WC_LOC_QP_OP_ERR;
+        if (s->buf != s->small)
+            free(s->buf);
+        s->buf = b;
+        s->cap = need;
+    }
+    for (i = 0; i < wr->num_sge; i++) {
+        if (wr->sg_list[i].length)
+            memcpy(s->buf + off, (void *)(uintptr_t)wr->sg_list[i].addr,
+                   wr->sg_list[i].length);
+        off += wr->sg_list[i].length;
+    }
+    s->len = need;
+    return 0;
+}
+
+static int
+mtu_bytes(int mtu)
+{
+    return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << mtu : 4096;
+}
+
+/* Complete slot s (being filled, not yet counted in the SQ) with an error
+   at once; later WRs flush. */
+static void
+fill_fail(struct uqp *q, struct slot *s, int status)
+{
+    s->done = 1;
+    s->status = status;
+    q->err_pending = 1;
+}
+
+/* Fill slot s from wr (N.lock held); return 0 or an errno for a
+   post-time rejection. */
+static int
+fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
+          uint64_t t)
+{
+    struct wire *h;
+    size_t total = 0;
+    int i, op, status = 0;
+    int inline_data = (wr->send_flags & IBV_SEND_INLINE) != 0;
+    struct peer *peer = q->peer;
+
+    for (i = 0; i < wr->num_sge; i++)
+        total += wr->sg_list[i].length;
+    switch (wr->opcode) {
+    case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM: op = OP_SEND; break;
+    case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM:
+        op = OP_WRITE; break;
+    case IBV_WR_RDMA_READ: op = OP_READ; break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: op = OP_CAS; break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: op = OP_FAA; break;
+    default: return EINVAL;     /* LOCAL_INV, BIND_MW, SEND_WITH_INV... */
+    }
+    if (inline_data && op <= OP_WRITE && total > q->cap.max_inline_data)
+        return EINVAL;
+    if (total > MAX_MSG)
+        return EINVAL;
+    if (op >= OP_CAS && (wr->wr.atomic.remote_addr & 7))
+        return EINVAL;
+    if (q->type == IBV_QPT_UD && wr->wr.ud.ah == NULL)
+        return EINVAL;
+    s->qp = q;
+    s->idx = q->sq_tail;
+    s->wr_id = wr->wr_id;
+    s->opcode = wr->opcode;
+    s->signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+    s->done = 0;
+    s->status = IBV_WC_SUCCESS;
+    s->need_send = 0;
+    s->imm_done = 0;
+    s->rnr_wait = 0;
+    s->byte_len = 0;
+    s->deadline = 0;
+    s->num_sge = 0;
+    s->psn = q->next_psn;
+    q->next_psn = (q->next_psn + 1) & 0xFFFFFF;
+    if (q->attr.qp_state == IBV_QPS_ERR || q->err_pending) {
+        s->done = 1;
+        s->status = IBV_WC_WR_FLUSH_ERR;
+        return 0;
+    }
+    /* the transport table (seed 004): rxe fails these on the wire */
+    if ((q->type == IBV_QPT_UC && op > OP_WRITE) ||
+        (q->type == IBV_QPT_UD && op != OP_SEND)) {
+        fill_fail(q, s, IBV_WC_LOC_QP_OP_ERR);
+        return 0;
+    }
+    if (q->type == IBV_QPT_UD)
+        peer = ((struct uah *)wr->wr.ud.ah)->peer;
+    if (op <= OP_WRITE)
+        status = gather(q, s, wr, total, inline_data);
+    else {
+        /* READ / atomics: the local s/g list is written on completion */
+        if (op >= OP_CAS && total < 8)
+            return EINVAL;
+        status = check_sges(q->pd, wr->sg_list, wr->num_sge, 1,
+                            IBV_WC_LOC_PROT_ERR);
+        memcpy(s->sge, wr->sg_list, sizeof(*s->sge) * (size_t)wr->num_sge);
+        s->num_sge = wr->num_sge;
+        s->len = sizeof(struct wire);
+    }
+    if (status) {
+        fill_fail(q, s, status);
+        return 0;
+    }
+    h = (struct wire *)s->buf;
+    memset(h, 0, sizeof(*h));
+    h->kind = AM_REQ;
+    h->op = (uint8_t)op;
+    h->flags = (uint8_t)(((wr->opcode == IBV_WR_SEND_WITH_IMM ||
+                           wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) ? F_IMM
+                                                                     : 0) |
+                         ((wr->send_flags & IBV_SEND_SOLICITED) ? F_SOLICITED
+                                                                : 0));
+    h->rnr_retry = (uint8_t)q->attr.rnr_retry;
+    h->src_qpn = q->qpn;
+    h->psn = s->psn;
+    h->slot = s->idx;
+    h->epoch = q->epoch;
+    h->src_guid = N.guid;
+    h->src_lid = N.lid;
+    h->qp_type = (uint16_t)q->type;
+    h->imm = wr->imm_data;
+    h->len = (uint32_t)(op <= OP_READ ? total : 8);
+    if (q->type == IBV_QPT_UD) {
+        h->dst_qpn = wr->wr.ud.remote_qpn;
+        h->qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? q->attr.qkey
+                                                         : wr->wr.ud.remote_qkey;
+        if (total > (size_t)mtu_bytes(PORT_MTU)) {
+            /* longer than the MTU: rxe drops it on the wire and completes
+               the WR; so do we */
+            s->done = 1;
+            return 0;
+        }
+    }
+    else {
+        h->dst_qpn = q->attr.dest_qp_num;
+        if (op == OP_WRITE || op == OP_READ) {
+            h->raddr = wr->wr.rdma.remote_addr;
+            h->rkey = wr->wr.rdma.rkey;
+        }
+        else if (op >= OP_CAS) {
+            h->raddr = wr->wr.atomic.remote_addr;
+            h->rkey = wr->wr.atomic.rkey;
+            h->cmp = wr->wr.atomic.compare_add;
+            h->swap = wr->wr.atomic.swap;
+        }
+    }
+    if (peer == NULL || peer->failed) {
+        fill_fail(q, s, IBV_WC_RETRY_EXC_ERR);
+        return 0;
+    }
+    s->ep = peer->ep;
+    if (q->type == IBV_QPT_RC && q->attr.timeout) {
+        double us = 4.096 * (double)(1ull << q->attr.timeout) *
+                    (q->attr.retry_cnt + 1);
+        s->deadline = t + (uint64_t)(us * 1000.0);
+        N.timers = 1;
+    }
+    s->need_send = 1;
+    s->inflight = 1;
+    return 0;
+}
+
+static int
+post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
+{
+    struct uqp *q = vq;
+    uint32_t first, last, i;
+    int rc = 0, signal = 0;
+    uint64_t t = now_ns();
+
+    pthread_mutex_lock(&q->post_lock);
+    LOCK();
+    if (q->attr.qp_state == IBV_QPS_RESET || q->attr.qp_state == IBV_QPS_INIT
+        || q->attr.qp_state == IBV_QPS_RTR) {
+        UNLOCK();
+        pthread_mutex_unlock(&q->post_lock);
+        *bad = wr;
+        return EINVAL;
+    }
+    first = q->sq_tail;
+    for (; wr; wr = wr->next) {
+        struct slot *s;
+        if (wr->num_sge < 0 || (uint32_t)wr->num_sge > q->cap.max_send_sge) {
+            rc = EINVAL;
+            break;
+        }
+        if (q->sq_tail - q->sq_head >= q->cap.max_send_wr) {
+            rc = ENOMEM;
+            break;
+        }
+        s = &q->sq[q->sq_tail & q->sq_mask];
+        if (s->inflight) {
+            rc = ENOMEM;        /* UCP still reads this slot */
+            break;
+        }
+        rc = fill_slot(q, s, wr, t);
+        if (rc)
+            break;
+        q->sq_tail++;
+    }
+    if (rc)
+        *bad = wr;
+    last = q->sq_tail;
+    UNLOCK();
+    /* transmit, outside N.lock, in order */
+    for (i = first; i != last; i++) {
+        struct slot *s = &q->sq[i & q->sq_mask];
+        ucp_request_param_t p;
+        ucs_status_ptr_t r;
+        if (s->need_send != 1)
+            continue;
+        memset(&p, 0, sizeof(p));
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA;
+        p.cb.send = req_sent_cb;
+        p.user_data = s;
+        r = U.am_send_nbx(s->ep, AM_REQ, s->buf, sizeof(struct wire),
+                          s->buf + sizeof(struct wire),
+                          s->len - sizeof(struct wire), &p);
+        if (UCS_PTR_IS_PTR(r))
+            signal = 1;         /* req_sent_cb will finish it */
+        else
+            s->imm_done = UCS_PTR_IS_ERR(r) ? -1 : 1;
+    }
+    LOCK();
+    for (i = first; i != last; i++) {
+        struct slot *s = &q->sq[i & q->sq_mask];
+        int imm = s->imm_done;
+        if (s->need_send != 1)
+            continue;
+        s->need_send = 0;
+        if (imm == 1 || imm == -1)
+            s->inflight = 0;
+        if ((uint32_t)(i - q->sq_head) >= (uint32_t)(q->sq_tail - q->sq_head)
+            || s->done)
+            continue;           /* already completed (flushed) */
+        if (imm < 0)
+            sq_fail(q, i, IBV_WC_RETRY_EXC_ERR);
+        else if (imm == 1 && q->type != IBV_QPT_RC) {
+            s->done = 1;        /* UC/UD complete once handed to UCP */
+            s->status = IBV_WC_SUCCESS;
+        }
+        else if (!s->inflight && q->type != IBV_QPT_RC) {
+            s->done = 1;        /* req_sent_cb ran before we got here */
+            s->status = IBV_WC_SUCCESS;
+        }
+    }
+    sq_advance(q);
+    UNLOCK();
+    pthread_mutex_unlock(&q->post_lock);
+    if (signal)
+        wake_progress();
+    return rc;
+}
+
+static int
+post_recv(void *vq, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
+{
+    struct uqp *q = vq;
+    int rc, any;
+    LOCK();
+    if (q->srq != NULL || q->attr.qp_state == IBV_QPS_RESET) {
+        UNLOCK();
+        *bad = wr;
+        return EINVAL;
+    }
+    rc = rq_post(&q->rq, wr, bad);
+    if (q->attr.qp_state == IBV_QPS_ERR)
+        rq_flush(q);
+    else
+        rq_refilled(NULL, q);
+    any = N.ob_head != NULL;
+    UNLOCK();
+    if (any)
+        drain();
+    return rc;
+}
+
+static int
+attach_mcast(void *qp, const uint8_t gid[16], uint16_t lid,
+             struct pyrdma_status *st)
+{
+    (void)qp;
+    (void)gid;
+    (void)lid;
+    return pyrdma_fail(st, EOPNOTSUPP, "ibv_attach_mcast", "multicast is "
+                       "not supported by the ucx fabric");
+}
+
+/* ------------------------------------------------------------------ */
+/* AH                                                                  */
+
+static int
+create_ah(void *pd, struct pyrdma_ah_attr *a, void **out,
+          struct pyrdma_status *st)
+{
+    struct uah *ah = calloc(1, sizeof(*ah));
+    if (ah == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    if (ah_resolve(a, &ah->peer, st, "ibv_create_ah") < 0) {
+        free(ah);
+        return -1;
+    }
+    ah->pd = pd;
+    ah->attr = *a;
+    *out = ah;
+    return 0;
+}
+
+static int
+destroy_ah(void *ah, struct pyrdma_status *st)
+{
+    (void)st;
+    free(ah);
+    return 0;
+}
+
+const struct pyrdma_provider pyrdma_provider_ucx = {
+    .name = "ucx",
+    .library = "libucp.so.0",
+    .package = "libucx0",
+    .load = load,
+    .get_devices = get_devices,
+    .open_device = open_device,
+    .close_device = close_device,
+    .query_device = query_device,
+    .query_port = query_port,
+    .query_gid = query_gid,
+    .query_pkey = query_pkey,
+    .async_fd = async_fd,
+    .get_async_event = get_async_event,
+    .alloc_pd = alloc_pd,
+    .dealloc_pd = dealloc_pd,
+    .reg_mr = reg_mr,
+    .dereg_mr = dereg_mr,
+    .create_comp_channel = create_comp_channel,
+    .destroy_comp_channel = destroy_comp_channel,
+    .get_cq_event = get_cq_event,
+    .ack_cq_events = ack_cq_events,
+    .create_cq = create_cq,
+    .destroy_cq = destroy_cq,
+    .resize_cq = resize_cq,
+    .req_notify_cq = req_notify_cq,
+    .poll_cq = poll_cq,
+    .create_srq = create_srq,
+    .modify_srq = modify_srq,
+    .query_srq = query_srq,
+    .destroy_srq = destroy_srq,
+    .post_srq_recv = post_srq_recv,
+    .create_qp = create_qp,
+    .modify_qp = modify_qp,
+    .query_qp = query_qp,
+    .destroy_qp = destroy_qp,
+    .post_send = post_send,
+    .post_recv = post_recv,
+    .attach_mcast = attach_mcast,
+    .detach_mcast = attach_mcast,
+    .create_ah = create_ah,
+    .destroy_ah = destroy_ah,
+};

@@ -1,0 +1,216 @@
+"""Benchmarks of the ucx software fabric next to UCX's own ucx_perftest
+(not tests): run ``python tests/bench/bench_ucx.py [--quick]``.
+
+For each transport (UCX_TLS=shm,self and tcp on lo) it runs, in the same
+invocation and with two processes each:
+
+- 8-byte RDMA WRITE message rate, posted from Python with a SendBatch
+  (unsignaled except the last WR of each batch) vs ``ucp_put_bw -s 8``;
+- 8-byte SEND/RECV round trip (ping-pong, both sides in Python) vs
+  ``tag_lat -s 8`` (one-way latency x 2);
+- 64 KiB RDMA WRITE bandwidth vs ``ucp_put_bw -s 65536``;
+
+and prints the numbers side by side with the ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TLS = {"shm": {"UCX_TLS": "shm,self"},
+       "tcp": {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"}}
+
+
+# --------------------------------------------------------------------------
+# the Python side (a process per role)
+
+def role(which: str, test: str, iters: int) -> None:
+    import rdma
+    import rdma.ibverbs as ibv
+    sys.path.insert(0, str(HERE.parent / "host"))
+    from fabric_helpers import Side, to_init, to_rtr, to_rts
+    from rdma.IBA import GID
+    ep = rdma.get_end_port(provider="ucx")
+    ctx = rdma.get_verbs(ep)
+    size = 65536 if test == "bw" else 8
+    depth = 256
+    s = Side(ctx, ibv.IBV_QPT_RC, size=max(size, 4096) * 2,
+             max_send_wr=depth, max_recv_wr=depth, cqe=2 * depth,
+             sq_sig_all=0)
+    print(json.dumps({"gid": str(s.gid), "qpn": s.qpn, "addr": s.mr.addr,
+                      "rkey": s.mr.rkey}), flush=True)
+    peer = json.loads(sys.stdin.readline())
+    to_init(s.qp)
+    to_rtr(s.qp, remote_qpn=peer["qpn"], dgid=GID(peer["gid"]))
+    to_rts(s.qp)
+    arr = ibv.WCArray(64)
+    if test == "lat":
+        rb = ibv.RecvBatch([ibv.recv_wr(wr_id=1, sg_list=s.mr.sge(length=8))])
+        sb = ibv.SendBatch([ibv.send_wr(wr_id=2, opcode=ibv.IBV_WR_SEND,
+                                        sg_list=s.mr.sge(length=8, off=8),
+                                        send_flags=ibv.IBV_SEND_SIGNALED)])
+        for _ in range(4):
+            s.qp.post_recv(rb)
+        print(json.dumps({"ready": 1}), flush=True)
+        sys.stdin.readline()
+        ping = which == "client"
+        n = 0
+        sends = 0
+        t0 = time.perf_counter()
+        if ping:
+            s.qp.post_send(sb)
+            sends += 1
+        while n < iters:
+            k = s.recv_cq.poll_into(arr)
+            if k:
+                n += k
+                s.qp.post_recv(rb)
+                s.qp.post_send(sb)
+                sends += 1
+            s.send_cq.poll_into(arr)
+        dt = time.perf_counter() - t0
+        if ping:
+            print(json.dumps({"rtt_us": dt / iters * 1e6}), flush=True)
+        ctx.close()
+        return
+    if which == "server":              # the target: does nothing at all
+        print(json.dumps({"ready": 1}), flush=True)
+        sys.stdin.readline()
+        sys.stdin.readline()
+        ctx.close()
+        return
+    batch = 32
+    wrs = [ibv.send_wr(wr_id=i, opcode=ibv.IBV_WR_RDMA_WRITE,
+                       sg_list=s.mr.sge(length=size),
+                       remote_addr=peer["addr"] + (size if size > 8 else 0),
+                       rkey=peer["rkey"],
+                       send_flags=(ibv.IBV_SEND_SIGNALED if i == batch - 1 else 0))
+           for i in range(batch)]
+    sb = ibv.SendBatch(wrs)
+    print(json.dumps({"ready": 1}), flush=True)
+    sys.stdin.readline()
+    outstanding = 0
+    done = 0
+    t0 = time.perf_counter()
+    while done < iters:
+        while outstanding < depth - batch:
+            s.qp.post_send(sb)
+            outstanding += batch
+        k = s.send_cq.poll_into(arr)
+        outstanding -= k * batch
+        done += k * batch
+    dt = time.perf_counter() - t0
+    print(json.dumps({"msg_s": done / dt, "mb_s": done * size / dt / 1e6}),
+          flush=True)
+    ctx.close()
+
+
+def _spawn(which, test, iters, env):
+    e = dict(os.environ, **env, UCX_WARN_UNUSED_ENV_VARS="n")
+    return subprocess.Popen([sys.executable, __file__, "--role", which, test,
+                             str(iters)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=e)
+
+
+def run_python(test: str, iters: int, env: dict) -> dict:
+    srv, cli = _spawn("server", test, iters, env), _spawn("client", test, iters, env)
+    try:
+        i_s, i_c = srv.stdout.readline(), cli.stdout.readline()
+        srv.stdin.write(i_c)
+        srv.stdin.flush()
+        cli.stdin.write(i_s)
+        cli.stdin.flush()
+        srv.stdout.readline()
+        cli.stdout.readline()
+        srv.stdin.write("go\n")
+        srv.stdin.flush()
+        cli.stdin.write("go\n")
+        cli.stdin.flush()
+        res = json.loads(cli.stdout.readline())
+        srv.stdin.write("end\n")
+        srv.stdin.flush()
+        return res
+    finally:
+        for p in (srv, cli):
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+# --------------------------------------------------------------------------
+# ucx_perftest
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_perftest(test: str, size: int, iters: int, env: dict) -> dict:
+    port = _free_port()
+    e = dict(os.environ, **env, UCX_WARN_UNUSED_ENV_VARS="n")
+    args = ["-t", test, "-s", str(size), "-n", str(iters), "-p", str(port)]
+    srv = subprocess.Popen(["ucx_perftest", *args], env=e,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    try:
+        out = subprocess.run(["ucx_perftest", *args, "127.0.0.1"], env=e,
+                             capture_output=True, text=True, timeout=120).stdout
+    finally:
+        srv.wait(30)
+    # the "Final:" line: latency(avg) ... bandwidth(avg) ... msgrate(avg)
+    for line in out.splitlines():
+        if line.strip().startswith("Final:"):
+            nums = [float(x) for x in re.findall(r"[-\d.]+", line)]
+            # iterations, typical lat, avg lat, overall lat, avg bw, overall bw,
+            # avg msgrate, overall msgrate
+            return {"lat_us": nums[2], "mb_s": nums[5] * 1.048576,
+                    "msg_s": nums[7]}
+    raise RuntimeError(f"no result from ucx_perftest:\n{out}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations")
+    ap.add_argument("--role", nargs=3, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.role:
+        role(a.role[0], a.role[1], int(a.role[2]))
+        return 0
+    q = 10 if a.quick else 1
+    rows = []
+    for name, env in TLS.items():
+        n_rate = 200000 // q if name == "shm" else 50000 // q
+        n_lat = 20000 // q if name == "shm" else 5000 // q
+        n_bw = 20000 // q if name == "shm" else 3000 // q
+        py = run_python("rate", n_rate, env)
+        pt = run_perftest("ucp_put_bw", 8, n_rate * 10, env)
+        rows.append((name, "8 B WRITE rate (msg/s)", py["msg_s"], pt["msg_s"],
+                     "ucp_put_bw"))
+        py = run_python("lat", n_lat, env)
+        pt = run_perftest("tag_lat", 8, n_lat * 10, env)
+        rows.append((name, "8 B SEND round trip (us)", py["rtt_us"],
+                     2 * pt["lat_us"], "tag_lat x2"))
+        py = run_python("bw", n_bw, env)
+        pt = run_perftest("ucp_put_bw", 65536, n_bw, env)
+        rows.append((name, "64 KiB WRITE bandwidth (MB/s)", py["mb_s"],
+                     pt["mb_s"], "ucp_put_bw"))
+    print(f"{'tls':<5}{'measure':<32}{'rdma (Python)':>16}{'ucx_perftest':>16}"
+          f"{'ratio':>8}  reference")
+    for tls, what, ours, ref, how in rows:
+        print(f"{tls:<5}{what:<32}{ours:>16.6g}{ref:>16.6g}{ours / ref:>8.3f}"
+              f"  {how}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

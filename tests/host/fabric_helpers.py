@@ -1,0 +1,337 @@
+"""Helpers of the software-fabric tests (tests/host/test_fabric_*.py).
+
+The same helpers as tests/vm/verbs_fixtures.py (Side, make_pair, poll_cq,
+...), written against any provider: the GID index and device come from the
+end port given.  Run as a script, this module is also the peer program of
+the multi-process tests::
+
+    python fabric_helpers.py responder|requester|streamer
+
+It prints its connection data as one JSON line, reads the peer's as one
+JSON line, connects an RC QP and plays its role (see :func:`peer_main`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+import sys
+import time
+
+import rdma
+import rdma.ibverbs as ibv
+
+PORT = 1
+QKEY = 0x11111111
+GRH_LEN = 40
+REMOTE_ALL = (ibv.IBV_ACCESS_REMOTE_WRITE | ibv.IBV_ACCESS_REMOTE_READ
+              | ibv.IBV_ACCESS_REMOTE_ATOMIC)
+MR_ALL = ibv.IBV_ACCESS_LOCAL_WRITE | REMOTE_ALL
+TRANSPORTS = {"RC": ibv.IBV_QPT_RC, "UC": ibv.IBV_QPT_UC, "UD": ibv.IBV_QPT_UD}
+
+
+def providers_with_devices():
+    """The providers of this build that have a device here."""
+    out = []
+    from rdma import _ibverbs
+    for p in _ibverbs._providers():
+        try:
+            if rdma.get_devices(p):
+                out.append(p)
+        except rdma.SysError:
+            pass
+    return out
+
+
+def poll_cq(cq, n: int = 1, timeout: float = 10.0) -> list:
+    """Poll *cq* until *n* completions arrived; return exactly those."""
+    got: list = []
+    deadline = time.monotonic() + timeout
+    idle = 0
+    while len(got) < n:
+        wcs = cq.poll()
+        if wcs:
+            got.extend(wcs)
+            idle = 0
+            continue
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for "
+                                 f"{n} completion(s); got {got!r}")
+        idle += 1
+        if idle > 50:
+            time.sleep(0.0005)
+    assert len(got) == n, f"expected {n} completions, got {got!r}"
+    return got
+
+
+def expect_no_completion(cq, wait: float = 0.2) -> None:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        wcs = cq.poll()
+        assert not wcs, f"unexpected completion(s): {wcs!r}"
+        time.sleep(0.005)
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = predicate()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.005)
+
+
+def check_ok(wc, opcode=None, wr_id=None):
+    assert wc.status == ibv.IBV_WC_SUCCESS, f"{ibv.WCError(wc)} ({wc!r})"
+    if opcode is not None:
+        assert wc.opcode == opcode, wc
+    if wr_id is not None:
+        assert wc.wr_id == wr_id, wc
+    return wc
+
+
+def qp_state(qp) -> int:
+    return qp.query(ibv.IBV_QP_STATE).qp_state
+
+
+def pattern(n: int, seed: int = 0) -> bytes:
+    r = random.Random(seed)
+    return bytes(r.randrange(1, 256) for _ in range(n))
+
+
+def ah_attr_to(dgid=None, dlid: int = 0, sgid_index: int = 0):
+    """An ah_attr to *dgid* (with a GRH) or to *dlid* (LID only)."""
+    if dgid is None:
+        return ibv.ah_attr(is_global=0, port_num=PORT, dlid=dlid)
+    return ibv.ah_attr(is_global=1, port_num=PORT, dlid=dlid,
+                       grh=ibv.global_route(dgid=dgid, sgid_index=sgid_index,
+                                            hop_limit=1))
+
+
+def to_init(qp, access: int = REMOTE_ALL):
+    if qp.qp_type == ibv.IBV_QPT_UD:
+        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_INIT, pkey_index=0,
+                              port_num=PORT, qkey=QKEY))
+    else:
+        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_INIT, pkey_index=0,
+                              port_num=PORT, qp_access_flags=access))
+
+
+def to_rtr(qp, remote_qpn=0, dgid=None, dlid=0, rq_psn=0, min_rnr_timer=1):
+    if qp.qp_type == ibv.IBV_QPT_UD:
+        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR))
+        return
+    kw = dict(qp_state=ibv.IBV_QPS_RTR, path_mtu=ibv.IBV_MTU_1024,
+              dest_qp_num=remote_qpn, rq_psn=rq_psn,
+              ah_attr=ah_attr_to(dgid, dlid))
+    if qp.qp_type == ibv.IBV_QPT_RC:
+        kw.update(max_dest_rd_atomic=1, min_rnr_timer=min_rnr_timer)
+    qp.modify(ibv.qp_attr(**kw))
+
+
+def to_rts(qp, sq_psn=0, timeout=14, retry_cnt=7, rnr_retry=7):
+    kw = dict(qp_state=ibv.IBV_QPS_RTS, sq_psn=sq_psn)
+    if qp.qp_type == ibv.IBV_QPT_RC:
+        kw.update(timeout=timeout, retry_cnt=retry_cnt, rnr_retry=rnr_retry,
+                  max_rd_atomic=1)
+    qp.modify(ibv.qp_attr(**kw))
+
+
+class Side:
+    """One end: PD, send/recv CQ, optional SRQ, QP, MR over ``buf``."""
+
+    def __init__(self, ctx, qp_type, *, size=4096, access=MR_ALL,
+                 use_srq=False, sq_sig_all=1, max_inline_data=0,
+                 max_send_wr=16, max_recv_wr=16, max_send_sge=1,
+                 max_recv_sge=1, cqe=64, comp_channel=None):
+        self.ctx = ctx
+        self.qp_type = qp_type
+        self.pd = ctx.pd()
+        self.send_cq = self.pd.cq(cqe)
+        self.recv_cq = self.pd.cq(cqe, comp_channel)
+        self.srq = self.pd.srq(max_wr=max_recv_wr, max_sge=max_recv_sge) \
+            if use_srq else None
+        self.qp = self.pd.qp(qp_type, max_send_wr, self.send_cq, max_recv_wr,
+                             self.recv_cq, srq=self.srq, sq_sig_all=sq_sig_all,
+                             max_send_sge=max_send_sge,
+                             max_recv_sge=max_recv_sge,
+                             max_inline_data=max_inline_data)
+        self.buf = bytearray(size)
+        self.mr = self.pd.mr(self.buf, access)
+        self.gid = ctx.end_port.gids[0]
+        self.lid = ctx.end_port.lid
+        self._ahs = {}
+
+    @property
+    def qpn(self):
+        return self.qp.qp_num
+
+    def ah_to(self, other):
+        key = bytes(other.gid)
+        if key not in self._ahs:
+            self._ahs[key] = self.pd.ah(ah_attr_to(other.gid))
+        return self._ahs[key]
+
+    def post_recv(self, wr_id=0, off=0, length=None):
+        if length is None:
+            length = len(self.buf) - off
+        wr = ibv.recv_wr(wr_id=wr_id, sg_list=self.mr.sge(length=length, off=off))
+        (self.srq or self.qp).post_recv(wr)
+        return wr
+
+    def send_wr(self, other, opcode=ibv.IBV_WR_SEND, *, wr_id=1, off=0,
+                length=8, remote_off=0, send_flags=ibv.IBV_SEND_SIGNALED, **kw):
+        fields = dict(wr_id=wr_id, opcode=opcode, send_flags=send_flags,
+                      sg_list=self.mr.sge(length=length, off=off))
+        if opcode in (ibv.IBV_WR_RDMA_WRITE, ibv.IBV_WR_RDMA_WRITE_WITH_IMM,
+                      ibv.IBV_WR_RDMA_READ, ibv.IBV_WR_ATOMIC_CMP_AND_SWP,
+                      ibv.IBV_WR_ATOMIC_FETCH_AND_ADD):
+            fields.update(remote_addr=other.mr.addr + remote_off,
+                          rkey=other.mr.rkey)
+        if self.qp_type == ibv.IBV_QPT_UD:
+            fields.update(ah=self.ah_to(other), remote_qpn=other.qpn,
+                          remote_qkey=QKEY)
+        fields.update(kw)
+        return ibv.send_wr(**fields)
+
+    def close(self):
+        for o in (self.qp, *self._ahs.values(), self.srq, self.mr,
+                  self.send_cq, self.recv_cq, self.pd):
+            if o is not None:
+                o.close()
+
+
+def connect(a, b, *, use_lid=False, **rts_kw):
+    rtr_kw = {k: rts_kw.pop(k) for k in ("min_rnr_timer",) if k in rts_kw}
+    for me, peer in ((a, b), (b, a)):
+        to_init(me.qp)
+        to_rtr(me.qp, remote_qpn=peer.qpn,
+               dgid=None if use_lid else peer.gid, dlid=peer.lid, **rtr_kw)
+        to_rts(me.qp, **rts_kw)
+
+
+def make_pair(ctx_a, ctx_b, qp_type, *, side_a=None, side_b=None, **kw):
+    conn = {k: kw.pop(k) for k in ("rnr_retry", "timeout", "retry_cnt",
+                                   "min_rnr_timer", "use_lid") if k in kw}
+    a = Side(ctx_a, qp_type, **{**kw, **(side_a or {})})
+    b = Side(ctx_b, qp_type, **{**kw, **(side_b or {})})
+    connect(a, b, **conn)
+    return a, b
+
+
+# --------------------------------------------------------------------------
+# the peer program of the multi-process tests
+
+def _emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _read():
+    line = sys.stdin.readline()
+    if not line:
+        raise SystemExit("peer: stdin closed")
+    return json.loads(line)
+
+
+def peer_main(role: str) -> int:
+    """responder: serves one-sided ops and receives SENDs, reports them.
+    requester: WRITE/READ/atomic/SEND against a responder, checks bytes.
+    streamer: RDMA WRITEs in a loop until an error completion, then reports
+    how long after the last success it came (the peer is killed meanwhile).
+    """
+    ep = rdma.get_end_port(os.environ.get("FABRIC_DEVICE") or None,
+                           provider=os.environ.get("FABRIC_PROVIDER", "ucx"))
+    ctx = rdma.get_verbs(ep)
+    timeout = int(os.environ.get("FABRIC_QP_TIMEOUT", "14"))
+    s = Side(ctx, ibv.IBV_QPT_RC, size=1 << 16, max_send_wr=64,
+             max_recv_wr=64)
+    _emit({"gid": str(s.gid), "lid": s.lid, "qpn": s.qpn, "addr": s.mr.addr,
+           "rkey": s.mr.rkey, "pid": os.getpid()})
+    peer = _read()
+    use_lid = bool(peer.get("use_lid"))
+    to_init(s.qp)
+    to_rtr(s.qp, remote_qpn=peer["qpn"],
+           dgid=None if use_lid else rdma.IBA.GID(peer["gid"]),
+           dlid=peer["lid"])
+    to_rts(s.qp, timeout=timeout)
+    if role == "responder":
+        for i in range(8):
+            s.post_recv(wr_id=i, off=32768 + 1024 * i, length=1024)
+        s.buf[:4096] = pattern(4096, 7)
+        _emit({"ready": True})
+        while True:
+            cmd = _read()
+            if cmd["op"] == "recv":
+                wc = poll_cq(s.recv_cq, 1, timeout=20)[0]
+                off = 32768 + 1024 * wc.wr_id
+                _emit({"wr_id": wc.wr_id, "status": wc.status,
+                       "imm": wc.imm_data, "byte_len": wc.byte_len,
+                       "data": bytes(s.buf[off:off + wc.byte_len]).hex()})
+            elif cmd["op"] == "dump":
+                _emit({"data": bytes(s.buf[cmd["off"]:cmd["off"] + cmd["len"]]).hex()})
+            else:
+                break
+        ctx.close()
+        return 0
+    other = ("remote", peer["addr"], peer["rkey"])
+    _emit({"ready": True})
+    _read()                                    # the responder is ready
+    def wr(op, off, length, roff, **kw):
+        return ibv.send_wr(wr_id=off, opcode=op, sg_list=s.mr.sge(length=length, off=off),
+                           remote_addr=other[1] + roff, rkey=other[2],
+                           send_flags=ibv.IBV_SEND_SIGNALED, **kw)
+    if role == "requester":
+        data = pattern(3000, 1)
+        s.buf[:3000] = data
+        s.qp.post_send(wr(ibv.IBV_WR_RDMA_WRITE, 0, 3000, 8192))
+        s.qp.post_send(wr(ibv.IBV_WR_RDMA_READ, 4096, 4096, 0))
+        struct.pack_into("<Q", s.buf, 12288, 0)
+        s.qp.post_send(wr(ibv.IBV_WR_ATOMIC_FETCH_AND_ADD, 12288, 8, 16384,
+                          compare_add=5))
+        s.qp.post_send(ibv.send_wr(wr_id=9, opcode=ibv.IBV_WR_SEND_WITH_IMM,
+                                   sg_list=s.mr.sge(length=100, off=0),
+                                   imm_data=0x1234,
+                                   send_flags=ibv.IBV_SEND_SIGNALED))
+        wcs = poll_cq(s.send_cq, 4, timeout=20)
+        _emit({"statuses": [w.status for w in wcs],
+               "read_ok": bytes(s.buf[4096:8192]) == pattern(4096, 7)[:4096],
+               "faa_old": struct.unpack_from("<Q", s.buf, 12288)[0]})
+        ctx.close()
+        return 0
+    # streamer
+    s.buf[:64] = pattern(64, 3)
+    ok = 0
+    last_ok = time.monotonic()
+    announced = False
+    outstanding = 0
+    while True:
+        while outstanding < 32:
+            s.qp.post_send(wr(ibv.IBV_WR_RDMA_WRITE, 0, 64, 0))
+            outstanding += 1
+        wcs = s.send_cq.poll()
+        for i, w in enumerate(wcs):
+            outstanding -= 1
+            if w.status != ibv.IBV_WC_SUCCESS:
+                rest = wcs[i + 1:]
+                outstanding -= len(rest)
+                if outstanding:
+                    rest += poll_cq(s.send_cq, outstanding, timeout=20)
+                _emit({"status": w.status, "ok": ok,
+                       "after": time.monotonic() - last_ok,
+                       "rest": sorted({r.status for r in rest}),
+                       "state": qp_state(s.qp)})
+                ctx.close()
+                return 0
+            ok += 1
+            last_ok = time.monotonic()
+        if ok >= 100 and not announced:
+            announced = True
+            _emit({"running": ok})
+
+
+if __name__ == "__main__":
+    sys.exit(peer_main(sys.argv[1]))

@@ -1,0 +1,118 @@
+"""``rdma pingpong`` and ``rdma perf`` between two processes on the host,
+over the software fabric (the UCX provider).  Skipped, with the reason,
+while this build has no UCX provider or it lists no device."""
+import csv
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ENV = {"RDMA_PROVIDER": "ucx", "UCX_WARN_UNUSED_ENV_VARS": "n"}
+T = 120
+
+
+def _fabric_missing():
+    res = subprocess.run([sys.executable, "-m", "rdma", "devices"],
+                         capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, **ENV))
+    if res.returncode != 0:
+        return ("the software fabric (UCX provider) is not available: "
+                + (res.stderr.strip() or f"exit {res.returncode}"))
+    if len(res.stdout.strip().splitlines()) < 3:
+        return "the software fabric (UCX provider) lists no device"
+    return None
+
+
+_REASON = _fabric_missing()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def listening(port):
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "0A" and \
+                            int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+def rdma(*args):
+    return [sys.executable, "-m", "rdma", *args]
+
+
+def popen(cmd):
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            start_new_session=True,
+                            env=dict(os.environ, **ENV))
+
+
+def kill(p):
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def pair(server_cmd, client_cmd, port):
+    srv = popen(server_cmd)
+    cli = None
+    try:
+        deadline = time.monotonic() + T
+        while not listening(port):
+            assert srv.poll() is None, srv.communicate()
+            assert time.monotonic() < deadline, "server not listening"
+            time.sleep(0.02)
+        cli = popen(client_cmd)
+        c_out, c_err = cli.communicate(timeout=T)
+        s_out, s_err = srv.communicate(timeout=T)
+        return (srv.returncode, s_out, s_err), (cli.returncode, c_out, c_err)
+    finally:
+        kill(srv)
+        if cli is not None:
+            kill(cli)
+
+
+@pytest.mark.parametrize("mode", ["rc", "uc", "ud", "srq"])
+def test_pingpong_on_the_fabric(mode):
+    port = free_port()
+    extra = ["-q", "4"] if mode == "srq" else []
+    args = ["pingpong", mode, "-n", "200", "-c", "-p", str(port),
+            "--timeout", "30", *extra]
+    srv, cli = pair(rdma(*args), rdma(*args, "127.0.0.1"), port)
+    for rc, out, err in (srv, cli):
+        assert rc == 0, out + err
+        assert re.search(r"^200 iters in [\d.]+ seconds = [\d.]+ usec/iter$",
+                         out, re.M), out
+
+
+@pytest.mark.parametrize("mode", ["bw", "lat"])
+@pytest.mark.parametrize("test", ["write", "read", "send", "atomic"])
+def test_perf_on_the_fabric(test, mode):
+    port = free_port()
+    common = ["perf", test, "-p", str(port), "--timeout", "30"]
+    srv, cli = pair(rdma(*common, "--output", "json"),
+                    rdma(*common, f"--{mode}", "-n", "200", "-c",
+                         "--output", "csv", "127.0.0.1"), port)
+    assert srv[0] == 0 and cli[0] == 0, srv[2] + cli[2]
+    rows = list(csv.DictReader(io.StringIO(cli[1])))
+    assert len(rows) == 1 and int(rows[0]["iterations"]) == 200
+    assert json.loads(srv[1])["results"][0]["iterations"] == 200

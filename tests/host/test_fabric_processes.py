@@ -1,0 +1,179 @@
+"""The software fabric between processes: two processes on one host (shared
+memory, TCP, LID or GID addressing), two network namespaces joined by a veth
+over TCP (the one setting: RDMA_UCX_ADDR), and a peer killed with SIGKILL.
+
+Each side is fabric_helpers.py run as a program; the test passes the
+connection data (GID, LID, QPN) from one to the other, as an application
+would out of band.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+HELPER = str(HERE / "fabric_helpers.py")
+TIMEOUT = 30
+SHM = {"UCX_TLS": "shm,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
+TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
+       "UCX_WARN_UNUSED_ENV_VARS": "n"}
+
+
+class Peer:
+    """A fabric_helpers.py process speaking JSON lines."""
+
+    def __init__(self, role, env=None, prefix=()):
+        e = dict(os.environ)
+        e.pop("RDMA_PROVIDER", None)
+        e.update(env or {})
+        e["PYTHONPATH"] = str(HERE)
+        self.p = subprocess.Popen([*prefix, sys.executable, "-u", HELPER, role],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=e)
+
+    def read(self):
+        import select
+        r, _, _ = select.select([self.p.stdout], [], [], TIMEOUT)
+        if not r:
+            raise AssertionError("peer did not answer in time")
+        line = self.p.stdout.readline()
+        if not line:
+            self.p.wait(5)
+            raise AssertionError(f"peer exited ({self.p.returncode}): "
+                                 f"{self.p.stderr.read()}")
+        return json.loads(line)
+
+    def send(self, obj):
+        self.p.stdin.write(json.dumps(obj) + "\n")
+        self.p.stdin.flush()
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait(10)
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            f.close()
+
+
+def run_pair(env_a, env_b, *, use_lid=False, prefix_a=(), prefix_b=()):
+    """A requester (a) against a responder (b); return a's report and the
+    SEND b received."""
+    b = Peer("responder", env_b, prefix_b)
+    a = Peer("requester", env_a, prefix_a)
+    try:
+        ib, ia = b.read(), a.read()
+        b.send({**ia, "use_lid": use_lid})
+        a.send({**ib, "use_lid": use_lid})
+        assert b.read() == {"ready": True}
+        assert a.read() == {"ready": True}
+        a.send({"go": 1})
+        report = a.read()
+        b.send({"op": "recv"})
+        got = b.read()
+        b.send({"op": "dump", "off": 8192, "len": 3000})
+        written = b.read()
+        b.send({"op": "dump", "off": 16384, "len": 8})
+        counter = b.read()
+        b.send({"op": "exit"})
+        return report, got, written, counter
+    finally:
+        a.close()
+        b.close()
+
+
+def check_pair(report, got, written, counter):
+    import fabric_helpers as fh
+    assert report["statuses"] == [0, 0, 0, 0], report
+    assert report["read_ok"] and report["faa_old"] == 0
+    assert bytes.fromhex(written["data"]) == fh.pattern(3000, 1)
+    assert int.from_bytes(bytes.fromhex(counter["data"]), "little") == 5
+    assert got["status"] == 0 and got["imm"] == 0x1234
+    assert bytes.fromhex(got["data"]) == fh.pattern(3000, 1)[:100]
+
+
+@pytest.mark.parametrize("tls,use_lid", [("shm", False), ("shm", True),
+                                         ("tcp", False)],
+                         ids=["shm-gid", "shm-lid", "tcp-gid"])
+def test_two_processes_one_host(tls, use_lid):
+    """RDMA WRITE, READ, FETCH_AND_ADD and SEND_WITH_IMM between two
+    processes that find each other without configuration."""
+    env = SHM if tls == "shm" else TCP
+    check_pair(*run_pair(env, env, use_lid=use_lid))
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True,
+                          timeout=20, check=check)
+
+
+@pytest.fixture
+def netns_pair():
+    """Two network namespaces joined by a veth: 198.51.100.1 and .2."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2")
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"rdmafa{tag}", f"rdmafb{tag}"
+    try:
+        _ip("netns", "add", a)
+        _ip("netns", "add", b)
+        _ip("link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
+        _ip("link", "set", f"va{tag}", "netns", a)
+        _ip("link", "set", f"vb{tag}", "netns", b)
+        for ns, dev, addr in ((a, f"va{tag}", "198.51.100.1/24"),
+                              (b, f"vb{tag}", "198.51.100.2/24")):
+            _ip("-n", ns, "addr", "add", addr, "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield a, b
+    finally:
+        _ip("netns", "del", a, check=False)
+        _ip("netns", "del", b, check=False)
+
+
+def test_two_network_namespaces(netns_pair):
+    """Two hosts (network namespaces over a veth, TCP): one setting,
+    RDMA_UCX_ADDR, puts each node's listener (and so its GID) on its
+    address; the GIDs alone connect them."""
+    na, nb = netns_pair
+    env_a = {"UCX_TLS": "tcp", "RDMA_UCX_ADDR": "198.51.100.1",
+             "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    env_b = {**env_a, "RDMA_UCX_ADDR": "198.51.100.2"}
+    report, got, written, counter = run_pair(
+        env_a, env_b, prefix_a=("ip", "netns", "exec", na),
+        prefix_b=("ip", "netns", "exec", nb))
+    check_pair(report, got, written, counter)
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+def test_peer_killed_mid_transfer(tls):
+    """A responder SIGKILLed while RDMA WRITEs stream to it: the survivor
+    gets an error completion (RETRY_EXC_ERR) within a bounded time, the
+    rest flush and its QP is in ERR."""
+    import rdma.ibverbs as ibv
+    env = {**(SHM if tls == "shm" else TCP), "FABRIC_QP_TIMEOUT": "14"}
+    b = Peer("responder", env)
+    a = Peer("streamer", env)
+    try:
+        ib, ia = b.read(), a.read()
+        b.send(ia)
+        a.send(ib)
+        assert b.read() == {"ready": True}
+        assert a.read() == {"ready": True}
+        a.send({"go": 1})
+        assert a.read()["running"] >= 100
+        os.kill(b.p.pid, signal.SIGKILL)
+        b.p.wait(10)
+        rep = a.read()
+        assert rep["status"] == ibv.IBV_WC_RETRY_EXC_ERR, rep
+        assert rep["after"] < 5.0, rep
+        assert set(rep["rest"]) <= {ibv.IBV_WC_WR_FLUSH_ERR}, rep
+        assert rep["state"] == ibv.IBV_QPS_ERR
+    finally:
+        a.close()
+        b.close()

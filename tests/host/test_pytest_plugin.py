@@ -1,0 +1,310 @@
+"""The pytest plugin (rdma.pytest_plugin) and ``rdma validate`` on a host
+without RDMA hardware.
+
+Each test runs pytest in a child process on a temporary test file (the
+plugin comes in through its ``pytest11`` entry point, as for users) and
+reads the outcome from the JUnit XML.  Without a verbs device every test
+that needs one must be skipped with a reason naming what was looked for;
+where the software fabric (ucx) has a device the fixtures and markers are
+exercised on it too.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+import rdma
+from rdma.cli.validate import format_table, read_junit
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def _devices(provider):
+    try:
+        return rdma.get_devices(provider)
+    except Exception:
+        return []
+
+
+HAS_VERBS = bool(_devices("verbs"))
+HAS_UCX = bool(_devices("ucx"))
+needs_no_verbs = pytest.mark.skipif(
+    HAS_VERBS, reason="this host has verbs devices: the skip tests need a "
+                      "host without RDMA hardware")
+needs_ucx = pytest.mark.skipif(not HAS_UCX,
+                               reason="no software-fabric (ucx) device here")
+
+DEVICE_TESTS = '''
+import pytest
+import rdma.ibverbs as ibv
+
+def test_end_port(rdma_end_port):
+    pass
+
+def test_ctx(rdma_ctx):
+    pass
+
+def test_pd(rdma_pd):
+    pass
+
+def test_rc(rdma_rc_pair):
+    pass
+
+def test_uc(rdma_uc_pair):
+    pass
+
+def test_ud(rdma_ud_pair):
+    pass
+
+@pytest.mark.rdma_atomics
+def test_marker_only():
+    pass
+'''
+
+
+def run_pytest(tmp_path, source, *args, env=None, timeout=300):
+    """Run pytest on *source* (a test module) in a child process; return
+    (exit status, {test name: (result, detail)}, output)."""
+    test = tmp_path / "test_sample.py"
+    test.write_text(textwrap.dedent(source))
+    xml = tmp_path / "out.xml"
+    e = dict(os.environ)
+    e.pop("RDMA_PROVIDER", None)
+    e.pop("PYTEST_ADDOPTS", None)
+    e.update(env or {})
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
+         f"--junitxml={xml}", str(test), *args],
+        cwd=tmp_path, env=e, capture_output=True, text=True, timeout=timeout)
+    rows = {}
+    if xml.exists():
+        for r in read_junit(str(xml))[0]:
+            rows[r["test"].split("::", 1)[1]] = (r["result"], r["detail"])
+    return res.returncode, rows, res.stdout + res.stderr
+
+
+def test_registered_through_the_entry_point():
+    eps = [ep for ep in entry_points(group="pytest11") if ep.name == "rdma"]
+    assert [ep.value for ep in eps] == ["rdma.pytest_plugin"]
+
+
+def test_options_and_markers_are_listed(tmp_path):
+    e = dict(os.environ)
+    out = subprocess.run([sys.executable, "-m", "pytest", "--help"],
+                         cwd=tmp_path, env=e, capture_output=True, text=True,
+                         timeout=120).stdout
+    for opt in ("--rdma-device", "--rdma-port", "--rdma-gid-index",
+                "--rdma-provider", "--rdma-peer-device", "--rdma-quick",
+                "--rdma-require"):
+        assert opt in out, opt
+    out = subprocess.run([sys.executable, "-m", "pytest", "--markers"],
+                         cwd=tmp_path, env=e, capture_output=True, text=True,
+                         timeout=120).stdout
+    for m in ("rdma_atomics", "rdma_srq", "rdma_mw", "rdma_ud_multicast",
+              "rdma_two_devices", "rdma_needs", "rdma_require"):
+        assert f"@pytest.mark.{m}" in out, m
+
+
+@needs_no_verbs
+def test_no_device_skips_with_the_provider_named(tmp_path):
+    rc, rows, out = run_pytest(tmp_path, DEVICE_TESTS, "--strict-markers",
+                               "--rdma-provider", "verbs")
+    assert rc == 0, out
+    assert len(rows) == 7, out
+    for name, (result, detail) in rows.items():
+        assert result == "SKIPPED", (name, result, detail)
+        assert "no RDMA device found (provider verbs)" in detail, detail
+
+
+@needs_no_verbs
+def test_missing_device_is_named(tmp_path):
+    rc, rows, out = run_pytest(tmp_path, DEVICE_TESTS, "--rdma-device",
+                               "nosuch0")
+    assert rc == 0, out
+    for name, (result, detail) in rows.items():
+        assert result == "SKIPPED", (name, result, detail)
+        assert "nosuch0" in detail, detail
+        if HAS_UCX:                      # what exists is listed
+            assert "not found" in detail and "ucx0" in detail, detail
+
+
+def test_unknown_provider_is_named(tmp_path):
+    rc, rows, out = run_pytest(tmp_path, DEVICE_TESTS, "--rdma-provider",
+                               "nosuchprov")
+    assert rc == 0, out
+    for name, (result, detail) in rows.items():
+        assert result == "SKIPPED", (name, result, detail)
+        assert "RDMA provider 'nosuchprov' is not usable" in detail, detail
+
+
+def test_ini_options_are_used(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\nrdma_device = nosuch7\n"
+                                         "rdma_gid_index = 3\n")
+    rc, rows, out = run_pytest(tmp_path, DEVICE_TESTS)
+    assert rc == 0, out
+    assert all("nosuch7" in d for _, d in rows.values()), rows
+
+
+def test_require_turns_skips_into_failures(tmp_path):
+    rc, rows, out = run_pytest(tmp_path, DEVICE_TESTS, "--rdma-require",
+                               "--rdma-device", "nosuch0")
+    assert rc == 1, out
+    for name, (result, detail) in rows.items():
+        assert result in ("ERROR", "FAILED"), (name, result)
+        assert "nosuch0" in detail, detail
+
+
+def test_require_marker(tmp_path):
+    src = DEVICE_TESTS.replace("def test_end_port(rdma_end_port):",
+                               "@pytest.mark.rdma_require\n"
+                               "def test_end_port(rdma_end_port):")
+    rc, rows, out = run_pytest(tmp_path, src, "--rdma-device", "nosuch0")
+    assert rc == 1, out
+    assert rows["test_end_port"][0] == "ERROR"
+    assert rows["test_ctx"][0] == "SKIPPED"
+
+
+def test_unknown_capability_is_a_usage_error(tmp_path):
+    src = '''
+    import pytest
+    @pytest.mark.rdma_needs("atomics", "teleport")
+    def test_x():
+        pass
+    '''
+    rc, rows, out = run_pytest(tmp_path, src)
+    assert rc != 0 and "teleport" in out, out
+
+
+@needs_ucx
+def test_fixtures_and_markers_on_the_software_fabric(tmp_path):
+    src = '''
+    import pytest
+    import rdma.ibverbs as ibv
+    from rdma.pytest_plugin import poll_cq
+
+    def test_rc_send(rdma_rc_pair, rdma_setup):
+        a, b = rdma_rc_pair
+        assert rdma_setup.quick
+        b.post_recv(64, off=1024)
+        a.buf[0:5] = b"hello"
+        a.qp.post_send(a.send_wr(ibv.IBV_WR_SEND, 5))
+        assert poll_cq(a.cq, 1)[0].status == ibv.IBV_WC_SUCCESS
+        wc = poll_cq(b.cq, 1)[0]
+        assert wc.status == ibv.IBV_WC_SUCCESS and wc.byte_len == 5
+        assert bytes(b.buf[1024:1029]) == b"hello"
+
+    def test_ud_send(rdma_ud_pair):
+        a, b = rdma_ud_pair
+        b.post_recv(40 + 64, off=1024)
+        a.buf[0:3] = b"abc"
+        a.qp.post_send(a.send_wr(ibv.IBV_WR_SEND, 3))
+        poll_cq(a.cq, 1)
+        wc = poll_cq(b.cq, 1)[0]
+        assert wc.src_qp == a.qp.qp_num
+        assert bytes(b.buf[1064:1067]) == b"abc"
+
+    def test_objects(rdma_end_port, rdma_ctx, rdma_pd, rdma_gid_index):
+        assert rdma_ctx.name == rdma_end_port.parent.name
+        assert rdma_end_port.gids[rdma_gid_index]
+
+    @pytest.mark.rdma_mw
+    def test_mw():
+        pass
+
+    @pytest.mark.rdma_atomics
+    def test_atomics():
+        pass
+
+    @pytest.mark.rdma_two_devices
+    def test_two():
+        pass
+
+    def test_sa(rdma_sa):
+        pass
+    '''
+    dev = _devices("ucx")[0]
+    rc, rows, out = run_pytest(tmp_path, src, "--strict-markers",
+                               "--rdma-provider", "ucx", "--rdma-quick")
+    assert rc == 0, out
+    for name in ("test_rc_send", "test_ud_send", "test_objects"):
+        assert rows[name][0] == "PASSED", (name, rows[name], out)
+    mw = rows["test_mw"]
+    if dev.attr.max_mw == 0:
+        assert mw == ("SKIPPED", f"{dev.name} has no memory windows (max_mw 0)")
+    assert rows["test_atomics"][0] == ("PASSED" if dev.attr.atomic_cap
+                                       else "SKIPPED")
+    assert rows["test_two"][0] == "SKIPPED"
+    assert "--rdma-peer-device" in rows["test_two"][1]
+    assert rows["test_sa"][0] == "SKIPPED"
+    assert "no subnet administrator" in rows["test_sa"][1]
+
+
+# -- rdma validate --------------------------------------------------------------
+
+def rdma_validate(*args, timeout=600, cwd=None):
+    e = dict(os.environ)
+    e.pop("RDMA_PROVIDER", None)
+    return subprocess.run([sys.executable, "-m", "rdma", "validate", *args],
+                          capture_output=True, text=True, env=e,
+                          timeout=timeout, cwd=cwd)
+
+
+def test_validate_fails_and_names_a_missing_device(tmp_path):
+    xml = tmp_path / "v.xml"
+    r = rdma_validate("--device", "nosuch0", "--junitxml", str(xml),
+                      "--quick", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAILED" in r.stdout
+    assert "first problem: test_ports::test_device: RDMA device 'nosuch0' " \
+           "not found" in r.stdout, r.stdout
+    rows, _ = read_junit(str(xml))
+    assert rows and all(x["result"] in ("ERROR", "FAILED") for x in rows
+                        if x["test"].startswith("test_ports::test_device"))
+    assert not (tmp_path / ".pytest_cache").exists()
+
+
+@needs_no_verbs
+def test_validate_without_devices_fails(tmp_path):
+    r = rdma_validate("--provider", "verbs", "--quick", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "no RDMA device found (provider verbs)" in r.stdout
+
+
+def test_validate_bad_usage():
+    r = rdma_validate("--timeout", "0")
+    assert r.returncode == 2 and "--timeout" in r.stderr
+    r = rdma_validate("--junitxml", "/nonexistent-dir/x.xml")
+    assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+@needs_ucx
+def test_validate_on_the_software_fabric(tmp_path):
+    xml = tmp_path / "ucx.xml"
+    r = rdma_validate("--provider", "ucx", "--quick", "--junitxml", str(xml),
+                      "--", "-k", "ports or atomics or burst", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, props = read_junit(str(xml))
+    names = {x["test"]: x for x in rows}
+    assert names["test_ports::test_port_active"]["result"] == "PASSED"
+    assert names["test_atomics::test_atomics_under_contention"]["result"] \
+        == "PASSED"
+    assert props["rdma_provider"] == "ucx"
+    assert "test_ports::test_gid_index" in r.stdout and "PASSED:" in r.stdout
+
+
+def test_table_format():
+    rows = [{"test": "test_ports::test_port_active", "result": "FAILED",
+             "detail": "rxe0/1 is not ACTIVE", "time": "0"},
+            {"test": "test_transfers::test_transfer[RC-SEND]",
+             "result": "ERROR", "detail": "rxe0/1 is not ACTIVE", "time": "0"},
+            {"test": "test_paths::test_sa_path_record", "result": "SKIPPED",
+             "detail": "x " * 80, "time": "0"}]
+    t = format_table(rows, width=100).splitlines()
+    assert t[0].split() == ["test", "result", "detail"]
+    assert "rxe0/1 is not ACTIVE" in t[2]
+    assert "(the same problem as above)" in t[3]
+    assert len(t) > 5 and all(len(line) <= 100 for line in t)

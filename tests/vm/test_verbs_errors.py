@@ -1,0 +1,375 @@
+"""Error completions, post-time rejections and argument errors on rxe.
+
+Statuses asserted here are what rxe (kernel 6.1, rdma-core 44) produces,
+observed with a C program: remote access errors end as REM_ACCESS_ERR and
+put both QPs in ERR; RNR with rnr_retry=0 ends as RNR_RETRY_EXC_ERR; a bad
+lkey on the local *read* side (SEND/WRITE source) ends as LOC_QP_OP_ERR and
+on the local *write* side (READ target) as LOC_PROT_ERR; WRs behind a
+failed one, and WRs posted later, flush with WR_FLUSH_ERR.
+"""
+import errno
+
+import pytest
+
+pytest.register_assert_rewrite("verbs_fixtures")
+
+import rdma
+import rdma.ibverbs as ibv
+from verbs_fixtures import (MR_ALL, poll_cq, expect_no_completion, check_ok,
+                            qp_state, to_init, to_rtr, to_rts, wait_for)
+
+pytest_plugins = ["verbs_fixtures"]
+
+RC = ibv.IBV_QPT_RC
+W, R, A = (ibv.IBV_WR_RDMA_WRITE, ibv.IBV_WR_RDMA_READ,
+           ibv.IBV_WR_ATOMIC_FETCH_AND_ADD)
+LW = ibv.IBV_ACCESS_LOCAL_WRITE
+
+
+def _fail_then_flush(a, b, bad_wr, status):
+    """Post [bad_wr, good write]: the first fails with *status*, the second
+    flushes, the QP is in ERR and later WRs flush too."""
+    good = a.send_wr(b, W, wr_id=2)
+    a.qp.post_send([bad_wr, good])
+    wcs = poll_cq(a.send_cq, 2)
+    assert wcs[0].wr_id == bad_wr.wr_id
+    assert wcs[0].status == status, ibv.WCError(wcs[0], qp=a.qp)
+    assert (wcs[1].wr_id, wcs[1].status) == (2, ibv.IBV_WC_WR_FLUSH_ERR)
+    assert qp_state(a.qp) == ibv.IBV_QPS_ERR
+    a.qp.post_send(a.send_wr(b, W, wr_id=3))
+    wc = poll_cq(a.send_cq)[0]
+    assert (wc.wr_id, wc.status) == (3, ibv.IBV_WC_WR_FLUSH_ERR)
+    err = ibv.WCError(wcs[0], qp=a.qp)
+    assert isinstance(err, Exception)
+    name = {ibv.IBV_WC_REM_ACCESS_ERR: "IBV_WC_REM_ACCESS_ERR",
+            ibv.IBV_WC_RNR_RETRY_EXC_ERR: "IBV_WC_RNR_RETRY_EXC_ERR",
+            ibv.IBV_WC_LOC_PROT_ERR: "IBV_WC_LOC_PROT_ERR",
+            ibv.IBV_WC_LOC_QP_OP_ERR: "IBV_WC_LOC_QP_OP_ERR"}[status]
+    assert name in str(err)
+    assert err.wc is wcs[0] or err.wc == wcs[0]
+    assert err.qp is a.qp
+    return wcs[0]
+
+
+NO_W = LW | ibv.IBV_ACCESS_REMOTE_READ | ibv.IBV_ACCESS_REMOTE_ATOMIC
+NO_R = LW | ibv.IBV_ACCESS_REMOTE_WRITE | ibv.IBV_ACCESS_REMOTE_ATOMIC
+NO_A = LW | ibv.IBV_ACCESS_REMOTE_WRITE | ibv.IBV_ACCESS_REMOTE_READ
+#: case -> (opcode, responder MR access, bad rkey?, remote offset or None)
+REMOTE_CASES = {
+    "bad_rkey_write": (W, MR_ALL, True, 0),
+    "bad_rkey_read": (R, MR_ALL, True, 0),
+    "bad_rkey_atomic": (A, MR_ALL, True, 0),
+    "no_remote_write": (W, NO_W, False, 0),
+    "no_remote_read": (R, NO_R, False, 0),
+    "no_remote_atomic": (A, NO_A, False, 0),
+    "write_past_end": (W, MR_ALL, False, None),
+    "read_past_end": (R, MR_ALL, False, None),
+    "atomic_past_end": (A, MR_ALL, False, None),
+}
+
+
+@pytest.mark.parametrize("case", list(REMOTE_CASES))
+def test_remote_access_error(pair_factory, case):
+    """RDMA WRITE/READ/atomic with a bad rkey, without the MR right, or out of
+    the MR's bounds: IBV_WC_REM_ACCESS_ERR, both QPs go to ERR, the target
+    memory is untouched."""
+    op, access, bad_rkey, remote_off = REMOTE_CASES[case]
+    a, b = pair_factory(RC, side_b={"access": access})
+    kw = {"rkey": b.mr.rkey ^ 0x0F0F00} if bad_rkey else {}
+    if remote_off is None:   # straddles the end; atomics: 8-aligned, just past
+        remote_off = len(b.buf) if op == A else len(b.buf) - 4
+    b.buf[:8] = b"original"
+    b.buf[-4:] = b"tail"
+    bad = a.send_wr(b, op, wr_id=1, remote_off=remote_off, length=8, **kw)
+    _fail_then_flush(a, b, bad, ibv.IBV_WC_REM_ACCESS_ERR)
+    assert bytes(b.buf[:8]) == b"original" and bytes(b.buf[-4:]) == b"tail"
+    wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR, what="responder in ERR")
+
+
+def test_rnr_retry_exceeded(pair_factory):
+    """SEND with no receive posted and rnr_retry=0: IBV_WC_RNR_RETRY_EXC_ERR;
+    the responder stays in RTS."""
+    a, b = pair_factory(RC, rnr_retry=0, min_rnr_timer=1)
+    bad = a.send_wr(b, ibv.IBV_WR_SEND, wr_id=1)
+    _fail_then_flush(a, b, bad, ibv.IBV_WC_RNR_RETRY_EXC_ERR)
+    assert qp_state(b.qp) == ibv.IBV_QPS_RTS
+    expect_no_completion(b.recv_cq, 0.05)
+
+
+def test_rnr_retry_exceeded_write_with_imm(pair_factory):
+    """RDMA_WRITE_WITH_IMM needs a receive too: RNR_RETRY_EXC_ERR without one."""
+    a, b = pair_factory(RC, rnr_retry=0, min_rnr_timer=1)
+    bad = a.send_wr(b, ibv.IBV_WR_RDMA_WRITE_WITH_IMM, wr_id=1, imm_data=1)
+    _fail_then_flush(a, b, bad, ibv.IBV_WC_RNR_RETRY_EXC_ERR)
+
+
+def test_rnr_recovers_when_receive_posted(pair_factory):
+    """With rnr_retry=7 a SEND waits for a receive posted late, then succeeds."""
+    a, b = pair_factory(RC, rnr_retry=7, min_rnr_timer=1)
+    a.qp.post_send(a.send_wr(b, ibv.IBV_WR_SEND, wr_id=1))
+    expect_no_completion(a.send_cq, 0.02)
+    b.post_recv(wr_id=9)
+    check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_SEND, 1)
+    check_ok(poll_cq(b.recv_cq)[0], ibv.IBV_WC_RECV, 9)
+
+
+@pytest.mark.parametrize("op,status", [
+    (ibv.IBV_WR_SEND, ibv.IBV_WC_LOC_QP_OP_ERR),
+    (ibv.IBV_WR_RDMA_WRITE, ibv.IBV_WC_LOC_QP_OP_ERR),
+    (ibv.IBV_WR_RDMA_READ, ibv.IBV_WC_LOC_PROT_ERR),
+], ids=["SEND", "RDMA_WRITE", "RDMA_READ"])
+def test_bad_lkey(pair_factory, op, status):
+    """A local SGE with a bad lkey: SEND/WRITE -> LOC_QP_OP_ERR (rxe), READ
+    (the local side is written) -> LOC_PROT_ERR."""
+    a, b = pair_factory(RC)
+    b.post_recv(wr_id=5)
+    bad = a.send_wr(b, op, wr_id=1)
+    bad.sg_list = ibv.sge(addr=a.mr.addr, length=8, lkey=a.mr.lkey ^ 0x0F0F00)
+    _fail_then_flush(a, b, bad, status)
+
+
+def test_read_into_mr_without_local_write(pair_factory):
+    """RDMA READ into an MR registered without LOCAL_WRITE: LOC_PROT_ERR."""
+    a, b = pair_factory(RC, side_a={"access": ibv.IBV_ACCESS_REMOTE_READ})
+    bad = a.send_wr(b, R, wr_id=1)
+    _fail_then_flush(a, b, bad, ibv.IBV_WC_LOC_PROT_ERR)
+
+
+def test_receive_flush_on_error(pair_factory):
+    """Receives outstanding when a QP is moved to ERR flush with WR_FLUSH_ERR."""
+    a, b = pair_factory(RC)
+    for i in range(3):
+        b.post_recv(wr_id=10 + i, off=64 * i, length=64)
+    b.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_ERR))
+    assert qp_state(b.qp) == ibv.IBV_QPS_ERR
+    wcs = poll_cq(b.recv_cq, 3)
+    assert [w.wr_id for w in wcs] == [10, 11, 12]
+    assert all(w.status == ibv.IBV_WC_WR_FLUSH_ERR for w in wcs)
+
+
+def test_qp_recovers_through_reset(pair_factory):
+    """ibv_modify_qp ERR -> RESET -> INIT -> RTR -> RTS: the QP works again."""
+    a, b = pair_factory(RC)
+    a.qp.post_send(a.send_wr(b, W, wr_id=1, rkey=b.mr.rkey ^ 0x0F0F00))
+    assert poll_cq(a.send_cq)[0].status == ibv.IBV_WC_REM_ACCESS_ERR
+    wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR, what="responder ERR")
+    for s in (a, b):
+        s.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RESET))
+        assert qp_state(s.qp) == ibv.IBV_QPS_RESET
+    for me, peer in ((a, b), (b, a)):
+        to_init(me.qp)
+        to_rtr(me.qp, remote_qpn=peer.qpn, dgid=peer.gid, rq_psn=100)
+        to_rts(me.qp, sq_psn=100)
+    a.buf[:8] = b"recoverd"
+    a.qp.post_send(a.send_wr(b, W, wr_id=2))
+    check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_RDMA_WRITE, 2)
+    assert bytes(b.buf[:8]) == b"recoverd"
+
+
+# --------------------------------------------------------------------------
+# rejected at post time
+
+def test_wrerror_index_in_list(pair_factory):
+    """ibv_post_send rejects a misaligned atomic with EINVAL: WRError.index
+    is its position, WRs before it were posted, WRs after it were not."""
+    a, b = pair_factory(RC)
+    wrs = [a.send_wr(b, W, wr_id=0), a.send_wr(b, W, wr_id=1),
+           a.send_wr(b, A, wr_id=2, remote_off=4, compare_add=1),
+           a.send_wr(b, W, wr_id=3)]
+    with pytest.raises(ibv.WRError) as ei:
+        a.qp.post_send(wrs)
+    e = ei.value
+    assert isinstance(e, rdma.SysError)
+    assert e.errno == errno.EINVAL and e.index == 2
+    assert e.wr is wrs[2] or e.wr == wrs[2]
+    assert e.func == "ibv_post_send"
+    assert [w.wr_id for w in poll_cq(a.send_cq, 2)] == [0, 1]
+    expect_no_completion(a.send_cq, 0.05)
+    assert qp_state(a.qp) == ibv.IBV_QPS_RTS      # a post error is not fatal
+
+
+def test_wrerror_index_in_chain_and_batch(pair_factory):
+    """WRError.index counts along a `next` chain and inside a SendBatch."""
+    a, b = pair_factory(RC)
+    w0, w1 = a.send_wr(b, W, wr_id=0), a.send_wr(b, A, wr_id=1, remote_off=4)
+    w0.next = w1
+    with pytest.raises(ibv.WRError) as ei:
+        a.qp.post_send(w0)
+    assert ei.value.index == 1 and ei.value.errno == errno.EINVAL
+    assert [w.wr_id for w in poll_cq(a.send_cq)] == [0]
+    batch = ibv.SendBatch([a.send_wr(b, W, wr_id=10 + i) for i in range(3)]
+                          + [a.send_wr(b, A, wr_id=13, remote_off=4)])
+    with pytest.raises(ibv.WRError) as ei:
+        a.qp.post_send(batch)
+    assert ei.value.index == 3 and ei.value.errno == errno.EINVAL
+    assert [w.wr_id for w in poll_cq(a.send_cq, 3)] == [10, 11, 12]
+
+
+def test_post_recv_too_many_sges(pair_factory):
+    """ibv_post_recv with more SGEs than max_recv_sge allows: rejected with
+    WRError (EINVAL from rxe) or ValueError from the binding, nothing posted."""
+    a, b = pair_factory(RC, max_recv_sge=1)
+    n = b.qp.cap.max_recv_sge
+    wr = ibv.recv_wr(wr_id=1, sg_list=[b.mr.sge(length=8, off=8 * i)
+                                       for i in range(n + 1)])
+    with pytest.raises((ibv.WRError, ValueError)) as ei:
+        b.qp.post_recv([ibv.recv_wr(wr_id=0, sg_list=b.mr.sge(length=8)), wr])
+    if isinstance(ei.value, ibv.WRError):
+        assert ei.value.errno == errno.EINVAL and ei.value.index == 1
+
+
+def test_post_recv_queue_full(pair_factory):
+    """ibv_post_recv past the queue depth: WRError ENOMEM at the first extra."""
+    a, b = pair_factory(RC, max_recv_wr=4)
+    depth = b.qp.query(ibv.IBV_QP_CAP).cap.max_recv_wr    # rxe rounds up
+    wrs = [ibv.recv_wr(wr_id=i, sg_list=b.mr.sge(length=8)) for i in range(depth + 2)]
+    with pytest.raises(ibv.WRError) as ei:
+        b.qp.post_recv(wrs)
+    assert ei.value.errno == errno.ENOMEM
+    assert depth <= ei.value.index <= depth + 1
+
+
+def test_post_send_queue_full(pair_factory):
+    """ibv_post_send past the send queue depth: WRError ENOMEM."""
+    a, b = pair_factory(RC, max_send_wr=4)
+    depth = a.qp.query(ibv.IBV_QP_CAP).cap.max_send_wr    # rxe rounds up
+    wrs = [a.send_wr(b, W, wr_id=i) for i in range(depth + 8)]
+    with pytest.raises(ibv.WRError) as ei:
+        a.qp.post_send(wrs)
+    assert ei.value.errno == errno.ENOMEM and depth <= ei.value.index < depth + 8
+    poll_cq(a.send_cq, ei.value.index)
+
+
+def test_post_on_reset_qp(ctx):
+    """post_recv on a RESET QP: EINVAL from rxe (and post_send: a SysError,
+    rxe's doorbell fails with no bad WR: the binding must not crash)."""
+    from verbs_fixtures import Side
+    s = Side(ctx, RC)
+    try:
+        with pytest.raises(rdma.SysError) as ei:
+            s.qp.post_recv(ibv.recv_wr(wr_id=1, sg_list=s.mr.sge(length=8)))
+        assert ei.value.errno == errno.EINVAL
+        try:
+            s.qp.post_send(ibv.send_wr(wr_id=1, opcode=ibv.IBV_WR_SEND,
+                                       sg_list=s.mr.sge(length=8)))
+        except rdma.SysError as e:
+            assert e.errno == errno.EINVAL
+            if isinstance(e, ibv.WRError):
+                assert e.index in (0, None)
+    finally:
+        s.close()
+
+
+def test_wrerror_srq_post_recv(ctx):
+    """srq.post_recv past the SRQ's depth: WRError ENOMEM with the index."""
+    with ctx.pd() as pd:
+        srq = pd.srq(max_wr=4)
+        depth = srq.query().max_wr
+        buf = bytearray(64)
+        mr = pd.mr(buf, LW)
+        wrs = [ibv.recv_wr(wr_id=i, sg_list=mr.sge(length=8)) for i in range(depth + 2)]
+        with pytest.raises(ibv.WRError) as ei:
+            srq.post_recv(wrs)
+        assert ei.value.errno == errno.ENOMEM and ei.value.index == depth
+
+
+# --------------------------------------------------------------------------
+# bad arguments: TypeError/ValueError naming the field, never a crash
+
+@pytest.mark.parametrize("kw,exc,field", [
+    ({"opcode": "send"}, TypeError, "opcode"),
+    ({"wr_id": -1}, ValueError, "wr_id"),
+    ({"wr_id": 2**64}, ValueError, "wr_id"),
+    ({"imm_data": 2**32}, ValueError, "imm_data"),
+    ({"imm_data": -1}, ValueError, "imm_data"),
+    ({"rkey": 2**32}, ValueError, "rkey"),
+    ({"remote_addr": -5}, ValueError, "remote_addr"),
+    ({"sg_list": 5}, TypeError, "sg_list"),
+    ({"ah": 3}, TypeError, "ah"),
+    ({"next": "x"}, TypeError, "next"),
+    ({"bogus": 1}, TypeError, "bogus"),
+])
+def test_send_wr_bad_fields(kw, exc, field):
+    """ibv.send_wr(...): bad field values raise naming the field."""
+    with pytest.raises(exc, match=field):
+        ibv.send_wr(**kw)
+
+
+def test_bad_sge_in_list(pair_factory):
+    """A non-sge in sg_list raises TypeError naming sg_list, when the WR is
+    built or at the latest when it is posted (nothing is posted)."""
+    a, b = pair_factory(RC)
+    with pytest.raises(TypeError, match="sg_list"):
+        wr = ibv.send_wr(sg_list=[a.mr.sge(length=8), "x"],
+                         opcode=ibv.IBV_WR_SEND)
+        a.qp.post_send(wr)
+    with pytest.raises(TypeError, match="sg_list"):
+        wr = ibv.recv_wr(sg_list=[b.mr.sge(length=8), 5])
+        b.qp.post_recv(wr)
+    expect_no_completion(a.send_cq, 0.05)
+
+
+def test_post_bad_arguments(pair_factory):
+    """qp.post_send/post_recv with wrong types raise TypeError; the QP still
+    works afterwards."""
+    a, b = pair_factory(RC)
+    calls = {
+        "post_send(None)": lambda: a.qp.post_send(None),
+        "post_send(42)": lambda: a.qp.post_send(42),
+        "post_send('wr')": lambda: a.qp.post_send("wr"),
+        "post_send(b'x')": lambda: a.qp.post_send(b"x"),
+        "post_send([wr, 3])": lambda: a.qp.post_send([a.send_wr(b, W), 3]),
+        "post_send(recv_wr)": lambda: a.qp.post_send(ibv.recv_wr(wr_id=1)),
+        "post_recv(send_wr)": lambda: b.qp.post_recv(a.send_wr(b, W)),
+        "post_recv(SendBatch)": lambda: b.qp.post_recv(
+            ibv.SendBatch([a.send_wr(b, W)])),
+        "post_send(RecvBatch)": lambda: a.qp.post_send(
+            ibv.RecvBatch([ibv.recv_wr(wr_id=1)])),
+        "SendBatch([recv_wr])": lambda: ibv.SendBatch([ibv.recv_wr(wr_id=1)]),
+        "SendBatch(5)": lambda: ibv.SendBatch(5),
+        "RecvBatch([send_wr])": lambda: ibv.RecvBatch([a.send_wr(b, W)]),
+    }
+    wrong = {}
+    for name, call in calls.items():
+        try:
+            call()
+        except TypeError:
+            continue
+        except Exception as e:
+            if name == "post_send(None)" and isinstance(e, ValueError):
+                continue                   # "no work request given": fine
+            wrong[name] = repr(e)
+            continue
+        else:
+            wrong[name] = "no exception"
+    assert not wrong, wrong
+    expect_no_completion(a.send_cq, 0.05)
+    try:
+        a.qp.post_send([])  # an empty list posts nothing, or is rejected
+    except (TypeError, ValueError):
+        pass
+    a.qp.post_send(a.send_wr(b, W, wr_id=77))
+    assert poll_cq(a.send_cq)[0].wr_id == 77
+
+
+def test_send_wr_cycle_is_rejected(pair_factory):
+    """A `next` chain that loops back is rejected (ValueError), not posted
+    forever."""
+    a, b = pair_factory(RC)
+    w0, w1 = a.send_wr(b, W, wr_id=0), a.send_wr(b, W, wr_id=1)
+    w0.next = w1
+    w1.next = w0
+    with pytest.raises(ValueError):
+        a.qp.post_send(w0)
+
+
+def test_wcerror_decodes(pair_factory):
+    """ibv.WCError(wc): str names status and opcode-independent details."""
+    wc = ibv.wc(wr_id=5, status=ibv.IBV_WC_REM_ACCESS_ERR, vendor_err=0x42,
+                qp_num=0x1234, opcode=ibv.IBV_WC_RDMA_WRITE)
+    e = ibv.WCError(wc)
+    s = str(e)
+    assert "IBV_WC_REM_ACCESS_ERR" in s
+    assert e.qp is None and (e.wc is wc or e.wc == wc)
+    e2 = ibv.WCError(ibv.wc(status=ibv.IBV_WC_RNR_RETRY_EXC_ERR))
+    assert "IBV_WC_RNR_RETRY_EXC_ERR" in str(e2)

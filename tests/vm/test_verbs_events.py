@@ -1,0 +1,368 @@
+"""Completion channels and asynchronous events on rxe."""
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.register_assert_rewrite("verbs_fixtures")
+import rdma
+import rdma.ibverbs as ibv
+from verbs_fixtures import (DEVICE, Side, connect, check_ok, poll_cq,
+                            expect_no_completion, wait_for)
+
+pytest_plugins = ["verbs_fixtures"]
+
+RC = ibv.IBV_QPT_RC
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def evpair(ctx):
+    """(cc, a, b): RC pair; b's receive CQ is bound to completion channel cc."""
+    cc = ctx.comp_channel()
+    a = Side(ctx, RC)
+    b = Side(ctx, RC)
+    # swap b's receive CQ for one on the channel: build the QP by hand
+    b.qp.close()
+    b.recv_cq.close()
+    b.recv_cq = b.pd.cq(16, cc)
+    b.qp = b.pd.qp(RC, 16, b.send_cq, 16, b.recv_cq)
+    connect(a, b)
+    yield cc, a, b
+    a.close()
+    b.close()
+    cc.close()
+
+
+def test_comp_channel_fileno(ctx):
+    """ibv_create_comp_channel: fileno() is a real, non-blocking-pollable fd."""
+    with ctx.comp_channel() as cc:
+        fd = cc.fileno()
+        assert isinstance(fd, int) and fd >= 0
+        os.fstat(fd)
+        assert select.select([fd], [], [], 0)[0] == []
+
+
+def test_get_cq_event(evpair):
+    """ibv_req_notify_cq + ibv_get_cq_event returns the CQ; ack_events."""
+    cc, a, b = evpair
+    b.recv_cq.req_notify_cq()
+    assert cc.get_cq_event(timeout=0.05) is None          # nothing yet
+    b.post_recv(wr_id=1)
+    a.qp.post_send(a.send_wr(b))
+    cq = cc.get_cq_event(timeout=10)
+    assert cq is b.recv_cq
+    cq.ack_events(1)
+    check_ok(poll_cq(b.recv_cq)[0], ibv.IBV_WC_RECV, 1)
+    # not re-armed: no second event
+    b.post_recv(wr_id=2)
+    a.qp.post_send(a.send_wr(b))
+    check_ok(poll_cq(b.recv_cq)[0])
+    assert cc.get_cq_event(timeout=0.1) is None
+
+
+def test_get_cq_event_timeout(evpair):
+    """get_cq_event(timeout) returns None after about that long."""
+    cc, a, b = evpair
+    b.recv_cq.req_notify_cq()
+    t0 = time.monotonic()
+    assert cc.get_cq_event(timeout=0.3) is None
+    dt = time.monotonic() - t0
+    assert 0.25 <= dt < 3, dt
+    assert cc.get_cq_event(timeout=0) is None
+
+
+def test_solicited_only(evpair):
+    """req_notify_cq(solicited_only=True): an unsolicited SEND raises no event,
+    a SEND with IBV_SEND_SOLICITED does."""
+    cc, a, b = evpair
+    b.recv_cq.req_notify_cq(solicited_only=True)
+    b.post_recv(wr_id=1)
+    b.post_recv(wr_id=2)
+    a.qp.post_send(a.send_wr(b, wr_id=1))
+    check_ok(poll_cq(a.send_cq)[0])
+    assert cc.get_cq_event(timeout=0.2) is None
+    a.qp.post_send(a.send_wr(b, wr_id=2, send_flags=ibv.IBV_SEND_SIGNALED
+                             | ibv.IBV_SEND_SOLICITED))
+    assert cc.get_cq_event(timeout=10) is b.recv_cq
+    b.recv_cq.ack_events(1)
+    assert [w.wr_id for w in poll_cq(b.recv_cq, 2)] == [1, 2]
+
+
+def test_get_cq_event_releases_gil(evpair):
+    """A thread blocked in get_cq_event lets the main thread post the work
+    that wakes it."""
+    cc, a, b = evpair
+    b.recv_cq.req_notify_cq()
+    b.post_recv(wr_id=1)
+    out = []
+    t = threading.Thread(target=lambda: out.append(cc.get_cq_event(timeout=20)))
+    t.start()
+    time.sleep(0.05)          # let the thread block (not a readiness wait)
+    n = 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 0.2:   # the main thread runs meanwhile
+        n += 1
+    a.qp.post_send(a.send_wr(b))
+    t.join(30)
+    assert not t.is_alive()
+    assert out == [b.recv_cq]
+    b.recv_cq.ack_events(1)
+    assert n > 1000
+
+
+def test_register_poll_and_check_poll(evpair):
+    """cc.register_poll(poll) + cc.check_poll(event) -> CQ (acked and
+    re-armed), the loop of python-rdma's documentation."""
+    cc, a, b = evpair
+    p = select.poll()
+    cc.register_poll(p)
+    b.recv_cq.req_notify_cq()
+    got = []
+    for i in range(3):
+        b.post_recv(wr_id=i)
+        a.qp.post_send(a.send_wr(b, wr_id=i))
+        deadline = time.monotonic() + 10
+        wcs = []
+        while not wcs:
+            assert time.monotonic() < deadline, "no event"
+            for ev in p.poll(1000):
+                if cc.check_poll(ev) is b.recv_cq:
+                    wcs = b.recv_cq.poll()
+        got += [w.wr_id for w in wcs]
+    assert got == [0, 1, 2]
+    # check_poll on an unrelated fd's event returns None
+    r, w = os.pipe()
+    try:
+        assert cc.check_poll((r, select.POLLIN)) is None
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_two_cqs_one_channel(ctx):
+    """Two CQs on one channel: the event names the CQ that completed."""
+    with ctx.comp_channel() as cc:
+        a = Side(ctx, RC)
+        b = Side(ctx, RC)
+        try:
+            cq1, cq2 = b.pd.cq(8, cc), b.pd.cq(8, cc)
+            b.qp.close()
+            b.qp = b.pd.qp(RC, 8, cq1, 8, cq2)
+            connect(a, b)
+            cq1.req_notify_cq()
+            cq2.req_notify_cq()
+            b.post_recv(wr_id=1)
+            a.qp.post_send(a.send_wr(b))
+            assert cc.get_cq_event(timeout=10) is cq2
+            cq2.ack_events(1)
+            b.qp.post_send(b.send_wr(a, ibv.IBV_WR_RDMA_WRITE))
+            assert cc.get_cq_event(timeout=10) is cq1
+            cq1.ack_events(1)
+            check_ok(poll_cq(cq1)[0])
+            check_ok(poll_cq(cq2)[0])
+            b.qp.close()
+            cq1.close()
+            cq2.close()
+        finally:
+            a.close()
+            b.close()
+
+
+SCRIPT_PRELUDE = f"""
+import sys, time
+sys.path.insert(0, {str(HERE)!r})
+import rdma, rdma.ibverbs as ibv
+from verbs_fixtures import Side, connect, DEVICE
+ctx = rdma.get_verbs(rdma.get_end_port(DEVICE))
+cc = ctx.comp_channel()
+cq = ctx.cq(8, cc)
+cq.req_notify_cq()
+"""
+
+
+def test_get_cq_event_ctrl_c():
+    """Ctrl-C (SIGINT) interrupts a get_cq_event() without timeout:
+    KeyboardInterrupt, and the process closes everything and exits."""
+    code = SCRIPT_PRELUDE + (
+        "print('ready', flush=True)\n"
+        "try:\n"
+        "    cc.get_cq_event()\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "cq.close(); cc.close(); ctx.close()\n"
+        "print('closed', flush=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        # wait until the process sleeps in the kernel (inside the call)
+        def sleeping():
+            with open(f"/proc/{p.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "S"
+        wait_for(sleeping, what="the child blocked in get_cq_event")
+        time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert "interrupted" in out and "closed" in out, (out, err)
+    assert p.returncode == 0, err
+
+
+def test_unacked_events_acked_on_close():
+    """Closing a CQ with an un-acked event does not hang (ibv_destroy_cq
+    waits for acks: the binding acks them itself)."""
+    code = SCRIPT_PRELUDE + (
+        "a = Side(ctx, ibv.IBV_QPT_RC)\n"
+        "b = Side(ctx, ibv.IBV_QPT_RC)\n"
+        "b.qp.close()\n"
+        "b.qp = b.pd.qp(ibv.IBV_QPT_RC, 4, b.send_cq, 4, cq)\n"
+        "connect(a, b)\n"
+        "b.post_recv(wr_id=1)\n"
+        "a.qp.post_send(a.send_wr(b))\n"
+        "assert cc.get_cq_event(timeout=20) is cq\n"
+        "b.qp.close()\n"
+        "cq.close()\n"
+        "print('cq closed', flush=True)\n"
+        "cq2 = ctx.cq(8, cc); cq2.req_notify_cq()\n"
+        "b.qp = b.pd.qp(ibv.IBV_QPT_RC, 4, b.send_cq, 4, cq2)\n"
+        "ctx.close()\n"
+        "print('ctx closed', flush=True)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=120)
+    assert "cq closed" in res.stdout and "ctx closed" in res.stdout, res.stderr
+    assert res.returncode == 0, res.stderr
+
+
+def test_closing_cq_wakes_no_one_badly(evpair):
+    """get_cq_event after its CQ was closed: no crash (None or a closed CQ
+    object that raises ValueError on use)."""
+    cc, a, b = evpair
+    b.recv_cq.req_notify_cq()
+    b.post_recv(wr_id=1)
+    a.qp.post_send(a.send_wr(b))
+    check_ok(poll_cq(a.send_cq)[0])
+    wait_for(lambda: select.select([cc.fileno()], [], [], 0)[0], what="event fd")
+    b.qp.close()
+    b.recv_cq.close()
+    r = cc.get_cq_event(timeout=0.2)
+    if r is not None:
+        with pytest.raises(ValueError):
+            r.poll()
+
+
+# --------------------------------------------------------------------------
+# asynchronous events
+
+def test_async_event_timeout(ctx):
+    """ibv_get_async_event with a timeout and nothing pending -> None."""
+    t0 = time.monotonic()
+    assert ctx.get_async_event(timeout=0.2) is None
+    assert time.monotonic() - t0 >= 0.15
+
+
+def test_async_event_port_down_up(ctx, end_port):
+    """IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE when the netdev under rxe0
+    goes down and up; event.element is the port number."""
+    netdev = os.environ.get("RDMA_TESTVM_NETDEV", "dummy0")
+    try:
+        subprocess.run(["ip", "link", "set", netdev, "down"], check=True)
+        ev = ctx.get_async_event(timeout=10)
+        assert ev is not None and ev.event_type == ibv.IBV_EVENT_PORT_ERR, ev
+        assert ev.element == 1
+    finally:
+        subprocess.run(["ip", "link", "set", netdev, "up"], check=True)
+    ev = ctx.get_async_event(timeout=10)
+    assert ev is not None and ev.event_type == ibv.IBV_EVENT_PORT_ACTIVE, ev
+    assert ev.element == 1
+    wait_for(lambda: ctx.query_port().state == ibv.IBV_PORT_ACTIVE,
+             what="port ACTIVE again")
+
+
+def test_async_event_is_per_context(end_port, ctx, ctx2):
+    """An SRQ event is delivered on the SRQ's own Context only."""
+    recv = Side(ctx2, RC, use_srq=True)
+    snd = Side(ctx, RC)
+    try:
+        connect(snd, recv)
+        recv.post_recv(wr_id=1)
+        recv.post_recv(wr_id=2)
+        recv.srq.modify(ibv.srq_attr(srq_limit=2))
+        snd.qp.post_send(snd.send_wr(recv))
+        check_ok(poll_cq(recv.recv_cq)[0])
+        ev = ctx2.get_async_event(timeout=10)
+        assert ev is not None and ev.element is recv.srq
+        assert ctx.get_async_event(timeout=0.1) is None
+    finally:
+        snd.close()
+        recv.close()
+
+
+def test_get_async_event_releases_gil(ctx):
+    """A thread blocked in get_async_event does not block the main thread."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(ctx.get_async_event(timeout=1.0)))
+    t0 = time.monotonic()
+    t.start()
+    n = 0
+    while t.is_alive() and time.monotonic() - t0 < 0.5:
+        n += 1
+    t.join(10)
+    assert out == [None]
+    assert n > 1000
+
+
+def test_close_channel_with_waiter():
+    """Closing a CompChannel (and its Context) while another thread waits in
+    get_cq_event: no crash; the waiter returns or raises."""
+    code = SCRIPT_PRELUDE + (
+        "import threading\n"
+        "res = []\n"
+        "def waiter():\n"
+        "    try:\n"
+        "        res.append(cc.get_cq_event(timeout=5))\n"
+        "    except Exception as e:\n"
+        "        res.append(type(e).__name__)\n"
+        "t = threading.Thread(target=waiter, daemon=True)\n"
+        "t.start(); time.sleep(0.3)\n"
+        "try:\n"
+        "    cc.close()\n"
+        "except Exception as e:\n"
+        "    print('close raised', type(e).__name__, e, flush=True)\n"
+        "t.join(10)\n"
+        "print('waiter', 'blocked' if t.is_alive() else res, flush=True)\n"
+        "ctx.close()\n"
+        "print('exit', flush=True)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert "exit" in res.stdout, (res.stdout, res.stderr)
+    assert "waiter blocked" not in res.stdout, res.stdout
+
+
+def test_cq_overflow_event(ctx):
+    """More completions than a CQ holds: IBV_EVENT_CQ_ERR with
+    event.element the CQ object."""
+    a = Side(ctx, RC, cqe=4, max_send_wr=64)
+    b = Side(ctx, RC)
+    try:
+        connect(a, b)
+        n = a.send_cq.cqe + 8
+        a.qp.post_send([a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=i)
+                        for i in range(n)])
+        ev = ctx.get_async_event(timeout=10)
+        assert ev is not None, "no async event for the CQ overrun"
+        assert ev.event_type == ibv.IBV_EVENT_CQ_ERR, ev
+        assert ev.element is a.send_cq
+    finally:
+        a.close()
+        b.close()
