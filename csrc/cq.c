@@ -256,19 +256,39 @@ pyrdma_cq_new(pyrdma_Context *ctx, PyObject *args, PyObject *kw)
     return (PyObject *)cq;
 }
 
-/* Poll up to n (n < 0: all available) completions into a new list. */
+/* Poll up to n (n < 0: all available) completions into a new list.
+   METH_FASTCALL: this is the hot path of Python polling loops. */
 static PyObject *
-cq_poll(PyObject *op, PyObject *args, PyObject *kw)
+cq_poll(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+        PyObject *kwnames)
 {
-    static char *kwlist[] = {"n", NULL};
     pyrdma_CQ *cq = (pyrdma_CQ *)op;
     struct pyrdma_wc wc[32];
     Py_ssize_t n = -1;
-    PyObject *list;
+    PyObject *list, *nobj = NULL;
     PyTypeObject *wctype;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:poll", kwlist, &n))
+    if (nargs > 1 || (kwnames && (nargs + PyTuple_GET_SIZE(kwnames) > 1))) {
+        PyErr_SetString(PyExc_TypeError, "poll() takes at most 1 argument");
         return NULL;
+    }
+    if (nargs == 1)
+        nobj = args[0];
+    else if (kwnames && PyTuple_GET_SIZE(kwnames) == 1) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0)) ||
+            PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
+                                             "n") != 0) {
+            PyErr_Format(PyExc_TypeError, "poll() got an unexpected keyword "
+                         "argument '%U'", PyTuple_GET_ITEM(kwnames, 0));
+            return NULL;
+        }
+        nobj = args[0];
+    }
+    if (nobj != NULL && nobj != Py_None) {
+        n = PyLong_AsSsize_t(nobj);
+        if (n == -1 && PyErr_Occurred())
+            return NULL;
+    }
     if (!pyrdma_obj_check(&cq->o))
         return NULL;
     list = PyList_New(0);
@@ -407,15 +427,17 @@ cq_get_ctx(PyObject *op, void *c)
 }
 
 /* In wr.c: poll into a WCArray. */
-PyObject *pyrdma_cq_poll_into(PyObject *cq, PyObject *args, PyObject *kw);
+PyObject *pyrdma_cq_poll_into(PyObject *cq, PyObject *const *args,
+                              Py_ssize_t nargs);
 
 static PyMethodDef cq_methods[] = {
-    {"poll", (PyCFunction)(void (*)(void))cq_poll, METH_VARARGS | METH_KEYWORDS,
+    {"poll", (PyCFunction)(void (*)(void))cq_poll,
+     METH_FASTCALL | METH_KEYWORDS,
      "poll($self, /, n=-1)\n--\n\nPoll up to n completions (all available "
      "when n < 0) and return them as a list of ibv.wc (ibv_poll_cq)."},
     {"poll_into", (PyCFunction)(void (*)(void))pyrdma_cq_poll_into,
-     METH_VARARGS | METH_KEYWORDS,
-     "poll_into($self, wcs, /, n=None)\n--\n\nPoll up to n (default: "
+     METH_FASTCALL,
+     "poll_into($self, wcs, n=None, /)\n--\n\nPoll up to n (default: "
      "its capacity) completions into a reusable ibv.WCArray; return the "
      "number polled.  No Python object is made per completion."},
     {"req_notify_cq", (PyCFunction)(void (*)(void))cq_req_notify_cq,

@@ -38,6 +38,11 @@ walk(PyObject *arg, PyTypeObject *tp, const char *what, wr_fn fn, void *a)
         seq = arg;
         n = PySequence_Fast_GET_SIZE(arg);
     }
+    else if (arg == Py_None) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a work request, a list "
+                     "of them or a batch, not None", what);
+        return -1;
+    }
     for (k = 0; k < n; k++) {
         PyObject *w = seq ? PySequence_Fast_GET_ITEM(seq, k) : arg;
         int depth = 0;
@@ -714,18 +719,25 @@ wca_get_capacity(PyObject *op, void *c)
 }
 
 PyObject *
-pyrdma_cq_poll_into(PyObject *op, PyObject *args, PyObject *kw)
+pyrdma_cq_poll_into(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
-    static char *kwlist[] = {"wcs", "n", NULL};
     pyrdma_obj *cq = (pyrdma_obj *)op;
     PyObject *aobj;
     Py_ssize_t n = -1;
     pyrdma_WCArray *a;
     int got;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|n:poll_into", kwlist, &aobj,
-                                     &n))
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "poll_into() takes 1 or 2 "
+                        "arguments (wcs, n=None)");
         return NULL;
+    }
+    aobj = args[0];
+    if (nargs == 2 && args[1] != Py_None) {
+        n = PyLong_AsSsize_t(args[1]);
+        if (n == -1 && PyErr_Occurred())
+            return NULL;
+    }
     if (!Py_IS_TYPE(aobj, cq->state->WCArrayType)) {
         PyErr_Format(PyExc_TypeError, "poll_into() needs an ibv.WCArray, not "
                      "%.100s", Py_TYPE(aobj)->tp_name);

@@ -225,13 +225,16 @@ class _Channel:
 class _Beat:
     """Heartbeats and the progress bar, checked every few operations."""
 
-    def __init__(self, chan: Optional[_Channel], bar: "_Progress"):
+    def __init__(self, chan: _Channel, bar: "_Progress"):
         self.chan, self.bar = chan, bar
         self.next = time.monotonic() + 1.0
 
     def tick(self, done: int) -> None:
-        self.bar.update(done)
-        if self.chan is not None and time.monotonic() >= self.next:
+        """Called after every completion batch or latency iteration (outside
+        the timed part)."""
+        if self.bar.enabled:
+            self.bar.update(done)
+        if time.monotonic() >= self.next:
             self.next = time.monotonic() + 1.0
             self.chan.send(cmd="beat")
 
@@ -449,7 +452,6 @@ def _bw_client(side: _Side, args, size: int, beat: _Beat) -> Dict[str, Any]:
     idle = _Idle(args.timeout, f"waiting for {args.test} completions")
     stamps: List[float] = []
     posted = done = 0
-    tick_at = 64
     clock = time.perf_counter
     t0 = clock()
     while done < nchunks:
@@ -465,9 +467,7 @@ def _bw_client(side: _Side, args, size: int, beat: _Beat) -> Dict[str, Any]:
         done += n
         stamps.extend([now] * n)
         idle.progress()
-        if done >= tick_at:
-            tick_at = done + 64
-            beat.tick(done * chunk)
+        beat.tick(done * chunk)
     t1 = clock()
     elapsed = max(t1 - t0, 1e-9)
     total = size * iters
@@ -572,7 +572,7 @@ def _lat_run(side: _Side, args, size: int, client: bool,
                 buf[mark_s] = m
                 qp.post_send(batch)
             _drain(side)
-            if beat is not None and not i & 255:
+            if beat is not None:
                 beat.tick(i)
     elif test == "send":
         one = 1
@@ -587,7 +587,7 @@ def _lat_run(side: _Side, args, size: int, client: bool,
                 qp.post_send(batch)
             side.repost(one)
             _drain(side)
-            if beat is not None and not i & 255:
+            if beat is not None:
                 beat.tick(i)
     else:
         if not client:
@@ -597,7 +597,7 @@ def _lat_run(side: _Side, args, size: int, client: bool,
             qp.post_send(batch)
             _wait_one(side, side.scq, idle)
             record(clock() - t)
-            if beat is not None and not i & 255:
+            if beat is not None:
                 beat.tick(i)
     if not client:
         return None

@@ -5,7 +5,6 @@ The counter is a 64-bit integer in the responder's byte order (the verbs
 rule), 8-byte aligned."""
 import random
 import struct
-import sys
 import time
 
 import pytest
@@ -39,8 +38,6 @@ def read_u64(end, off: int) -> int:
 def test_fetch_add_and_compare_swap(rdma_setup, rdma_pair, record_property):
     """Each atomic returns the old value and leaves the right new one."""
     pair = rdma_pair(ibv.IBV_QPT_RC, size=256)
-    req, resp = pair.a, pair.b
-    roff, loff = aligned(resp, 64), aligned(req, 0)
     checks = 0
     for direction in ((pair.a, pair.b), (pair.b, pair.a)):
         req, resp = direction

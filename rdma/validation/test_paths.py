@@ -2,9 +2,6 @@
 addressing) always; SA PathRecords where a subnet manager exists."""
 import pickle
 
-import pytest
-
-import rdma.ibverbs as ibv
 import rdma.path
 from rdma.path import IBPath
 from rdma.pytest_plugin import path_between

@@ -4,11 +4,14 @@ import csv
 import io
 import json
 import os
+import signal
+import subprocess
+import time
 
 import pytest
 
-from test_cli_pingpong import (DEV, GIDX, free_port, pair, rdma_cmd, run,
-                               server)
+from test_cli_pingpong import (DEV, GIDX, T, Proc, free_port, listening,
+                               pair, rdma_cmd, run, server)
 
 TESTS = ("write", "read", "send", "atomic")
 BW = ["test", "mode", "bytes", "iterations", "bw_peak_mb_s", "bw_avg_mb_s",
@@ -99,9 +102,8 @@ def test_perf_server_timeout():
     assert len(err.strip().splitlines()) == 1
 
 
-def test_perf_client_gone_mid_run():
-    """A client that says hello and vanishes: the server exits 1 (peer
-    closed) rather than hanging."""
+def test_perf_rejects_a_foreign_client():
+    """A client that speaks another protocol: one-line error, exit 1."""
     import socket
     port = free_port()
     with server(perf("write", port, "--timeout", "5"), port) as srv:
@@ -110,6 +112,41 @@ def test_perf_client_gone_mid_run():
             s.recv(4096)
         rc, _, err = srv.finish()
     assert rc == 1 and err.startswith("rdma perf: ")
+
+
+def test_perf_client_killed_mid_run(tmp_path):
+    """The client dies during a long run: the server notices (the
+    connection closes, or its --timeout fires) instead of hanging."""
+    port = free_port()
+    out = tmp_path / "server.out"
+    with open(out, "w") as f:
+        srv = subprocess.Popen(perf("write", port, "--timeout", "10"),
+                               stdout=f, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    cli = None
+    try:
+        deadline = time.monotonic() + T
+        while not listening(port):
+            assert srv.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        cli = Proc(perf("write", port, "-n", "100000000", "-s", "2",
+                        "127.0.0.1"))
+        while "#bytes" not in out.read_text():
+            assert srv.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(1)
+        cli.kill()
+        t0 = time.monotonic()
+        _, err = srv.communicate(timeout=T)
+        assert srv.returncode in (1, 124), err
+        assert err.startswith("rdma perf: ") and "Traceback" not in err
+        assert time.monotonic() - t0 < 60
+    finally:
+        if srv.poll() is None:
+            os.killpg(srv.pid, signal.SIGKILL)
+            srv.wait()
+        if cli is not None:
+            cli.kill()
 
 
 @pytest.mark.parametrize("argv", [
