@@ -94,7 +94,7 @@ def _plugin_args() -> List[str]:
 def build_pytest_args(args: argparse.Namespace, junit: str) -> List[str]:
     a = ["-m", "pytest", "--pyargs", "rdma.validation", *_plugin_args(),
          "-p", "no:cacheprovider", f"--junitxml={junit}",
-         "-o", "junit_family=xunit2", "-o", "junit_logging=no",
+         "-o", "junit_family=xunit1", "-o", "junit_logging=no",
          "--rdma-require"]
     a += ["-rN", "--tb=short"] if args.verbose else ["-q", "--tb=no", "-rN",
                                                      "--no-header"]
