@@ -382,7 +382,15 @@ class IBPath(Path):
         c = self.__dict__.get("_cached_ah")
         if c is not None and c[0] is pd and not c[1].closed:
             return c[1]
-        ah = pd.ah(self.ah_attr())
+        attr = self.ah_attr()
+        try:
+            ah = pd.ah(attr)
+        except rdma.SysError as e:
+            where = (f"GID index {attr.grh.sgid_index} of {self.end_port}"
+                     if attr.is_global else f"port {self.end_port}")
+            raise rdma.SysError(e.errno, e.func,
+                                f"cannot make the AH of {self} from "
+                                f"{where}") from e
         self.__dict__["_cached_ah"] = (pd, ah)
         return ah
 
