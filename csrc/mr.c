@@ -1,5 +1,6 @@
 /* mr.c - rdma.ibverbs.MR (memory region) and MW (memory window). */
 #include <errno.h>
+#include <sys/mman.h>
 
 #include "rdma.h"
 
@@ -43,6 +44,10 @@ pyrdma_pd_mr(PyObject *op, PyObject *args, PyObject *kw)
         return NULL;
     if (pd->prov->reg_mr == NULL)
         return pyrdma_not_supported(pd, "ibv_reg_mr");
+    /* The IBA requires local write with remote write or atomic access;
+       python-rdma scripts pass IBV_ACCESS_REMOTE_WRITE alone, so add it. */
+    if (access & (PYRDMA_ACCESS_REMOTE_WRITE | PYRDMA_ACCESS_REMOTE_ATOMIC))
+        access |= PYRDMA_ACCESS_LOCAL_WRITE;
     mr = (pyrdma_MR *)pyrdma_obj_new(pd->state->MRType, &mr_kind, pd);
     if (mr == NULL)
         return NULL;
@@ -74,6 +79,100 @@ pyrdma_pd_mr(PyObject *op, PyObject *args, PyObject *kw)
     mr->o.h = h;
     pyrdma_obj_link(&mr->o, 0, pd);
     return (PyObject *)mr;
+}
+
+/* PD.alloc_mr: memory the library owns (page aligned, zeroed), registered
+   and exported through the MR's own buffer protocol.  Closing the MR
+   deregisters it; the memory stays mapped until the last memoryview of it
+   is gone (the views keep the MR object alive), then dealloc unmaps it. */
+PyObject *
+pyrdma_pd_alloc_mr(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"length", "access", NULL};
+    pyrdma_obj *pd = (pyrdma_obj *)op;
+    struct pyrdma_status st = {0};
+    unsigned int access = PYRDMA_ACCESS_LOCAL_WRITE;
+    Py_ssize_t length;
+    pyrdma_MR *mr;
+    void *mem, *h;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|I:alloc_mr", kwlist,
+                                     &length, &access))
+        return NULL;
+    if (!pyrdma_obj_check(pd))
+        return NULL;
+    if (length < 1) {
+        PyErr_Format(PyExc_ValueError, "alloc_mr(): length must be >= 1, "
+                     "not %zd", length);
+        return NULL;
+    }
+    if (pd->prov->reg_mr == NULL)
+        return pyrdma_not_supported(pd, "ibv_reg_mr");
+    if (access & (PYRDMA_ACCESS_REMOTE_WRITE | PYRDMA_ACCESS_REMOTE_ATOMIC))
+        access |= PYRDMA_ACCESS_LOCAL_WRITE;
+    mr = (pyrdma_MR *)pyrdma_obj_new(pd->state->MRType, &mr_kind, pd);
+    if (mr == NULL)
+        return NULL;
+    mem = mmap(NULL, (size_t)length, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        Py_DECREF(mr);
+        return pyrdma_raise_sys(pd->state, errno, "mmap", "alloc_mr()");
+    }
+    mr->owned = mem;
+    mr->owned_len = (size_t)length;
+    mr->view.buf = mem;
+    mr->view.len = length;
+    mr->access = access;
+    if (pd->prov->reg_mr(pd->h, mem, (size_t)length, access, &h, &mr->info,
+                         &st) < 0) {
+        Py_DECREF(mr);      /* dealloc unmaps */
+        return pyrdma_raise_status(pd->state, &st);
+    }
+    mr->o.h = h;
+    pyrdma_obj_link(&mr->o, 0, pd);
+    return (PyObject *)mr;
+}
+
+static int
+mr_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+
+    if (mr->owned == NULL) {
+        PyErr_SetString(PyExc_BufferError, "only an MR made by "
+                        "PD.alloc_mr() exports its memory; use mr.buf for "
+                        "the buffer you registered");
+        return -1;
+    }
+    if (mr->o.h == NULL) {
+        PyErr_SetString(PyExc_BufferError, "the MR is closed");
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, op, mr->owned, (Py_ssize_t)mr->owned_len, 0,
+                          flags) < 0)
+        return -1;
+    mr->exports++;
+    return 0;
+}
+
+static void
+mr_releasebuffer(PyObject *op, Py_buffer *view)
+{
+    (void)view;
+    ((pyrdma_MR *)op)->exports--;
+}
+
+/* Unmap owned memory once nothing can reach it (called from dealloc). */
+static int
+mr_clear(PyObject *op)
+{
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+    if (mr->o.h == NULL && mr->owned != NULL && mr->exports == 0) {
+        munmap(mr->owned, mr->owned_len);
+        mr->owned = NULL;
+    }
+    return pyrdma_obj_clear(op);
 }
 
 static PyObject *
@@ -166,6 +265,8 @@ mr_get_buf(PyObject *op, void *c)
     (void)c;
     if (!pyrdma_obj_check(&mr->o))
         return NULL;
+    if (mr->owned != NULL)
+        return PyMemoryView_FromObject(op);   /* writable view of our memory */
     return Py_NewRef(mr->view.obj ? mr->view.obj : Py_None);
 }
 
@@ -205,7 +306,8 @@ static PyGetSetDef mr_getset[] = {
     {"rkey", mr_get_rkey, NULL, "Remote key.", NULL},
     {"addr", mr_get_addr, NULL, "Start address of the region.", NULL},
     {"length", mr_get_length, NULL, "Length of the region in bytes.", NULL},
-    {"buf", mr_get_buf, NULL, "The registered buffer object.", NULL},
+    {"buf", mr_get_buf, NULL, "The registered buffer object; for an MR of "
+     "PD.alloc_mr(), a writable memoryview of its memory.", NULL},
     {"access", mr_get_access, NULL, "IBV_ACCESS_* flags.", NULL},
     {"pd", obj_get_pd, NULL, "The PD it belongs to.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -213,6 +315,9 @@ static PyGetSetDef mr_getset[] = {
 
 static PyType_Slot mr_slots[] = {
     {Py_tp_traverse, mr_traverse},
+    {Py_tp_clear, mr_clear},
+    {Py_bf_getbuffer, mr_getbuffer},
+    {Py_bf_releasebuffer, mr_releasebuffer},
     {0, NULL},
 };
 

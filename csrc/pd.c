@@ -157,6 +157,7 @@ PyObject *pyrdma_pd_qp(PyObject *pd, PyObject *args, PyObject *kw);
 PyObject *pyrdma_pd_srq(PyObject *pd, PyObject *args, PyObject *kw);
 PyObject *pyrdma_pd_mr(PyObject *pd, PyObject *args, PyObject *kw);
 PyObject *pyrdma_pd_mw(PyObject *pd, PyObject *args, PyObject *kw);
+PyObject *pyrdma_pd_alloc_mr(PyObject *pd, PyObject *args, PyObject *kw);
 
 static PyMethodDef pd_methods[] = {
     {"qp", (PyCFunction)(void (*)(void))pyrdma_pd_qp,
@@ -176,6 +177,12 @@ static PyMethodDef pd_methods[] = {
      "buffer-protocol object (ibv_reg_mr).  The MR holds the buffer until "
      "it is closed, so it cannot be resized or freed under the device.  "
      "Writable access flags need a writable buffer."},
+    {"alloc_mr", (PyCFunction)(void (*)(void))pyrdma_pd_alloc_mr,
+     METH_VARARGS | METH_KEYWORDS,
+     "alloc_mr($self, /, length, access=IBV_ACCESS_LOCAL_WRITE)\n--\n\n"
+     "Allocate length bytes of page-aligned, zeroed memory owned by the "
+     "library and register it.  mr.buf (or memoryview(mr)) is a writable "
+     "view of it; the memory outlives close() while views exist."},
     {"mw", (PyCFunction)(void (*)(void))pyrdma_pd_mw,
      METH_VARARGS | METH_KEYWORDS,
      "mw($self, /, type=IBV_MW_TYPE_1)\n--\n\nAllocate a memory window "

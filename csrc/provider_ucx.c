@@ -3262,9 +3262,8 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
         h->qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? q->attr.qkey
                                                          : wr->wr.ud.remote_qkey;
         if (total > (size_t)mtu_bytes(PORT_MTU)) {
-            /* longer than the MTU: rxe drops it on the wire and completes
-               the WR; so do we */
-            s->done = 1;
+            /* a UD message is at most one MTU */
+            fill_fail(q, s, IBV_WC_LOC_LEN_ERR);
             return 0;
         }
     }

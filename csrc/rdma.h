@@ -135,8 +135,13 @@ typedef struct {
 /* A memory region. */
 typedef struct {
     pyrdma_obj o;             /* parents[0]: PD */
-    Py_buffer view;           /* the user's buffer, held for our lifetime */
-    int have_view;            /* view is valid */
+    Py_buffer view;           /* the user's buffer, held for our lifetime;
+                                 for alloc_mr, view.buf/len describe our
+                                 own mapping and view.obj is NULL */
+    int have_view;            /* view holds a user buffer export */
+    void *owned;              /* alloc_mr: our mmap'd memory, else NULL */
+    size_t owned_len;         /* its length */
+    Py_ssize_t exports;       /* live buffer exports of the owned memory */
     struct pyrdma_mr_info info; /* lkey, rkey */
     unsigned int access;      /* IBV_ACCESS_* */
 } pyrdma_MR;

@@ -286,9 +286,11 @@ def get_end_port(name: Union[str, GID, None] = None,
     """
     devices = get_devices(provider)
     if not devices:
-        raise RDMAError("no RDMA devices found; for testing without RDMA "
-                        "hardware run inside the Soft-RoCE VM "
-                        "(python -m rdma.testvm)")
+        raise RDMAError("no RDMA devices found (providers: "
+                        f"{', '.join(select_providers(provider))}); without "
+                        "RDMA hardware use the software fabric "
+                        "(RDMA_PROVIDER=ucx, needs libucx0) or the Soft-RoCE "
+                        "VM (python -m rdma.testvm)")
     if name is None:
         for d in devices:
             for p in d.end_ports:

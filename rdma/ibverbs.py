@@ -12,6 +12,7 @@ from typing import Optional
 from rdma import _ibverbs
 from rdma._errors import RDMAError, SysError, WRError
 from rdma._ibverbs import *  # noqa: F401,F403  (types and IBV_* constants)
+from rdma._ibverbs import IBV_WC_SUCCESS
 
 Context = _ibverbs.Context
 PD = _ibverbs.PD
@@ -83,9 +84,12 @@ class WCError(RDMAError):
         self.opcode = wc.opcode
         self.vendor_err = wc.vendor_err
         self.qp_num = wc.qp_num
+        # Verbs leave the opcode undefined in a failed completion.
+        op = (f", opcode {wc_opcode_str(wc.opcode)}"
+              if wc.status == IBV_WC_SUCCESS else "")
         text = (f"{wc_status_str(wc.status)} ({wc.status}) on QP "
-                f"{wc.qp_num:#x}, opcode {wc_opcode_str(wc.opcode)}, "
-                f"wr_id {wc.wr_id}, vendor_err {wc.vendor_err:#x}")
+                f"{wc.qp_num:#x}{op}, wr_id {wc.wr_id}, "
+                f"vendor_err {wc.vendor_err:#x}")
         if is_rq is not None:
             text += ", receive queue" if is_rq else ", send queue"
         if msg:

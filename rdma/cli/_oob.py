@@ -113,7 +113,7 @@ def _fail(name: str, msg: str) -> None:
     print(f"rdma {name}: {msg}", file=sys.stderr)
 
 
-# -- the TCP connection --------------------------------------------------------
+# -- the TCP connection -------------------------------------------------------
 
 def listen(port: int, bind: Optional[str] = None) -> socket.socket:
     """A listening TCP socket on *port* (all addresses, IPv6 and IPv4 when
@@ -256,7 +256,7 @@ class Dest(NamedTuple):
                 f"PSN 0x{self.psn:06x}, GID {gid}")
 
 
-# -- devices, GIDs and paths ----------------------------------------------------
+# -- devices, GIDs and paths --------------------------------------------------
 
 def open_end_port(device: Optional[str], ib_port: Optional[int],
                   provider: Optional[str]):
@@ -349,7 +349,7 @@ def connect_path(end_port, qp_type: int, remote: Dest, my_psn: int, *,
     return path
 
 
-# -- argparse ------------------------------------------------------------------
+# -- argparse -----------------------------------------------------------------
 
 class _Intermixed(argparse.ArgumentParser):
     """A parser that takes positionals between options, as getopt does

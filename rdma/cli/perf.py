@@ -39,7 +39,8 @@ Measurements
 - ``--bw``: WRs are posted in prepared batches of ``--cq-mod`` with only
   the last one signaled, at most ``--tx-depth`` outstanding; the time runs
   from the first post to the last completion.  BW average = bytes / time;
-  BW peak = the best rate over any ``tx-depth`` worth of completions;
+  BW peak = the best rate over any window of completions covering a
+  tenth of the run (at least ``tx-depth`` requests);
   MB = 2**20 bytes, as perftest.  ``send`` counts on the client; the
   server keeps ``--rx-depth`` receives posted.
 - ``--lat``: one operation at a time.  ``write`` and ``send`` are
@@ -53,7 +54,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import socket
 import struct
 import sys
@@ -143,7 +143,7 @@ def perf(args: argparse.Namespace) -> int:
     return _oob.run_command("perf", _run, args)
 
 
-# -- parameters ----------------------------------------------------------------
+# -- parameters ---------------------------------------------------------------
 
 def _sizes(args: argparse.Namespace) -> List[int]:
     if args.test == "atomic":
@@ -286,7 +286,7 @@ class _Progress:
             sys.stderr.flush()
 
 
-# -- the run -------------------------------------------------------------------
+# -- the run ------------------------------------------------------------------
 
 class _Side:
     """This side's verbs resources: one RC QP, its CQs, and one MR with two
@@ -472,7 +472,9 @@ def _bw_client(side: _Side, args, size: int, beat: _Beat) -> Dict[str, Any]:
     elapsed = max(t1 - t0, 1e-9)
     total = size * iters
     peak = total / elapsed
-    w = min(max_out, len(stamps) - 1)
+    # the peak is taken over windows of at least a tenth of the run (and a
+    # full send queue), so that bursty completions do not inflate it
+    w = min(max(max_out, len(stamps) // 10), len(stamps) - 1)
     if w >= 1:
         for i in range(w, len(stamps)):
             dt = stamps[i] - stamps[i - w]
@@ -604,7 +606,7 @@ def _lat_run(side: _Side, args, size: int, client: bool,
     return _lat_stats(args, size, times, half=test in ("write", "send"))
 
 
-# -- checks ---------------------------------------------------------------------
+# -- checks -------------------------------------------------------------------
 
 def _prepare(side: _Side, args, size: int, client: bool) -> None:
     """Fill our source region with the pattern, clear the target region."""
@@ -650,7 +652,7 @@ def _verify(side: _Side, args, size: int, client: bool) -> Optional[str]:
             f"{got[diff]:#04x}, expected {want[diff]:#04x}")
 
 
-# -- output ---------------------------------------------------------------------
+# -- output -------------------------------------------------------------------
 
 def _header(args, end_port, side: _Side, mtu: int, role: str) -> None:
     from rdma import IBA
@@ -730,7 +732,7 @@ class _Output:
             print(json.dumps(dict(self.meta, results=self.rows)), flush=True)
 
 
-# -- main --------------------------------------------------------------------------
+# -- main ---------------------------------------------------------------------
 
 def _run(args: argparse.Namespace) -> int:
     import rdma

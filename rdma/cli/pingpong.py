@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any, Dict, List, Optional
 
@@ -240,7 +239,7 @@ def _run(args: argparse.Namespace) -> int:
         for d in remote:
             _say(args, f"  remote address: {d.describe()}")
 
-        # -- ping-pong ----------------------------------------------------------
+        # -- ping-pong --------------------------------------------------------
         send_sge = mr.sge(size, extra)
         batches = []
         for i, qp in enumerate(qps):
@@ -283,8 +282,9 @@ def _check_final(got: bytes, want: bytes) -> None:
         diff = next(i for i in range(len(want)) if got[i] != want[i])
         raise ValidationError(
             f"data validation failed: the buffer differs from what was sent "
-            f"at byte {diff} (page {diff // PAGE}): {bytes(got[diff:diff + 8]).hex()}"
-            f" != {want[diff:diff + 8].hex()}")
+            f"at byte {diff} (page {diff // PAGE}): "
+            f"{bytes(got[diff:diff + 8]).hex()} != "
+            f"{want[diff:diff + 8].hex()}")
 
 
 class _Loop:

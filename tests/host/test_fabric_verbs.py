@@ -164,18 +164,22 @@ def test_ud_grh(pair):
     assert bytes(b.buf[40:73]) == pattern(33, 3) and b.buf[73] == 0xEE
 
 
-def test_ud_larger_than_mtu_is_dropped(pair):
-    """A UD SEND longer than the MTU completes (as on rxe) and never
-    arrives."""
+def test_ud_larger_than_mtu(pair):
+    """A UD SEND of exactly the MTU arrives; one byte more ends in
+    IBV_WC_LOC_LEN_ERR, never arrives, and later WRs flush."""
     a, b = pair(UD, size=16384)
     mtu = 128 << ctx_port_mtu(a)
     b.post_recv(wr_id=1)
-    a.qp.post_send(a.send_wr(b, length=mtu + 1))
-    check_ok(poll_cq(a.send_cq)[0])
-    expect_no_completion(b.recv_cq, 0.1)
     a.qp.post_send(a.send_wr(b, length=mtu))
     check_ok(poll_cq(a.send_cq)[0])
     assert poll_cq(b.recv_cq)[0].byte_len == mtu + GRH_LEN
+    b.post_recv(wr_id=2)
+    a.qp.post_send([a.send_wr(b, wr_id=5, length=mtu + 1),
+                    a.send_wr(b, wr_id=6, length=8)])
+    wcs = poll_cq(a.send_cq, 2)
+    assert [(w.wr_id, w.status) for w in wcs] == [
+        (5, ibv.IBV_WC_LOC_LEN_ERR), (6, ibv.IBV_WC_WR_FLUSH_ERR)]
+    expect_no_completion(b.recv_cq, 0.1)
 
 
 def ctx_port_mtu(side):

@@ -32,7 +32,7 @@ SUMMARY = re.compile(r"^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec"
                      r"usec/iter$", re.M)
 
 
-# -- helpers (test_cli_perf.py uses them too) ----------------------------------
+# -- helpers (test_cli_perf.py uses them too) ---------------------------------
 
 def free_port():
     with socket.socket() as s:
@@ -158,7 +158,7 @@ def ok(res, what):
     return out
 
 
-# -- interoperability with the C tools ---------------------------------------------
+# -- interoperability with the C tools ----------------------------------------
 
 @pytest.mark.parametrize("ours_as", ["server", "client"])
 @pytest.mark.parametrize("mode", MODES)
@@ -184,7 +184,7 @@ def test_interop_with_c_tool(mode, ours_as):
     assert local_s and local_s == remote_c
 
 
-# -- ours against ours ------------------------------------------------------------------
+# -- ours against ours --------------------------------------------------------
 
 @pytest.mark.parametrize("mode", MODES)
 def test_ours_with_ours(mode):
@@ -236,7 +236,7 @@ def test_two_host_rc_with_c_tool(ours_as):
     assert f"GID ::ffff:{ip2}" in srv[1] and f"GID ::ffff:{ip1}" in cli[1]
 
 
-# -- errors ---------------------------------------------------------------------------
+# -- errors -------------------------------------------------------------------
 
 def one_line_error(err):
     lines = [ln for ln in err.splitlines() if ln.strip()]
