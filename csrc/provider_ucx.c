@@ -2592,8 +2592,10 @@ poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
         return cq_take(cq, n, wc);
     /* empty: make progress here (no thread hop), then look again */
     __atomic_store_n(&N.app_progress, now_ns(), __ATOMIC_RELAXED);
-    if (U.worker_progress(N.w))
-        drain();
+    /* Responses queued by callbacks (ours or the progress thread's) go out
+       now: the progress thread is standing back while we poll. */
+    U.worker_progress(N.w);
+    drain();
     if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head)
         return 0;
     got = cq_take(cq, n, wc);
