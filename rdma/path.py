@@ -502,7 +502,9 @@ def resolve_path(umad, path: IBPath, reversible: bool = True,
     ep = path.end_port
     if path.DGID is None and not path.DLID:
         raise ValueError("resolve_path(): the path needs a DGID or a DLID")
-    if ep.link_layer == "Ethernet":
+    link_layer = getattr(ep, "link_layer", "InfiniBand")
+    provider = getattr(ep, "provider", None)
+    if link_layer == "Ethernet":
         if path.DGID is None:
             raise ValueError("resolve_path(): RoCE paths need a DGID")
         path.has_grh = True
@@ -519,7 +521,11 @@ def resolve_path(umad, path: IBPath, reversible: bool = True,
         for k, v in (properties or {}).items():
             _apply_property(path, k, v)
         return path
-    if ep.provider == "verbs":
+    if provider != "ucx":
+        if umad is None:
+            raise rdma.RDMAError(f"resolve_path(): {ep} is InfiniBand: the "
+                                 f"path comes from the SA; pass "
+                                 f"rdma.get_umad(end_port)")
         from rdma import sa
         return sa.resolve_path(umad, path, reversible=reversible,
                                properties=properties)

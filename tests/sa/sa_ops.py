@@ -83,11 +83,16 @@ def path_query(**fields):
 
 
 def resolve(reversible=True, properties=None, **path_fields):
-    """resolve_path on a StubPath; returns its attributes."""
+    """rdma.path.resolve_path on a real rdma.path.IBPath (it hands
+    InfiniBand ports to the SA client); returns the path's attributes."""
+    import rdma.path
     u = get()
-    p = StubPath(u.end_port, **path_fields)
-    sa.resolve_path(u, p, reversible=reversible, properties=properties)
-    return p.as_dict()
+    p = rdma.path.IBPath(u.end_port, **path_fields)
+    rdma.path.resolve_path(u, p, reversible=reversible,
+                           properties=properties)
+    return {f: (str(getattr(p, f)) if f in ("SGID", "DGID")
+                else getattr(p, f))
+            for f in StubPath.FIELDS if f != "end_port"}
 
 
 def time_path_queries(n, dlid):
