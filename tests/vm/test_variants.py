@@ -5,7 +5,7 @@ from conftest import run_py, run
 
 QUERY = (
     "import rdma, rdma._ibverbs as m\n"
-    "p = rdma.get_end_port('{dev}')\n"
+    "p = rdma.get_end_port('{dev}', provider='verbs')\n"
     "with rdma.get_verbs(p) as c:\n"
     "    print(m._VERBS_LINKAGE, m.__file__, c.query_port().state, "
     "c.query_device().max_qp > 0, p.gids[1])\n"
@@ -31,7 +31,7 @@ def test_dlopen_variant_reports_missing_library(variant, device):
 LIFETIME = (
     "import gc, warnings, rdma\n"
     "warnings.simplefilter('ignore', ResourceWarning)\n"
-    "p = rdma.get_end_port('{dev}')\n"
+    "p = rdma.get_end_port('{dev}', provider='verbs')\n"
     "for i in range(50):\n"
     "    c = rdma.get_verbs(p)\n"
     "    c.query_device(); c.query_port(); c.query_gid(1, 1); c.query_gid_ex(1, 0)\n"
