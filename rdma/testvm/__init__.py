@@ -712,8 +712,14 @@ def _qemu_opt(path: Path | str) -> str:
     return str(path).replace(",", ",,")
 
 
+def _under_tmp(path: str) -> bool:
+    return path == "/tmp" or path.startswith("/tmp/")
+
+
 def _hidden_in_guest(path: str) -> bool:
-    for top in ("/tmp", "/run", "/dev", "/proc", "/sys"):
+    # /tmp is fresh in the guest unless the command runs under it: then the
+    # guest keeps the host's /tmp (read-only, through the overlay).
+    for top in ("/run", "/dev", "/proc", "/sys"):
         if path == top or path.startswith(top + "/"):
             return True
     return False
@@ -855,7 +861,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
 
     *command* is an argv list (run with ``exec``) or a shell string (run with
     ``/bin/sh -c``).  It runs in *cwd* (default: the current directory, which
-    must not be under /tmp, /run or /dev: those are fresh tmpfs in the guest)
+    must not be under /run or /dev: those are fresh in the guest; under
+    /tmp the guest keeps the host's /tmp, copy-on-write)
     with the caller's PATH, PYTHONPATH, VIRTUAL_ENV, HOME, LANG, TERM, LC_*,
     PYENV*, PYTHON*, RDMA_* and PYTEST_* variables, the RDMA_TESTVM_*
     variables described in the module docstring, and *env* on top (a value
@@ -876,7 +883,7 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
     cwd = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
     if _hidden_in_guest(cwd):
         raise ValueError(f"working directory {cwd} is not visible in the VM "
-                         "(/tmp, /run and /dev are fresh filesystems there)")
+                         "(/run and /dev are fresh filesystems there)")
     mem = _parse_memory(memory)
     cpus = int(cpus)
     if cpus < 1:
@@ -923,7 +930,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-nic", "none",
             "-kernel", str(kernel), "-initrd", str(initrd),
-            "-append", _KERNEL_APPEND,
+            "-append", _KERNEL_APPEND + (" rdmatestvm.keeptmp=1"
+                                         if _under_tmp(cwd) else ""),
             "-chardev", f"file,id=console,path={_qemu_opt(console_log)}",
             "-serial", "chardev:console",
             "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,"

@@ -59,7 +59,12 @@ mkdir -p $R/dev/pts $R/dev/shm
 mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts $R/dev/pts || die "devpts"
 mount -t tmpfs -o mode=1777 tmpfs $R/dev/shm || die "/dev/shm"
 mount -t tmpfs -o mode=0755 tmpfs $R/run || die "/run"
-mount -t tmpfs -o mode=1777 tmpfs $R/tmp || die "/tmp"
+# A command that runs under /tmp keeps the host's /tmp (copy-on-write
+# through the overlay); otherwise /tmp is fresh.
+case " $(cat /proc/cmdline) " in
+*" rdmatestvm.keeptmp=1 "*) ;;
+*) mount -t tmpfs -o mode=1777 tmpfs $R/tmp || die "/tmp" ;;
+esac
 
 mkdir -p $R/run/rdma-testvm
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 rdmatestvm \

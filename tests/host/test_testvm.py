@@ -119,7 +119,7 @@ def test_bad_usage():
     assert r.returncode == 2
     assert "no command" in r.stderr
     with pytest.raises(ValueError, match="not visible"):
-        testvm.run(["true"], cwd="/tmp")
+        testvm.run(["true"], cwd="/run")
     with pytest.raises(ValueError, match="memory"):
         testvm.run(["true"], cwd=ROOT, memory="lots")
 
@@ -468,3 +468,16 @@ def test_concurrent_runs_do_not_collide():
         assert isinstance(r, testvm.VMResult), r
         assert r.returncode == 0 and r.output == f"run-{i}\n"
     assert results[0].name != results[1].name
+
+
+def test_cwd_under_tmp_is_visible():
+    """A checkout under /tmp (as a CI clone may be) runs in the VM: the
+    guest keeps the host's /tmp, copy-on-write."""
+    import tempfile
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        (Path(d) / "marker.txt").write_text("from the host\n")
+        res = testvm.run(["sh", "-c", "cat marker.txt; echo guest > w.txt; "
+                          "cat w.txt"], cwd=d, timeout=120)
+        assert res.returncode == 0, res.output
+        assert "from the host" in res.output and "guest" in res.output
+        assert not (Path(d) / "w.txt").exists()   # guest writes stay there
