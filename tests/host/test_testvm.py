@@ -364,12 +364,17 @@ def test_kernel_panic_is_reported():
     assert not qemu_running(e.name)
 
 
-def test_guest_setup_failure_is_a_vm_error(monkeypatch, tmp_path):
-    # A directory that exists on the host but not in the guest (its /tmp is
+def test_guest_setup_failure_is_a_vm_error(monkeypatch):
+    # A directory that exists on the host but not in the guest (its /run is
     # a fresh tmpfs) makes the guest init fail before running the command.
+    import shutil
     monkeypatch.setattr(testvm, "_hidden_in_guest", lambda path: False)
-    with pytest.raises(testvm.VMError) as ei:
-        testvm.run(["true"], cwd=tmp_path, timeout=60)
+    d = tempfile.mkdtemp(dir="/run", prefix="rdma-testvm-test-")
+    try:
+        with pytest.raises(testvm.VMError) as ei:
+            testvm.run(["true"], cwd=d, timeout=60)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     e = ei.value
     assert "guest setup failed" in str(e)
     assert "does not exist in the guest" in str(e)
