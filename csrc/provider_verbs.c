@@ -767,56 +767,48 @@ post_srq_recv(void *srq, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
                              (struct ibv_recv_wr **)bad);
 }
 
+/* The fields with the same name and meaning on both sides, listed once;
+   each conversion below applies COPY to them in its own direction. */
+#define GRH_FIELDS(X) X(flow_label) X(sgid_index) X(hop_limit) X(traffic_class)
+#define AH_FIELDS(X) X(dlid) X(sl) X(src_path_bits) X(static_rate) \
+    X(is_global) X(port_num)
+#define CAP_FIELDS(X) X(max_send_wr) X(max_recv_wr) X(max_send_sge) \
+    X(max_recv_sge) X(max_inline_data)
+#define QP_ATTR_FIELDS(X) X(qp_state) X(cur_qp_state) X(path_mtu) \
+    X(path_mig_state) X(qkey) X(rq_psn) X(sq_psn) X(dest_qp_num) \
+    X(qp_access_flags) X(pkey_index) X(alt_pkey_index) \
+    X(en_sqd_async_notify) X(sq_draining) X(max_rd_atomic) \
+    X(max_dest_rd_atomic) X(min_rnr_timer) X(port_num) X(timeout) \
+    X(retry_cnt) X(rnr_retry) X(alt_port_num) X(alt_timeout) X(rate_limit)
+#define COPY(f) d->f = s->f;
+#define GRH_COPY(f) d->grh.f = s->grh.f;
+
 static void
 ah_to_ibv(struct ibv_ah_attr *d, const struct pyrdma_ah_attr *s)
 {
     memcpy(d->grh.dgid.raw, s->grh.dgid, 16);
-    d->grh.flow_label = s->grh.flow_label;
-    d->grh.sgid_index = s->grh.sgid_index;
-    d->grh.hop_limit = s->grh.hop_limit;
-    d->grh.traffic_class = s->grh.traffic_class;
-    d->dlid = s->dlid;
-    d->sl = s->sl;
-    d->src_path_bits = s->src_path_bits;
-    d->static_rate = s->static_rate;
-    d->is_global = s->is_global;
-    d->port_num = s->port_num;
+    GRH_FIELDS(GRH_COPY)
+    AH_FIELDS(COPY)
 }
 
 static void
 ah_from_ibv(struct pyrdma_ah_attr *d, const struct ibv_ah_attr *s)
 {
     memcpy(d->grh.dgid, s->grh.dgid.raw, 16);
-    d->grh.flow_label = s->grh.flow_label;
-    d->grh.sgid_index = s->grh.sgid_index;
-    d->grh.hop_limit = s->grh.hop_limit;
-    d->grh.traffic_class = s->grh.traffic_class;
-    d->dlid = s->dlid;
-    d->sl = s->sl;
-    d->src_path_bits = s->src_path_bits;
-    d->static_rate = s->static_rate;
-    d->is_global = s->is_global;
-    d->port_num = s->port_num;
+    GRH_FIELDS(GRH_COPY)
+    AH_FIELDS(COPY)
 }
 
 static void
 cap_to_ibv(struct ibv_qp_cap *d, const struct pyrdma_qp_cap *s)
 {
-    d->max_send_wr = s->max_send_wr;
-    d->max_recv_wr = s->max_recv_wr;
-    d->max_send_sge = s->max_send_sge;
-    d->max_recv_sge = s->max_recv_sge;
-    d->max_inline_data = s->max_inline_data;
+    CAP_FIELDS(COPY)
 }
 
 static void
 cap_from_ibv(struct pyrdma_qp_cap *d, const struct ibv_qp_cap *s)
 {
-    d->max_send_wr = s->max_send_wr;
-    d->max_recv_wr = s->max_recv_wr;
-    d->max_send_sge = s->max_send_sge;
-    d->max_recv_sge = s->max_recv_sge;
-    d->max_inline_data = s->max_inline_data;
+    CAP_FIELDS(COPY)
 }
 
 static int
@@ -848,64 +840,20 @@ static void
 qp_attr_to_ibv(struct ibv_qp_attr *d, const struct pyrdma_qp_attr *s)
 {
     memset(d, 0, sizeof(*d));
-    d->qp_state = s->qp_state;
-    d->cur_qp_state = s->cur_qp_state;
-    d->path_mtu = s->path_mtu;
-    d->path_mig_state = s->path_mig_state;
-    d->qkey = s->qkey;
-    d->rq_psn = s->rq_psn;
-    d->sq_psn = s->sq_psn;
-    d->dest_qp_num = s->dest_qp_num;
-    d->qp_access_flags = s->qp_access_flags;
+    QP_ATTR_FIELDS(COPY)
     cap_to_ibv(&d->cap, &s->cap);
     ah_to_ibv(&d->ah_attr, &s->ah_attr);
     ah_to_ibv(&d->alt_ah_attr, &s->alt_ah_attr);
-    d->pkey_index = s->pkey_index;
-    d->alt_pkey_index = s->alt_pkey_index;
-    d->en_sqd_async_notify = s->en_sqd_async_notify;
-    d->sq_draining = s->sq_draining;
-    d->max_rd_atomic = s->max_rd_atomic;
-    d->max_dest_rd_atomic = s->max_dest_rd_atomic;
-    d->min_rnr_timer = s->min_rnr_timer;
-    d->port_num = s->port_num;
-    d->timeout = s->timeout;
-    d->retry_cnt = s->retry_cnt;
-    d->rnr_retry = s->rnr_retry;
-    d->alt_port_num = s->alt_port_num;
-    d->alt_timeout = s->alt_timeout;
-    d->rate_limit = s->rate_limit;
 }
 
 static void
 qp_attr_from_ibv(struct pyrdma_qp_attr *d, const struct ibv_qp_attr *s)
 {
     memset(d, 0, sizeof(*d));
-    d->qp_state = s->qp_state;
-    d->cur_qp_state = s->cur_qp_state;
-    d->path_mtu = s->path_mtu;
-    d->path_mig_state = s->path_mig_state;
-    d->qkey = s->qkey;
-    d->rq_psn = s->rq_psn;
-    d->sq_psn = s->sq_psn;
-    d->dest_qp_num = s->dest_qp_num;
-    d->qp_access_flags = s->qp_access_flags;
+    QP_ATTR_FIELDS(COPY)
     cap_from_ibv(&d->cap, &s->cap);
     ah_from_ibv(&d->ah_attr, &s->ah_attr);
     ah_from_ibv(&d->alt_ah_attr, &s->alt_ah_attr);
-    d->pkey_index = s->pkey_index;
-    d->alt_pkey_index = s->alt_pkey_index;
-    d->en_sqd_async_notify = s->en_sqd_async_notify;
-    d->sq_draining = s->sq_draining;
-    d->max_rd_atomic = s->max_rd_atomic;
-    d->max_dest_rd_atomic = s->max_dest_rd_atomic;
-    d->min_rnr_timer = s->min_rnr_timer;
-    d->port_num = s->port_num;
-    d->timeout = s->timeout;
-    d->retry_cnt = s->retry_cnt;
-    d->rnr_retry = s->rnr_retry;
-    d->alt_port_num = s->alt_port_num;
-    d->alt_timeout = s->alt_timeout;
-    d->rate_limit = s->rate_limit;
 }
 
 static int

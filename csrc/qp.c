@@ -44,35 +44,54 @@ pyrdma_pd_srq(PyObject *op, PyObject *args, PyObject *kw)
     return (PyObject *)srq;
 }
 
+/* The argument handling shared by QP.modify and SRQ.modify: parse
+   (attr, mask=None), check the object is open and attr is of type tp, and
+   derive the mask from the assigned fields when none is given.  Return 0
+   with *attr and *mask set, or -1 with an exception (unset names the
+   ValueError raised when nothing was assigned). */
+static int
+modify_args(pyrdma_obj *o, PyObject *args, PyObject *kw, PyTypeObject *tp,
+            const char *owner, const char *unset, PyObject **attr,
+            long *mask)
+{
+    static char *kwlist[] = {"attr", "mask", NULL};
+    PyObject *mobj = Py_None;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:modify", kwlist, attr,
+                                     &mobj))
+        return -1;
+    if (!pyrdma_obj_check(o))
+        return -1;
+    if (!PyObject_TypeCheck(*attr, tp)) {
+        PyErr_Format(PyExc_TypeError, "%s.modify() needs an ibv.%s, "
+                     "not %.100s", owner, strrchr(tp->tp_name, '.') + 1,
+                     Py_TYPE(*attr)->tp_name);
+        return -1;
+    }
+    *mask = mobj == Py_None ? (long)pyrdma_struct_mask(*attr)
+                            : PyLong_AsLong(mobj);
+    if (*mask == -1 && PyErr_Occurred())
+        return -1;
+    if (*mask == 0) {
+        PyErr_Format(PyExc_ValueError, "%s.modify(): %s", owner, unset);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 srq_modify(PyObject *op, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"attr", "mask", NULL};
     pyrdma_SRQ *srq = (pyrdma_SRQ *)op;
     struct pyrdma_status st = {0};
-    PyObject *attr, *mobj = Py_None;
     struct pyrdma_srq_attr a;
+    PyObject *attr;
     long mask;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:modify", kwlist, &attr,
-                                     &mobj))
+    if (modify_args(&srq->o, args, kw, srq->o.state->srq_attr, "SRQ",
+                    "no attribute was set (assign max_wr or srq_limit)",
+                    &attr, &mask) < 0)
         return NULL;
-    if (!pyrdma_obj_check(&srq->o))
-        return NULL;
-    if (!PyObject_TypeCheck(attr, srq->o.state->srq_attr)) {
-        PyErr_Format(PyExc_TypeError, "SRQ.modify() needs an ibv.srq_attr, "
-                     "not %.100s", Py_TYPE(attr)->tp_name);
-        return NULL;
-    }
-    mask = mobj == Py_None ? (long)pyrdma_struct_mask(attr)
-                           : PyLong_AsLong(mobj);
-    if (mask == -1 && PyErr_Occurred())
-        return NULL;
-    if (mask == 0) {
-        PyErr_SetString(PyExc_ValueError, "SRQ.modify(): no attribute was "
-                        "set (assign max_wr or srq_limit)");
-        return NULL;
-    }
     memcpy(&a, pyrdma_struct_sync(attr), sizeof(a));
     if (srq->o.prov->modify_srq(srq->o.h, &a, (int)mask, &st) < 0)
         return pyrdma_raise_status(srq->o.state, &st);
@@ -270,32 +289,15 @@ pyrdma_pd_qp(PyObject *op, PyObject *args, PyObject *kw)
 static PyObject *
 qp_modify(PyObject *op, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"attr", "mask", NULL};
     pyrdma_QP *qp = (pyrdma_QP *)op;
     struct pyrdma_status st = {0};
-    PyObject *attr, *mobj = Py_None;
     struct pyrdma_qp_attr a;
+    PyObject *attr;
     long mask;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:modify", kwlist, &attr,
-                                     &mobj))
+    if (modify_args(&qp->o, args, kw, qp->o.state->qp_attr, "QP",
+                    "no attribute of the qp_attr was set", &attr, &mask) < 0)
         return NULL;
-    if (!pyrdma_obj_check(&qp->o))
-        return NULL;
-    if (!PyObject_TypeCheck(attr, qp->o.state->qp_attr)) {
-        PyErr_Format(PyExc_TypeError, "QP.modify() needs an ibv.qp_attr, "
-                     "not %.100s", Py_TYPE(attr)->tp_name);
-        return NULL;
-    }
-    mask = mobj == Py_None ? (long)pyrdma_struct_mask(attr)
-                           : PyLong_AsLong(mobj);
-    if (mask == -1 && PyErr_Occurred())
-        return NULL;
-    if (mask == 0) {
-        PyErr_SetString(PyExc_ValueError, "QP.modify(): no attribute of the "
-                        "qp_attr was set");
-        return NULL;
-    }
     memcpy(&a, pyrdma_struct_sync(attr), sizeof(a));
     if (qp->o.prov->modify_qp(qp->o.h, &a, (int)mask, &st) < 0)
         return pyrdma_raise_status(qp->o.state, &st);
