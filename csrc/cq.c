@@ -428,7 +428,7 @@ cq_get_ctx(PyObject *op, void *c)
 
 /* In wr.c: poll into a WCArray. */
 PyObject *pyrdma_cq_poll_into(PyObject *cq, PyObject *const *args,
-                              Py_ssize_t nargs);
+                              Py_ssize_t nargs, PyObject *kwnames);
 
 static PyMethodDef cq_methods[] = {
     {"poll", (PyCFunction)(void (*)(void))cq_poll,
@@ -436,10 +436,14 @@ static PyMethodDef cq_methods[] = {
      "poll($self, /, n=-1)\n--\n\nPoll up to n completions (all available "
      "when n < 0) and return them as a list of ibv.wc (ibv_poll_cq)."},
     {"poll_into", (PyCFunction)(void (*)(void))pyrdma_cq_poll_into,
-     METH_FASTCALL,
-     "poll_into($self, wcs, n=None, /)\n--\n\nPoll up to n (default: "
-     "its capacity) completions into a reusable ibv.WCArray; return the "
-     "number polled.  No Python object is made per completion."},
+     METH_FASTCALL | METH_KEYWORDS,
+     "poll_into($self, /, wcs, n=None, min=0, timeout=None)\n--\n\nPoll "
+     "up to n (default: its capacity) completions into a reusable "
+     "ibv.WCArray; return the number polled.  No Python object is made "
+     "per completion.  With min > 0 it busy-polls (in C, no Python code "
+     "per poll) until at least min completions arrived or timeout seconds "
+     "passed (None: no limit), and may return fewer on timeout; Ctrl-C "
+     "interrupts it and other threads run every millisecond."},
     {"req_notify_cq", (PyCFunction)(void (*)(void))cq_req_notify_cq,
      METH_VARARGS | METH_KEYWORDS,
      "req_notify_cq($self, /, solicited_only=False)\n--\n\nArm the CQ: the "

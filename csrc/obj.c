@@ -416,6 +416,51 @@ pyrdma_obj_new(PyTypeObject *tp, const struct pyrdma_objkind *kind,
 }
 
 int
+pyrdma_fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames, const char *const *names, int nreq,
+                 PyObject **out)
+{
+    Py_ssize_t i, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    int k, nnames = 0;
+
+    while (names[nnames] != NULL)
+        nnames++;
+    for (k = 0; k < nnames; k++)
+        out[k] = NULL;
+    if (nargs > nnames) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments "
+                     "(%zd given)", fname, nnames, nargs + nkw);
+        return -1;
+    }
+    for (i = 0; i < nargs; i++)
+        out[i] = args[i];
+    for (i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        for (k = 0; k < nnames; k++)
+            if (PyUnicode_CompareWithASCIIString(key, names[k]) == 0)
+                break;
+        if (k == nnames) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword "
+                         "argument '%U'", fname, key);
+            return -1;
+        }
+        if (out[k] != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for "
+                         "argument '%s'", fname, names[k]);
+            return -1;
+        }
+        out[k] = args[nargs + i];
+    }
+    for (k = 0; k < nreq; k++)
+        if (out[k] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument "
+                         "'%s'", fname, names[k]);
+            return -1;
+        }
+    return 0;
+}
+
+int
 pyrdma_timeout_arg(PyObject *v, double *timeout)
 {
     double t;

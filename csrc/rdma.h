@@ -257,6 +257,12 @@ PyTypeObject *pyrdma_obj_type(PyObject *module, const char *name,
    and state; NULL with an error set. */
 pyrdma_obj *pyrdma_obj_new(PyTypeObject *tp, const struct pyrdma_objkind *kind,
                            pyrdma_obj *like);
+/* Parse vectorcall arguments against names (NULL-terminated): out[k] is
+   the k-th argument or NULL when not given; the first nreq are required.
+   Return 0 or -1 with a TypeError naming fname. */
+int pyrdma_fast_args(const char *fname, PyObject *const *args,
+                     Py_ssize_t nargs, PyObject *kwnames,
+                     const char *const *names, int nreq, PyObject **out);
 /* Parse a timeout (None: forever -> -1); return 0 or -1 with an error. */
 int pyrdma_timeout_arg(PyObject *v, double *timeout);
 /* Wait for *fdp to be readable with the GIL released, in short slices

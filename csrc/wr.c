@@ -7,6 +7,7 @@
  * keeps the converted array to post again and again with no conversion.
  */
 #include <errno.h>
+#include <time.h>
 
 #include "rdma.h"
 
@@ -718,42 +719,111 @@ wca_get_capacity(PyObject *op, void *c)
     return PyLong_FromSsize_t(((pyrdma_WCArray *)op)->capacity);
 }
 
-PyObject *
-pyrdma_cq_poll_into(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+static double
+mono_now(void)
 {
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Busy-poll cq until *got >= min (entries land at a->wc[*got..n)).
+   Between slices of polls: Ctrl-C, the timeout, and a short GIL release
+   every millisecond so other threads run (a close() from one of them is
+   then seen here).  Return 0 (done or timed out) or -1 with an error. */
+static int
+spin_poll(pyrdma_obj *cq, pyrdma_WCArray *a, int n, int min, double timeout,
+          int *got)
+{
+    double start = mono_now(), last_drop = start, now;
+
+    for (;;) {
+        int k;
+
+        for (k = 0; k < 64; k++) {
+            int r = cq->prov->poll_cq(cq->h, n - *got, a->wc + *got);
+            if (r < 0) {
+                pyrdma_raise_sys(cq->state, -r, "ibv_poll_cq", "");
+                return -1;
+            }
+            *got += r;
+            if (*got >= min)
+                return 0;
+        }
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+        now = mono_now();
+        if (timeout >= 0 && now - start >= timeout)
+            return 0;
+        if (now - last_drop >= 1e-3) {
+            Py_BEGIN_ALLOW_THREADS
+            Py_END_ALLOW_THREADS
+            last_drop = now;
+            if (!pyrdma_obj_check(cq))
+                return -1;
+        }
+    }
+}
+
+PyObject *
+pyrdma_cq_poll_into(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames)
+{
+    static const char *const names[] = {"wcs", "n", "min", "timeout", NULL};
     pyrdma_obj *cq = (pyrdma_obj *)op;
-    PyObject *aobj;
-    Py_ssize_t n = -1;
+    PyObject *av[4];
+    Py_ssize_t n = -1, min = 0;
+    double timeout = -1;
     pyrdma_WCArray *a;
     int got;
 
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "poll_into() takes 1 or 2 "
-                        "arguments (wcs, n=None)");
+    if (kwnames == NULL && nargs == 1)
+        av[0] = args[0], av[1] = av[2] = av[3] = NULL;      /* hot path */
+    else if (pyrdma_fast_args("poll_into", args, nargs, kwnames, names, 1,
+                              av) < 0)
         return NULL;
-    }
-    aobj = args[0];
-    if (nargs == 2 && args[1] != Py_None) {
-        n = PyLong_AsSsize_t(args[1]);
+    if (av[1] != NULL && av[1] != Py_None) {
+        n = PyLong_AsSsize_t(av[1]);
         if (n == -1 && PyErr_Occurred())
             return NULL;
     }
-    if (!Py_IS_TYPE(aobj, cq->state->WCArrayType)) {
+    if (av[2] != NULL) {
+        min = PyLong_AsSsize_t(av[2]);
+        if (min == -1 && PyErr_Occurred())
+            return NULL;
+        if (min < 0) {
+            PyErr_SetString(PyExc_ValueError, "poll_into(): min must be >= 0");
+            return NULL;
+        }
+    }
+    if (av[3] != NULL && pyrdma_timeout_arg(av[3], &timeout) < 0)
+        return NULL;
+    if (!Py_IS_TYPE(av[0], cq->state->WCArrayType)) {
         PyErr_Format(PyExc_TypeError, "poll_into() needs an ibv.WCArray, not "
-                     "%.100s", Py_TYPE(aobj)->tp_name);
+                     "%.100s", Py_TYPE(av[0])->tp_name);
         return NULL;
     }
     if (!pyrdma_obj_check(cq))
         return NULL;
-    a = (pyrdma_WCArray *)aobj;
+    a = (pyrdma_WCArray *)av[0];
     if (n < 0 || n > a->capacity)
         n = a->capacity;
     if (n > INT32_MAX)
         n = INT32_MAX;
+    if (min > n) {
+        PyErr_Format(PyExc_ValueError, "poll_into(): min=%zd is more than "
+                     "the %zd entries it may poll", min, n);
+        return NULL;
+    }
     got = cq->prov->poll_cq(cq->h, (int)n, a->wc);
     if (got < 0) {
         a->count = 0;
         return pyrdma_raise_sys(cq->state, -got, "ibv_poll_cq", "");
+    }
+    if (got < min && spin_poll(cq, a, (int)n, (int)min, timeout, &got) < 0) {
+        a->count = got;     /* what was polled stays readable */
+        return NULL;
     }
     a->count = got;
     return PyLong_FromLong(got);

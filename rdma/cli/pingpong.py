@@ -326,9 +326,6 @@ class _Loop:
                 qps[i].post_send(batches[i])
                 pending[i] |= SEND_WRID
         timeout = args.timeout if args.timeout and args.timeout > 0 else None
-        idle = 0
-        progressed = False
-        last = time.monotonic()
         t0 = time.perf_counter()
         while rcnt < iters or scnt < iters:
             if self.cc is not None:
@@ -340,18 +337,10 @@ class _Loop:
                 cq.req_notify_cq()
                 n = cq.poll_into(wcs)
             else:
-                n = cq.poll_into(wcs)
+                # spins in C until a completion is there (or the timeout)
+                n = cq.poll_into(wcs, None, 1, timeout)
                 if not n:
-                    idle += 1
-                    if idle >= 4096:
-                        idle = 0
-                        now = time.monotonic()
-                        if progressed:
-                            progressed, last = False, now
-                        elif timeout is not None and now - last > timeout:
-                            raise self._stalled(scnt, rcnt)
-                    continue
-                progressed = True
+                    raise self._stalled(scnt, rcnt)
             while n:
                 bad = wcs.first_error()
                 if bad is not None:

@@ -139,7 +139,9 @@ def _perftest_row(out: str, size: int):
     return None
 
 
-def c_tools(dev: str, gidx: str) -> list[dict]:
+def pingpong_pair(dev: str, gidx: str) -> list[dict]:
+    """ibv_rc_pingpong, then ``rdma pingpong rc`` (ours, the same
+    two-process protocol and wire exchange): round trip per iteration."""
     out = []
     # ibv_rc_pingpong: round trip per iteration, 8 B
     common = ["-d", dev, "-g", gidx, "-s", "8", "-n", "3000"]
@@ -148,6 +150,19 @@ def c_tools(dev: str, gidx: str) -> list[dict]:
     if m:
         out.append({"impl": "ibv_rc_pingpong", "mode": "pingpong", "api": "-",
                     "usec": float(m.group(1))})
+    # ours, the same two-process protocol and wire exchange
+    ours = [str(VENV_PY), "-m", "rdma", "pingpong", "rc"]
+    s = client_server(ours + common, ours + common)
+    m = s and re.search(r"= ([\d.]+) usec/iter", s)
+    if m:
+        out.append({"impl": "rdma pingpong rc", "mode": "pingpong", "api": "-",
+                    "usec": float(m.group(1))})
+    return out
+
+
+def c_tools(dev: str, gidx: str) -> list[dict]:
+    out = []
+    out += pingpong_pair(dev, gidx)
     # ib_send_lat: one-way latency (t_typical); RTT = 2x
     common = ["-d", dev, "-x", gidx, "-s", "8", "-n", "3000", "-F"]
     s = client_server(["ib_send_lat"] + common, ["ib_send_lat"] + common)
@@ -199,6 +214,8 @@ def guest(args) -> int:
                                 "--seconds", sec]), 900, env), "interleaved", rep)
         add(run_results(pinned([DEBIAN_PY, HERE / "bench_pyverbs.py",
                                 "--seconds", sec]), 900, env), "interleaved", rep)
+        if not args.no_tools:
+            add(pingpong_pair(dev, gidx), "interleaved", rep)
     refs("after")
     table = render(results, args.reps)
     print(table)
@@ -249,6 +266,19 @@ def _round_ratio(results, mode, num, den):
     return statistics.median(ratios) if ratios else None
 
 
+def _pair_ratio(results, mode, ours, ref):
+    """Median of ref/ours latency over the phases that ran both."""
+    key = METRIC[mode][0]
+    ratios = []
+    for run in {(r.get("phase"), r.get("round")) for r in results}:
+        got = {r["impl"]: r[key] for r in results
+               if r["mode"] == mode and (r.get("phase"), r.get("round")) == run
+               and key in r}
+        if got.get(ours) and got.get(ref):
+            ratios.append(got[ref] / got[ours])
+    return statistics.median(ratios) if ratios else None
+
+
 def render(results, reps) -> str:
     def fmt(v, key):
         if v is None:
@@ -282,19 +312,25 @@ def render(results, reps) -> str:
                     vp = "n/a" if r is None else f"{r:.2f}x"
                 lines.append(f"| {impl} | {api} | {fmt(v, key)} | "
                              f"{'n/a' if vc is None else f'{vc:.2f}x'} | {vp} |")
-        for impl in ("ibv_rc_pingpong", "ib_send_lat", "ib_write_bw"):
+        for impl in ("ibv_rc_pingpong", "rdma pingpong rc", "ib_send_lat",
+                     "ib_write_bw"):
             rows = [r for r in results if r["impl"] == impl and r["mode"] == mode]
             if rows:
                 v = _median(results, impl, mode)
                 vc = (v / c_all if higher else c_all / v) if (c_all and v) else None
                 lines.append(f"| {impl} (2 processes) | {rows[0]['api']} | "
                              f"{fmt(v, key)} | {'n/a' if vc is None else f'{vc:.2f}x'} | |")
+        vc = _pair_ratio(results, mode, "rdma pingpong rc", "ibv_rc_pingpong")
+        if vc is not None:
+            lines.append(f"| rdma pingpong rc vs ibv_rc_pingpong (2 processes,"
+                         f" run back to back) | - | | {vc:.2f}x | |")
         lines.append("")
     lines += ["Ratios are 'how many times as good' (>1 better): rate and bandwidth "
               "divide ours by theirs, latency theirs by ours; for rdma and "
               "pyverbs they are medians of per-round ratios (each round runs "
               "the C loop, rdma and pyverbs back to back), for the C tools "
               "ratios of medians.",
+              "The two-process ping-pong ratio is the median over the runs (before, each round, after) of ibv_rc_pingpong's time over ours, measured back to back. "
               "Goals: latency and bandwidth within 10% of C (>= 0.90x), message "
               "rate >= 3x pyverbs."]
     return "\n".join(lines)
