@@ -273,6 +273,7 @@ mod_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->recv_wr);
     Py_VISIT(st->wc);
     Py_VISIT(st->async_event);
+    Py_VISIT(st->mw_bind_info);
     return 0;
 }
 
@@ -309,6 +310,7 @@ mod_clear(PyObject *m)
     Py_CLEAR(st->recv_wr);
     Py_CLEAR(st->wc);
     Py_CLEAR(st->async_event);
+    Py_CLEAR(st->mw_bind_info);
     return 0;
 }
 

@@ -251,6 +251,7 @@ enum {
     PYRDMA_ACCESS_REMOTE_READ = 4, PYRDMA_ACCESS_REMOTE_ATOMIC = 8,
     PYRDMA_ACCESS_MW_BIND = 16,
 };
+enum { PYRDMA_SEND_SIGNALED = 2 };
 
 /* The ops of one provider. */
 struct pyrdma_provider {
@@ -293,6 +294,14 @@ struct pyrdma_provider {
     int (*alloc_mw)(void *pd, int type, void **mw, uint32_t *rkey,
                     struct pyrdma_status *st);
     int (*dealloc_mw)(void *mw, struct pyrdma_status *st);
+    /* Bind a type 1 window (ibv_bind_mw); *rkey gets its new rkey.  NULL
+       when the provider has no memory windows. */
+    int (*bind_mw)(void *qp, void *mw, uint64_t wr_id, unsigned int flags,
+                   const struct pyrdma_mw_bind_info *bi, uint32_t *rkey,
+                   struct pyrdma_status *st);
+    /* A type 2 window was bound to rkey by a posted IBV_WR_BIND_MW: the
+       provider's MW object takes that rkey (the next bind names it). */
+    void (*mw_rekeyed)(void *mw, uint32_t rkey);
 
     /* Completion channel: a pollable fd; get_cq_event is non-blocking and
        returns 1 with *cq_context set, 0 if none is pending, -1 on error. */

@@ -168,6 +168,7 @@ _Static_assert((int)PYRDMA_ACCESS_REMOTE_WRITE == (int)IBV_ACCESS_REMOTE_WRITE, 
 _Static_assert((int)PYRDMA_ACCESS_REMOTE_READ == (int)IBV_ACCESS_REMOTE_READ, "PYRDMA_ACCESS_REMOTE_READ");
 _Static_assert((int)PYRDMA_ACCESS_REMOTE_ATOMIC == (int)IBV_ACCESS_REMOTE_ATOMIC, "PYRDMA_ACCESS_REMOTE_ATOMIC");
 _Static_assert((int)PYRDMA_ACCESS_MW_BIND == (int)IBV_ACCESS_MW_BIND, "PYRDMA_ACCESS_MW_BIND");
+_Static_assert((int)PYRDMA_SEND_SIGNALED == (int)IBV_SEND_SIGNALED, "PYRDMA_SEND_SIGNALED");
 
 #ifdef PYRDMA_LINK_IBVERBS
 
@@ -610,6 +611,34 @@ alloc_mw(void *pd, int type, void **mw, uint32_t *rkey,
 }
 
 static int
+bind_mw(void *qp, void *mw, uint64_t wr_id, unsigned int flags,
+        const struct pyrdma_mw_bind_info *bi, uint32_t *rkey,
+        struct pyrdma_status *st)
+{
+    struct ibv_mw_bind b;
+    int rc;
+
+    memset(&b, 0, sizeof(b));
+    b.wr_id = wr_id;
+    b.send_flags = flags;
+    b.bind_info.mr = bi->mr;
+    b.bind_info.addr = bi->addr;
+    b.bind_info.length = bi->length;
+    b.bind_info.mw_access_flags = bi->mw_access_flags;
+    rc = ibv_bind_mw(qp, mw, &b);  /* inline: dispatches through ctx ops */
+    if (rc)
+        return fail_errno(st, rc, "ibv_bind_mw");
+    *rkey = ((struct ibv_mw *)mw)->rkey;
+    return 0;
+}
+
+static void
+mw_rekeyed(void *mw, uint32_t rkey)
+{
+    ((struct ibv_mw *)mw)->rkey = rkey;
+}
+
+static int
 dealloc_mw(void *mw, struct pyrdma_status *st)
 {
     int rc = ibv_dealloc_mw(mw);
@@ -970,6 +999,8 @@ const struct pyrdma_provider pyrdma_provider_verbs = {
     .dereg_mr = dereg_mr,
     .alloc_mw = alloc_mw,
     .dealloc_mw = dealloc_mw,
+    .bind_mw = bind_mw,
+    .mw_rekeyed = mw_rekeyed,
     .create_comp_channel = create_comp_channel,
     .destroy_comp_channel = destroy_comp_channel,
     .get_cq_event = get_cq_event,

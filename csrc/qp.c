@@ -326,6 +326,56 @@ qp_query(PyObject *op, PyObject *args, PyObject *kw)
 }
 
 static PyObject *
+qp_bind_mw(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"mw", "bind_info", "wr_id", "send_flags", NULL};
+    pyrdma_QP *qp = (pyrdma_QP *)op;
+    pyrdma_state *S = qp->o.state;
+    struct pyrdma_status st = {0};
+    struct pyrdma_mw_bind_info bi;
+    const struct pyrdma_py_mw_bind_info *d;
+    unsigned long long wr_id = 0;
+    unsigned int flags = PYRDMA_SEND_SIGNALED;
+    PyObject *mwo, *info, *mro;
+    pyrdma_MW *mw;
+    uint32_t rkey;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|KI:bind_mw", kwlist,
+                                     S->MWType, &mwo, S->mw_bind_info, &info,
+                                     &wr_id, &flags))
+        return NULL;
+    mw = (pyrdma_MW *)mwo;
+    if (!pyrdma_obj_check(&qp->o) || !pyrdma_obj_check(&mw->o))
+        return NULL;
+    if (mw->type != 1) {
+        PyErr_SetString(PyExc_ValueError, "bind_mw(): a type 2 window is "
+                        "bound by posting a send_wr with opcode "
+                        "IBV_WR_BIND_MW");
+        return NULL;
+    }
+    mro = pyrdma_struct_slots(info)[0];
+    if (mro == NULL || mro == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "bind_mw(): bind_info.mr, the MR "
+                        "to bind to, is missing");
+        return NULL;
+    }
+    if (!pyrdma_obj_check((pyrdma_obj *)mro))
+        return NULL;
+    if (qp->o.prov->bind_mw == NULL)
+        return pyrdma_not_supported(&qp->o, "ibv_bind_mw");
+    d = pyrdma_struct_data(info);
+    bi.mr = ((pyrdma_obj *)mro)->h;
+    bi.addr = d->addr;
+    bi.length = d->length;
+    bi.mw_access_flags = d->mw_access_flags;
+    if (qp->o.prov->bind_mw(qp->o.h, mw->o.h, wr_id, flags, &bi, &rkey,
+                            &st) < 0)
+        return pyrdma_raise_status(S, &st);
+    mw->rkey = rkey;
+    return PyLong_FromUnsignedLong(rkey);
+}
+
+static PyObject *
 qp_post_send(PyObject *op, PyObject *arg)
 {
     return pyrdma_post_send((pyrdma_QP *)op, arg);
@@ -548,6 +598,14 @@ static PyMethodDef qp_methods[] = {
      "post_recv($self, wr, /)\n--\n\nPost receive work requests "
      "(ibv_post_recv): one ibv.recv_wr, a list, a chain or an "
      "ibv.RecvBatch."},
+    {"bind_mw", (PyCFunction)(void (*)(void))qp_bind_mw,
+     METH_VARARGS | METH_KEYWORDS,
+     "bind_mw($self, /, mw, bind_info, wr_id=0, "
+     "send_flags=IBV_SEND_SIGNALED)\n--\n\nBind a type 1 memory window "
+     "(ibv_bind_mw) to bind_info (an ibv.mw_bind_info; length 0 unbinds); "
+     "return its new rkey, which mw.rkey holds too.  The bind is a work "
+     "request of this QP: it completes on the send CQ with opcode "
+     "IBV_WC_BIND_MW."},
     {"modify", (PyCFunction)(void (*)(void))qp_modify,
      METH_VARARGS | METH_KEYWORDS,
      "modify($self, /, attr, mask=None)\n--\n\nModify the QP "

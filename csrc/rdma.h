@@ -42,6 +42,7 @@ typedef struct {
     PyTypeObject *recv_wr;
     PyTypeObject *wc;
     PyTypeObject *async_event;
+    PyTypeObject *mw_bind_info;
 } pyrdma_state;
 
 /* ---- The verbs object model (obj.c) ---- */
@@ -188,7 +189,15 @@ struct pyrdma_py_send_wr {
     uint32_t invalidate_rkey; /* SEND_WITH_INV */
 };
 /* Object slots of ibv.send_wr / ibv.recv_wr. */
-enum { PYRDMA_WR_SG_LIST, PYRDMA_WR_NEXT, PYRDMA_WR_AH };
+enum { PYRDMA_WR_SG_LIST, PYRDMA_WR_NEXT, PYRDMA_WR_AH, PYRDMA_WR_MW,
+       PYRDMA_WR_BIND_INFO };
+
+/* Python-facing data of ibv.mw_bind_info (its slot 0 holds the MR). */
+struct pyrdma_py_mw_bind_info {
+    uint64_t addr;            /* start of the window */
+    uint64_t length;          /* bytes; 0 unbinds */
+    uint32_t mw_access_flags; /* IBV_ACCESS_REMOTE_* */
+};
 
 struct pyrdma_py_recv_wr {
     uint64_t wr_id;          /* returned in the completion */

@@ -23,7 +23,8 @@ enum fkind {
 };
 
 /* What a K_OBJ slot accepts. */
-enum ocheck { O_ANY, O_CQ, O_SRQ, O_AH, O_SGLIST, O_SEND_WR, O_RECV_WR };
+enum ocheck { O_ANY, O_CQ, O_SRQ, O_AH, O_SGLIST, O_SEND_WR, O_RECV_WR,
+              O_MR, O_MW, O_BIND_INFO };
 
 /* One attribute of a struct type. */
 struct pyrdma_field {
@@ -266,10 +267,25 @@ static const struct pyrdma_field send_wr_fields[] = {
     OBJ("ah", PYRDMA_WR_AH, O_AH, "Address handle (UD)."),
     FIELD(SW, remote_qpn, "Destination QP number (UD)."),
     FIELD(SW, remote_qkey, "Destination Q_Key (UD)."),
-    FIELD(SW, invalidate_rkey, "rkey to invalidate (SEND_WITH_INV)."),
+    FIELD(SW, invalidate_rkey, "rkey to invalidate (SEND_WITH_INV, "
+                               "LOCAL_INV)."),
     OBJ("next", PYRDMA_WR_NEXT, O_SEND_WR, "Next WR of a chain, or None."),
+    OBJ("mw", PYRDMA_WR_MW, O_MW, "The type 2 memory window to bind "
+                                  "(IBV_WR_BIND_MW; rkey is its new rkey)."),
+    OBJ("bind_info", PYRDMA_WR_BIND_INFO, O_BIND_INFO,
+        "An ibv.mw_bind_info: what IBV_WR_BIND_MW binds."),
 };
 #undef SW
+
+#define BI struct pyrdma_py_mw_bind_info
+static const struct pyrdma_field mw_bind_info_fields[] = {
+    OBJ("mr", 0, O_MR, "The MR the window opens onto (registered with "
+                       "IBV_ACCESS_MW_BIND)."),
+    FIELD(BI, addr, "Start address of the window (inside the MR)."),
+    FIELD(BI, length, "Length of the window in bytes (0 unbinds)."),
+    FIELD(BI, mw_access_flags, "IBV_ACCESS_REMOTE_* rights through it."),
+};
+#undef BI
 
 #define RW struct pyrdma_py_recv_wr
 static const struct pyrdma_field recv_wr_fields[] = {
@@ -346,12 +362,16 @@ SDEF(srq_attr_def, srq_attr, struct pyrdma_srq_attr, srq_attr_fields, 0,
      "SRQ attributes for SRQ.modify() and from SRQ.query().");
 SDEF(sge_def, sge, struct pyrdma_sge, sge_fields, 0,
      "A scatter/gather element; MR.sge() makes one.");
-SDEF(send_wr_def, send_wr, struct pyrdma_py_send_wr, send_wr_fields, 3,
+SDEF(send_wr_def, send_wr, struct pyrdma_py_send_wr, send_wr_fields, 5,
      "A send work request for QP.post_send().  The fields are flat: "
      "remote_addr/rkey serve RDMA and atomics, ah/remote_qpn/remote_qkey "
      "serve UD.");
 SDEF(recv_wr_def, recv_wr, struct pyrdma_py_recv_wr, recv_wr_fields, 2,
      "A receive work request for QP.post_recv() and SRQ.post_recv().");
+SDEF(mw_bind_info_def, mw_bind_info, struct pyrdma_py_mw_bind_info,
+     mw_bind_info_fields, 1,
+     "What a memory window is bound to: QP.bind_mw() (type 1) or a send_wr "
+     "with opcode IBV_WR_BIND_MW (type 2).");
 SDEF(wc_def, wc, struct pyrdma_wc, wc_fields, 0,
      "A work completion, from CQ.poll().");
 SDEF(async_event_def, async_event, struct pyrdma_py_async_event,
@@ -363,7 +383,7 @@ static const struct pyrdma_structdef *const all_defs[] = {
     &device_attr_def, &port_attr_def, &gid_entry_def, &global_route_def,
     &ah_attr_def, &qp_cap_def, &qp_attr_def, &qp_init_attr_def,
     &srq_attr_def, &sge_def, &send_wr_def, &recv_wr_def, &wc_def,
-    &async_event_def,
+    &async_event_def, &mw_bind_info_def,
 };
 #define NDEFS (sizeof(all_defs) / sizeof(all_defs[0]))
 
@@ -521,6 +541,10 @@ obj_check(pyrdma_Struct *self, const struct pyrdma_field *f, PyObject *v)
     case O_AH: want = st->AHType; what = "an AH"; break;
     case O_SEND_WR: want = st->send_wr; what = "a send_wr"; break;
     case O_RECV_WR: want = st->recv_wr; what = "a recv_wr"; break;
+    case O_MR: want = st->MRType; what = "an MR"; break;
+    case O_MW: want = st->MWType; what = "an MW"; break;
+    case O_BIND_INFO: want = st->mw_bind_info; what = "an ibv.mw_bind_info";
+        break;
     case O_SGLIST:
         if (PyObject_TypeCheck(v, st->sge) || PyList_Check(v) ||
             PyTuple_Check(v))

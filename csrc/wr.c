@@ -22,6 +22,7 @@ struct wrbuf {
     Py_ssize_t n;              /* number of WRs */
     Py_ssize_t nsge;           /* number of s/g entries */
     int heap;                  /* the arrays are heap memory */
+    int binds;                 /* IBV_WR_BIND_MW WRs among them */
 };
 
 /* Iterate the WRs given to post_*: one WR, a list/tuple, each possibly a
@@ -142,6 +143,51 @@ fill_sges(struct fill *f, PyObject *w, Py_ssize_t i, struct pyrdma_sge **out)
     return (int)n;
 }
 
+/* A slot that holds an object (None counts as empty). */
+static PyObject *
+slot_obj(PyObject *w, int slot)
+{
+    PyObject *v = pyrdma_struct_slots(w)[slot];
+    return v == Py_None ? NULL : v;
+}
+
+/* The fields of an IBV_WR_BIND_MW WR (type 2 window). */
+static int
+fill_bind(struct fill *f, PyObject *w, Py_ssize_t i, struct pyrdma_send_wr *c,
+          const struct pyrdma_py_send_wr *d)
+{
+    pyrdma_obj *mw = (pyrdma_obj *)slot_obj(w, PYRDMA_WR_MW), *mr;
+    PyObject *bi = slot_obj(w, PYRDMA_WR_BIND_INFO);
+    const struct pyrdma_py_mw_bind_info *b;
+
+    if (mw == NULL || bi == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s[%zd]: IBV_WR_BIND_MW needs %s",
+                     f->what, i, mw == NULL ? "mw (the window)"
+                                            : "bind_info (an ibv.mw_bind_info)");
+        return -1;
+    }
+    mr = (pyrdma_obj *)slot_obj(bi, 0);
+    if (mr == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s[%zd].bind_info.mr: the MR to bind "
+                     "to is missing", f->what, i);
+        return -1;
+    }
+    if (mw->h == NULL || mr->h == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s[%zd].%s is closed", f->what, i,
+                     mw->h == NULL ? "mw" : "bind_info.mr");
+        return -1;
+    }
+    b = pyrdma_struct_data(bi);
+    c->bind_mw.mw = mw->h;
+    c->bind_mw.rkey = d->rkey;
+    c->bind_mw.bind_info.mr = mr->h;
+    c->bind_mw.bind_info.addr = b->addr;
+    c->bind_mw.bind_info.length = b->length;
+    c->bind_mw.bind_info.mw_access_flags = b->mw_access_flags;
+    f->b->binds++;
+    return 0;
+}
+
 static int
 fill_send(PyObject *w, Py_ssize_t i, void *arg)
 {
@@ -181,6 +227,10 @@ fill_send(PyObject *w, Py_ssize_t i, void *arg)
     case PYRDMA_WR_SEND_WITH_INV:
     case PYRDMA_WR_LOCAL_INV:
         c->invalidate_rkey = d->invalidate_rkey;
+        break;
+    case PYRDMA_WR_BIND_MW:
+        if (fill_bind(f, w, i, c, d) < 0)
+            return -1;
         break;
     default:
         break;
@@ -343,6 +393,24 @@ batch_refresh_ah(pyrdma_Batch *bt)
     return 0;
 }
 
+/* The first n WRs of b were posted: a type 2 window they bound has the
+   WR's rkey now. */
+static void
+note_binds(struct wrbuf *b, Py_ssize_t n)
+{
+    Py_ssize_t i;
+
+    for (i = 0; b->binds && i < n; i++) {
+        struct pyrdma_send_wr *c = (struct pyrdma_send_wr *)b->wrs + i;
+        if (c->opcode == PYRDMA_WR_BIND_MW) {
+            pyrdma_MW *mw = (pyrdma_MW *)slot_obj(b->src[i], PYRDMA_WR_MW);
+            mw->rkey = c->bind_mw.rkey;
+            if (mw->o.prov->mw_rekeyed != NULL)
+                mw->o.prov->mw_rekeyed(mw->o.h, c->bind_mw.rkey);
+        }
+    }
+}
+
 PyObject *
 pyrdma_post_send(pyrdma_QP *qp, PyObject *arg)
 {
@@ -382,9 +450,11 @@ pyrdma_post_send(pyrdma_QP *qp, PyObject *arg)
         if (idx < 0 || idx >= b.n)
             idx = 0;
         raise_wr(S, rc, "ibv_post_send", idx, b.n, b.src[idx]);
+        note_binds(&b, idx);
         wrbuf_free(&b);
         return NULL;
     }
+    note_binds(&b, b.n);
     wrbuf_free(&b);
     Py_RETURN_NONE;
 }
@@ -472,6 +542,12 @@ batch_new(PyTypeObject *tp, PyObject *args, PyObject *kw, int send)
     if (convert(S, wrs, send, bt->for_ud ? PYRDMA_QPT_UD : 0,
                 send ? "SendBatch" : "RecvBatch", &bt->b, NULL, NULL,
                 NULL) < 0) {
+        Py_DECREF(bt);
+        return NULL;
+    }
+    if (bt->b.binds) {
+        PyErr_SetString(PyExc_ValueError, "SendBatch: post IBV_WR_BIND_MW "
+                        "work requests with QP.post_send(), not in a batch");
         Py_DECREF(bt);
         return NULL;
     }

@@ -49,6 +49,14 @@ _WC_OPCODE = {getattr(_ibverbs, n): n for n in (
     "IBV_WC_RECV_RDMA_WITH_IMM") if hasattr(_ibverbs, n)}
 
 
+def inc_rkey(rkey: int) -> int:
+    """The next rkey of a memory window (libibverbs' ibv_inc_rkey): the
+    low byte (the key part the consumer owns) plus one, wrapping."""
+    if not 0 <= rkey <= 0xFFFFFFFF:
+        raise ValueError(f"inc_rkey(): rkey {rkey} is not a 32-bit value")
+    return (rkey & 0xFFFFFF00) | ((rkey + 1) & 0xFF)
+
+
 def wc_status_str(status: int) -> str:
     """The IBV_WC_* name of a work completion status."""
     return _WC_STATUS.get(status, f"unknown status {status}")
@@ -108,5 +116,5 @@ __all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "M
            "RDMAError", "SysError", "wc_status_str", "wc_opcode_str",
            "device_attr", "port_attr", "gid_entry", "global_route", "ah_attr",
            "qp_cap", "qp_attr", "qp_init_attr", "srq_attr", "sge", "send_wr",
-           "recv_wr", "wc", "async_event"] + \
+           "recv_wr", "wc", "async_event", "mw_bind_info", "inc_rkey"] + \
     [n for n in dir(_ibverbs) if n.startswith("IBV_")]
