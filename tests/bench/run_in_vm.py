@@ -144,7 +144,7 @@ def pingpong_pair(dev: str, gidx: str) -> list[dict]:
     two-process protocol and wire exchange): round trip per iteration."""
     out = []
     # ibv_rc_pingpong: round trip per iteration, 8 B
-    common = ["-d", dev, "-g", gidx, "-s", "8", "-n", "3000"]
+    common = ["-d", dev, "-g", gidx, "-s", "8", "-n", "20000"]
     s = client_server(["ibv_rc_pingpong"] + common, ["ibv_rc_pingpong"] + common)
     m = s and re.search(r"= ([\d.]+) usec/iter", s)
     if m:
