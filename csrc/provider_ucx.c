@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -60,6 +61,7 @@ static struct {
     void *dl;
     ucs_status_t (*config_read)(const char *, const char *, ucp_config_t **);
     void (*config_release)(ucp_config_t *);
+    ucs_status_t (*config_modify)(ucp_config_t *, const char *, const char *);
     ucs_status_t (*init_version)(unsigned, unsigned, const ucp_params_t *,
                                  const ucp_config_t *, ucp_context_h *);
     void (*cleanup)(ucp_context_h);
@@ -421,6 +423,7 @@ load(struct pyrdma_status *st)
     }
     REQ(config_read, "ucp_config_read");
     REQ(config_release, "ucp_config_release");
+    REQ(config_modify, "ucp_config_modify");
     REQ(init_version, "ucp_init_version");
     REQ(cleanup, "ucp_cleanup");
     REQ(get_version, "ucp_get_version");
@@ -1755,7 +1758,22 @@ progress_main(void *arg)
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     while (!N.stop) {
         unsigned n = 0, k;
-        uint64_t t;
+        uint64_t t = now_ns();
+        if (t - __atomic_load_n(&N.app_progress, __ATOMIC_RELAXED) <
+            2000000ull) {
+            /* the application polls (and so progresses and drains)
+               itself: stay off the worker entirely (no lock contention
+               with it on a small machine), keep only the timers */
+            if ((N.timers && t - last_timers > 1000000ull) ||
+                t - last_timers > 100000000ull) {
+                timers();
+                drain();
+                last_timers = t;
+            }
+            epoll_wait(N.quietfd, ev, 4, 1);
+            idle = 0;
+            continue;
+        }
         while ((k = U.worker_progress(N.w)) != 0 && n < 10000)
             n += k;
         drain();
@@ -1772,14 +1790,6 @@ progress_main(void *arg)
         }
         if (++idle < 64)
             continue;           /* spin a little before sleeping */
-        if (t - __atomic_load_n(&N.app_progress, __ATOMIC_RELAXED) <
-            2000000ull) {
-            /* the application polls (and so progresses) itself: stand
-               back and leave the CPU to it */
-            epoll_wait(N.quietfd, ev, 4, 1);
-            idle = 0;
-            continue;
-        }
         if (U.worker_arm(N.w) == UCS_ERR_BUSY)
             continue;
         epoll_wait(N.epfd, ev, 4, N.timers ? 5 : 100);
@@ -1946,6 +1956,12 @@ node_up(struct pyrdma_status *st)
         ucs_fail(st, s, "ucp_config_read", "reading the UCX configuration");
         goto out;
     }
+    /* Two threads share the worker (the application's poll_cq and the
+       progress thread): a spinlock held by a preempted thread makes the
+       other spin for a whole time slice on a small machine (ms round
+       trips); a mutex sleeps instead.  UCX_USE_MT_MUTEX=n overrides. */
+    if (getenv("UCX_USE_MT_MUTEX") == NULL)
+        U.config_modify(cfg, "USE_MT_MUTEX", "y");
     memset(&pp, 0, sizeof(pp));
     pp.field_mask = UCP_PARAM_FIELD_FEATURES;
     pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -2581,6 +2597,8 @@ cq_take(struct ucq *cq, int n, struct pyrdma_wc *wc)
     return got;
 }
 
+static __thread unsigned empty_polls;    /* consecutive empty poll_cq */
+
 static int
 poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
 {
@@ -2596,8 +2614,17 @@ poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
        now: the progress thread is standing back while we poll. */
     U.worker_progress(N.w);
     drain();
-    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head)
+    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head) {
+        /* Busy polling on an oversubscribed machine: the peer we wait
+           for may need this very CPU.  After a run of empty polls, give
+           it up once (costs nothing when no one else is runnable). */
+        if (++empty_polls >= 64) {
+            empty_polls = 0;
+            sched_yield();
+        }
         return 0;
+    }
+    empty_polls = 0;
     got = cq_take(cq, n, wc);
     return got;
 }
