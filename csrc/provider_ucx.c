@@ -90,6 +90,16 @@ static struct {
                                          const ucp_request_param_t *);
     void (*request_free)(void *);
     const char *(*status_string)(ucs_status_t);
+    /* memory and one-sided access (the fast path) */
+    ucs_status_t (*mem_map)(ucp_context_h, const ucp_mem_map_params_t *,
+                            ucp_mem_h *);
+    ucs_status_t (*mem_unmap)(ucp_context_h, ucp_mem_h);
+    ucs_status_t (*mem_query)(const ucp_mem_h, ucp_mem_attr_t *);
+    ucs_status_t (*rkey_pack)(ucp_context_h, ucp_mem_h, void **, size_t *);
+    void (*rkey_buffer_release)(void *);
+    ucs_status_t (*ep_rkey_unpack)(ucp_ep_h, const void *, ucp_rkey_h *);
+    ucs_status_t (*rkey_ptr)(ucp_rkey_h, uint64_t, void **);
+    void (*rkey_destroy)(ucp_rkey_h);
 } U;
 
 /* ------------------------------------------------------------------ */
@@ -144,6 +154,74 @@ struct wire {
 };
 
 /* ------------------------------------------------------------------ */
+/* the key page: what a same-host initiator checks before a one-sided op */
+
+#define SH_MAGIC 0x4b435855u    /* "UXCK" */
+#define SH_VERSION 1
+#define SH_MR 4096              /* MR keys with an index below this can be
+                                   the target of a one-sided op */
+#define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
+#define SH_WAIT_NS 1000000000ull /* dereg/destroy wait at most this long
+                                   for initiators inside an op */
+
+/* A QP of this node as a one-sided target (written by its owner under
+   N.lock; read lock-free by initiators). */
+struct sh_qp {
+    uint32_t qpn;          /* the QP, 0: not a target (not RTR/RTS) */
+    uint32_t dest_qpn;     /* the only QP that may access it */
+    uint64_t peer_guid;    /* and its node */
+    uint64_t pd;           /* PD identity */
+    uint32_t access;       /* qp_access_flags */
+    uint32_t inflight;     /* initiators inside an op on it */
+};
+
+/* An MR of this node in UCX-allocated memory. */
+struct sh_mr {
+    uint32_t key;          /* its rkey, 0: none (published last, cleared
+                              first) */
+    uint32_t access;       /* IBV_ACCESS_* */
+    uint32_t inflight;     /* initiators inside an op on it */
+    uint32_t rkey_len;     /* bytes in rkey */
+    uint64_t pd;           /* PD identity */
+    uint64_t addr, len;    /* the region */
+    uint8_t rkey[SH_RKEY_MAX]; /* packed UCX rkey of its memory */
+};
+
+/* The page (a file in the rendezvous directory, keys-<GUID>). */
+struct sh_page {
+    uint32_t magic, version;
+    int32_t pid;           /* owner */
+    uint32_t pad0;
+    uint64_t guid;         /* owner's GUID */
+    /* statistics of the owner (tests and benchmarks read them) */
+    uint64_t st_fast_write;  /* one-sided WRITEs it initiated */
+    uint64_t st_fast_read;   /* one-sided READs */
+    uint64_t st_fast_atomic; /* one-sided atomics */
+    uint64_t st_am_req;      /* requests it executed as a responder */
+    uint64_t pad1[9];
+    struct sh_qp qp[MAX_QP];
+    struct sh_mr mr[SH_MR];
+};
+
+/* A cached unpacked rkey of a peer's MR (index: key >> 8). */
+struct rkc {
+    uint32_t key;          /* the full key it is for, 0: empty */
+    uint64_t addr;         /* the region's address at the target */
+    uint8_t *base;         /* where it is mapped here, NULL: not mappable */
+    ucp_rkey_h rkey;       /* UCX handle */
+};
+
+/* Memory of alloc_mr_mem. */
+struct umem {
+    struct umem *next;
+    uint8_t *addr;
+    size_t len;
+    ucp_mem_h memh;
+    void *rkey;            /* packed rkey, NULL if too big */
+    size_t rkey_len;
+};
+
+/* ------------------------------------------------------------------ */
 /* objects                                                             */
 
 struct uctx;
@@ -178,7 +256,8 @@ struct umr {
     size_t len;            /* bytes */
     unsigned int access;   /* IBV_ACCESS_* */
     uint32_t key;          /* lkey == rkey */
-    void *owned;           /* memory allocated by alloc_mr, or NULL */
+    struct umem *umem;     /* UCX-allocated memory it lies in, or NULL */
+    int shared;            /* published in the key page */
 };
 
 /* A completion channel. */
@@ -272,6 +351,8 @@ struct peer {
     int failed;            /* the endpoint failed or the process died */
     pid_t pid;             /* same host: its pid (0: unknown) */
     uint64_t next_check;   /* next liveness check (ns) */
+    struct sh_page *sh;    /* same host: its key page, or NULL */
+    struct rkc *rk;        /* SH_MR cached rkeys (with sh) */
 };
 
 /* A queue pair. */
@@ -302,6 +383,7 @@ struct uqp {
     struct inmsg *inq, *inq_tail; /* held/ordered inbound messages */
     struct obox *ack_item; /* its pending ACK in the outbox */
     int destroyed;         /* being destroyed */
+    uint32_t want_key;     /* post_send: an rkey to unpack after unlock */
 };
 
 /* A response waiting to be sent. */
@@ -367,6 +449,9 @@ static struct node {
     uint32_t qp_hi;        /* QP table entries in use are below this */
     uint64_t app_progress; /* when poll_cq last drove progress (ns) */
     int quietfd;           /* epoll set of stopfd only */
+    struct sh_page *sh;    /* own key page (NULL: no fast path) */
+    char shfile[260];
+    struct umem *umems;    /* alloc_mr_mem memory */
 } N = {.lock = PTHREAD_MUTEX_INITIALIZER,
        .drain_lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -443,6 +528,14 @@ load(struct pyrdma_status *st)
     REQ(am_recv_data_nbx, "ucp_am_recv_data_nbx");
     REQ(request_free, "ucp_request_free");
     REQ(status_string, "ucs_status_string");
+    REQ(mem_map, "ucp_mem_map");
+    REQ(mem_unmap, "ucp_mem_unmap");
+    REQ(mem_query, "ucp_mem_query");
+    REQ(rkey_pack, "ucp_rkey_pack");
+    REQ(rkey_buffer_release, "ucp_rkey_buffer_release");
+    REQ(ep_rkey_unpack, "ucp_ep_rkey_unpack");
+    REQ(rkey_ptr, "ucp_rkey_ptr");
+    REQ(rkey_destroy, "ucp_rkey_destroy");
 #undef REQ
     U.loaded = 1;
     return 0;
@@ -552,6 +645,172 @@ scatter(const struct pyrdma_sge *sg, int n, const uint8_t *src, size_t len)
         done += k;
     }
     return done;
+}
+
+/* ------------------------------------------------------------------ */
+/* the key page (one-sided fast path)                                  */
+
+/* Publish q's responder state for one-sided initiators (N.lock held):
+   RC, RTR/RTS, connected.  Withdrawing it only clears qpn; destroy_qp
+   then waits for the initiators still inside an op (sh_quiesce). */
+static void
+sh_qp_sync(struct uqp *q)
+{
+    struct sh_qp *e;
+    int ok;
+    if (N.sh == NULL)
+        return;
+    e = &N.sh->qp[q->qpn & (MAX_QP - 1)];
+    ok = !q->destroyed && q->type == IBV_QPT_RC && q->peer != NULL &&
+         (q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS);
+    if (!ok) {
+        if (__atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == q->qpn)
+            __atomic_store_n(&e->qpn, 0, __ATOMIC_SEQ_CST);
+        return;
+    }
+    if (__atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == q->qpn &&
+        e->dest_qpn == q->attr.dest_qp_num &&
+        e->peer_guid == q->peer->guid) {
+        __atomic_store_n(&e->access, q->attr.qp_access_flags,
+                         __ATOMIC_SEQ_CST);
+        return;
+    }
+    __atomic_store_n(&e->qpn, 0, __ATOMIC_SEQ_CST);
+    e->dest_qpn = q->attr.dest_qp_num;
+    e->peer_guid = q->peer->guid;
+    e->pd = (uint64_t)(uintptr_t)q->pd;
+    e->access = q->attr.qp_access_flags;
+    __atomic_store_n(&e->qpn, q->qpn, __ATOMIC_SEQ_CST);
+}
+
+/* Wait (bounded) until no initiator is inside an op counted by *ctr.  An
+   initiator killed inside an op leaves the count up: after SH_WAIT_NS it
+   is presumed dead and the count is reset. */
+static void
+sh_quiesce(uint32_t *ctr)
+{
+    uint64_t t0 = 0;
+    while (__atomic_load_n(ctr, __ATOMIC_SEQ_CST) != 0) {
+        uint64_t t = now_ns();
+        if (t0 == 0)
+            t0 = t;
+        else if (t - t0 > SH_WAIT_NS) {
+            __atomic_store_n(ctr, 0, __ATOMIC_SEQ_CST);
+            break;
+        }
+        sched_yield();
+    }
+}
+
+/* Map the key page of a same-host node (NULL if it has none). */
+static struct sh_page *
+sh_map(uint64_t guid)
+{
+    char path[300];
+    struct sh_page *sh;
+    struct stat sb;
+    int fd;
+    snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
+             (unsigned long long)guid);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != sizeof(struct sh_page)) {
+        close(fd);
+        return NULL;
+    }
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (sh == MAP_FAILED)
+        return NULL;
+    if (sh->magic != SH_MAGIC || sh->version != SH_VERSION ||
+        sh->guid != guid) {
+        munmap(sh, sizeof(*sh));
+        return NULL;
+    }
+    return sh;
+}
+
+/* Create this node's key page; without it there is no fast path. */
+static void
+sh_create(void)
+{
+    char tmp[300];
+    int fd;
+    struct sh_page *sh;
+    snprintf(N.shfile, sizeof(N.shfile), "%s/keys-%016llx", N.dir,
+             (unsigned long long)N.guid);
+    snprintf(tmp, sizeof(tmp), "%s.tmp%d", N.shfile, (int)getpid());
+    fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    if (ftruncate(fd, sizeof(struct sh_page)) != 0) {
+        close(fd);
+        unlink(tmp);
+        return;
+    }
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (sh == MAP_FAILED) {
+        unlink(tmp);
+        return;
+    }
+    sh->version = SH_VERSION;
+    sh->pid = getpid();
+    sh->guid = N.guid;
+    __atomic_store_n(&sh->magic, SH_MAGIC, __ATOMIC_SEQ_CST);
+    if (rename(tmp, N.shfile) != 0) {
+        munmap(sh, sizeof(*sh));
+        unlink(tmp);
+        return;
+    }
+    N.sh = sh;
+}
+
+/* Unpack and cache the rkey of key at peer p (N.lock not held: UCP is
+   called).  A key the page does not (or no longer) describe is not
+   cached: its WRs keep the active-message path. */
+static void
+rk_fetch(struct peer *p, uint32_t key)
+{
+    struct sh_mr *m;
+    uint8_t buf[SH_RKEY_MAX];
+    uint32_t k1, len;
+    uint64_t addr;
+    ucp_rkey_h rkey = NULL, old = NULL;
+    void *base = NULL;
+    struct rkc *c;
+
+    if (p->sh == NULL || (key >> 8) == 0 || (key >> 8) >= SH_MR)
+        return;
+    m = &p->sh->mr[key >> 8];
+    k1 = __atomic_load_n(&m->key, __ATOMIC_SEQ_CST);
+    len = m->rkey_len;
+    addr = m->addr;
+    if (k1 != key || len == 0 || len > SH_RKEY_MAX)
+        return;
+    memcpy(buf, m->rkey, len);
+    if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != key)
+        return;                 /* changed while we copied */
+    if (U.ep_rkey_unpack(p->ep, buf, &rkey) != UCS_OK)
+        return;
+    if (U.rkey_ptr(rkey, addr, &base) != UCS_OK)
+        base = NULL;            /* not mappable: the AM path stays */
+    LOCK();
+    c = &p->rk[key >> 8];
+    if (c->key == key) {
+        old = rkey;             /* someone else was quicker */
+    }
+    else {
+        old = c->rkey;
+        c->key = key;
+        c->addr = addr;
+        c->base = base;
+        c->rkey = rkey;
+    }
+    UNLOCK();
+    if (old != NULL)
+        U.rkey_destroy(old);
 }
 
 /* ------------------------------------------------------------------ */
@@ -782,6 +1041,7 @@ qp_enter_err(struct uqp *q)
     if (q->attr.qp_state == IBV_QPS_ERR)
         return;
     q->attr.qp_state = IBV_QPS_ERR;
+    sh_qp_sync(q);
     if (q->srq != NULL)
         ctx_event(q->pd->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, PYRDMA_EV_QP,
                   q->qp_context);
@@ -1193,6 +1453,8 @@ on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
     struct inmsg *m;
     int ok;
 
+    if (N.sh != NULL)
+        N.sh->st_am_req++;
     if ((h->op == OP_SEND || h->op == OP_WRITE) && plen != h->len)
         return;                 /* malformed */
     if (q == NULL || q->type != h->qp_type) {
@@ -1605,12 +1867,21 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         ep.sockaddr.addrlen = sizeof(sin);
         ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     }
-    (void)have_rec;
     s = U.ep_create(N.w, &ep, &p->ep);
     free(addr);
     if (s != UCS_OK) {
         free(p);
         return ucs_fail(st, s, "ucp_ep_create", "connecting to a fabric node");
+    }
+    /* same host: its key page opens the one-sided fast path */
+    if (guid == N.guid)
+        p->sh = N.sh;
+    else if (have_rec && N.sh != NULL)
+        p->sh = sh_map(guid);
+    if (p->sh != NULL && (p->rk = calloc(SH_MR, sizeof(*p->rk))) == NULL) {
+        if (p->sh != N.sh)
+            munmap(p->sh, sizeof(*p->sh));
+        p->sh = NULL;
     }
     LOCK();
     if (N.npeers == N.cpeers) {
@@ -1831,6 +2102,8 @@ node_atexit(void)
         }
     }
     pthread_join(N.thr, NULL);
+    if (N.sh != NULL)
+        unlink(N.shfile);
     unlink(N.nodefile);
     unlink(N.lidfile);
 }
@@ -1964,7 +2237,7 @@ node_up(struct pyrdma_status *st)
         U.config_modify(cfg, "USE_MT_MUTEX", "y");
     memset(&pp, 0, sizeof(pp));
     pp.field_mask = UCP_PARAM_FIELD_FEATURES;
-    pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
     s = U.init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg, &N.uctx);
     U.config_release(cfg);
     if (s != UCS_OK) {
@@ -2070,6 +2343,9 @@ node_up(struct pyrdma_status *st)
                 close(fd);
                 if (n != (ssize_t)sizeof(r) || !pid_alive(r.pid)) {
                     unlink(path);
+                    snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
+                             (unsigned long long)N.guid);
+                    unlink(path);
                     break;
                 }
             }
@@ -2085,6 +2361,7 @@ node_up(struct pyrdma_status *st)
                         "cannot register in %s", N.dir);
             goto out;
         }
+        sh_create();
     }
     /* wake-ups */
     if ((s = U.worker_get_efd(N.w, &N.efd)) != UCS_OK) {
@@ -2387,6 +2664,108 @@ mr_insert(struct umr *mr, struct pyrdma_mr_info *info,
     return 0;
 }
 
+/* PD.alloc_mr memory: UCX allocates it (shared memory a same-host peer
+   can map: the one-sided fast path). */
+static int
+alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
+             struct pyrdma_status *st)
+{
+    ucp_mem_map_params_t mp;
+    ucp_mem_attr_t a;
+    struct umem *u;
+    ucs_status_t s;
+    size_t rlen = 0;
+    void *rbuf = NULL;
+    (void)pd;
+    u = calloc(1, sizeof(*u));
+    if (u == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = NULL;
+    mp.length = length;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    s = U.mem_map(N.uctx, &mp, &u->memh);
+    if (s != UCS_OK) {
+        free(u);
+        return ucs_fail(st, s, "ucp_mem_map", "alloc_mr()");
+    }
+    memset(&a, 0, sizeof(a));
+    a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    if (U.mem_query(u->memh, &a) != UCS_OK ||
+        ((uintptr_t)a.address & 4095) != 0 || a.length < length) {
+        U.mem_unmap(N.uctx, u->memh);
+        free(u);
+        return pyrdma_fail(st, ENOMEM, "ucp_mem_map", "alloc_mr(): UCX "
+                           "gave no page-aligned memory");
+    }
+    u->addr = a.address;
+    u->len = length;
+    memset(u->addr, 0, length);
+    if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
+        if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
+            memcpy(u->rkey, rbuf, rlen);
+            u->rkey_len = rlen;
+        }
+        U.rkey_buffer_release(rbuf);
+    }
+    LOCK();
+    u->next = N.umems;
+    N.umems = u;
+    UNLOCK();
+    *mem = u->addr;
+    *cookie = u;
+    return 0;
+}
+
+/* The last view of alloc_mr memory is gone and its MR is deregistered. */
+static void
+free_mr_mem(void *cookie)
+{
+    struct umem *u = cookie, **pp;
+    LOCK();
+    for (pp = &N.umems; *pp; pp = &(*pp)->next)
+        if (*pp == u) {
+            *pp = u->next;
+            break;
+        }
+    UNLOCK();
+    U.mem_unmap(N.uctx, u->memh);
+    free(u->rkey);
+    free(u);
+}
+
+/* Publish mr in the key page if it lies in UCX-allocated memory (N.lock
+   held). */
+static void
+sh_mr_publish(struct umr *mr)
+{
+    struct umem *u;
+    struct sh_mr *e;
+    uint32_t idx = mr->key >> 8;
+    if (N.sh == NULL || idx >= SH_MR)
+        return;
+    for (u = N.umems; u; u = u->next)
+        if (mr->addr >= u->addr && mr->len <= u->len &&
+            (size_t)(mr->addr - u->addr) <= u->len - mr->len)
+            break;
+    if (u == NULL || u->rkey == NULL)
+        return;
+    mr->umem = u;
+    e = &N.sh->mr[idx];
+    __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
+    e->access = mr->access;
+    e->pd = (uint64_t)(uintptr_t)mr->pd;
+    e->addr = (uint64_t)(uintptr_t)mr->addr;
+    e->len = mr->len;
+    memcpy(e->rkey, u->rkey, u->rkey_len);
+    e->rkey_len = (uint32_t)u->rkey_len;
+    __atomic_store_n(&e->key, mr->key, __ATOMIC_SEQ_CST);
+    mr->shared = 1;
+}
+
 static int
 reg_mr(void *pd, void *addr, size_t length, unsigned int access, void **out,
        struct pyrdma_mr_info *info, struct pyrdma_status *st)
@@ -2407,6 +2786,9 @@ reg_mr(void *pd, void *addr, size_t length, unsigned int access, void **out,
         free(mr);
         return -1;
     }
+    LOCK();
+    sh_mr_publish(mr);
+    UNLOCK();
     *out = mr;
     return 0;
 }
@@ -2415,10 +2797,18 @@ static int
 dereg_mr(void *vmr, struct pyrdma_status *st)
 {
     struct umr *mr = vmr;
+    struct sh_mr *e = NULL;
     (void)st;
     LOCK();
     N.mrs[mr->key >> 8] = NULL;
+    if (mr->shared) {
+        /* no new one-sided op can start; wait for those inside one */
+        e = &N.sh->mr[mr->key >> 8];
+        __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
+    }
     UNLOCK();
+    if (e != NULL)
+        sh_quiesce(&e->inflight);
     free(mr);
     return 0;
 }
@@ -2979,6 +3369,7 @@ modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
     }
     if (next == IBV_QPS_RESET) {
         qp_reset(q);
+        sh_qp_sync(q);
         UNLOCK();
         return 0;
     }
@@ -3044,6 +3435,7 @@ modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
         if (next == IBV_QPS_RTS)
             q->err_pending = 0;
     }
+    sh_qp_sync(q);
     UNLOCK();
     return 0;
 }
@@ -3075,6 +3467,7 @@ destroy_qp(void *vq, struct pyrdma_status *st)
     pthread_mutex_lock(&q->post_lock);
     LOCK();
     q->destroyed = 1;
+    sh_qp_sync(q);              /* no new one-sided op can start */
     N.qps[q->qpn & (MAX_QP - 1)] = NULL;
     for (m = q->inq; m; m = next) {
         next = m->next;
@@ -3102,6 +3495,8 @@ destroy_qp(void *vq, struct pyrdma_status *st)
         q->sq = NULL;
     }
     UNLOCK();
+    if (N.sh != NULL)           /* wait for those inside one */
+        sh_quiesce(&N.sh->qp[q->qpn & (MAX_QP - 1)].inflight);
     pthread_mutex_unlock(&q->post_lock);
     pthread_mutex_destroy(&q->post_lock);
     if (q->sq != NULL) {
@@ -3192,6 +3587,105 @@ fill_fail(struct uqp *q, struct slot *s, int status)
     q->err_pending = 1;
 }
 
+/* The one-sided fast path (N.lock held): execute an RC WRITE, READ or
+   atomic directly in the target's memory, mapped here by UCX (shared
+   memory, memory of alloc_mr), if every check a responder makes passes
+   on the target's key page and nothing of q is outstanding on the
+   active-message path (RC order).  Return 1 if done (the data is in
+   place), 0 to take the active-message path, which also produces every
+   error completion exactly as before.  No malloc, lock or syscall. */
+static int
+fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
+        int op, size_t total, int inline_data)
+{
+    struct peer *p = q->peer;
+    int atomic = op >= OP_CAS, ok, i;
+    uint32_t rkey = atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey;
+    uint64_t raddr = atomic ? wr->wr.atomic.remote_addr
+                            : wr->wr.rdma.remote_addr;
+    uint64_t len = atomic ? 8 : total;
+    unsigned need = op == OP_WRITE ? IBV_ACCESS_REMOTE_WRITE :
+                    op == OP_READ ? IBV_ACCESS_REMOTE_READ :
+                    IBV_ACCESS_REMOTE_ATOMIC;
+    uint32_t idx = rkey >> 8, dqpn = q->attr.dest_qp_num;
+    struct rkc *c;
+    struct sh_qp *t;
+    struct sh_mr *m;
+
+    if (len == 0 || idx == 0 || idx >= SH_MR)
+        return 0;
+    c = &p->rk[idx];
+    if (c->key != rkey) {
+        q->want_key = rkey;     /* post_send unpacks it after unlocking */
+        return 0;
+    }
+    if (c->base == NULL)
+        return 0;
+    if (q->sq_head != q->sq_tail) {
+        sq_advance(q);
+        if (q->sq_head != q->sq_tail)
+            return 0;           /* an active-message WR is outstanding */
+    }
+    if (!inline_data && check_sges(q->pd, wr->sg_list, wr->num_sge,
+                                   op != OP_WRITE, 1))
+        return 0;
+    t = &p->sh->qp[dqpn & (MAX_QP - 1)];
+    m = &p->sh->mr[idx];
+    /* count ourselves in, then check: the target withdraws first, then
+       waits for the count (seq_cst on both sides) */
+    __atomic_fetch_add(&t->inflight, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&m->inflight, 1, __ATOMIC_SEQ_CST);
+    ok = __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn &&
+         t->dest_qpn == q->qpn && t->peer_guid == N.guid &&
+         (__atomic_load_n(&t->access, __ATOMIC_RELAXED) & need) &&
+         __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey &&
+         m->pd == t->pd && (m->access & need) && m->addr == c->addr &&
+         raddr >= m->addr && len <= m->len &&
+         raddr - m->addr <= m->len - len && !(atomic && (raddr & 7)) &&
+         __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn;
+    if (ok) {
+        uint8_t *dst = c->base + (raddr - m->addr);
+        switch (op) {
+        case OP_WRITE: {
+            size_t off = 0;
+            for (i = 0; i < wr->num_sge; i++) {
+                if (wr->sg_list[i].length)
+                    memcpy(dst + off,
+                           (const void *)(uintptr_t)wr->sg_list[i].addr,
+                           wr->sg_list[i].length);
+                off += wr->sg_list[i].length;
+            }
+            N.sh->st_fast_write++;
+            break;
+        }
+        case OP_READ:
+            scatter(wr->sg_list, wr->num_sge, dst, len);
+            s->byte_len = (uint32_t)len;
+            N.sh->st_fast_read++;
+            break;
+        default: {
+            uint64_t *pp = (uint64_t *)(void *)dst, old;
+            if (op == OP_FAA)
+                old = __atomic_fetch_add(pp, wr->wr.atomic.compare_add,
+                                         __ATOMIC_SEQ_CST);
+            else {
+                old = wr->wr.atomic.compare_add;
+                __atomic_compare_exchange_n(pp, &old, wr->wr.atomic.swap, 0,
+                                            __ATOMIC_SEQ_CST,
+                                            __ATOMIC_SEQ_CST);
+            }
+            scatter(wr->sg_list, wr->num_sge, (const uint8_t *)&old, 8);
+            s->byte_len = 8;
+            N.sh->st_fast_atomic++;
+            break;
+        }
+        }
+    }
+    __atomic_fetch_sub(&m->inflight, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&t->inflight, 1, __ATOMIC_SEQ_CST);
+    return ok;
+}
+
 /* Fill slot s from wr (N.lock held); return 0 or an errno for a
    post-time rejection. */
 static int
@@ -3251,6 +3745,14 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     }
     if (q->type == IBV_QPT_UD)
         peer = ((struct uah *)wr->wr.ud.ah)->peer;
+    else if (q->type == IBV_QPT_RC && peer != NULL && peer->sh != NULL &&
+             !peer->failed && N.sh != NULL &&
+             (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE) &&
+             fast_op(q, s, wr, op, total, inline_data)) {
+        q->next_psn = s->psn;   /* nothing went on the wire */
+        s->done = 1;
+        return 0;
+    }
     if (op <= OP_WRITE)
         status = gather(q, s, wr, total, inline_data);
     else {
@@ -3329,9 +3831,10 @@ static int
 post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
 {
     struct uqp *q = vq;
-    uint32_t first, last, i;
+    uint32_t first, last, i, want;
     int rc = 0, signal = 0;
     uint64_t t = now_ns();
+    struct peer *wpeer;
 
     pthread_mutex_lock(&q->post_lock);
     LOCK();
@@ -3411,7 +3914,12 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
         }
     }
     sq_advance(q);
+    want = q->want_key;
+    wpeer = q->peer;
+    q->want_key = 0;
     UNLOCK();
+    if (want && wpeer != NULL)
+        rk_fetch(wpeer, want);  /* later WRs to that MR can go one-sided */
     pthread_mutex_unlock(&q->post_lock);
     if (signal)
         wake_progress();
@@ -3498,6 +4006,8 @@ const struct pyrdma_provider pyrdma_provider_ucx = {
     .dealloc_pd = dealloc_pd,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
+    .alloc_mr_mem = alloc_mr_mem,
+    .free_mr_mem = free_mr_mem,
     .create_comp_channel = create_comp_channel,
     .destroy_comp_channel = destroy_comp_channel,
     .get_cq_event = get_cq_event,
