@@ -383,7 +383,6 @@ struct uqp {
     struct inmsg *inq, *inq_tail; /* held/ordered inbound messages */
     struct obox *ack_item; /* its pending ACK in the outbox */
     int destroyed;         /* being destroyed */
-    uint32_t want_key;     /* post_send: an rkey to unpack after unlock */
 };
 
 /* A response waiting to be sent. */
@@ -803,10 +802,10 @@ rk_fetch(struct peer *p, uint32_t key)
     }
     else {
         old = c->rkey;
-        c->key = key;
         c->addr = addr;
         c->base = base;
         c->rkey = rkey;
+        __atomic_store_n(&c->key, key, __ATOMIC_RELEASE);
     }
     UNLOCK();
     if (old != NULL)
@@ -979,6 +978,9 @@ ob_sent_cb(void *req, ucs_status_t status, void *user)
 static void
 drain(void)
 {
+    /* nothing queued (a racy hint: whoever queues drains afterwards) */
+    if (__atomic_load_n(&N.ob_head, __ATOMIC_ACQUIRE) == NULL)
+        return;
     for (;;) {
         struct obox *list, *o, *next, *recycle = NULL;
         if (pthread_mutex_trylock(&N.drain_lock) != 0)
@@ -3615,12 +3617,8 @@ fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
     if (len == 0 || idx == 0 || idx >= SH_MR)
         return 0;
     c = &p->rk[idx];
-    if (c->key != rkey) {
-        q->want_key = rkey;     /* post_send unpacks it after unlocking */
-        return 0;
-    }
-    if (c->base == NULL)
-        return 0;
+    if (c->key != rkey || c->base == NULL)
+        return 0;               /* not mapped (post_send tried) */
     if (q->sq_head != q->sq_tail) {
         sq_advance(q);
         if (q->sq_head != q->sq_tail)
@@ -3831,11 +3829,32 @@ static int
 post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
 {
     struct uqp *q = vq;
-    uint32_t first, last, i, want;
+    uint32_t first, last, i;
     int rc = 0, signal = 0;
     uint64_t t = now_ns();
-    struct peer *wpeer;
+    struct peer *p;
 
+    /* one-sided candidates: map the target MRs not mapped yet (UCP is
+       called, so before N.lock; a racy look at the cache is enough) */
+    p = q->type == IBV_QPT_RC ? __atomic_load_n(&q->peer, __ATOMIC_ACQUIRE)
+                              : NULL;
+    if (p != NULL && p->sh != NULL) {
+        struct pyrdma_send_wr *w;
+        for (w = wr; w; w = w->next) {
+            uint32_t k;
+            if (w->opcode == IBV_WR_RDMA_WRITE ||
+                w->opcode == IBV_WR_RDMA_READ)
+                k = w->wr.rdma.rkey;
+            else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                     w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+                k = w->wr.atomic.rkey;
+            else
+                continue;
+            if ((k >> 8) != 0 && (k >> 8) < SH_MR &&
+                __atomic_load_n(&p->rk[k >> 8].key, __ATOMIC_RELAXED) != k)
+                rk_fetch(p, k);
+        }
+    }
     pthread_mutex_lock(&q->post_lock);
     LOCK();
     if (q->attr.qp_state == IBV_QPS_RESET || q->attr.qp_state == IBV_QPS_INIT
@@ -3914,12 +3933,7 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
         }
     }
     sq_advance(q);
-    want = q->want_key;
-    wpeer = q->peer;
-    q->want_key = 0;
     UNLOCK();
-    if (want && wpeer != NULL)
-        rk_fetch(wpeer, want);  /* later WRs to that MR can go one-sided */
     pthread_mutex_unlock(&q->post_lock);
     if (signal)
         wake_progress();

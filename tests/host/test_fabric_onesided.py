@@ -266,8 +266,8 @@ def pat(n, seed):
 
 
 def warm(a, mrs, name="mr"):
-    """One WRITE (or READ) to an MR: the first WR to an rkey takes the
-    active-message path and makes the initiator map the MR."""
+    """One WRITE (or READ) to an MR: the initiator maps the MR (unpacks
+    its rkey) when it first posts a WR to it."""
     ibv = _ibv()
     addr, rkey = mrs[name]
     op = ibv.IBV_WR_RDMA_READ if name == "ro" else ibv.IBV_WR_RDMA_WRITE
