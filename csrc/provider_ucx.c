@@ -3596,9 +3596,25 @@ fill_fail(struct uqp *q, struct slot *s, int status)
    active-message path (RC order).  Return 1 if done (the data is in
    place), 0 to take the active-message path, which also produces every
    error completion exactly as before.  No malloc, lock or syscall. */
+/* The in-flight counts a post_send call holds (one atomic add per target
+   QP and MR per call, not per WR; dropped before post_send returns). */
+struct fhold {
+    uint32_t *qp, *mr;
+};
+
+static void
+fhold_drop(struct fhold *h)
+{
+    if (h->mr != NULL)
+        __atomic_fetch_sub(h->mr, 1, __ATOMIC_SEQ_CST);
+    if (h->qp != NULL)
+        __atomic_fetch_sub(h->qp, 1, __ATOMIC_SEQ_CST);
+    h->mr = h->qp = NULL;
+}
+
 static int
 fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
-        int op, size_t total, int inline_data)
+        int op, size_t total, int inline_data, struct fhold *h)
 {
     struct peer *p = q->peer;
     int atomic = op >= OP_CAS, ok, i;
@@ -3631,8 +3647,18 @@ fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
     m = &p->sh->mr[idx];
     /* count ourselves in, then check: the target withdraws first, then
        waits for the count (seq_cst on both sides) */
-    __atomic_fetch_add(&t->inflight, 1, __ATOMIC_SEQ_CST);
-    __atomic_fetch_add(&m->inflight, 1, __ATOMIC_SEQ_CST);
+    if (h->qp != &t->inflight) {
+        if (h->qp != NULL)
+            __atomic_fetch_sub(h->qp, 1, __ATOMIC_SEQ_CST);
+        h->qp = &t->inflight;
+        __atomic_fetch_add(h->qp, 1, __ATOMIC_SEQ_CST);
+    }
+    if (h->mr != &m->inflight) {
+        if (h->mr != NULL)
+            __atomic_fetch_sub(h->mr, 1, __ATOMIC_SEQ_CST);
+        h->mr = &m->inflight;
+        __atomic_fetch_add(h->mr, 1, __ATOMIC_SEQ_CST);
+    }
     ok = __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn &&
          t->dest_qpn == q->qpn && t->peer_guid == N.guid &&
          (__atomic_load_n(&t->access, __ATOMIC_RELAXED) & need) &&
@@ -3679,8 +3705,6 @@ fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
         }
         }
     }
-    __atomic_fetch_sub(&m->inflight, 1, __ATOMIC_SEQ_CST);
-    __atomic_fetch_sub(&t->inflight, 1, __ATOMIC_SEQ_CST);
     return ok;
 }
 
@@ -3688,7 +3712,7 @@ fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
    post-time rejection. */
 static int
 fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
-          uint64_t t)
+          uint64_t t, struct fhold *hold)
 {
     struct wire *h;
     size_t total = 0;
@@ -3746,7 +3770,7 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     else if (q->type == IBV_QPT_RC && peer != NULL && peer->sh != NULL &&
              !peer->failed && N.sh != NULL &&
              (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE) &&
-             fast_op(q, s, wr, op, total, inline_data)) {
+             fast_op(q, s, wr, op, total, inline_data, hold)) {
         q->next_psn = s->psn;   /* nothing went on the wire */
         s->done = 1;
         return 0;
@@ -3833,6 +3857,7 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
     int rc = 0, signal = 0;
     uint64_t t = now_ns();
     struct peer *p;
+    struct fhold hold = {NULL, NULL};
 
     /* one-sided candidates: map the target MRs not mapped yet (UCP is
        called, so before N.lock; a racy look at the cache is enough) */
@@ -3880,11 +3905,12 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
             rc = ENOMEM;        /* UCP still reads this slot */
             break;
         }
-        rc = fill_slot(q, s, wr, t);
+        rc = fill_slot(q, s, wr, t, &hold);
         if (rc)
             break;
         q->sq_tail++;
     }
+    fhold_drop(&hold);
     if (rc)
         *bad = wr;
     last = q->sq_tail;
