@@ -1,4 +1,5 @@
-/* provider_ucx.c - the software fabric: verbs semantics on UCP active messages. */
+/* provider_ucx.c - the software fabric: verbs semantics on UCP active messages
+   (and one-sided access to shared memory where UCX allows it). */
 
 /*
  * A "NIC" in software.  Every process has one fabric node (device "ucx0"):
@@ -17,7 +18,42 @@
  * an RC WR when its response arrives, UC/UD WRs when UCP has sent them.
  * Nothing is ever DMA'd from or into user memory outside N.lock, and an MR
  * is removed from the key table under N.lock, so a deregistered MR or a
- * stale key can only produce an error completion.
+ * stale key can only produce an error completion (on the fast path below,
+ * the key page gives the same guarantee across processes).
+ *
+ * The one-sided fast path: an RC RDMA WRITE (not WITH_IMM), READ or
+ * 8-byte atomic to a same-host peer, into an MR whose memory UCX allocated
+ * (PD.alloc_mr -> alloc_mr_mem -> ucp_mem_map(ALLOCATE): shared memory),
+ * is executed by the initiator itself in the target memory that UCX maps
+ * into its process (ucp_rkey_ptr of an rkey unpacked once per MR, cached
+ * per peer).  No UCP call, malloc, lock or syscall per WR; the target's
+ * threads do nothing.  What a responder checks is read from the target's
+ * key page (struct sh_page, file keys-<GUID> in the rendezvous directory,
+ * mapped by same-host peers): its QPs in RTR/RTS with their peer, PD and
+ * qp_access_flags, its MRs in UCX memory with key, PD, access, bounds and
+ * packed rkey, and an in-flight count per QP and MR.  Rules:
+ *  - the initiator counts itself in (once per post_send call), then checks
+ *    (seq_cst); the owner withdraws an entry first and, in dereg_mr and
+ *    destroy_qp, then waits for the count to drop to 0, so after they
+ *    return no one-sided op touches the memory.  The wait is bounded
+ *    (SH_WAIT_NS): an initiator killed inside an op cannot hang it;
+ *  - any check that fails, or any other case (tcp, user buffers, IMM,
+ *    zero length, an rkey not yet mapped), takes the active-message path,
+ *    whose responder produces the error completions exactly as before;
+ *  - RC order: the fast path is used only when the QP has nothing
+ *    outstanding on the AM path; a fast op completes (data in place, so
+ *    remotely visible) inside post_send, before any later WR is sent.
+ *    It uses no PSN (the responder does not see it);
+ *  - a dead peer is noticed as before (pid check within 100 ms): its WRs
+ *    then fail with RETRY_EXC_ERR.
+ * The key page also holds the node's statistics (fast ops initiated, AM
+ * requests executed) for tests and benchmarks.
+ *
+ * Scheduling: the worker lock is a mutex (UCX_USE_MT_MUTEX=y unless set),
+ * the progress thread keeps off the worker while the application polls
+ * (it drives progress in poll_cq), and a poll_cq that keeps finding
+ * nothing yields the CPU once per 64 empty polls: on a small machine the
+ * peer it waits for may need this CPU.
  *
  * Addressing: the port GID is fe80::<GUID> where the GUID holds the IPv4
  * address (4 bytes) and TCP port (2 bytes) of the node's sockaddr listener
@@ -202,6 +238,11 @@ struct sh_page {
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
+
+/* The layout is read by peers (and tests): keep it fixed. */
+_Static_assert(sizeof(struct sh_qp) == 32, "struct sh_qp layout");
+_Static_assert(sizeof(struct sh_mr) == 240, "struct sh_mr layout");
+_Static_assert(offsetof(struct sh_page, qp) == 128, "struct sh_page layout");
 
 /* A cached unpacked rkey of a peer's MR (index: key >> 8). */
 struct rkc {

@@ -198,6 +198,10 @@ class Peer:
                                   stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env=e)
 
+    @property
+    def pid(self):
+        return self.p.pid
+
     def read(self, timeout=TIMEOUT):
         r, _, _ = select.select([self.p.stdout], [], [], timeout)
         if not r:
@@ -408,6 +412,47 @@ def test_write_after_dereg(pair):
     post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64))
     _expect_access_error(a, b)
     assert b("dump", mr="mr", off=0, len=64)["hex"] == "00" * 64
+
+
+def _key_page(pid):
+    d = os.environ.get("RDMA_UCX_DIR") or f"/dev/shm/rdma-ucx-{os.getuid()}"
+    for name in os.listdir(d):
+        if name.startswith("keys-") and ".tmp" not in name:
+            path = os.path.join(d, name)
+            with open(path, "rb") as f:
+                if STATS.unpack(f.read(STATS.size))[2] == pid:
+                    return path
+    raise AssertionError(f"no key page of pid {pid}")
+
+
+# struct sh_page: a 128-byte header, 16384 struct sh_qp (32 bytes), then
+# struct sh_mr (240 bytes; its in-flight count at offset 8)
+MR_INFLIGHT = 128 + 16384 * 32 + 8
+
+
+def test_dereg_waits_for_inflight_but_bounded(pair):
+    """dereg_mr waits for initiators inside a one-sided op; one that died
+    inside (simulated: a count nobody will drop) delays it by the bound
+    (about 1 s), not forever."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    path = _key_page(b.pid)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        off = MR_INFLIGHT + (rkey >> 8) * 240
+        assert struct.unpack("<I", os.pread(fd, 4, off)) == (0,)
+        os.pwrite(fd, struct.pack("<I", 1), off)
+        t0 = time.monotonic()
+        assert b("dereg", mr="mr") == {"ok": True}
+        took = time.monotonic() - t0
+        assert struct.unpack("<I", os.pread(fd, 4, off)) == (0,)
+    finally:
+        os.close(fd)
+    assert 0.9 < took < 5.0, took
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 8))
+    _expect_access_error(a, b)
 
 
 def test_write_after_target_qp_destroyed(pair):
