@@ -487,7 +487,8 @@ static struct node {
     struct grave *graves;
     int timers;            /* something waits on a timer */
     uint32_t qp_hi;        /* QP table entries in use are below this */
-    uint64_t app_progress; /* when poll_cq last drove progress (ns) */
+    uint64_t app_polls;    /* poll_cq drove progress (a count: changes
+                              while the application polls) */
     int quietfd;           /* epoll set of stopfd only */
     struct sh_page *sh;    /* own key page (NULL: no fast path) */
     char shfile[260];
@@ -2065,16 +2066,20 @@ progress_main(void *arg)
     struct epoll_event ev[4];
     sigset_t all;
     int idle = 0;
-    uint64_t last_timers = 0;
+    uint64_t last_timers = 0, seen_polls = 0, app_at = 0;
 
     (void)arg;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     while (!N.stop) {
         unsigned n = 0, k;
-        uint64_t t = now_ns();
-        if (t - __atomic_load_n(&N.app_progress, __ATOMIC_RELAXED) <
-            2000000ull) {
+        uint64_t t = now_ns(), polls;
+        polls = __atomic_load_n(&N.app_polls, __ATOMIC_RELAXED);
+        if (polls != seen_polls) {
+            seen_polls = polls;
+            app_at = t;
+        }
+        if (app_at != 0 && t - app_at < 2000000ull) {
             /* the application polls (and so progresses and drains)
                itself: stay off the worker entirely (no lock contention
                with it on a small machine), keep only the timers */
@@ -3042,7 +3047,9 @@ poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
     if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) != cq->head)
         return cq_take(cq, n, wc);
     /* empty: make progress here (no thread hop), then look again */
-    __atomic_store_n(&N.app_progress, now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&N.app_polls,
+                     __atomic_load_n(&N.app_polls, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED);
     /* Responses queued by callbacks (ours or the progress thread's) go out
        now: the progress thread is standing back while we poll. */
     U.worker_progress(N.w);
@@ -3753,7 +3760,7 @@ fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
    post-time rejection. */
 static int
 fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
-          uint64_t t, struct fhold *hold)
+          uint64_t *t, struct fhold *hold)
 {
     struct wire *h;
     size_t total = 0;
@@ -3882,7 +3889,9 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     if (q->type == IBV_QPT_RC && q->attr.timeout) {
         double us = 4.096 * (double)(1ull << q->attr.timeout) *
                     (q->attr.retry_cnt + 1);
-        s->deadline = t + (uint64_t)(us * 1000.0);
+        if (*t == 0)
+            *t = now_ns();
+        s->deadline = *t + (uint64_t)(us * 1000.0);
         N.timers = 1;
     }
     s->need_send = 1;
@@ -3896,7 +3905,7 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
     struct uqp *q = vq;
     uint32_t first, last, i;
     int rc = 0, signal = 0;
-    uint64_t t = now_ns();
+    uint64_t t = 0;             /* now, read when first needed */
     struct peer *p;
     struct fhold hold = {NULL, NULL};
 
@@ -3946,7 +3955,7 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
             rc = ENOMEM;        /* UCP still reads this slot */
             break;
         }
-        rc = fill_slot(q, s, wr, t, &hold);
+        rc = fill_slot(q, s, wr, &t, &hold);
         if (rc)
             break;
         q->sq_tail++;
