@@ -3661,7 +3661,7 @@ fhold_drop(struct fhold *h)
 }
 
 static int
-fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
+fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
         int op, size_t total, int inline_data, struct fhold *h)
 {
     struct peer *p = q->peer;
@@ -3732,7 +3732,7 @@ fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
         }
         case OP_READ:
             scatter(wr->sg_list, wr->num_sge, dst, len);
-            s->byte_len = (uint32_t)len;
+            *byte_len = (uint32_t)len;
             N.sh->st_fast_read++;
             break;
         default: {
@@ -3747,7 +3747,7 @@ fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
                                             __ATOMIC_SEQ_CST);
             }
             scatter(wr->sg_list, wr->num_sge, (const uint8_t *)&old, 8);
-            s->byte_len = 8;
+            *byte_len = 8;
             N.sh->st_fast_atomic++;
             break;
         }
@@ -3756,8 +3756,9 @@ fast_op(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
     return ok;
 }
 
-/* Fill slot s from wr (N.lock held); return 0 or an errno for a
-   post-time rejection. */
+/* Fill slot s from wr (N.lock held); return 0, an errno for a post-time
+   rejection, or -1 if the WR was executed one-sided (no slot used, its
+   completion already in the CQ if signaled). */
 static int
 fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
           uint64_t *t, struct fhold *hold)
@@ -3787,6 +3788,30 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
         return EINVAL;
     if (q->type == IBV_QPT_UD && wr->wr.ud.ah == NULL)
         return EINVAL;
+    if (op >= OP_CAS && total < 8)
+        return EINVAL;
+    /* one-sided: done here, no slot used, nothing on the wire (no PSN) */
+    if (q->type == IBV_QPT_RC && peer != NULL && peer->sh != NULL &&
+        !peer->failed && N.sh != NULL && !q->err_pending &&
+        q->attr.qp_state != IBV_QPS_ERR &&
+        (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE)) {
+        uint32_t byte_len = 0;
+        if (fast_op(q, &byte_len, wr, op, total, inline_data, hold)) {
+            if (q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) {
+                struct pyrdma_wc wc;
+                memset(&wc, 0, sizeof(wc));
+                wc.wr_id = wr->wr_id;
+                wc.status = IBV_WC_SUCCESS;
+                wc.opcode = wc_opcode_of[wr->opcode];
+                wc.byte_len = byte_len;
+                wc.qp_num = q->qpn;
+                cq_push(q->scq, &wc, 0);
+            }
+            return -1;
+        }
+    }
+    if (s->inflight)
+        return ENOMEM;          /* UCP still reads this slot */
     s->qp = q;
     s->idx = q->sq_tail;
     s->wr_id = wr->wr_id;
@@ -3815,20 +3840,10 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     }
     if (q->type == IBV_QPT_UD)
         peer = ((struct uah *)wr->wr.ud.ah)->peer;
-    else if (q->type == IBV_QPT_RC && peer != NULL && peer->sh != NULL &&
-             !peer->failed && N.sh != NULL &&
-             (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE) &&
-             fast_op(q, s, wr, op, total, inline_data, hold)) {
-        q->next_psn = s->psn;   /* nothing went on the wire */
-        s->done = 1;
-        return 0;
-    }
     if (op <= OP_WRITE)
         status = gather(q, s, wr, total, inline_data);
     else {
         /* READ / atomics: the local s/g list is written on completion */
-        if (op >= OP_CAS && total < 8)
-            return EINVAL;
         status = check_sges(q->pd, wr->sg_list, wr->num_sge, 1,
                             IBV_WC_LOC_PROT_ERR);
         memcpy(s->sge, wr->sg_list, sizeof(*s->sge) * (size_t)wr->num_sge);
@@ -3951,11 +3966,11 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
             break;
         }
         s = &q->sq[q->sq_tail & q->sq_mask];
-        if (s->inflight) {
-            rc = ENOMEM;        /* UCP still reads this slot */
-            break;
-        }
         rc = fill_slot(q, s, wr, &t, &hold);
+        if (rc == -1) {
+            rc = 0;             /* done one-sided, without a slot */
+            continue;
+        }
         if (rc)
             break;
         q->sq_tail++;
