@@ -143,6 +143,10 @@ def peer_main():
         elif op == "destroy_qp":
             qp.close()
             _emit({"ok": True})
+        elif op == "access":            # RTS -> RTS, new qp_access_flags
+            qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTS,
+                                  qp_access_flags=c["flags"]))
+            _emit({"ok": True})
         elif op == "state":
             _emit({"state": fh.qp_state(qp)})
         elif op == "stream":
@@ -392,6 +396,26 @@ def test_fast_path_errors(pair, case):
         != b"\xee" * 8
     assert bytes.fromhex(b("dump", mr="ro", off=0, len=16)["hex"]) \
         == bytes(16)
+
+
+def test_target_qp_access_flags(pair):
+    """The target QP's qp_access_flags count, not only the MR's: READ
+    allowed, WRITE refused once the target QP drops REMOTE_WRITE."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    b("fill", mr="mr", off=0, hex=bytes(64).hex())
+    assert b("access", flags=ibv.IBV_ACCESS_REMOTE_READ) == {"ok": True}
+    sa0 = a("stats")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_READ, addr, rkey, 0, 64))
+    assert a("poll", n=1)["wcs"][0][1] == ibv.IBV_WC_SUCCESS
+    assert a("stats")["fast_read"] == sa0["fast_read"] + 1
+    a("fill", mr="local", off=0, hex=(b"\xcd" * 64).hex())
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64))
+    _expect_access_error(a, b)
+    assert a("stats")["fast_write"] == sa0["fast_write"]
+    assert b("dump", mr="mr", off=0, len=64)["hex"] == "00" * 64
 
 
 def test_write_after_dereg(pair):
