@@ -84,7 +84,9 @@ pyrdma_pd_mr(PyObject *op, PyObject *args, PyObject *kw)
 /* PD.alloc_mr: memory the library owns (page aligned, zeroed), registered
    and exported through the MR's own buffer protocol.  Closing the MR
    deregisters it; the memory stays mapped until the last memoryview of it
-   is gone (the views keep the MR object alive), then dealloc unmaps it. */
+   is gone (the views keep the MR object alive), then dealloc unmaps it.
+   A provider may allocate it (alloc_mr_mem: the ucx fabric's one-sided
+   fast path needs memory UCX allocated); otherwise it is an mmap. */
 PyObject *
 pyrdma_pd_alloc_mr(PyObject *op, PyObject *args, PyObject *kw)
 {
@@ -113,11 +115,21 @@ pyrdma_pd_alloc_mr(PyObject *op, PyObject *args, PyObject *kw)
     mr = (pyrdma_MR *)pyrdma_obj_new(pd->state->MRType, &mr_kind, pd);
     if (mr == NULL)
         return NULL;
-    mem = mmap(NULL, (size_t)length, PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) {
-        Py_DECREF(mr);
-        return pyrdma_raise_sys(pd->state, errno, "mmap", "alloc_mr()");
+    if (pd->prov->alloc_mr_mem != NULL) {
+        /* the provider's own memory (the ucx fabric: one-sided access) */
+        if (pd->prov->alloc_mr_mem(pd->h, (size_t)length, &mem,
+                                   &mr->owned_cookie, &st) < 0) {
+            Py_DECREF(mr);
+            return pyrdma_raise_status(pd->state, &st);
+        }
+    }
+    else {
+        mem = mmap(NULL, (size_t)length, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) {
+            Py_DECREF(mr);
+            return pyrdma_raise_sys(pd->state, errno, "mmap", "alloc_mr()");
+        }
     }
     mr->owned = mem;
     mr->owned_len = (size_t)length;
@@ -169,8 +181,12 @@ mr_clear(PyObject *op)
 {
     pyrdma_MR *mr = (pyrdma_MR *)op;
     if (mr->o.h == NULL && mr->owned != NULL && mr->exports == 0) {
-        munmap(mr->owned, mr->owned_len);
+        if (mr->owned_cookie != NULL)
+            mr->o.prov->free_mr_mem(mr->owned_cookie);
+        else
+            munmap(mr->owned, mr->owned_len);
         mr->owned = NULL;
+        mr->owned_cookie = NULL;
     }
     return pyrdma_obj_clear(op);
 }

@@ -291,6 +291,12 @@ struct pyrdma_provider {
                   void **mr, struct pyrdma_mr_info *info,
                   struct pyrdma_status *st);
     int (*dereg_mr)(void *mr, struct pyrdma_status *st);
+    /* Memory for PD.alloc_mr (optional; NULL: the object model mmaps it):
+       length bytes, page aligned and zeroed, at *mem.  free_mr_mem(cookie)
+       releases it once no MR and no buffer view uses it any more. */
+    int (*alloc_mr_mem)(void *pd, size_t length, void **mem, void **cookie,
+                        struct pyrdma_status *st);
+    void (*free_mr_mem)(void *cookie);
     int (*alloc_mw)(void *pd, int type, void **mw, uint32_t *rkey,
                     struct pyrdma_status *st);
     int (*dealloc_mw)(void *mw, struct pyrdma_status *st);

@@ -1,4 +1,5 @@
-/* provider_ucx.c - the software fabric: verbs semantics on UCP active messages. */
+/* provider_ucx.c - the software fabric: verbs semantics on UCP active messages
+   (and one-sided access to shared memory where UCX allows it). */
 
 /*
  * A "NIC" in software.  Every process has one fabric node (device "ucx0"):
@@ -17,7 +18,42 @@
  * an RC WR when its response arrives, UC/UD WRs when UCP has sent them.
  * Nothing is ever DMA'd from or into user memory outside N.lock, and an MR
  * is removed from the key table under N.lock, so a deregistered MR or a
- * stale key can only produce an error completion.
+ * stale key can only produce an error completion (on the fast path below,
+ * the key page gives the same guarantee across processes).
+ *
+ * The one-sided fast path: an RC RDMA WRITE (not WITH_IMM), READ or
+ * 8-byte atomic to a same-host peer, into an MR whose memory UCX allocated
+ * (PD.alloc_mr -> alloc_mr_mem -> ucp_mem_map(ALLOCATE): shared memory),
+ * is executed by the initiator itself in the target memory that UCX maps
+ * into its process (ucp_rkey_ptr of an rkey unpacked once per MR, cached
+ * per peer).  No UCP call, malloc, lock or syscall per WR; the target's
+ * threads do nothing.  What a responder checks is read from the target's
+ * key page (struct sh_page, file keys-<GUID> in the rendezvous directory,
+ * mapped by same-host peers): its QPs in RTR/RTS with their peer, PD and
+ * qp_access_flags, its MRs in UCX memory with key, PD, access, bounds and
+ * packed rkey, and an in-flight count per QP and MR.  Rules:
+ *  - the initiator counts itself in (once per post_send call), then checks
+ *    (seq_cst); the owner withdraws an entry first and, in dereg_mr and
+ *    destroy_qp, then waits for the count to drop to 0, so after they
+ *    return no one-sided op touches the memory.  The wait is bounded
+ *    (SH_WAIT_NS): an initiator killed inside an op cannot hang it;
+ *  - any check that fails, or any other case (tcp, user buffers, IMM,
+ *    zero length, an rkey not yet mapped), takes the active-message path,
+ *    whose responder produces the error completions exactly as before;
+ *  - RC order: the fast path is used only when the QP has nothing
+ *    outstanding on the AM path; a fast op completes (data in place, so
+ *    remotely visible) inside post_send, before any later WR is sent.
+ *    It uses no PSN (the responder does not see it);
+ *  - a dead peer is noticed as before (pid check within 100 ms): its WRs
+ *    then fail with RETRY_EXC_ERR.
+ * The key page also holds the node's statistics (fast ops initiated, AM
+ * requests executed) for tests and benchmarks.
+ *
+ * Scheduling: the worker lock is a mutex (UCX_USE_MT_MUTEX=y unless set),
+ * the progress thread keeps off the worker while the application polls
+ * (it drives progress in poll_cq), and a poll_cq that keeps finding
+ * nothing yields the CPU once per 64 empty polls: on a small machine the
+ * peer it waits for may need this CPU.
  *
  * Addressing: the port GID is fe80::<GUID> where the GUID holds the IPv4
  * address (4 bytes) and TCP port (2 bytes) of the node's sockaddr listener
@@ -33,6 +69,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -60,6 +97,7 @@ static struct {
     void *dl;
     ucs_status_t (*config_read)(const char *, const char *, ucp_config_t **);
     void (*config_release)(ucp_config_t *);
+    ucs_status_t (*config_modify)(ucp_config_t *, const char *, const char *);
     ucs_status_t (*init_version)(unsigned, unsigned, const ucp_params_t *,
                                  const ucp_config_t *, ucp_context_h *);
     void (*cleanup)(ucp_context_h);
@@ -88,6 +126,16 @@ static struct {
                                          const ucp_request_param_t *);
     void (*request_free)(void *);
     const char *(*status_string)(ucs_status_t);
+    /* memory and one-sided access (the fast path) */
+    ucs_status_t (*mem_map)(ucp_context_h, const ucp_mem_map_params_t *,
+                            ucp_mem_h *);
+    ucs_status_t (*mem_unmap)(ucp_context_h, ucp_mem_h);
+    ucs_status_t (*mem_query)(const ucp_mem_h, ucp_mem_attr_t *);
+    ucs_status_t (*rkey_pack)(ucp_context_h, ucp_mem_h, void **, size_t *);
+    void (*rkey_buffer_release)(void *);
+    ucs_status_t (*ep_rkey_unpack)(ucp_ep_h, const void *, ucp_rkey_h *);
+    ucs_status_t (*rkey_ptr)(ucp_rkey_h, uint64_t, void **);
+    void (*rkey_destroy)(ucp_rkey_h);
 } U;
 
 /* ------------------------------------------------------------------ */
@@ -142,6 +190,79 @@ struct wire {
 };
 
 /* ------------------------------------------------------------------ */
+/* the key page: what a same-host initiator checks before a one-sided op */
+
+#define SH_MAGIC 0x4b435855u    /* "UXCK" */
+#define SH_VERSION 1
+#define SH_MR 4096              /* MR keys with an index below this can be
+                                   the target of a one-sided op */
+#define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
+#define SH_WAIT_NS 1000000000ull /* dereg/destroy wait at most this long
+                                   for initiators inside an op */
+
+/* A QP of this node as a one-sided target (written by its owner under
+   N.lock; read lock-free by initiators). */
+struct sh_qp {
+    uint32_t qpn;          /* the QP, 0: not a target (not RTR/RTS) */
+    uint32_t dest_qpn;     /* the only QP that may access it */
+    uint64_t peer_guid;    /* and its node */
+    uint64_t pd;           /* PD identity */
+    uint32_t access;       /* qp_access_flags */
+    uint32_t inflight;     /* initiators inside an op on it */
+};
+
+/* An MR of this node in UCX-allocated memory. */
+struct sh_mr {
+    uint32_t key;          /* its rkey, 0: none (published last, cleared
+                              first) */
+    uint32_t access;       /* IBV_ACCESS_* */
+    uint32_t inflight;     /* initiators inside an op on it */
+    uint32_t rkey_len;     /* bytes in rkey */
+    uint64_t pd;           /* PD identity */
+    uint64_t addr, len;    /* the region */
+    uint8_t rkey[SH_RKEY_MAX]; /* packed UCX rkey of its memory */
+};
+
+/* The page (a file in the rendezvous directory, keys-<GUID>). */
+struct sh_page {
+    uint32_t magic, version;
+    int32_t pid;           /* owner */
+    uint32_t pad0;
+    uint64_t guid;         /* owner's GUID */
+    /* statistics of the owner (tests and benchmarks read them) */
+    uint64_t st_fast_write;  /* one-sided WRITEs it initiated */
+    uint64_t st_fast_read;   /* one-sided READs */
+    uint64_t st_fast_atomic; /* one-sided atomics */
+    uint64_t st_am_req;      /* requests it executed as a responder */
+    uint64_t pad1[9];
+    struct sh_qp qp[MAX_QP];
+    struct sh_mr mr[SH_MR];
+};
+
+/* The layout is read by peers (and tests): keep it fixed. */
+_Static_assert(sizeof(struct sh_qp) == 32, "struct sh_qp layout");
+_Static_assert(sizeof(struct sh_mr) == 240, "struct sh_mr layout");
+_Static_assert(offsetof(struct sh_page, qp) == 128, "struct sh_page layout");
+
+/* A cached unpacked rkey of a peer's MR (index: key >> 8). */
+struct rkc {
+    uint32_t key;          /* the full key it is for, 0: empty */
+    uint64_t addr;         /* the region's address at the target */
+    uint8_t *base;         /* where it is mapped here, NULL: not mappable */
+    ucp_rkey_h rkey;       /* UCX handle */
+};
+
+/* Memory of alloc_mr_mem. */
+struct umem {
+    struct umem *next;
+    uint8_t *addr;
+    size_t len;
+    ucp_mem_h memh;
+    void *rkey;            /* packed rkey, NULL if too big */
+    size_t rkey_len;
+};
+
+/* ------------------------------------------------------------------ */
 /* objects                                                             */
 
 struct uctx;
@@ -176,7 +297,8 @@ struct umr {
     size_t len;            /* bytes */
     unsigned int access;   /* IBV_ACCESS_* */
     uint32_t key;          /* lkey == rkey */
-    void *owned;           /* memory allocated by alloc_mr, or NULL */
+    struct umem *umem;     /* UCX-allocated memory it lies in, or NULL */
+    int shared;            /* published in the key page */
 };
 
 /* A completion channel. */
@@ -270,6 +392,8 @@ struct peer {
     int failed;            /* the endpoint failed or the process died */
     pid_t pid;             /* same host: its pid (0: unknown) */
     uint64_t next_check;   /* next liveness check (ns) */
+    struct sh_page *sh;    /* same host: its key page, or NULL */
+    struct rkc *rk;        /* SH_MR cached rkeys (with sh) */
 };
 
 /* A queue pair. */
@@ -363,8 +487,12 @@ static struct node {
     struct grave *graves;
     int timers;            /* something waits on a timer */
     uint32_t qp_hi;        /* QP table entries in use are below this */
-    uint64_t app_progress; /* when poll_cq last drove progress (ns) */
+    uint64_t app_polls;    /* poll_cq drove progress (a count: changes
+                              while the application polls) */
     int quietfd;           /* epoll set of stopfd only */
+    struct sh_page *sh;    /* own key page (NULL: no fast path) */
+    char shfile[260];
+    struct umem *umems;    /* alloc_mr_mem memory */
 } N = {.lock = PTHREAD_MUTEX_INITIALIZER,
        .drain_lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -421,6 +549,7 @@ load(struct pyrdma_status *st)
     }
     REQ(config_read, "ucp_config_read");
     REQ(config_release, "ucp_config_release");
+    REQ(config_modify, "ucp_config_modify");
     REQ(init_version, "ucp_init_version");
     REQ(cleanup, "ucp_cleanup");
     REQ(get_version, "ucp_get_version");
@@ -440,6 +569,14 @@ load(struct pyrdma_status *st)
     REQ(am_recv_data_nbx, "ucp_am_recv_data_nbx");
     REQ(request_free, "ucp_request_free");
     REQ(status_string, "ucs_status_string");
+    REQ(mem_map, "ucp_mem_map");
+    REQ(mem_unmap, "ucp_mem_unmap");
+    REQ(mem_query, "ucp_mem_query");
+    REQ(rkey_pack, "ucp_rkey_pack");
+    REQ(rkey_buffer_release, "ucp_rkey_buffer_release");
+    REQ(ep_rkey_unpack, "ucp_ep_rkey_unpack");
+    REQ(rkey_ptr, "ucp_rkey_ptr");
+    REQ(rkey_destroy, "ucp_rkey_destroy");
 #undef REQ
     U.loaded = 1;
     return 0;
@@ -549,6 +686,172 @@ scatter(const struct pyrdma_sge *sg, int n, const uint8_t *src, size_t len)
         done += k;
     }
     return done;
+}
+
+/* ------------------------------------------------------------------ */
+/* the key page (one-sided fast path)                                  */
+
+/* Publish q's responder state for one-sided initiators (N.lock held):
+   RC, RTR/RTS, connected.  Withdrawing it only clears qpn; destroy_qp
+   then waits for the initiators still inside an op (sh_quiesce). */
+static void
+sh_qp_sync(struct uqp *q)
+{
+    struct sh_qp *e;
+    int ok;
+    if (N.sh == NULL)
+        return;
+    e = &N.sh->qp[q->qpn & (MAX_QP - 1)];
+    ok = !q->destroyed && q->type == IBV_QPT_RC && q->peer != NULL &&
+         (q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS);
+    if (!ok) {
+        if (__atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == q->qpn)
+            __atomic_store_n(&e->qpn, 0, __ATOMIC_SEQ_CST);
+        return;
+    }
+    if (__atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == q->qpn &&
+        e->dest_qpn == q->attr.dest_qp_num &&
+        e->peer_guid == q->peer->guid) {
+        __atomic_store_n(&e->access, q->attr.qp_access_flags,
+                         __ATOMIC_SEQ_CST);
+        return;
+    }
+    __atomic_store_n(&e->qpn, 0, __ATOMIC_SEQ_CST);
+    e->dest_qpn = q->attr.dest_qp_num;
+    e->peer_guid = q->peer->guid;
+    e->pd = (uint64_t)(uintptr_t)q->pd;
+    e->access = q->attr.qp_access_flags;
+    __atomic_store_n(&e->qpn, q->qpn, __ATOMIC_SEQ_CST);
+}
+
+/* Wait (bounded) until no initiator is inside an op counted by *ctr.  An
+   initiator killed inside an op leaves the count up: after SH_WAIT_NS it
+   is presumed dead and the count is reset. */
+static void
+sh_quiesce(uint32_t *ctr)
+{
+    uint64_t t0 = 0;
+    while (__atomic_load_n(ctr, __ATOMIC_SEQ_CST) != 0) {
+        uint64_t t = now_ns();
+        if (t0 == 0)
+            t0 = t;
+        else if (t - t0 > SH_WAIT_NS) {
+            __atomic_store_n(ctr, 0, __ATOMIC_SEQ_CST);
+            break;
+        }
+        sched_yield();
+    }
+}
+
+/* Map the key page of a same-host node (NULL if it has none). */
+static struct sh_page *
+sh_map(uint64_t guid)
+{
+    char path[300];
+    struct sh_page *sh;
+    struct stat sb;
+    int fd;
+    snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
+             (unsigned long long)guid);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != sizeof(struct sh_page)) {
+        close(fd);
+        return NULL;
+    }
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (sh == MAP_FAILED)
+        return NULL;
+    if (sh->magic != SH_MAGIC || sh->version != SH_VERSION ||
+        sh->guid != guid) {
+        munmap(sh, sizeof(*sh));
+        return NULL;
+    }
+    return sh;
+}
+
+/* Create this node's key page; without it there is no fast path. */
+static void
+sh_create(void)
+{
+    char tmp[300];
+    int fd;
+    struct sh_page *sh;
+    snprintf(N.shfile, sizeof(N.shfile), "%s/keys-%016llx", N.dir,
+             (unsigned long long)N.guid);
+    snprintf(tmp, sizeof(tmp), "%s.tmp%d", N.shfile, (int)getpid());
+    fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    if (ftruncate(fd, sizeof(struct sh_page)) != 0) {
+        close(fd);
+        unlink(tmp);
+        return;
+    }
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (sh == MAP_FAILED) {
+        unlink(tmp);
+        return;
+    }
+    sh->version = SH_VERSION;
+    sh->pid = getpid();
+    sh->guid = N.guid;
+    __atomic_store_n(&sh->magic, SH_MAGIC, __ATOMIC_SEQ_CST);
+    if (rename(tmp, N.shfile) != 0) {
+        munmap(sh, sizeof(*sh));
+        unlink(tmp);
+        return;
+    }
+    N.sh = sh;
+}
+
+/* Unpack and cache the rkey of key at peer p (N.lock not held: UCP is
+   called).  A key the page does not (or no longer) describe is not
+   cached: its WRs keep the active-message path. */
+static void
+rk_fetch(struct peer *p, uint32_t key)
+{
+    struct sh_mr *m;
+    uint8_t buf[SH_RKEY_MAX];
+    uint32_t k1, len;
+    uint64_t addr;
+    ucp_rkey_h rkey = NULL, old = NULL;
+    void *base = NULL;
+    struct rkc *c;
+
+    if (p->sh == NULL || (key >> 8) == 0 || (key >> 8) >= SH_MR)
+        return;
+    m = &p->sh->mr[key >> 8];
+    k1 = __atomic_load_n(&m->key, __ATOMIC_SEQ_CST);
+    len = m->rkey_len;
+    addr = m->addr;
+    if (k1 != key || len == 0 || len > SH_RKEY_MAX)
+        return;
+    memcpy(buf, m->rkey, len);
+    if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != key)
+        return;                 /* changed while we copied */
+    if (U.ep_rkey_unpack(p->ep, buf, &rkey) != UCS_OK)
+        return;
+    if (U.rkey_ptr(rkey, addr, &base) != UCS_OK)
+        base = NULL;            /* not mappable: the AM path stays */
+    LOCK();
+    c = &p->rk[key >> 8];
+    if (c->key == key) {
+        old = rkey;             /* someone else was quicker */
+    }
+    else {
+        old = c->rkey;
+        c->addr = addr;
+        c->base = base;
+        c->rkey = rkey;
+        __atomic_store_n(&c->key, key, __ATOMIC_RELEASE);
+    }
+    UNLOCK();
+    if (old != NULL)
+        U.rkey_destroy(old);
 }
 
 /* ------------------------------------------------------------------ */
@@ -717,6 +1020,9 @@ ob_sent_cb(void *req, ucs_status_t status, void *user)
 static void
 drain(void)
 {
+    /* nothing queued (a racy hint: whoever queues drains afterwards) */
+    if (__atomic_load_n(&N.ob_head, __ATOMIC_ACQUIRE) == NULL)
+        return;
     for (;;) {
         struct obox *list, *o, *next, *recycle = NULL;
         if (pthread_mutex_trylock(&N.drain_lock) != 0)
@@ -779,6 +1085,7 @@ qp_enter_err(struct uqp *q)
     if (q->attr.qp_state == IBV_QPS_ERR)
         return;
     q->attr.qp_state = IBV_QPS_ERR;
+    sh_qp_sync(q);
     if (q->srq != NULL)
         ctx_event(q->pd->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, PYRDMA_EV_QP,
                   q->qp_context);
@@ -1190,6 +1497,8 @@ on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
     struct inmsg *m;
     int ok;
 
+    if (N.sh != NULL)
+        N.sh->st_am_req++;
     if ((h->op == OP_SEND || h->op == OP_WRITE) && plen != h->len)
         return;                 /* malformed */
     if (q == NULL || q->type != h->qp_type) {
@@ -1602,12 +1911,21 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         ep.sockaddr.addrlen = sizeof(sin);
         ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     }
-    (void)have_rec;
     s = U.ep_create(N.w, &ep, &p->ep);
     free(addr);
     if (s != UCS_OK) {
         free(p);
         return ucs_fail(st, s, "ucp_ep_create", "connecting to a fabric node");
+    }
+    /* same host: its key page opens the one-sided fast path */
+    if (guid == N.guid)
+        p->sh = N.sh;
+    else if (have_rec && N.sh != NULL)
+        p->sh = sh_map(guid);
+    if (p->sh != NULL && (p->rk = calloc(SH_MR, sizeof(*p->rk))) == NULL) {
+        if (p->sh != N.sh)
+            munmap(p->sh, sizeof(*p->sh));
+        p->sh = NULL;
     }
     LOCK();
     if (N.npeers == N.cpeers) {
@@ -1748,14 +2066,33 @@ progress_main(void *arg)
     struct epoll_event ev[4];
     sigset_t all;
     int idle = 0;
-    uint64_t last_timers = 0;
+    uint64_t last_timers = 0, seen_polls = 0, app_at = 0;
 
     (void)arg;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     while (!N.stop) {
         unsigned n = 0, k;
-        uint64_t t;
+        uint64_t t = now_ns(), polls;
+        polls = __atomic_load_n(&N.app_polls, __ATOMIC_RELAXED);
+        if (polls != seen_polls) {
+            seen_polls = polls;
+            app_at = t;
+        }
+        if (app_at != 0 && t - app_at < 2000000ull) {
+            /* the application polls (and so progresses and drains)
+               itself: stay off the worker entirely (no lock contention
+               with it on a small machine), keep only the timers */
+            if ((N.timers && t - last_timers > 1000000ull) ||
+                t - last_timers > 100000000ull) {
+                timers();
+                drain();
+                last_timers = t;
+            }
+            epoll_wait(N.quietfd, ev, 4, 1);
+            idle = 0;
+            continue;
+        }
         while ((k = U.worker_progress(N.w)) != 0 && n < 10000)
             n += k;
         drain();
@@ -1772,14 +2109,6 @@ progress_main(void *arg)
         }
         if (++idle < 64)
             continue;           /* spin a little before sleeping */
-        if (t - __atomic_load_n(&N.app_progress, __ATOMIC_RELAXED) <
-            2000000ull) {
-            /* the application polls (and so progresses) itself: stand
-               back and leave the CPU to it */
-            epoll_wait(N.quietfd, ev, 4, 1);
-            idle = 0;
-            continue;
-        }
         if (U.worker_arm(N.w) == UCS_ERR_BUSY)
             continue;
         epoll_wait(N.epfd, ev, 4, N.timers ? 5 : 100);
@@ -1821,6 +2150,8 @@ node_atexit(void)
         }
     }
     pthread_join(N.thr, NULL);
+    if (N.sh != NULL)
+        unlink(N.shfile);
     unlink(N.nodefile);
     unlink(N.lidfile);
 }
@@ -1946,9 +2277,15 @@ node_up(struct pyrdma_status *st)
         ucs_fail(st, s, "ucp_config_read", "reading the UCX configuration");
         goto out;
     }
+    /* Two threads share the worker (the application's poll_cq and the
+       progress thread): a spinlock held by a preempted thread makes the
+       other spin for a whole time slice on a small machine (ms round
+       trips); a mutex sleeps instead.  UCX_USE_MT_MUTEX=n overrides. */
+    if (getenv("UCX_USE_MT_MUTEX") == NULL)
+        U.config_modify(cfg, "USE_MT_MUTEX", "y");
     memset(&pp, 0, sizeof(pp));
     pp.field_mask = UCP_PARAM_FIELD_FEATURES;
-    pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
     s = U.init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg, &N.uctx);
     U.config_release(cfg);
     if (s != UCS_OK) {
@@ -2054,6 +2391,9 @@ node_up(struct pyrdma_status *st)
                 close(fd);
                 if (n != (ssize_t)sizeof(r) || !pid_alive(r.pid)) {
                     unlink(path);
+                    snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
+                             (unsigned long long)N.guid);
+                    unlink(path);
                     break;
                 }
             }
@@ -2069,6 +2409,7 @@ node_up(struct pyrdma_status *st)
                         "cannot register in %s", N.dir);
             goto out;
         }
+        sh_create();
     }
     /* wake-ups */
     if ((s = U.worker_get_efd(N.w, &N.efd)) != UCS_OK) {
@@ -2371,6 +2712,108 @@ mr_insert(struct umr *mr, struct pyrdma_mr_info *info,
     return 0;
 }
 
+/* PD.alloc_mr memory: UCX allocates it (shared memory a same-host peer
+   can map: the one-sided fast path). */
+static int
+alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
+             struct pyrdma_status *st)
+{
+    ucp_mem_map_params_t mp;
+    ucp_mem_attr_t a;
+    struct umem *u;
+    ucs_status_t s;
+    size_t rlen = 0;
+    void *rbuf = NULL;
+    (void)pd;
+    u = calloc(1, sizeof(*u));
+    if (u == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = NULL;
+    mp.length = length;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    s = U.mem_map(N.uctx, &mp, &u->memh);
+    if (s != UCS_OK) {
+        free(u);
+        return ucs_fail(st, s, "ucp_mem_map", "alloc_mr()");
+    }
+    memset(&a, 0, sizeof(a));
+    a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    if (U.mem_query(u->memh, &a) != UCS_OK ||
+        ((uintptr_t)a.address & 4095) != 0 || a.length < length) {
+        U.mem_unmap(N.uctx, u->memh);
+        free(u);
+        return pyrdma_fail(st, ENOMEM, "ucp_mem_map", "alloc_mr(): UCX "
+                           "gave no page-aligned memory");
+    }
+    u->addr = a.address;
+    u->len = length;
+    memset(u->addr, 0, length);
+    if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
+        if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
+            memcpy(u->rkey, rbuf, rlen);
+            u->rkey_len = rlen;
+        }
+        U.rkey_buffer_release(rbuf);
+    }
+    LOCK();
+    u->next = N.umems;
+    N.umems = u;
+    UNLOCK();
+    *mem = u->addr;
+    *cookie = u;
+    return 0;
+}
+
+/* The last view of alloc_mr memory is gone and its MR is deregistered. */
+static void
+free_mr_mem(void *cookie)
+{
+    struct umem *u = cookie, **pp;
+    LOCK();
+    for (pp = &N.umems; *pp; pp = &(*pp)->next)
+        if (*pp == u) {
+            *pp = u->next;
+            break;
+        }
+    UNLOCK();
+    U.mem_unmap(N.uctx, u->memh);
+    free(u->rkey);
+    free(u);
+}
+
+/* Publish mr in the key page if it lies in UCX-allocated memory (N.lock
+   held). */
+static void
+sh_mr_publish(struct umr *mr)
+{
+    struct umem *u;
+    struct sh_mr *e;
+    uint32_t idx = mr->key >> 8;
+    if (N.sh == NULL || idx >= SH_MR)
+        return;
+    for (u = N.umems; u; u = u->next)
+        if (mr->addr >= u->addr && mr->len <= u->len &&
+            (size_t)(mr->addr - u->addr) <= u->len - mr->len)
+            break;
+    if (u == NULL || u->rkey == NULL)
+        return;
+    mr->umem = u;
+    e = &N.sh->mr[idx];
+    __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
+    e->access = mr->access;
+    e->pd = (uint64_t)(uintptr_t)mr->pd;
+    e->addr = (uint64_t)(uintptr_t)mr->addr;
+    e->len = mr->len;
+    memcpy(e->rkey, u->rkey, u->rkey_len);
+    e->rkey_len = (uint32_t)u->rkey_len;
+    __atomic_store_n(&e->key, mr->key, __ATOMIC_SEQ_CST);
+    mr->shared = 1;
+}
+
 static int
 reg_mr(void *pd, void *addr, size_t length, unsigned int access, void **out,
        struct pyrdma_mr_info *info, struct pyrdma_status *st)
@@ -2391,6 +2834,9 @@ reg_mr(void *pd, void *addr, size_t length, unsigned int access, void **out,
         free(mr);
         return -1;
     }
+    LOCK();
+    sh_mr_publish(mr);
+    UNLOCK();
     *out = mr;
     return 0;
 }
@@ -2399,10 +2845,18 @@ static int
 dereg_mr(void *vmr, struct pyrdma_status *st)
 {
     struct umr *mr = vmr;
+    struct sh_mr *e = NULL;
     (void)st;
     LOCK();
     N.mrs[mr->key >> 8] = NULL;
+    if (mr->shared) {
+        /* no new one-sided op can start; wait for those inside one */
+        e = &N.sh->mr[mr->key >> 8];
+        __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
+    }
     UNLOCK();
+    if (e != NULL)
+        sh_quiesce(&e->inflight);
     free(mr);
     return 0;
 }
@@ -2581,6 +3035,8 @@ cq_take(struct ucq *cq, int n, struct pyrdma_wc *wc)
     return got;
 }
 
+static __thread unsigned empty_polls;    /* consecutive empty poll_cq */
+
 static int
 poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
 {
@@ -2591,13 +3047,24 @@ poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
     if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) != cq->head)
         return cq_take(cq, n, wc);
     /* empty: make progress here (no thread hop), then look again */
-    __atomic_store_n(&N.app_progress, now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&N.app_polls,
+                     __atomic_load_n(&N.app_polls, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED);
     /* Responses queued by callbacks (ours or the progress thread's) go out
        now: the progress thread is standing back while we poll. */
     U.worker_progress(N.w);
     drain();
-    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head)
+    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head) {
+        /* Busy polling on an oversubscribed machine: the peer we wait
+           for may need this very CPU.  After a run of empty polls, give
+           it up once (costs nothing when no one else is runnable). */
+        if (++empty_polls >= 64) {
+            empty_polls = 0;
+            sched_yield();
+        }
         return 0;
+    }
+    empty_polls = 0;
     got = cq_take(cq, n, wc);
     return got;
 }
@@ -2952,6 +3419,7 @@ modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
     }
     if (next == IBV_QPS_RESET) {
         qp_reset(q);
+        sh_qp_sync(q);
         UNLOCK();
         return 0;
     }
@@ -3017,6 +3485,7 @@ modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
         if (next == IBV_QPS_RTS)
             q->err_pending = 0;
     }
+    sh_qp_sync(q);
     UNLOCK();
     return 0;
 }
@@ -3048,6 +3517,7 @@ destroy_qp(void *vq, struct pyrdma_status *st)
     pthread_mutex_lock(&q->post_lock);
     LOCK();
     q->destroyed = 1;
+    sh_qp_sync(q);              /* no new one-sided op can start */
     N.qps[q->qpn & (MAX_QP - 1)] = NULL;
     for (m = q->inq; m; m = next) {
         next = m->next;
@@ -3075,6 +3545,8 @@ destroy_qp(void *vq, struct pyrdma_status *st)
         q->sq = NULL;
     }
     UNLOCK();
+    if (N.sh != NULL)           /* wait for those inside one */
+        sh_quiesce(&N.sh->qp[q->qpn & (MAX_QP - 1)].inflight);
     pthread_mutex_unlock(&q->post_lock);
     pthread_mutex_destroy(&q->post_lock);
     if (q->sq != NULL) {
@@ -3165,11 +3637,131 @@ fill_fail(struct uqp *q, struct slot *s, int status)
     q->err_pending = 1;
 }
 
-/* Fill slot s from wr (N.lock held); return 0 or an errno for a
-   post-time rejection. */
+/* The one-sided fast path (N.lock held): execute an RC WRITE, READ or
+   atomic directly in the target's memory, mapped here by UCX (shared
+   memory, memory of alloc_mr), if every check a responder makes passes
+   on the target's key page and nothing of q is outstanding on the
+   active-message path (RC order).  Return 1 if done (the data is in
+   place), 0 to take the active-message path, which also produces every
+   error completion exactly as before.  No malloc, lock or syscall. */
+/* The in-flight counts a post_send call holds (one atomic add per target
+   QP and MR per call, not per WR; dropped before post_send returns). */
+struct fhold {
+    uint32_t *qp, *mr;
+};
+
+static void
+fhold_drop(struct fhold *h)
+{
+    if (h->mr != NULL)
+        __atomic_fetch_sub(h->mr, 1, __ATOMIC_SEQ_CST);
+    if (h->qp != NULL)
+        __atomic_fetch_sub(h->qp, 1, __ATOMIC_SEQ_CST);
+    h->mr = h->qp = NULL;
+}
+
+static int
+fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
+        int op, size_t total, int inline_data, struct fhold *h)
+{
+    struct peer *p = q->peer;
+    int atomic = op >= OP_CAS, ok, i;
+    uint32_t rkey = atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey;
+    uint64_t raddr = atomic ? wr->wr.atomic.remote_addr
+                            : wr->wr.rdma.remote_addr;
+    uint64_t len = atomic ? 8 : total;
+    unsigned need = op == OP_WRITE ? IBV_ACCESS_REMOTE_WRITE :
+                    op == OP_READ ? IBV_ACCESS_REMOTE_READ :
+                    IBV_ACCESS_REMOTE_ATOMIC;
+    uint32_t idx = rkey >> 8, dqpn = q->attr.dest_qp_num;
+    struct rkc *c;
+    struct sh_qp *t;
+    struct sh_mr *m;
+
+    if (len == 0 || idx == 0 || idx >= SH_MR)
+        return 0;
+    c = &p->rk[idx];
+    if (c->key != rkey || c->base == NULL)
+        return 0;               /* not mapped (post_send tried) */
+    if (q->sq_head != q->sq_tail) {
+        sq_advance(q);
+        if (q->sq_head != q->sq_tail)
+            return 0;           /* an active-message WR is outstanding */
+    }
+    if (!inline_data && check_sges(q->pd, wr->sg_list, wr->num_sge,
+                                   op != OP_WRITE, 1))
+        return 0;
+    t = &p->sh->qp[dqpn & (MAX_QP - 1)];
+    m = &p->sh->mr[idx];
+    /* count ourselves in, then check: the target withdraws first, then
+       waits for the count (seq_cst on both sides) */
+    if (h->qp != &t->inflight) {
+        if (h->qp != NULL)
+            __atomic_fetch_sub(h->qp, 1, __ATOMIC_SEQ_CST);
+        h->qp = &t->inflight;
+        __atomic_fetch_add(h->qp, 1, __ATOMIC_SEQ_CST);
+    }
+    if (h->mr != &m->inflight) {
+        if (h->mr != NULL)
+            __atomic_fetch_sub(h->mr, 1, __ATOMIC_SEQ_CST);
+        h->mr = &m->inflight;
+        __atomic_fetch_add(h->mr, 1, __ATOMIC_SEQ_CST);
+    }
+    ok = __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn &&
+         t->dest_qpn == q->qpn && t->peer_guid == N.guid &&
+         (__atomic_load_n(&t->access, __ATOMIC_RELAXED) & need) &&
+         __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey &&
+         m->pd == t->pd && (m->access & need) && m->addr == c->addr &&
+         raddr >= m->addr && len <= m->len &&
+         raddr - m->addr <= m->len - len && !(atomic && (raddr & 7)) &&
+         __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn;
+    if (ok) {
+        uint8_t *dst = c->base + (raddr - m->addr);
+        switch (op) {
+        case OP_WRITE: {
+            size_t off = 0;
+            for (i = 0; i < wr->num_sge; i++) {
+                if (wr->sg_list[i].length)
+                    memcpy(dst + off,
+                           (const void *)(uintptr_t)wr->sg_list[i].addr,
+                           wr->sg_list[i].length);
+                off += wr->sg_list[i].length;
+            }
+            N.sh->st_fast_write++;
+            break;
+        }
+        case OP_READ:
+            scatter(wr->sg_list, wr->num_sge, dst, len);
+            *byte_len = (uint32_t)len;
+            N.sh->st_fast_read++;
+            break;
+        default: {
+            uint64_t *pp = (uint64_t *)(void *)dst, old;
+            if (op == OP_FAA)
+                old = __atomic_fetch_add(pp, wr->wr.atomic.compare_add,
+                                         __ATOMIC_SEQ_CST);
+            else {
+                old = wr->wr.atomic.compare_add;
+                __atomic_compare_exchange_n(pp, &old, wr->wr.atomic.swap, 0,
+                                            __ATOMIC_SEQ_CST,
+                                            __ATOMIC_SEQ_CST);
+            }
+            scatter(wr->sg_list, wr->num_sge, (const uint8_t *)&old, 8);
+            *byte_len = 8;
+            N.sh->st_fast_atomic++;
+            break;
+        }
+        }
+    }
+    return ok;
+}
+
+/* Fill slot s from wr (N.lock held); return 0, an errno for a post-time
+   rejection, or -1 if the WR was executed one-sided (no slot used, its
+   completion already in the CQ if signaled). */
 static int
 fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
-          uint64_t t)
+          uint64_t *t, struct fhold *hold)
 {
     struct wire *h;
     size_t total = 0;
@@ -3196,6 +3788,30 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
         return EINVAL;
     if (q->type == IBV_QPT_UD && wr->wr.ud.ah == NULL)
         return EINVAL;
+    if (op >= OP_CAS && total < 8)
+        return EINVAL;
+    /* one-sided: done here, no slot used, nothing on the wire (no PSN) */
+    if (q->type == IBV_QPT_RC && peer != NULL && peer->sh != NULL &&
+        !peer->failed && N.sh != NULL && !q->err_pending &&
+        q->attr.qp_state != IBV_QPS_ERR &&
+        (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE)) {
+        uint32_t byte_len = 0;
+        if (fast_op(q, &byte_len, wr, op, total, inline_data, hold)) {
+            if (q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) {
+                struct pyrdma_wc wc;
+                memset(&wc, 0, sizeof(wc));
+                wc.wr_id = wr->wr_id;
+                wc.status = IBV_WC_SUCCESS;
+                wc.opcode = wc_opcode_of[wr->opcode];
+                wc.byte_len = byte_len;
+                wc.qp_num = q->qpn;
+                cq_push(q->scq, &wc, 0);
+            }
+            return -1;
+        }
+    }
+    if (s->inflight)
+        return ENOMEM;          /* UCP still reads this slot */
     s->qp = q;
     s->idx = q->sq_tail;
     s->wr_id = wr->wr_id;
@@ -3228,8 +3844,6 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
         status = gather(q, s, wr, total, inline_data);
     else {
         /* READ / atomics: the local s/g list is written on completion */
-        if (op >= OP_CAS && total < 8)
-            return EINVAL;
         status = check_sges(q->pd, wr->sg_list, wr->num_sge, 1,
                             IBV_WC_LOC_PROT_ERR);
         memcpy(s->sge, wr->sg_list, sizeof(*s->sge) * (size_t)wr->num_sge);
@@ -3290,7 +3904,9 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     if (q->type == IBV_QPT_RC && q->attr.timeout) {
         double us = 4.096 * (double)(1ull << q->attr.timeout) *
                     (q->attr.retry_cnt + 1);
-        s->deadline = t + (uint64_t)(us * 1000.0);
+        if (*t == 0)
+            *t = now_ns();
+        s->deadline = *t + (uint64_t)(us * 1000.0);
         N.timers = 1;
     }
     s->need_send = 1;
@@ -3304,8 +3920,31 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
     struct uqp *q = vq;
     uint32_t first, last, i;
     int rc = 0, signal = 0;
-    uint64_t t = now_ns();
+    uint64_t t = 0;             /* now, read when first needed */
+    struct peer *p;
+    struct fhold hold = {NULL, NULL};
 
+    /* one-sided candidates: map the target MRs not mapped yet (UCP is
+       called, so before N.lock; a racy look at the cache is enough) */
+    p = q->type == IBV_QPT_RC ? __atomic_load_n(&q->peer, __ATOMIC_ACQUIRE)
+                              : NULL;
+    if (p != NULL && p->sh != NULL) {
+        struct pyrdma_send_wr *w;
+        for (w = wr; w; w = w->next) {
+            uint32_t k;
+            if (w->opcode == IBV_WR_RDMA_WRITE ||
+                w->opcode == IBV_WR_RDMA_READ)
+                k = w->wr.rdma.rkey;
+            else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                     w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+                k = w->wr.atomic.rkey;
+            else
+                continue;
+            if ((k >> 8) != 0 && (k >> 8) < SH_MR &&
+                __atomic_load_n(&p->rk[k >> 8].key, __ATOMIC_RELAXED) != k)
+                rk_fetch(p, k);
+        }
+    }
     pthread_mutex_lock(&q->post_lock);
     LOCK();
     if (q->attr.qp_state == IBV_QPS_RESET || q->attr.qp_state == IBV_QPS_INIT
@@ -3327,15 +3966,16 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
             break;
         }
         s = &q->sq[q->sq_tail & q->sq_mask];
-        if (s->inflight) {
-            rc = ENOMEM;        /* UCP still reads this slot */
-            break;
+        rc = fill_slot(q, s, wr, &t, &hold);
+        if (rc == -1) {
+            rc = 0;             /* done one-sided, without a slot */
+            continue;
         }
-        rc = fill_slot(q, s, wr, t);
         if (rc)
             break;
         q->sq_tail++;
     }
+    fhold_drop(&hold);
     if (rc)
         *bad = wr;
     last = q->sq_tail;
@@ -3471,6 +4111,8 @@ const struct pyrdma_provider pyrdma_provider_ucx = {
     .dealloc_pd = dealloc_pd,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
+    .alloc_mr_mem = alloc_mr_mem,
+    .free_mr_mem = free_mr_mem,
     .create_comp_channel = create_comp_channel,
     .destroy_comp_channel = destroy_comp_channel,
     .get_cq_event = get_cq_event,

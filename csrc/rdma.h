@@ -140,8 +140,10 @@ typedef struct {
                                  for alloc_mr, view.buf/len describe our
                                  own mapping and view.obj is NULL */
     int have_view;            /* view holds a user buffer export */
-    void *owned;              /* alloc_mr: our mmap'd memory, else NULL */
+    void *owned;              /* alloc_mr: the owned memory, else NULL */
     size_t owned_len;         /* its length */
+    void *owned_cookie;       /* the provider's handle of owned memory it
+                                 allocated (alloc_mr_mem), NULL if mmap'd */
     Py_ssize_t exports;       /* live buffer exports of the owned memory */
     struct pyrdma_mr_info info; /* lkey, rkey */
     unsigned int access;      /* IBV_ACCESS_* */

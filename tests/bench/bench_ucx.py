@@ -5,10 +5,13 @@ For each transport (UCX_TLS=shm,self and tcp on lo) it runs, in the same
 invocation and with two processes each:
 
 - 8-byte RDMA WRITE message rate, posted from Python with a SendBatch
-  (unsignaled except the last WR of each batch) vs ``ucp_put_bw -s 8``;
+  (unsignaled except the last WR of each batch) into memory of
+  ``PD.alloc_mr`` (the one-sided fast path over shared memory) vs
+  ``ucp_put_bw -s 8``;
 - 8-byte SEND/RECV round trip (ping-pong, both sides in Python) vs
   ``tag_lat -s 8`` (one-way latency x 2);
-- 64 KiB RDMA WRITE bandwidth vs ``ucp_put_bw -s 65536``;
+- 64 KiB RDMA WRITE bandwidth (``PD.alloc_mr`` memory) vs
+  ``ucp_put_bw -s 65536``;
 
 and prints the numbers side by side with the ratio.
 """
@@ -45,6 +48,11 @@ def role(which: str, test: str, iters: int) -> None:
     s = Side(ctx, ibv.IBV_QPT_RC, size=max(size, 4096) * 2,
              max_send_wr=depth, max_recv_wr=depth, cqe=2 * depth,
              sq_sig_all=0)
+    if test != "lat":
+        # the WRITE tests use memory of PD.alloc_mr on both sides: on the
+        # ucx fabric over shared memory that is the one-sided fast path
+        from fabric_helpers import MR_ALL
+        s.mr = s.pd.alloc_mr(max(size, 4096) * 2, MR_ALL)
     print(json.dumps({"gid": str(s.gid), "qpn": s.qpn, "addr": s.mr.addr,
                       "rkey": s.mr.rkey}), flush=True)
     peer = json.loads(sys.stdin.readline())
@@ -189,7 +197,7 @@ def main(argv=None) -> int:
     q = 10 if a.quick else 1
     rows = []
     for name, env in TLS.items():
-        n_rate = 200000 // q if name == "shm" else 50000 // q
+        n_rate = 2000000 // q if name == "shm" else 50000 // q
         n_lat = 20000 // q if name == "shm" else 5000 // q
         n_bw = 20000 // q if name == "shm" else 3000 // q
         py = run_python("rate", n_rate, env)

@@ -32,7 +32,8 @@ class Peer:
         e = dict(os.environ)
         e.pop("RDMA_PROVIDER", None)
         e.update(env or {})
-        e["PYTHONPATH"] = str(HERE)
+        # this tree's rdma first (the venv may be shared with another tree)
+        e["PYTHONPATH"] = os.pathsep.join((str(HERE), str(HERE.parents[1])))
         self.p = subprocess.Popen([*prefix, sys.executable, "-u", HELPER, role],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env=e)

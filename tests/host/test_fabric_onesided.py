@@ -1,0 +1,581 @@
+"""The software fabric's one-sided fast path, between two real processes.
+
+An RC RDMA WRITE / READ / atomic from a same-host peer (shared memory) into
+memory of ``PD.alloc_mr`` executes directly in the target's memory (UCX
+maps it): the target's progress thread does nothing.  These tests prove
+the fast path is taken (each node's statistics in its key page) and that
+it keeps a NIC's rules: bounds, access flags, a bad or stale rkey, a
+deregistered MR, a destroyed QP and a killed peer end in the same error
+completions as on the active-message path, and RC order holds when
+one-sided and active-message WRs mix on one QP.
+
+Run as a program, this module is the peer (a command loop on JSON lines).
+"""
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+TIMEOUT = 30
+SHM = {"UCX_TLS": "shm,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
+TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
+       "UCX_WARN_UNUSED_ENV_VARS": "n"}
+SIZE = 1 << 16
+# the statistics at the start of a node's key page (see provider_ucx.c)
+STATS = struct.Struct("<IIiIQQQQQ")
+
+
+# --------------------------------------------------------------------------
+# the peer program
+
+def _emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _stats():
+    """This process's fast-path statistics (its node's key page)."""
+    d = os.environ.get("RDMA_UCX_DIR") or f"/dev/shm/rdma-ucx-{os.getuid()}"
+    for name in os.listdir(d):
+        if not name.startswith("keys-") or ".tmp" in name:
+            continue
+        try:
+            with open(os.path.join(d, name), "rb") as f:
+                head = f.read(STATS.size)
+        except OSError:
+            continue
+        if len(head) < STATS.size:
+            continue
+        magic, ver, pid, _, guid, w, r, a, am = STATS.unpack(head)
+        if pid == os.getpid():
+            return {"fast_write": w, "fast_read": r, "fast_atomic": a,
+                    "am_req": am}
+    return None
+
+
+def peer_main():
+    import rdma
+    import rdma.ibverbs as ibv
+    import fabric_helpers as fh
+    ep = rdma.get_end_port(provider="ucx")
+    ctx = rdma.get_verbs(ep)
+    pd = ctx.pd()
+    scq, rcq = pd.cq(1024), pd.cq(256)
+    qp = pd.qp(ibv.IBV_QPT_RC, 256, scq, 64, rcq, sq_sig_all=0)
+    mrs = {"mr": pd.alloc_mr(SIZE, fh.MR_ALL),
+           "ro": pd.alloc_mr(4096, ibv.IBV_ACCESS_LOCAL_WRITE
+                             | ibv.IBV_ACCESS_REMOTE_READ),
+           "local": pd.alloc_mr(SIZE, ibv.IBV_ACCESS_LOCAL_WRITE),
+           "user": pd.mr(bytearray(4096), fh.MR_ALL)}
+    views = {k: (m.buf if k != "user" else m.buf) for k, m in mrs.items()}
+    _emit({"gid": str(ctx.end_port.gids[0]), "qpn": qp.qp_num,
+           "pid": os.getpid(),
+           "mrs": {k: [m.addr, m.rkey] for k, m in mrs.items()}})
+    peer = json.loads(sys.stdin.readline())
+    fh.to_init(qp)
+    fh.to_rtr(qp, remote_qpn=peer["qpn"], dgid=rdma.IBA.GID(peer["gid"]))
+    fh.to_rts(qp, timeout=12, retry_cnt=3)
+    _emit({"ready": True})
+    for line in sys.stdin:
+        c = json.loads(line)
+        op = c["op"]
+        if op == "post":
+            wrs = []
+            for w in c["wrs"]:
+                kw = {}
+                if w.get("rkey") is not None:
+                    kw.update(remote_addr=w["raddr"], rkey=w["rkey"])
+                if "add" in w:
+                    kw.update(compare_add=w["add"], swap=w.get("swap", 0))
+                if "imm" in w:
+                    kw.update(imm_data=w["imm"])
+                wrs.append(ibv.send_wr(
+                    wr_id=w.get("wr_id", 0), opcode=w["opcode"],
+                    sg_list=mrs["local"].sge(length=w["len"], off=w["off"]),
+                    send_flags=ibv.IBV_SEND_SIGNALED if w.get("sig", 1)
+                    else 0, **kw))
+            try:
+                qp.post_send(wrs)
+                _emit({"ok": True})
+            except Exception as e:              # noqa: BLE001
+                _emit({"ok": False, "err": repr(e)})
+        elif op == "poll":
+            cq = rcq if c.get("recv") else scq
+            try:
+                wcs = fh.poll_cq(cq, c["n"], timeout=c.get("timeout", 10))
+            except Exception as e:              # noqa: BLE001
+                _emit({"error": repr(e)})
+                continue
+            _emit({"wcs": [[w.wr_id, w.status, w.opcode, w.byte_len,
+                            w.imm_data] for w in wcs]})
+        elif op == "quiet":
+            t = time.monotonic() + c.get("wait", 0.3)
+            n = 0
+            while time.monotonic() < t:
+                n += len((rcq if c.get("recv") else scq).poll())
+            _emit({"n": n})
+        elif op == "recv":
+            qp.post_recv(ibv.recv_wr(wr_id=c.get("wr_id", 0),
+                                     sg_list=mrs[c.get("mr", "mr")].sge(
+                                         length=c["len"], off=c["off"])))
+            _emit({"ok": True})
+        elif op == "fill":
+            v = views[c["mr"]]
+            data = bytes.fromhex(c["hex"])
+            v[c["off"]:c["off"] + len(data)] = data
+            _emit({"ok": True})
+        elif op == "dump":
+            v = views[c["mr"]]
+            _emit({"hex": bytes(v[c["off"]:c["off"] + c["len"]]).hex()})
+        elif op == "stats":
+            _emit(_stats())
+        elif op == "dereg":
+            mrs[c["mr"]].close()               # the view stays usable
+            _emit({"ok": True})
+        elif op == "destroy_qp":
+            qp.close()
+            _emit({"ok": True})
+        elif op == "access":            # RTS -> RTS, new qp_access_flags
+            qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTS,
+                                  qp_access_flags=c["flags"]))
+            _emit({"ok": True})
+        elif op == "state":
+            _emit({"state": fh.qp_state(qp)})
+        elif op == "stream":
+            # fast-path WRITEs until an error completion; report how long
+            # after the last success it came
+            sb = ibv.SendBatch([ibv.send_wr(
+                wr_id=i, opcode=ibv.IBV_WR_RDMA_WRITE,
+                sg_list=mrs["local"].sge(length=64),
+                remote_addr=c["raddr"], rkey=c["rkey"],
+                send_flags=ibv.IBV_SEND_SIGNALED if i == 15 else 0)
+                for i in range(16)])
+            arr = ibv.WCArray(16)
+            ok, last_ok, told = 0, time.monotonic(), False
+            while True:
+                try:
+                    qp.post_send(sb)
+                except Exception:               # noqa: BLE001
+                    pass
+                k = scq.poll_into(arr)
+                bad = [arr[i] for i in range(k)
+                       if arr[i].status != ibv.IBV_WC_SUCCESS]
+                if bad:
+                    rest = [w.status for w in scq.poll(256)]
+                    _emit({"status": bad[0].status, "ok": ok,
+                           "after": time.monotonic() - last_ok,
+                           "rest": sorted(set(rest)),
+                           "state": fh.qp_state(qp)})
+                    break
+                if k:
+                    ok += k * 16
+                    last_ok = time.monotonic()
+                if ok >= 20000 and not told:
+                    told = True
+                    _emit({"running": ok, "stats": _stats()})
+        elif op == "exit":
+            break
+    ctx.close()
+    return 0
+
+
+# --------------------------------------------------------------------------
+# the test side
+
+class Peer:
+    def __init__(self, env):
+        e = dict(os.environ)
+        e.pop("RDMA_PROVIDER", None)
+        e.update(env)
+        # this tree's rdma first (the venv may be shared with another tree)
+        e["PYTHONPATH"] = os.pathsep.join((str(HERE), str(HERE.parents[1])))
+        self.p = subprocess.Popen([sys.executable, "-u", __file__, "peer"],
+                                  stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=e)
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def read(self, timeout=TIMEOUT):
+        r, _, _ = select.select([self.p.stdout], [], [], timeout)
+        if not r:
+            raise AssertionError("peer did not answer in time")
+        line = self.p.stdout.readline()
+        if not line:
+            self.p.wait(5)
+            raise AssertionError(f"peer exited ({self.p.returncode}): "
+                                 f"{self.p.stderr.read()}")
+        return json.loads(line)
+
+    def __call__(self, op, **kw):
+        self.p.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        self.p.stdin.flush()
+        return self.read()
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.write('{"op": "exit"}\n')
+                self.p.stdin.flush()
+                self.p.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.p.kill()
+                self.p.wait(10)
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            f.close()
+
+
+@pytest.fixture
+def pair(request):
+    """(initiator a, target b, b's MRs) connected over RC."""
+    env = getattr(request, "param", SHM)
+    b, a = Peer(env), Peer(env)
+    try:
+        ib, ia = b.read(), a.read()
+        for me, other in ((a, ib), (b, ia)):
+            me.p.stdin.write(json.dumps(other) + "\n")
+            me.p.stdin.flush()
+        assert a.read() == {"ready": True}
+        assert b.read() == {"ready": True}
+        yield a, b, ib["mrs"]
+    finally:
+        a.close()
+        b.close()
+
+
+def _ibv():
+    import rdma.ibverbs as ibv
+    return ibv
+
+
+def wr(opcode, raddr=None, rkey=None, off=0, length=8, **kw):
+    return {"opcode": opcode, "raddr": raddr, "rkey": rkey, "off": off,
+            "len": length, **kw}
+
+
+def post_ok(a, *wrs):
+    assert a("post", wrs=list(wrs)) == {"ok": True}
+
+
+def pat(n, seed):
+    import random
+    r = random.Random(seed)
+    return bytes(r.randrange(1, 256) for _ in range(n))
+
+
+def warm(a, mrs, name="mr"):
+    """One WRITE (or READ) to an MR: the initiator maps the MR (unpacks
+    its rkey) when it first posts a WR to it."""
+    ibv = _ibv()
+    addr, rkey = mrs[name]
+    op = ibv.IBV_WR_RDMA_READ if name == "ro" else ibv.IBV_WR_RDMA_WRITE
+    post_ok(a, wr(op, addr, rkey, off=SIZE - 64, length=8, wr_id=77))
+    assert a("poll", n=1)["wcs"][0][1] == ibv.IBV_WC_SUCCESS
+
+
+def test_fast_path_bytes_and_no_target_work(pair):
+    """WRITE, READ, FETCH_AND_ADD and CMP_AND_SWP go one-sided: right
+    bytes, right completions, and the target executed no request."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    sa0, sb0 = a("stats"), b("stats")
+    data = pat(3000, 1)
+    a("fill", mr="local", off=0, hex=data.hex())
+    b("fill", mr="mr", off=8192, hex=pat(4096, 2).hex())
+    b("fill", mr="mr", off=16384, hex=struct.pack("<QQ", 40, 7).hex())
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + 100, rkey, 0, 3000, wr_id=1),
+            wr(ibv.IBV_WR_RDMA_READ, addr + 8192, rkey, 4096, 4096, wr_id=2),
+            wr(ibv.IBV_WR_ATOMIC_FETCH_AND_ADD, addr + 16384, rkey, 12288, 8,
+               add=2, wr_id=3),
+            wr(ibv.IBV_WR_ATOMIC_CMP_AND_SWP, addr + 16392, rkey, 12296, 8,
+               add=7, swap=99, wr_id=4),
+            wr(ibv.IBV_WR_RDMA_WRITE, addr + 4000, rkey, 0, 8, sig=0,
+               wr_id=5))
+    wcs = a("poll", n=4)["wcs"]
+    assert [(w[0], w[1]) for w in wcs] == [(i, 0) for i in (1, 2, 3, 4)]
+    assert [w[2] for w in wcs] == [ibv.IBV_WC_RDMA_WRITE,
+                                   ibv.IBV_WC_RDMA_READ,
+                                   ibv.IBV_WC_FETCH_ADD, ibv.IBV_WC_COMP_SWAP]
+    assert wcs[1][3] == 4096 and wcs[2][3] == 8 and wcs[3][3] == 8
+    assert a("quiet")["n"] == 0                   # the unsignaled WRITE
+    got = bytes.fromhex(b("dump", mr="mr", off=100, len=3000)["hex"])
+    assert got == data
+    assert b("dump", mr="mr", off=4000, len=8)["hex"] == data[:8].hex()
+    assert bytes.fromhex(a("dump", mr="local", off=4096, len=4096)["hex"]) \
+        == pat(4096, 2)
+    assert struct.unpack("<QQ", bytes.fromhex(
+        b("dump", mr="mr", off=16384, len=16)["hex"])) == (42, 99)
+    assert struct.unpack("<QQ", bytes.fromhex(
+        a("dump", mr="local", off=12288, len=16)["hex"])) == (40, 7)
+    sa1, sb1 = a("stats"), b("stats")
+    assert sa1["fast_write"] - sa0["fast_write"] == 2
+    assert sa1["fast_read"] - sa0["fast_read"] == 1
+    assert sa1["fast_atomic"] - sa0["fast_atomic"] == 2
+    assert sb1["am_req"] == sb0["am_req"], (sb0, sb1)
+
+
+def test_user_buffer_keeps_active_messages(pair):
+    """An MR over a bytearray is not UCX memory: the target executes the
+    WRITE (active message), with the same result."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["user"]
+    a("fill", mr="local", off=0, hex=pat(64, 5).hex())
+    for _ in range(3):
+        sb0 = b("stats")
+        post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + 64, rkey, 0, 64))
+        assert a("poll", n=1)["wcs"][0][1] == 0
+        assert b("stats")["am_req"] > sb0["am_req"]
+    assert a("stats")["fast_write"] == 0
+
+
+@pytest.mark.parametrize("pair", [TCP], indirect=True, ids=["tcp"])
+def test_tcp_keeps_active_messages(pair):
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    a("fill", mr="local", off=0, hex=pat(64, 6).hex())
+    for _ in range(3):
+        post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64))
+        assert a("poll", n=1)["wcs"][0][1] == 0
+    assert bytes.fromhex(b("dump", mr="mr", off=0, len=64)["hex"]) \
+        == pat(64, 6)
+    assert a("stats")["fast_write"] == 0
+
+
+def _expect_access_error(a, b, before=None):
+    ibv = _ibv()
+    wc = a("poll", n=1)["wcs"][0]
+    assert wc[1] == ibv.IBV_WC_REM_ACCESS_ERR, wc
+    assert a("state")["state"] == ibv.IBV_QPS_ERR
+    assert b("state")["state"] == ibv.IBV_QPS_ERR
+
+
+@pytest.mark.parametrize("case", ["bounds", "access", "bad_rkey",
+                                  "misaligned_atomic"])
+def test_fast_path_errors(pair, case):
+    """Every check of a responder, with the rkey already mapped by the
+    initiator: the same REM_ACCESS_ERR (both QPs to ERR) as the
+    active-message path, and the target memory untouched."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    ro_addr, ro_rkey = mrs["ro"]
+    warm(a, mrs)
+    warm(a, mrs, "ro")
+    a("fill", mr="local", off=0, hex=(b"\xee" * 256).hex())
+    if case == "bounds":        # straddles the end of the region
+        w = wr(ibv.IBV_WR_RDMA_WRITE, addr + SIZE - 8, rkey, 0, 16)
+    elif case == "access":      # the region has no REMOTE_WRITE
+        w = wr(ibv.IBV_WR_RDMA_WRITE, ro_addr, ro_rkey, 0, 16)
+    elif case == "bad_rkey":
+        w = wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey ^ 0x100, 0, 16)
+    else:
+        w = wr(ibv.IBV_WR_ATOMIC_FETCH_AND_ADD, addr + 4, rkey, 0, 8, add=1)
+    sa0 = a("stats")
+    r = a("post", wrs=[w])
+    if case == "misaligned_atomic":     # rejected at post time, as on rxe
+        assert r["ok"] is False
+        return
+    assert r == {"ok": True}
+    _expect_access_error(a, b)
+    assert a("stats")["fast_write"] == sa0["fast_write"]
+    assert bytes.fromhex(b("dump", mr="mr", off=SIZE - 8, len=8)["hex"]) \
+        != b"\xee" * 8
+    assert bytes.fromhex(b("dump", mr="ro", off=0, len=16)["hex"]) \
+        == bytes(16)
+
+
+def test_target_qp_access_flags(pair):
+    """The target QP's qp_access_flags count, not only the MR's: READ
+    allowed, WRITE refused once the target QP drops REMOTE_WRITE."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    b("fill", mr="mr", off=0, hex=bytes(64).hex())
+    assert b("access", flags=ibv.IBV_ACCESS_REMOTE_READ) == {"ok": True}
+    sa0 = a("stats")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_READ, addr, rkey, 0, 64))
+    assert a("poll", n=1)["wcs"][0][1] == ibv.IBV_WC_SUCCESS
+    assert a("stats")["fast_read"] == sa0["fast_read"] + 1
+    a("fill", mr="local", off=0, hex=(b"\xcd" * 64).hex())
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64))
+    _expect_access_error(a, b)
+    assert a("stats")["fast_write"] == sa0["fast_write"]
+    assert b("dump", mr="mr", off=0, len=64)["hex"] == "00" * 64
+
+
+def test_write_after_dereg(pair):
+    """Once the target's dereg_mr returned, no write lands: the initiator
+    (which had mapped the MR) gets REM_ACCESS_ERR and the memory, still
+    readable through a view, is untouched."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    a("fill", mr="local", off=0, hex=(b"\xab" * 64).hex())
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64))
+    assert a("poll", n=1)["wcs"][0][1] == 0
+    assert b("dump", mr="mr", off=0, len=64)["hex"] == "ab" * 64
+    b("fill", mr="mr", off=0, hex=bytes(64).hex())
+    assert b("dereg", mr="mr") == {"ok": True}
+    a("fill", mr="local", off=0, hex=(b"\xcd" * 64).hex())
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64))
+    _expect_access_error(a, b)
+    assert b("dump", mr="mr", off=0, len=64)["hex"] == "00" * 64
+
+
+def _key_page(pid):
+    d = os.environ.get("RDMA_UCX_DIR") or f"/dev/shm/rdma-ucx-{os.getuid()}"
+    for name in os.listdir(d):
+        if name.startswith("keys-") and ".tmp" not in name:
+            path = os.path.join(d, name)
+            with open(path, "rb") as f:
+                if STATS.unpack(f.read(STATS.size))[2] == pid:
+                    return path
+    raise AssertionError(f"no key page of pid {pid}")
+
+
+# struct sh_page: a 128-byte header, 16384 struct sh_qp (32 bytes), then
+# struct sh_mr (240 bytes; its in-flight count at offset 8)
+MR_INFLIGHT = 128 + 16384 * 32 + 8
+
+
+def test_dereg_waits_for_inflight_but_bounded(pair):
+    """dereg_mr waits for initiators inside a one-sided op; one that died
+    inside (simulated: a count nobody will drop) delays it by the bound
+    (about 1 s), not forever."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    path = _key_page(b.pid)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        off = MR_INFLIGHT + (rkey >> 8) * 240
+        assert struct.unpack("<I", os.pread(fd, 4, off)) == (0,)
+        os.pwrite(fd, struct.pack("<I", 1), off)
+        t0 = time.monotonic()
+        assert b("dereg", mr="mr") == {"ok": True}
+        took = time.monotonic() - t0
+        assert struct.unpack("<I", os.pread(fd, 4, off)) == (0,)
+    finally:
+        os.close(fd)
+    assert 0.9 < took < 5.0, took
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 8))
+    _expect_access_error(a, b)
+
+
+def test_write_after_target_qp_destroyed(pair):
+    """Once the target's destroy_qp returned, no write lands: error
+    completion, memory untouched."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    b("fill", mr="mr", off=0, hex=bytes(64).hex())
+    assert b("destroy_qp") == {"ok": True}
+    a("fill", mr="local", off=0, hex=(b"\xcd" * 64).hex())
+    sa0 = a("stats")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64))
+    wc = a("poll", n=1, timeout=20)["wcs"][0]
+    assert wc[1] != ibv.IBV_WC_SUCCESS, wc
+    assert a("stats")["fast_write"] == sa0["fast_write"]
+    assert b("dump", mr="mr", off=0, len=64)["hex"] == "00" * 64
+
+
+def test_target_qp_error_state_stops_fast_path(pair):
+    """A target QP in ERR (here after a bad access it detected itself)
+    accepts no one-sided op: nothing in its memory changes."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + SIZE, rkey, 0, 8))
+    _expect_access_error(a, b)
+
+
+def test_order_with_active_messages(pair):
+    """RC order across the two paths on one QP: a WRITE after a SEND into
+    the same bytes must land after it (it may not overtake the SEND, which
+    the target executes later), and a SEND after a WRITE lands after it."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    s_data, w_data = b"\x51" * 64, b"\x77" * 64
+    a("fill", mr="local", off=0, hex=s_data.hex())
+    a("fill", mr="local", off=64, hex=w_data.hex())
+    rounds = 20
+    for i in range(rounds):
+        b("recv", off=1024 + 128 * i, len=64, wr_id=i)
+    wrs = []
+    for i in range(rounds):
+        off = 1024 + 128 * i
+        if i % 2 == 0:          # SEND, then WRITE the same bytes
+            wrs += [wr(ibv.IBV_WR_SEND, off=0, length=64, wr_id=2 * i),
+                    wr(ibv.IBV_WR_RDMA_WRITE, addr + off, rkey, 64, 64,
+                       wr_id=2 * i + 1)]
+        else:                   # WRITE, then SEND into the same bytes
+            wrs += [wr(ibv.IBV_WR_RDMA_WRITE, addr + off, rkey, 64, 64,
+                       wr_id=2 * i),
+                    wr(ibv.IBV_WR_SEND, off=0, length=64, wr_id=2 * i + 1)]
+    post_ok(a, *wrs[:20])
+    post_ok(a, *wrs[20:])
+    wcs = a("poll", n=2 * rounds)["wcs"]
+    assert [w[1] for w in wcs] == [0] * (2 * rounds)
+    assert [w[0] for w in wcs] == list(range(2 * rounds))
+    got = b("poll", n=rounds, recv=True)["wcs"]
+    assert [w[1] for w in got] == [0] * rounds
+    for i in range(rounds):
+        mem = bytes.fromhex(b("dump", mr="mr", off=1024 + 128 * i,
+                              len=64)["hex"])
+        want = w_data if i % 2 == 0 else s_data
+        assert mem == want, f"round {i}: the later op did not land last"
+    # and after the SENDs were acknowledged, WRITEs go one-sided again
+    sa0 = a("stats")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 64, 64, wr_id=99))
+    assert a("poll", n=1)["wcs"][0][1] == 0
+    assert a("stats")["fast_write"] == sa0["fast_write"] + 1
+
+
+def test_peer_killed_mid_stream(pair):
+    """The target SIGKILLed while fast-path WRITEs stream to it: the
+    survivor gets RETRY_EXC_ERR within a bounded time, the rest flush, its
+    QP is in ERR."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    a.p.stdin.write(json.dumps({"op": "stream", "raddr": addr,
+                                "rkey": rkey}) + "\n")
+    a.p.stdin.flush()
+    r = a.read()
+    assert r["running"] >= 20000 and r["stats"]["fast_write"] >= 20000, r
+    t0 = time.monotonic()
+    os.kill(b.p.pid, signal.SIGKILL)
+    b.p.wait(10)
+    rep = a.read()
+    assert time.monotonic() - t0 < 5.0
+    assert rep["status"] == ibv.IBV_WC_RETRY_EXC_ERR, rep
+    assert rep["after"] < 5.0, rep
+    assert set(rep["rest"]) <= {ibv.IBV_WC_WR_FLUSH_ERR}, rep
+    assert rep["state"] == ibv.IBV_QPS_ERR
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["peer"]:
+        sys.exit(peer_main())
