@@ -422,6 +422,7 @@ struct uqp {
     uint32_t dead_epoch;   /* drop requests of this requester epoch */
     int dead_valid;        /* dead_epoch is set */
     struct inmsg *inq, *inq_tail; /* held/ordered inbound messages */
+    struct inmsg *ooo;     /* requests that arrived ahead of expect_psn */
     struct obox *ack_item; /* its pending ACK in the outbox */
     int destroyed;         /* being destroyed */
 };
@@ -1489,6 +1490,71 @@ qp_lookup(uint32_t qpn)
 /* A request arrived (N.lock held) with its payload pl (plen bytes), or,
    if rndv, with the payload still to be received: then *rndv_msg is set to
    the queued message whose data must receive it (after the header). */
+/* A copy of an inbound request (the header, then the payload; with rndv
+   the payload is still to come: *rndv_msg gets the message); NULL if out
+   of memory. */
+static struct inmsg *
+inmsg_new(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
+          struct inmsg **rndv_msg)
+{
+    struct inmsg *m = calloc(1, sizeof(*m));
+
+    if (m == NULL)
+        return NULL;
+    m->len = sizeof(*h) + plen;
+    m->data = malloc(m->len);
+    if (m->data == NULL) {
+        free(m);
+        return NULL;
+    }
+    memcpy(m->data, h, sizeof(*h));
+    if (rndv) {
+        m->inflight = 1;
+        *rndv_msg = m;
+    }
+    else {
+        if (plen)
+            memcpy(m->data + sizeof(*h), pl, plen);
+        m->ready = 1;
+    }
+    return m;
+}
+
+/* Free (or orphan, while UCP still writes into it) a list of messages. */
+static void
+inmsg_list_free(struct inmsg *m)
+{
+    struct inmsg *next;
+
+    for (; m; m = next) {
+        next = m->next;
+        if (m->inflight)
+            m->qp = NULL;       /* freed when UCP is done with it */
+        else
+            inmsg_free(m);
+    }
+}
+
+/* Requests that arrived ahead of their turn and whose turn has come move,
+   in PSN order, behind the in-order ones. */
+static void
+ooo_drain(struct uqp *q)
+{
+    for (;;) {
+        struct inmsg **pp, *m = NULL;
+        for (pp = &q->ooo; *pp; pp = &(*pp)->next)
+            if (((const struct wire *)(*pp)->data)->psn == q->expect_psn) {
+                m = *pp;
+                *pp = m->next;
+                break;
+            }
+        if (m == NULL)
+            return;
+        q->expect_psn = (q->expect_psn + 1) & 0xFFFFFF;
+        inq_append(q, m);
+    }
+}
+
 static void
 on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
        struct inmsg **rndv_msg)
@@ -1531,35 +1597,43 @@ on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
             queue_resp(q, h, R_NOQP, NULL, 0);
         return;
     }
+    if (q->type != IBV_QPT_UD && h->psn != q->expect_psn) {
+        /* UCP delivers active messages reliably but not always in order
+           (over tcp a short message can pass a longer one): a request
+           ahead of its turn waits for the ones before it.  A duplicate or
+           one from beyond the send queue's reach is dropped (the requester
+           times out, as with a wrong PSN). */
+        int32_t d = psn_diff(h->psn, q->expect_psn);
+        if (d <= 0 || d > MAX_WR)
+            return;
+        m = inmsg_new(h, pl, plen, rndv, rndv_msg);
+        if (m == NULL)
+            return;
+        m->qp = q;
+        m->next = q->ooo;
+        q->ooo = m;
+        return;
+    }
     if (q->type != IBV_QPT_UD) {
-        if (h->psn != q->expect_psn)
-            return;             /* out of sequence: dropped (the requester
-                                   times out, as with a wrong PSN) */
         q->expect_psn = (q->expect_psn + 1) & 0xFFFFFF;
+        if (q->ooo != NULL) {
+            /* this one, then the early ones its arrival lets through */
+            m = inmsg_new(h, pl, plen, rndv, rndv_msg);
+            if (m == NULL)
+                return;
+            inq_append(q, m);
+            ooo_drain(q);
+            inq_run(q);
+            return;
+        }
     }
     if (!rndv && q->inq == NULL &&
         rx_exec(q, h, pl, plen, NULL) == RX_DONE)
         return;
     /* keep it: behind others, waiting for a receive, or for its data */
-    m = calloc(1, sizeof(*m));
+    m = inmsg_new(h, pl, plen, rndv, rndv_msg);
     if (m == NULL)
         return;
-    m->len = sizeof(*h) + plen;
-    m->data = malloc(m->len);
-    if (m->data == NULL) {
-        free(m);
-        return;
-    }
-    memcpy(m->data, h, sizeof(*h));
-    if (rndv) {
-        m->inflight = 1;
-        *rndv_msg = m;
-    }
-    else {
-        if (plen)
-            memcpy(m->data + sizeof(*h), pl, plen);
-        m->ready = 1;
-    }
     inq_append(q, m);
     inq_run(q);
 }
@@ -3318,20 +3392,14 @@ qp_table(int type, int cur, int next, int *req, int *opt)
 static void
 qp_reset(struct uqp *q)
 {
-    struct inmsg *m, *next;
     q->sq_head = q->sq_tail;
     q->err_pending = 0;
     q->epoch++;
     q->dead_valid = 0;
     q->rq.head = q->rq.tail;
-    for (m = q->inq; m; m = next) {
-        next = m->next;
-        if (m->inflight)
-            m->qp = NULL;       /* freed when UCP is done with it */
-        else
-            inmsg_free(m);
-    }
-    q->inq = q->inq_tail = NULL;
+    inmsg_list_free(q->inq);
+    inmsg_list_free(q->ooo);
+    q->inq = q->inq_tail = q->ooo = NULL;
     q->peer = NULL;
     memset(&q->attr, 0, sizeof(q->attr));
     q->attr.cap = q->cap;
@@ -3509,7 +3577,6 @@ static int
 destroy_qp(void *vq, struct pyrdma_status *st)
 {
     struct uqp *q = vq;
-    struct inmsg *m, *next;
     struct obox *o;
     uint32_t i;
     int busy = 0;
@@ -3519,13 +3586,9 @@ destroy_qp(void *vq, struct pyrdma_status *st)
     q->destroyed = 1;
     sh_qp_sync(q);              /* no new one-sided op can start */
     N.qps[q->qpn & (MAX_QP - 1)] = NULL;
-    for (m = q->inq; m; m = next) {
-        next = m->next;
-        if (m->inflight)
-            m->qp = NULL;
-        else
-            inmsg_free(m);
-    }
+    inmsg_list_free(q->inq);
+    inmsg_list_free(q->ooo);
+    q->inq = q->inq_tail = q->ooo = NULL;
     for (o = N.ob_head; o; o = o->next)
         if (o->qp == q)
             o->qp = NULL;

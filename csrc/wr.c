@@ -804,9 +804,20 @@ mono_now(void)
     return (double)t.tv_sec + t.tv_nsec / 1e9;
 }
 
+/* Does the interpreter have another thread (that may want the GIL)? */
+static int
+other_threads(void)
+{
+    PyThreadState *me = PyThreadState_Get();
+    PyThreadState *t = PyInterpreterState_ThreadHead(
+        PyThreadState_GetInterpreter(me));
+
+    return t != NULL && (t != me || PyThreadState_Next(t) != NULL);
+}
+
 /* Busy-poll cq until *got >= min (entries land at a->wc[*got..n)).
    Between slices of polls: Ctrl-C, the timeout, and a short GIL release
-   every millisecond so other threads run (a close() from one of them is
+   every millisecond (when there are other threads) so they run (a close() from one of them is
    then seen here).  Return 0 (done or timed out) or -1 with an error. */
 static int
 spin_poll(pyrdma_obj *cq, pyrdma_WCArray *a, int n, int min, double timeout,
@@ -832,10 +843,16 @@ spin_poll(pyrdma_obj *cq, pyrdma_WCArray *a, int n, int min, double timeout,
         now = mono_now();
         if (timeout >= 0 && now - start >= timeout)
             return 0;
-        if (now - last_drop >= 1e-3) {
+        if (now - last_drop >= 1e-3 && other_threads()) {
+            /* A bare release and re-take would starve a waiting thread:
+               CPython only forces a switch when no switch happened for
+               its interval, and each re-take counts as one.  A short
+               sleep without the GIL lets the waiter have it. */
+            struct timespec pause = {0, 20000};
             Py_BEGIN_ALLOW_THREADS
+            nanosleep(&pause, NULL);
             Py_END_ALLOW_THREADS
-            last_drop = now;
+            last_drop = mono_now();
             if (!pyrdma_obj_check(cq))
                 return -1;
         }

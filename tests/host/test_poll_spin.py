@@ -38,7 +38,7 @@ def test_min_waits_for_a_completion_posted_later(ctx):
         assert n == 1 and len(arr) == 1
         assert arr.wr_id(0) == 77 and arr.status(0) == ibv.IBV_WC_SUCCESS
         assert bytes(b.buf[:8]) == b"spinspin"
-        assert 0.15 < elapsed < 5
+        assert 0.15 < elapsed < 2     # the poster got the GIL at once
         # the sender's completion is there too, with min=1 and no wait
         assert a.send_cq.poll_into(arr, 4, 1, 10) == 1
         assert arr.wr_id(0) == 5
@@ -112,7 +112,7 @@ def test_ctrl_c_interrupts_the_spin(ctx):
     with pytest.raises(KeyboardInterrupt):
         cq.poll_into(ibv.WCArray(1), min=1, timeout=30)
     timer.join()
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 2
     cq.close()
 
 
