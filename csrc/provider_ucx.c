@@ -3977,6 +3977,30 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     return 0;
 }
 
+/* A WR completes when its ACK arrives, which can be before UCP reports
+   the send of its slot done: a slot about to be reused may still be read
+   by UCP.  Make progress (outside N.lock, post_lock held) until the slots
+   these WRs may take are free, for at most a second (then post_send says
+   ENOMEM, as for a full queue). */
+static void
+slots_settle(struct uqp *q, const struct pyrdma_send_wr *wr)
+{
+    uint32_t i = q->sq_tail, n = 0;
+    uint64_t give_up = 0;
+
+    for (; wr != NULL && n <= q->sq_mask; wr = wr->next, i++, n++) {
+        struct slot *s = &q->sq[i & q->sq_mask];
+        while (__atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE)) {
+            uint64_t t = now_ns();
+            if (give_up == 0)
+                give_up = t + 1000000000ull;
+            else if (t > give_up)
+                return;
+            U.worker_progress(N.w);
+        }
+    }
+}
+
 static int
 post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
 {
@@ -4009,6 +4033,7 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
         }
     }
     pthread_mutex_lock(&q->post_lock);
+    slots_settle(q, wr);
     LOCK();
     if (q->attr.qp_state == IBV_QPS_RESET || q->attr.qp_state == IBV_QPS_INIT
         || q->attr.qp_state == IBV_QPS_RTR) {
