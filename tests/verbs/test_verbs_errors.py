@@ -1,4 +1,5 @@
-"""Error completions, post-time rejections and argument errors on rxe.
+"""Error completions, post-time rejections and argument errors, on every
+provider, held to what rxe does.
 
 Statuses asserted here are what rxe (kernel 6.1, rdma-core 44) produces,
 observed with a C program: remote access errors end as REM_ACCESS_ERR and
