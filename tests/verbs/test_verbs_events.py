@@ -147,6 +147,56 @@ def test_register_poll_and_check_poll(evpair):
         os.close(w)
 
 
+def _send_one(a, b, flags=ibv.IBV_SEND_SIGNALED):
+    b.post_recv(wr_id=1)
+    a.qp.post_send(a.send_wr(b, send_flags=flags))
+    check_ok(poll_cq(a.send_cq)[0])
+
+
+@pytest.mark.parametrize("how", ["select", "poll", "epoll"])
+def test_comp_channel_fd_readiness(evpair, how):
+    """The channel's fd is a real fd: select/poll/epoll see the event, and
+    get_cq_event then returns the CQ at once."""
+    cc, a, b = evpair
+    b.recv_cq.req_notify_cq()
+    _send_one(a, b)
+    fd = cc.fileno()
+    if how == "select":
+        assert select.select([fd], [], [], 10)[0] == [fd]
+    elif how == "poll":
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        assert p.poll(10000)
+    else:
+        with select.epoll() as ep:
+            ep.register(fd, select.EPOLLIN)
+            assert ep.poll(10)
+    assert cc.get_cq_event(timeout=0) is b.recv_cq
+    b.recv_cq.ack_events()
+    check_ok(poll_cq(b.recv_cq)[0])
+    assert cc.get_cq_event(timeout=0.01) is None
+
+
+def test_comp_channel_asyncio(evpair):
+    """loop.add_reader on the channel fd wakes a coroutine."""
+    import asyncio
+    cc, a, b = evpair
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        loop.add_reader(cc.fileno(), lambda: fut.done() or fut.set_result(1))
+        b.recv_cq.req_notify_cq()
+        _send_one(a, b)
+        try:
+            await asyncio.wait_for(fut, 10)
+        finally:
+            loop.remove_reader(cc.fileno())
+        return cc.get_cq_event(timeout=1)
+    assert asyncio.run(main()) is b.recv_cq
+    b.recv_cq.ack_events()
+
+
 def test_two_cqs_one_channel(ctx):
     """Two CQs on one channel: the event names the CQ that completed."""
     with ctx.comp_channel() as cc:

@@ -155,6 +155,11 @@ DIFFERENCES = {
               "bytes 20..39)",
     "no-mw": "memory windows are not supported (EOPNOTSUPP)",
     "no-multicast": "multicast attach/detach is not supported (EOPNOTSUPP)",
+    "ud-over-mtu": "a UD SEND longer than the MTU fails with LOC_LEN_ERR "
+                   "(rxe: completes and is dropped on the wire)",
+    "len-err-status": "a receive too small ends as LOC_LEN_ERR (RC "
+                      "requester: REM_INV_REQ_ERR); rxe: LOC_QP_OP_ERR "
+                      "(REM_OP_ERR)",
 }
 #: The providers that show each difference (every other one behaves as rxe).
 DIFFERENT_PROVIDERS = {"ucx"}
