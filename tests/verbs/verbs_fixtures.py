@@ -151,10 +151,16 @@ def gid_index(obj) -> int:
 #: key is listed, as ``[key]``, in docs/fabric.rst ("Deliberate differences
 #: from rxe"); test_differences.py checks both lists agree.
 DIFFERENCES = {
+    "addressing": "one GID at index 0 and a LID (rxe: RoCE GIDs, no LID)",
     "ib-grh": "UD receives carry an InfiniBand GRH (rxe: an IPv4 header in "
               "bytes 20..39)",
+    "no-retransmit": "PSNs are checked but nothing is retransmitted",
+    "dead-peer-at-once": "a request to a missing QP fails at once with "
+                         "RETRY_EXC_ERR (rxe: after the retry timeout)",
     "no-mw": "memory windows are not supported (EOPNOTSUPP)",
     "no-multicast": "multicast attach/detach is not supported (EOPNOTSUPP)",
+    "unsupported-misc": "no SQD, SRQ resize, LOCAL_INV/BIND_MW/SEND_WITH_INV",
+    "unreachable-at-rtr": "modify(RTR) to an unknown address: EHOSTUNREACH",
     "ud-over-mtu": "a UD SEND longer than the MTU fails with LOC_LEN_ERR "
                    "(rxe: completes and is dropped on the wire)",
     "len-err-status": "a receive too small ends as LOC_LEN_ERR (RC "
