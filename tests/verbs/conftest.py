@@ -81,16 +81,3 @@ def variant():
             d = variants.build(name)
         return d
     return get
-
-
-def run_py(code, *, pythonpath=None, env=None, timeout=120):
-    """Run Python code in a fresh interpreter (-P: cwd not on sys.path)."""
-    import subprocess
-    e = dict(os.environ)
-    e.update(env or {})
-    e.pop("RDMA_PROVIDER", None)
-    if pythonpath is not None:
-        e["PYTHONPATH"] = str(pythonpath)
-    return subprocess.run([sys.executable, "-P", "-c", code],
-                          capture_output=True, text=True, env=e,
-                          timeout=timeout)

@@ -16,10 +16,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rdma
 import rdma.ibverbs as ibv
-from conftest import run_py
-from verbs_fixtures import (MR_ALL, differs, own_ah_attr, PORT, ah_attr_to,
-                            buffer_address, check_ok, expect_no_completion,
-                            poll_cq, qp_state, to_init)
+from verbs_fixtures import (MR_ALL, PORT, ah_attr_to, buffer_address,
+                            check_ok, differs, expect_no_completion,
+                            own_ah_attr, poll_cq, qp_state, run_py, to_init)
 
 pytest_plugins = ["verbs_fixtures"]
 

@@ -65,7 +65,7 @@ __all__ = [
     "QKEY", "GRH_LEN", "REMOTE_ALL", "MR_ALL", "TRANSPORTS", "Side",
     "poll_cq", "expect_no_completion", "wait_for", "ah_attr_to", "to_init",
     "to_rtr", "to_rts", "connect", "make_pair", "qp_state", "check_ok",
-    "buffer_address", "pattern", "exercise", "own_ah_attr",
+    "buffer_address", "run_py", "pattern", "exercise", "own_ah_attr",
 ]
 
 
@@ -349,6 +349,20 @@ def buffer_address(obj) -> int:
         return ctypes.addressof(c)
     finally:
         del c
+
+
+def run_py(code: str, *, pythonpath=None, env=None, timeout: float = 120):
+    """Run Python *code* in a fresh interpreter (-P: cwd not on sys.path);
+    return the CompletedProcess (text)."""
+    import subprocess
+    e = dict(os.environ)
+    e.update(env or {})
+    e.pop("RDMA_PROVIDER", None)
+    if pythonpath is not None:
+        e["PYTHONPATH"] = str(pythonpath)
+    return subprocess.run([sys.executable, "-P", "-c", code],
+                          capture_output=True, text=True, env=e,
+                          timeout=timeout)
 
 
 def pattern(n: int, seed: int = 0) -> bytes:
