@@ -81,3 +81,8 @@ def variant():
             d = variants.build(name)
         return d
     return get
+
+
+def pytest_report_header(config):
+    tls = os.environ.get("UCX_TLS", "UCX default (shared memory)")
+    return [f"verbs providers: {', '.join(PROVIDERS)}; ucx transport: {tls}"]
