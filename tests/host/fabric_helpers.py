@@ -1,6 +1,6 @@
 """Helpers of the software-fabric tests (tests/host/test_fabric_*.py).
 
-The same helpers as tests/vm/verbs_fixtures.py (Side, make_pair, poll_cq,
+The same helpers as tests/verbs/verbs_fixtures.py (Side, make_pair, poll_cq,
 ...), written against any provider: the GID index and device come from the
 end port given.  Run as a script, this module is also the peer program of
 the multi-process tests::

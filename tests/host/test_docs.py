@@ -44,3 +44,22 @@ def test_methods_have_signatures(html):
     # Text signatures of C methods survive into the docs.
     assert "post_send" in html and "modify_to_rtr" in html
     assert "qp_access_flags" in html
+
+
+def test_fabric_differences_are_documented():
+    """docs/fabric.rst lists exactly the deliberate differences that the
+    shared verbs suite knows (verbs_fixtures.DIFFERENCES), one ``[key]``
+    bullet each."""
+    import re
+    sys.path.insert(0, str(ROOT / "tests" / "verbs"))
+    try:
+        import verbs_fixtures
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "verbs"))
+    text = (ROOT / "docs" / "fabric.rst").read_text()
+    section = text.split("Deliberate differences from rxe\n", 1)[1]
+    section = section.split("Known bugs", 1)[0]
+    keys = re.findall(r"^\* \[([a-z0-9-]+)\]", section, re.M)
+    assert len(keys) == len(set(keys)), keys
+    assert set(keys) == set(verbs_fixtures.DIFFERENCES), \
+        (set(keys) ^ set(verbs_fixtures.DIFFERENCES))

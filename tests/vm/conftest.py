@@ -17,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "verbs"))     # verbs_fixtures
 
 IN_VM = os.environ.get("RDMA_TESTVM") == "1"
 DEVICE = os.environ.get("RDMA_TESTVM_DEVICE", "rxe0")
@@ -53,6 +54,12 @@ def run_py(code, *, pythonpath=None, env=None, timeout=120):
     if pythonpath is not None:
         e["PYTHONPATH"] = str(pythonpath)
     return run([sys.executable, "-P", "-c", code], env=e, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def provider():
+    """The provider of the VM's devices (what verbs_fixtures asks for)."""
+    return "verbs"
 
 
 @pytest.fixture(scope="session")

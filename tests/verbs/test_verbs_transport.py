@@ -1,5 +1,5 @@
-"""The transport/operation table on rxe: what RC, UC and UD move, and how
-rxe rejects what a transport does not support.
+"""The transport/operation table on every provider: what RC, UC and UD
+move, and how rxe rejects what a transport does not support.
 
 Every supported operation is checked byte for byte at the far end, with
 immediate data where it applies; unsupported ones must end the way rxe ends
@@ -7,16 +7,18 @@ them (observed with a C program on Debian's 6.1 kernel + rdma-core 44): the
 post succeeds, the send completion is IBV_WC_LOC_QP_OP_ERR and the QP goes
 to IBV_QPS_ERR.
 """
+import errno
 import struct
 
 import pytest
 
 pytest.register_assert_rewrite("verbs_fixtures")
 
+import rdma
 import rdma.ibverbs as ibv
-from verbs_fixtures import (GRH_LEN, TRANSPORTS, Side, make_pair, poll_cq,
-                            expect_no_completion, check_ok, qp_state,
-                            pattern, wait_for)
+from verbs_fixtures import (GRH_LEN, TRANSPORTS, Side, check_ok, differs,
+                            expect_no_completion, make_pair, pattern,
+                            poll_cq, qp_state, wait_for)
 
 pytest_plugins = ["verbs_fixtures"]
 
@@ -171,9 +173,9 @@ def test_supported_ops_across_hosts(ctx_pair, transport):
 
 
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
-def test_ud_grh_and_payload(pair_factory, transport):
-    """UD receive: 40-byte GRH (RoCEv2/IPv4 header in bytes 20..39), payload
-    at 40; RC/UC receives start at byte 0."""
+def test_ud_grh_and_payload(pair_factory, provider, transport):
+    """UD receive: 40-byte GRH (RoCEv2/IPv4 header in bytes 20..39; the
+    fabric: an IB GRH), payload at 40; RC/UC receives start at byte 0."""
     a, b = pair_factory(TRANSPORTS[transport])
     b.buf[:200] = b"\xee" * 200
     data = pattern(33, 3)
@@ -187,6 +189,13 @@ def test_ud_grh_and_payload(pair_factory, transport):
         return
     assert wc.byte_len == 40 + 33
     grh = bytes(b.buf[:40])
+    assert bytes(b.buf[40:73]) == data
+    assert b.buf[73] == 0xEE
+    if differs(provider, "ib-grh"):
+        assert wc.wc_flags & ibv.IBV_WC_GRH
+        assert grh[0] >> 4 == 6 and grh[6] == 0x1B     # IPv6-style, IB
+        assert grh[8:24] == bytes(a.gid) and grh[24:40] == bytes(b.gid)
+        return
     ip = grh[20:40]
     assert ip[0] == 0x45, grh.hex()                  # IPv4, IHL 5
     assert ip[9] == 17                               # UDP
@@ -196,8 +205,6 @@ def test_ud_grh_and_payload(pair_factory, transport):
     src = bytes(a.gid)[12:]
     dst = bytes(b.gid)[12:]
     assert ip[12:16] == src and ip[16:20] == dst
-    assert bytes(b.buf[40:73]) == data
-    assert b.buf[73] == 0xEE
 
 
 @pytest.mark.parametrize("transport", ["RC", "UC"])
@@ -434,12 +441,18 @@ def test_solicited_flag_reaches_receiver(pair_factory):
     check_ok(poll_cq(b.recv_cq)[0])
 
 
-def test_multicast_attach_detach(pair_factory):
+def test_multicast_attach_detach(pair_factory, provider):
     """ibv_attach_mcast/ibv_detach_mcast on a UD QP."""
     a, b = pair_factory(UD)
     mgid = "ff0e::ffff:e000:0101"
-    b.qp.attach_mcast(mgid, 0)
-    b.qp.detach_mcast(mgid, 0)
+    if differs(provider, "no-multicast"):
+        for call in (b.qp.attach_mcast, b.qp.detach_mcast):
+            with pytest.raises(rdma.SysError) as ei:
+                call(mgid, 0)
+            assert ei.value.errno == errno.EOPNOTSUPP
+    else:
+        b.qp.attach_mcast(mgid, 0)
+        b.qp.detach_mcast(mgid, 0)
     with pytest.raises(ValueError):
         b.qp.attach_mcast("not a gid", 0)
 

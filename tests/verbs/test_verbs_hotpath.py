@@ -290,7 +290,7 @@ def test_c_style_struct_building(pair_factory, ctx):
     """qp_attr built C-style (empty constructor, then field and nested-field
     assignment) derives the same modify mask as the keyword form."""
     a, b = pair_factory(RC)
-    from verbs_fixtures import Side, PORT, GID_INDEX
+    from verbs_fixtures import Side, PORT
     s = Side(ctx, RC)
     try:
         attr = ibv.qp_attr()
@@ -309,9 +309,9 @@ def test_c_style_struct_building(pair_factory, ctx):
         attr.ah_attr.is_global = 1              # nested, in place
         attr.ah_attr.port_num = PORT
         attr.ah_attr.grh.dgid = b.gid
-        attr.ah_attr.grh.sgid_index = GID_INDEX
+        attr.ah_attr.grh.sgid_index = s.gid_index
         attr.ah_attr.grh.hop_limit = 1
-        assert attr.ah_attr.grh.sgid_index == GID_INDEX
+        assert attr.ah_attr.grh.sgid_index == s.gid_index
         s.qp.modify(attr)
         q = s.qp.query(ibv.IBV_QP_AV | ibv.IBV_QP_DEST_QPN)
         assert q.dest_qp_num == b.qpn

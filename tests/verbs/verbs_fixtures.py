@@ -1,14 +1,24 @@
-"""Shared helpers and fixtures of the verbs tests (tests/vm/test_verbs_*.py).
+"""Shared helpers and fixtures of the behavioural verbs tests
+(tests/verbs/test_verbs_*.py), written once for every provider.
 
 Test modules load the fixtures with ``pytest_plugins = ["verbs_fixtures"]``
 and import the helpers by name.  This module imports nothing from the tests'
 conftest, so a plain script can use the helpers too (the ASan test runs
 :func:`exercise` in a fresh interpreter of the ASan build).
 
-Addressing: every QP talks RoCEv2 through GID index
-``$RDMA_TESTVM_GID_INDEX`` (1, the IPv4-mapped GID).  Loopback pairs live on
-one Context of rxe0; two-host pairs put side A on rxe1 and side B on rxe2, so
-their packets cross the veth.
+Providers (``provider`` fixture, tests/verbs/conftest.py):
+
+* ``verbs``: rdma-core on Soft-RoCE in the test VM.  Every QP talks RoCEv2
+  through GID index ``$RDMA_TESTVM_GID_INDEX`` (1, the IPv4-mapped GID).
+  Loopback pairs live on one Context of rxe0; two-host pairs put side A on
+  rxe1 and side B on rxe2, so their packets cross the veth.
+* ``ucx``: the software fabric (device ucx0, one GID at index 0, a LID).
+  Loopback pairs share one Context; "two-host" pairs use two Contexts (two
+  UCX workers).  The transport is whatever ``UCX_TLS`` says (shared memory
+  by default; CI runs the suite again with ``UCX_TLS=tcp``).
+
+The helpers hide the addressing difference: :func:`gid_index` gives the
+GID index of a Context's provider and every ah_attr built here uses it.
 """
 from __future__ import annotations
 
@@ -37,6 +47,8 @@ GID_INDEX = int(os.environ.get("RDMA_TESTVM_GID_INDEX", "1"))
 TWO_HOST = os.environ.get("RDMA_TESTVM_TWO_HOST") == "1"
 HOST1_DEVICE = os.environ.get("RDMA_TESTVM_HOST1_DEVICE", "rxe1")
 HOST2_DEVICE = os.environ.get("RDMA_TESTVM_HOST2_DEVICE", "rxe2")
+#: GID index of each provider's end port used for addressing.
+GID_INDEXES = {"verbs": GID_INDEX, "ucx": 0}
 PORT = 1
 QKEY = 0x11111111
 GRH_LEN = 40
@@ -48,11 +60,12 @@ MR_ALL = ibv.IBV_ACCESS_LOCAL_WRITE | REMOTE_ALL
 TRANSPORTS = {"RC": ibv.IBV_QPT_RC, "UC": ibv.IBV_QPT_UC, "UD": ibv.IBV_QPT_UD}
 
 __all__ = [
-    "DEVICE", "GID_INDEX", "TWO_HOST", "HOST1_DEVICE", "HOST2_DEVICE", "PORT",
+    "DEVICE", "GID_INDEX", "GID_INDEXES", "gid_index", "open_end_port",
+    "DIFFERENCES", "differs", "TWO_HOST", "HOST1_DEVICE", "HOST2_DEVICE", "PORT",
     "QKEY", "GRH_LEN", "REMOTE_ALL", "MR_ALL", "TRANSPORTS", "Side",
     "poll_cq", "expect_no_completion", "wait_for", "ah_attr_to", "to_init",
     "to_rtr", "to_rts", "connect", "make_pair", "qp_state", "check_ok",
-    "buffer_address", "pattern", "exercise",
+    "buffer_address", "run_py", "pattern", "exercise", "own_ah_attr",
 ]
 
 
@@ -117,14 +130,72 @@ def check_ok(wc, opcode=None, wr_id=None):
 
 
 # --------------------------------------------------------------------------
+# providers
+
+def open_end_port(provider: str):
+    """The end port the tests use on *provider* (rxe0 for verbs, ucx0)."""
+    if provider == "verbs":
+        return rdma.get_end_port(DEVICE)
+    return rdma.get_end_port(provider=provider)
+
+
+def gid_index(obj) -> int:
+    """The GID index used for addressing on *obj* (a provider name, or an
+    object with a ``provider`` or ``ctx`` attribute)."""
+    while not isinstance(obj, str):
+        obj = getattr(obj, "provider", None) or obj.ctx
+    return GID_INDEXES[obj]
+
+
+#: The fabric's deliberate differences from rxe: key -> what differs.  Each
+#: key is listed, as ``[key]``, in docs/fabric.rst ("Deliberate differences
+#: from rxe"); test_differences.py checks both lists agree.
+DIFFERENCES = {
+    "addressing": "one GID at index 0 and a LID (rxe: RoCE GIDs, no LID)",
+    "ib-grh": "UD receives carry an InfiniBand GRH (rxe: an IPv4 header in "
+              "bytes 20..39)",
+    "no-retransmit": "PSNs are checked but nothing is retransmitted",
+    "dead-peer-at-once": "a request to a missing QP fails at once with "
+                         "RETRY_EXC_ERR (rxe: after the retry timeout)",
+    "no-mw": "memory windows are not supported (EOPNOTSUPP)",
+    "no-multicast": "multicast attach/detach is not supported (EOPNOTSUPP)",
+    "unsupported-misc": "no SQD, SRQ resize, LOCAL_INV/BIND_MW/SEND_WITH_INV",
+    "unreachable-at-rtr": "modify(RTR) to an unknown address: EHOSTUNREACH",
+    "ud-over-mtu": "a UD SEND longer than the MTU fails with LOC_LEN_ERR "
+                   "(rxe: completes and is dropped on the wire)",
+    "len-err-status": "a receive too small ends as LOC_LEN_ERR (RC "
+                      "requester: REM_INV_REQ_ERR); rxe: LOC_QP_OP_ERR "
+                      "(REM_OP_ERR)",
+}
+#: The providers that show each difference (every other one behaves as rxe).
+DIFFERENT_PROVIDERS = {"ucx"}
+
+
+def differs(provider: str, key: str) -> bool:
+    """True if *provider* deliberately differs from rxe in *key* (one of
+    :data:`DIFFERENCES`); the test then checks the provider's documented
+    behaviour instead of rxe's."""
+    if key not in DIFFERENCES:
+        raise KeyError(f"{key!r} is not a documented difference")
+    return provider in DIFFERENT_PROVIDERS
+
+
+# --------------------------------------------------------------------------
 # addressing and QP state transitions (attribute masks derived from the
 # fields given, the way users write it)
 
 def ah_attr_to(dgid, hop_limit: int = 1, sgid_index: int = GID_INDEX):
-    """An ah_attr reaching *dgid* over RoCEv2 from GID *sgid_index*."""
+    """An ah_attr reaching *dgid* (with a GRH: RoCEv2 on rxe) from GID
+    *sgid_index*."""
     return ibv.ah_attr(is_global=1, port_num=PORT, sl=0,
                        grh=ibv.global_route(dgid=dgid, sgid_index=sgid_index,
                                             hop_limit=hop_limit))
+
+
+def own_ah_attr(end_port):
+    """An ah_attr from *end_port* to itself (its own addressing GID)."""
+    i = gid_index(end_port)
+    return ah_attr_to(end_port.gids[i], sgid_index=i)
 
 
 def to_init(qp, access: int = REMOTE_ALL, qkey: int = QKEY):
@@ -144,7 +215,8 @@ def to_rtr(qp, remote_qpn: int = 0, dgid=None, rq_psn: int = 0,
         qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR))
         return
     kw = dict(qp_state=ibv.IBV_QPS_RTR, path_mtu=path_mtu,
-              dest_qp_num=remote_qpn, rq_psn=rq_psn, ah_attr=ah_attr_to(dgid))
+              dest_qp_num=remote_qpn, rq_psn=rq_psn,
+              ah_attr=ah_attr_to(dgid, sgid_index=gid_index(qp)))
     if qp.qp_type == ibv.IBV_QPT_RC:
         kw.update(max_dest_rd_atomic=max_dest_rd_atomic,
                   min_rnr_timer=min_rnr_timer)
@@ -172,7 +244,7 @@ class Side:
     """One end: its own PD, send CQ, recv CQ, optional SRQ, a QP and an MR.
 
     ``buf`` is a bytearray of *size* bytes registered as ``mr`` with
-    *access*; ``gid`` is the end port's GID at :data:`GID_INDEX`.
+    *access*; ``gid`` is the end port's GID at :func:`gid_index`.
     """
 
     def __init__(self, ctx, qp_type: int, *, size: int = 4096,
@@ -195,7 +267,8 @@ class Side:
                              max_inline_data=max_inline_data)
         self.buf = bytearray(size)
         self.mr = self.pd.mr(self.buf, access)
-        self.gid = ctx.end_port.gids[GID_INDEX]
+        self.gid_index = gid_index(ctx)
+        self.gid = ctx.end_port.gids[self.gid_index]
         self._ahs: dict = {}
 
     @property
@@ -206,7 +279,8 @@ class Side:
         """An AH (cached) from this side's PD to *other*'s GID."""
         key = bytes(other.gid)
         if key not in self._ahs:
-            self._ahs[key] = self.pd.ah(ah_attr_to(other.gid))
+            self._ahs[key] = self.pd.ah(ah_attr_to(
+                other.gid, sgid_index=self.gid_index))
         return self._ahs[key]
 
     def post_recv(self, wr_id: int = 0, off: int = 0, length: int | None = None):
@@ -277,6 +351,20 @@ def buffer_address(obj) -> int:
         del c
 
 
+def run_py(code: str, *, pythonpath=None, env=None, timeout: float = 120):
+    """Run Python *code* in a fresh interpreter (-P: cwd not on sys.path);
+    return the CompletedProcess (text)."""
+    import subprocess
+    e = dict(os.environ)
+    e.update(env or {})
+    e.pop("RDMA_PROVIDER", None)
+    if pythonpath is not None:
+        e["PYTHONPATH"] = str(pythonpath)
+    return subprocess.run([sys.executable, "-P", "-c", code],
+                          capture_output=True, text=True, env=e,
+                          timeout=timeout)
+
+
 def pattern(n: int, seed: int = 0) -> bytes:
     """*n* bytes that differ from run to run of *seed* (never all zero)."""
     r = random.Random(seed)
@@ -288,17 +376,22 @@ def pattern(n: int, seed: int = 0) -> bytes:
 
 @fixture
 def ctx2(end_port):
-    """A second Context on the VM's main device."""
+    """A second Context on the provider's device."""
     with rdma.get_verbs(end_port) as c:
         yield c
 
 
 @fixture(params=["loopback", "two_host"])
-def ctx_pair(request, end_port):
-    """(ctx_a, ctx_b): both on rxe0 (loopback), or rxe1 and rxe2 (two hosts)."""
+def ctx_pair(request, provider, end_port):
+    """(ctx_a, ctx_b): both on rxe0 (loopback), or rxe1 and rxe2 (two
+    hosts); on the fabric: one Context, or two (two UCX workers)."""
     if request.param == "loopback":
         with rdma.get_verbs(end_port) as c:
             yield c, c
+        return
+    if provider != "verbs":
+        with rdma.get_verbs(end_port) as c1, rdma.get_verbs(end_port) as c2:
+            yield c1, c2
         return
     if not TWO_HOST:
         pytest.skip("needs the two-host VM (python -m rdma.testvm --two-host)")
@@ -310,7 +403,8 @@ def ctx_pair(request, end_port):
 @fixture
 def pair_factory(ctx):
     """make(qp_type, **kw) -> (a, b): a connected pair on one Context of
-    rxe0; every Side is closed (children first) at teardown."""
+    the provider's device; every Side is closed (children first) at
+    teardown."""
     made = []
 
     def make(qp_type, ctx_a=None, ctx_b=None, **kw):
@@ -325,11 +419,11 @@ def pair_factory(ctx):
 # --------------------------------------------------------------------------
 # a self-contained workout of the object model (for the ASan run)
 
-def exercise(seed: int = 0, rounds: int = 3) -> None:
+def exercise(seed: int = 0, rounds: int = 3, provider: str = "verbs") -> None:
     """Data path on RC/UC/UD, error completions, and closing/forgetting
     objects in random orders; raises on any wrong result."""
     rnd = random.Random(seed)
-    end_port = rdma.get_end_port(DEVICE)
+    end_port = open_end_port(provider)
     warnings.simplefilter("ignore", ResourceWarning)
     for r in range(rounds):
         ctx = rdma.get_verbs(end_port)

@@ -1,4 +1,4 @@
-"""Shared receive queues on rxe: create/query/modify, receives consumed by
+"""Shared receive queues on every provider: create/query/modify, receives consumed by
 several QPs, UD over an SRQ, RecvBatch, the limit event."""
 import errno
 

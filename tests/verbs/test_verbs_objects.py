@@ -1,4 +1,4 @@
-"""The verbs object model on rxe: creation, attributes, queries, modify,
+"""The verbs object model on every provider: creation, attributes, queries, modify,
 memory registration of every kind of buffer, and lifetime (ordered close,
 close in any order, use after close, GC without close, ASan).
 """
@@ -16,10 +16,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rdma
 import rdma.ibverbs as ibv
-from conftest import run_py
-from verbs_fixtures import (GID_INDEX, MR_ALL, PORT, ah_attr_to,
-                            buffer_address, check_ok, expect_no_completion,
-                            poll_cq, qp_state, to_init)
+from verbs_fixtures import (MR_ALL, PORT, ah_attr_to, buffer_address,
+                            check_ok, differs, expect_no_completion,
+                            own_ah_attr, poll_cq, qp_state, run_py, to_init)
 
 pytest_plugins = ["verbs_fixtures"]
 
@@ -110,7 +109,7 @@ def test_qp_create_errors(ctx):
             ctx2.close()
 
 
-def test_modify_and_query_round_trip(ctx, end_port):
+def test_modify_and_query_round_trip(ctx, end_port, gid_index):
     """ibv_modify_qp with a mask derived from the assigned fields, then
     ibv_query_qp returns them (nested ah_attr/grh included)."""
     with ctx.pd() as pd:
@@ -125,14 +124,14 @@ def test_modify_and_query_round_trip(ctx, end_port):
         assert isinstance(a, ibv.qp_attr)
         assert (a.qp_state, a.qp_access_flags, a.port_num, a.pkey_index) == \
             (ibv.IBV_QPS_INIT, acc, PORT, 0)
-        gid = end_port.gids[GID_INDEX]
+        gid = end_port.gids[gid_index]
         qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR, path_mtu=ibv.IBV_MTU_512,
                               dest_qp_num=peer.qp_num, rq_psn=0x123456,
                               max_dest_rd_atomic=1, min_rnr_timer=5,
                               ah_attr=ibv.ah_attr(
                                   is_global=1, port_num=PORT, sl=0,
                                   grh=ibv.global_route(
-                                      dgid=gid, sgid_index=GID_INDEX,
+                                      dgid=gid, sgid_index=gid_index,
                                       hop_limit=7, traffic_class=0x20,
                                       flow_label=0x12345))))
         a = qp.query(ibv.IBV_QP_STATE | ibv.IBV_QP_AV | ibv.IBV_QP_PATH_MTU
@@ -146,7 +145,7 @@ def test_modify_and_query_round_trip(ctx, end_port):
         assert isinstance(a.ah_attr.grh, ibv.global_route)
         assert a.ah_attr.is_global == 1
         assert a.ah_attr.grh.dgid == gid
-        assert a.ah_attr.grh.sgid_index == GID_INDEX
+        assert a.ah_attr.grh.sgid_index == gid_index
         assert a.ah_attr.grh.traffic_class == 0x20
         assert a.ah_attr.grh.flow_label == 0x12345
         # RoCE: the kernel replaces hop_limit by the route's (IPv4 TTL 64)
@@ -242,21 +241,27 @@ def test_structs_keyword_repr_eq():
         ibv.qp_attr(ah_attr=5)
 
 
-def test_ah(ctx, end_port):
+def test_ah(ctx, end_port, gid_index):
     """ibv_create_ah from an ah_attr; a bad sgid_index -> SysError."""
     with ctx.pd() as pd:
-        ah = pd.ah(ah_attr_to(end_port.gids[GID_INDEX]))
+        ah = pd.ah(own_ah_attr(end_port))
         ah.close()
         ah.close()
         with pytest.raises(rdma.SysError):
-            pd.ah(ah_attr_to(end_port.gids[GID_INDEX], sgid_index=200))
+            pd.ah(ah_attr_to(end_port.gids[gid_index], sgid_index=200))
         with pytest.raises(TypeError):
             pd.ah("nowhere")
 
 
-def test_mw(ctx):
+def test_mw(ctx, provider):
     """ibv_alloc_mw type 1 (rxe has memory windows) / ibv_dealloc_mw."""
     with ctx.pd() as pd:
+        if differs(provider, "no-mw"):
+            for t in (ibv.IBV_MW_TYPE_1, ibv.IBV_MW_TYPE_2):
+                with pytest.raises(rdma.SysError) as ei:
+                    pd.mw(t)
+                assert ei.value.errno == errno.EOPNOTSUPP
+            return
         try:
             mw = pd.mw(ibv.IBV_MW_TYPE_1)
         except rdma.SysError as e:
@@ -477,7 +482,7 @@ PARENTS = {
 PROBED = ["ctx", "pd", "cq", "cc", "cq_cc", "srq", "qp", "mr"]
 
 
-def _build(end_port):
+def _build(end_port, provider):
     ctx = rdma.get_verbs(end_port)
     o = {"ctx": ctx}
     o["pd"] = ctx.pd()
@@ -489,8 +494,9 @@ def _build(end_port):
     o["qp"] = o["pd"].qp(RC, 4, o["cq"], 4, o["cq_cc"], srq=o["srq"])
     buf = bytearray(64)
     o["mr"] = o["pd"].mr(buf, LW)
-    o["ah"] = o["pd"].ah(ah_attr_to(end_port.gids[GID_INDEX]))
-    o["mw"] = o["pd"].mw(ibv.IBV_MW_TYPE_1)
+    o["ah"] = o["pd"].ah(own_ah_attr(end_port))
+    if not differs(provider, "no-mw"):
+        o["mw"] = o["pd"].mw(ibv.IBV_MW_TYPE_1)
     o["srq"].post_recv(ibv.recv_wr(wr_id=1, sg_list=o["mr"].sge(length=8)))
     to_init(o["qp"])                       # not RESET: something to tear down
     return o, buf
@@ -511,12 +517,14 @@ def _closed_set(closed):
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(order=st.permutations(list(PARENTS)))
-def test_close_in_any_order(end_port, order):
+def test_close_in_any_order(end_port, provider, order):
     """close() in any order: closing a parent closes its children; closed
     objects raise ValueError; the rest keep working; close is idempotent."""
-    o, buf = _build(end_port)
+    o, buf = _build(end_port, provider)
     done = []
     for name in order:
+        if name not in o:           # no MW where the provider has none
+            continue
         o[name].close()
         done.append(name)
         closed = _closed_set(done)
@@ -537,11 +545,11 @@ def test_close_in_any_order(end_port, order):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_forget_in_random_order(end_port, seed):
+def test_forget_in_random_order(end_port, provider, seed):
     """Dropping the last references in random orders (no close): a
     ResourceWarning per unclosed object, no crash."""
     rnd = random.Random(seed)
-    o, buf = _build(end_port)
+    o, buf = _build(end_port, provider)
     names = list(o)
     rnd.shuffle(names)
     with warnings.catch_warnings(record=True) as w:
@@ -557,7 +565,7 @@ def test_forget_in_random_order(end_port, seed):
 
 @pytest.mark.parametrize("kind", ["ctx", "pd", "cq", "cc", "qp", "srq", "mr",
                                   "ah", "mw"])
-def test_resource_warning(end_port, kind):
+def test_resource_warning(end_port, provider, kind):
     """An object dropped without close() warns ResourceWarning at GC (and is
     released: a forgotten MR unpins its buffer)."""
     buf = bytearray(8)
@@ -569,8 +577,15 @@ def test_resource_warning(end_port, kind):
             "pd": ctx.pd, "cq": lambda: ctx.cq(4), "cc": ctx.comp_channel,
             "qp": lambda: pd.qp(RC, 2, cq, 2, cq), "srq": pd.srq,
             "mr": lambda: pd.mr(buf, LW),
-            "ah": lambda: pd.ah(ah_attr_to(end_port.gids[GID_INDEX])),
+            "ah": lambda: pd.ah(own_ah_attr(end_port)),
             "mw": lambda: pd.mw(ibv.IBV_MW_TYPE_1)}
+        if kind == "mw" and differs(provider, "no-mw"):
+            with pytest.raises(rdma.SysError) as ei:
+                make[kind]()
+            assert ei.value.errno == errno.EOPNOTSUPP
+            pd.close()
+            cq.close()
+            return
         target = make[kind]()
         with pytest.warns(ResourceWarning):
             del target
@@ -632,7 +647,7 @@ def test_context_managers(end_port):
         with ctx.pd() as pd, pd.cq(4) as cq, ctx.comp_channel() as cc, \
                 pd.srq() as srq, pd.mr(bytearray(16), LW) as mr, \
                 pd.qp(UD, 2, cq, 2, cq) as qp, \
-                pd.ah(ah_attr_to(end_port.gids[GID_INDEX])) as ah:
+                pd.ah(own_ah_attr(end_port)) as ah:
             pass
         for call in (pd.cq, cq.poll, cc.fileno, srq.query, mr.sge, qp.query):
             with pytest.raises(ValueError):
@@ -657,7 +672,7 @@ def test_qp_keeps_parents_alive(end_port):
         gc.collect()
 
 
-def test_exit_without_close():
+def test_exit_without_close(provider):
     """An interpreter exiting with open verbs objects (and posted work)
     exits normally."""
     from pathlib import Path
@@ -665,8 +680,8 @@ def test_exit_without_close():
     code = (
         f"import sys; sys.path.insert(0, {here!r})\n"
         "import rdma, rdma.ibverbs as ibv\n"
-        "from verbs_fixtures import make_pair, DEVICE\n"
-        "ctx = rdma.get_verbs(rdma.get_end_port(DEVICE))\n"
+        "from verbs_fixtures import make_pair, open_end_port\n"
+        f"ctx = rdma.get_verbs(open_end_port({provider!r}))\n"
         "a, b = make_pair(ctx, ctx, ibv.IBV_QPT_RC)\n"
         "b.post_recv(wr_id=1)\n"
         "a.qp.post_send(a.send_wr(b))\n"
@@ -678,7 +693,7 @@ def test_exit_without_close():
     assert "Fatal" not in res.stderr and "Segmentation" not in res.stderr
 
 
-def test_lifetime_and_data_path_under_asan(variant):
+def test_lifetime_and_data_path_under_asan(variant, provider):
     """The ASan build runs the data path (RC/UC/UD, batches, atomics, errors)
     and random close/forget orders with zero AddressSanitizer reports."""
     import variants
@@ -688,7 +703,7 @@ def test_lifetime_and_data_path_under_asan(variant):
     code = ("import verbs_fixtures as f, rdma._ibverbs as m\n"
             "print(m.__file__)\n"
             "for seed in range(2):\n"
-            "    f.exercise(seed, rounds=2)\n"
+            f"    f.exercise(seed, rounds=2, provider={provider!r})\n"
             "print('done')\n")
     res = run_py(code, pythonpath=f"{d}:{here}", timeout=900, env={
         "LD_PRELOAD": variants.asan_runtime(),
