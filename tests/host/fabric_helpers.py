@@ -1,8 +1,9 @@
 """Helpers of the software-fabric tests (tests/host/test_fabric_*.py).
 
-The same helpers as tests/verbs/verbs_fixtures.py (Side, make_pair, poll_cq,
-...), written against any provider: the GID index and device come from the
-end port given.  Run as a script, this module is also the peer program of
+The polling and checking helpers and the constants are verbs_fixtures'
+(tests/verbs); Side, make_pair and the QP transitions here also address by
+LID alone (the fabric's), with the GID index and device of the end port
+given.  Run as a script, this module is also the peer program of
 the multi-process tests::
 
     python fabric_helpers.py responder|requester|streamer
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import struct
 import sys
 import time
@@ -22,13 +22,12 @@ import time
 import rdma
 import rdma.ibverbs as ibv
 
-PORT = 1
-QKEY = 0x11111111
-GRH_LEN = 40
-REMOTE_ALL = (ibv.IBV_ACCESS_REMOTE_WRITE | ibv.IBV_ACCESS_REMOTE_READ
-              | ibv.IBV_ACCESS_REMOTE_ATOMIC)
-MR_ALL = ibv.IBV_ACCESS_LOCAL_WRITE | REMOTE_ALL
-TRANSPORTS = {"RC": ibv.IBV_QPT_RC, "UC": ibv.IBV_QPT_UC, "UD": ibv.IBV_QPT_UD}
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve()
+                       .parent.parent / "verbs"))
+from verbs_fixtures import (GRH_LEN, MR_ALL, PORT, QKEY,  # noqa: E402,F401
+                            REMOTE_ALL, TRANSPORTS, check_ok,
+                            expect_no_completion, pattern, poll_cq, qp_state,
+                            wait_for)
 
 
 def providers_with_devices():
@@ -42,64 +41,6 @@ def providers_with_devices():
         except rdma.SysError:
             pass
     return out
-
-
-def poll_cq(cq, n: int = 1, timeout: float = 10.0) -> list:
-    """Poll *cq* until *n* completions arrived; return exactly those."""
-    got: list = []
-    deadline = time.monotonic() + timeout
-    idle = 0
-    while len(got) < n:
-        wcs = cq.poll()
-        if wcs:
-            got.extend(wcs)
-            idle = 0
-            continue
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for "
-                                 f"{n} completion(s); got {got!r}")
-        idle += 1
-        if idle > 50:
-            time.sleep(0.0005)
-    assert len(got) == n, f"expected {n} completions, got {got!r}"
-    return got
-
-
-def expect_no_completion(cq, wait: float = 0.2) -> None:
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        wcs = cq.poll()
-        assert not wcs, f"unexpected completion(s): {wcs!r}"
-        time.sleep(0.005)
-
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = predicate()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.005)
-
-
-def check_ok(wc, opcode=None, wr_id=None):
-    assert wc.status == ibv.IBV_WC_SUCCESS, f"{ibv.WCError(wc)} ({wc!r})"
-    if opcode is not None:
-        assert wc.opcode == opcode, wc
-    if wr_id is not None:
-        assert wc.wr_id == wr_id, wc
-    return wc
-
-
-def qp_state(qp) -> int:
-    return qp.query(ibv.IBV_QP_STATE).qp_state
-
-
-def pattern(n: int, seed: int = 0) -> bytes:
-    r = random.Random(seed)
-    return bytes(r.randrange(1, 256) for _ in range(n))
 
 
 def ah_attr_to(dgid=None, dlid: int = 0, sgid_index: int = 0):
