@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import struct
+import subprocess
 import sys
 import time
 
@@ -28,6 +30,62 @@ from verbs_fixtures import (GRH_LEN, MR_ALL, PORT, QKEY,  # noqa: E402,F401
                             REMOTE_ALL, TRANSPORTS, check_ok,
                             expect_no_completion, pattern, poll_cq, qp_state,
                             wait_for)
+
+
+class PeerProcess:
+    """A Python program (*script* *args*) run as a peer that speaks JSON
+    lines on stdin/stdout, with this tree's rdma first on its path (the
+    venv may be shared with another tree).  RDMA_PROVIDER is not passed on;
+    *env* is added; *prefix* wraps the command (``ip netns exec NS``)."""
+
+    def __init__(self, script, *args, env=None, prefix=(), timeout=30):
+        here = os.path.dirname(os.path.abspath(__file__))
+        e = dict(os.environ)
+        e.pop("RDMA_PROVIDER", None)
+        e.update(env or {})
+        e["PYTHONPATH"] = os.pathsep.join(
+            (here, os.path.dirname(os.path.dirname(here))))
+        self.timeout = timeout
+        self.p = subprocess.Popen([*prefix, sys.executable, "-u", str(script),
+                                   *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=e)
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def read(self, timeout=None):
+        """The peer's next JSON line; AssertionError if it is silent for
+        *timeout* seconds or exits (with its stderr)."""
+        r, _, _ = select.select([self.p.stdout], [], [],
+                                self.timeout if timeout is None else timeout)
+        if not r:
+            raise AssertionError("peer did not answer in time")
+        line = self.p.stdout.readline()
+        if not line:
+            self.p.wait(5)
+            raise AssertionError(f"peer exited ({self.p.returncode}): "
+                                 f"{self.p.stderr.read()}")
+        return json.loads(line)
+
+    def send(self, obj):
+        self.p.stdin.write(json.dumps(obj) + "\n")
+        self.p.stdin.flush()
+
+    def close(self, exit_msg=None):
+        """Ask the peer to exit with *exit_msg* (else kill it); reap it."""
+        if self.p.poll() is None:
+            try:
+                if exit_msg is None:
+                    raise OSError
+                self.send(exit_msg)
+                self.p.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.p.kill()
+        self.p.wait(10)
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            f.close()
 
 
 def providers_with_devices():

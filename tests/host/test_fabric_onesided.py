@@ -13,15 +13,15 @@ Run as a program, this module is the peer (a command loop on JSON lines).
 """
 import json
 import os
-import select
 import signal
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from fabric_helpers import PeerProcess
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 30
@@ -190,49 +190,18 @@ def peer_main():
 # --------------------------------------------------------------------------
 # the test side
 
-class Peer:
+class Peer(PeerProcess):
+    """This module run as the peer program."""
+
     def __init__(self, env):
-        e = dict(os.environ)
-        e.pop("RDMA_PROVIDER", None)
-        e.update(env)
-        # this tree's rdma first (the venv may be shared with another tree)
-        e["PYTHONPATH"] = os.pathsep.join((str(HERE), str(HERE.parents[1])))
-        self.p = subprocess.Popen([sys.executable, "-u", __file__, "peer"],
-                                  stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=e)
-
-    @property
-    def pid(self):
-        return self.p.pid
-
-    def read(self, timeout=TIMEOUT):
-        r, _, _ = select.select([self.p.stdout], [], [], timeout)
-        if not r:
-            raise AssertionError("peer did not answer in time")
-        line = self.p.stdout.readline()
-        if not line:
-            self.p.wait(5)
-            raise AssertionError(f"peer exited ({self.p.returncode}): "
-                                 f"{self.p.stderr.read()}")
-        return json.loads(line)
+        super().__init__(__file__, "peer", env=env, timeout=TIMEOUT)
 
     def __call__(self, op, **kw):
-        self.p.stdin.write(json.dumps({"op": op, **kw}) + "\n")
-        self.p.stdin.flush()
+        self.send({"op": op, **kw})
         return self.read()
 
     def close(self):
-        if self.p.poll() is None:
-            try:
-                self.p.stdin.write('{"op": "exit"}\n')
-                self.p.stdin.flush()
-                self.p.wait(5)
-            except (OSError, subprocess.TimeoutExpired):
-                self.p.kill()
-                self.p.wait(10)
-        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
-            f.close()
+        super().close({"op": "exit"})
 
 
 @pytest.fixture
@@ -243,8 +212,7 @@ def pair(request):
     try:
         ib, ia = b.read(), a.read()
         for me, other in ((a, ib), (b, ia)):
-            me.p.stdin.write(json.dumps(other) + "\n")
-            me.p.stdin.flush()
+            me.send(other)
         assert a.read() == {"ready": True}
         assert b.read() == {"ready": True}
         yield a, b, ib["mrs"]
@@ -560,9 +528,7 @@ def test_peer_killed_mid_stream(pair):
     a, b, mrs = pair
     addr, rkey = mrs["mr"]
     warm(a, mrs)
-    a.p.stdin.write(json.dumps({"op": "stream", "raddr": addr,
-                                "rkey": rkey}) + "\n")
-    a.p.stdin.flush()
+    a.send({"op": "stream", "raddr": addr, "rkey": rkey})
     r = a.read()
     assert r["running"] >= 20000 and r["stats"]["fast_write"] >= 20000, r
     t0 = time.monotonic()

@@ -6,7 +6,6 @@ Each side is fabric_helpers.py run as a program; the test passes the
 connection data (GID, LID, QPN) from one to the other, as an application
 would out of band.
 """
-import json
 import os
 import shutil
 import signal
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import fabric_helpers as fh
+
 HERE = Path(__file__).resolve().parent
 HELPER = str(HERE / "fabric_helpers.py")
 TIMEOUT = 30
@@ -25,41 +26,12 @@ TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
        "UCX_WARN_UNUSED_ENV_VARS": "n"}
 
 
-class Peer:
-    """A fabric_helpers.py process speaking JSON lines."""
+class Peer(fh.PeerProcess):
+    """A fabric_helpers.py process in *role*."""
 
     def __init__(self, role, env=None, prefix=()):
-        e = dict(os.environ)
-        e.pop("RDMA_PROVIDER", None)
-        e.update(env or {})
-        # this tree's rdma first (the venv may be shared with another tree)
-        e["PYTHONPATH"] = os.pathsep.join((str(HERE), str(HERE.parents[1])))
-        self.p = subprocess.Popen([*prefix, sys.executable, "-u", HELPER, role],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=e)
-
-    def read(self):
-        import select
-        r, _, _ = select.select([self.p.stdout], [], [], TIMEOUT)
-        if not r:
-            raise AssertionError("peer did not answer in time")
-        line = self.p.stdout.readline()
-        if not line:
-            self.p.wait(5)
-            raise AssertionError(f"peer exited ({self.p.returncode}): "
-                                 f"{self.p.stderr.read()}")
-        return json.loads(line)
-
-    def send(self, obj):
-        self.p.stdin.write(json.dumps(obj) + "\n")
-        self.p.stdin.flush()
-
-    def close(self):
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait(10)
-        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
-            f.close()
+        super().__init__(HELPER, role, env=env, prefix=prefix,
+                         timeout=TIMEOUT)
 
 
 def run_pair(env_a, env_b, *, use_lid=False, prefix_a=(), prefix_b=()):
@@ -89,7 +61,6 @@ def run_pair(env_a, env_b, *, use_lid=False, prefix_a=(), prefix_b=()):
 
 
 def check_pair(report, got, written, counter):
-    import fabric_helpers as fh
     assert report["statuses"] == [0, 0, 0, 0], report
     assert report["read_ok"] and report["faa_old"] == 0
     assert bytes.fromhex(written["data"]) == fh.pattern(3000, 1)
