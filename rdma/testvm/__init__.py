@@ -956,6 +956,10 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
                 m = re.search(r"RDMA-TESTVM-ERROR: (.*)", console)
                 err = m.group(1).strip() if m else ""
             qlog = _read_text(qemu_log).strip()
+            # The guest's own error comes first: a panic that only says init
+            # exited after reporting it is a consequence, not the cause.
+            if panic and err and "Attempted to kill init" in panic.group(0):
+                panic = None
             if panic:
                 msg = f"guest kernel panic: {panic.group(0).strip()}"
             elif err:

@@ -26,8 +26,18 @@ cd /
 poweroff_now() {
     # The share is mounted without caching (writes are synchronous) and the
     # root's upper layer is tmpfs: there is nothing to sync.
+    # The power-off is asynchronous and PID 1 must not exit before it
+    # happens. It shuts the virtio devices down first, the 9p root among
+    # them, so from then on nothing can be exec'ed (a "sleep" here failed at
+    # once on a slow host, init exited and the kernel panicked). Wait with
+    # builtins only: a read on a FIFO opened read-write (on the /run tmpfs)
+    # blocks until the machine is off. The host kills the VM if it never is.
+    halt=/run/rdma-testvm-halt
+    mkfifo "$halt" 2>/dev/null
     echo o > /proc/sysrq-trigger
-    # The power-off is asynchronous; PID 1 must not exit before it happens.
+    if [ -p "$halt" ]; then
+        read -r _ <> "$halt"
+    fi
     sleep 60
     exit 1
 }

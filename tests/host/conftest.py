@@ -6,6 +6,8 @@ import pytest
 from host_helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "tests"))
+# Its asserts get pytest's messages; registered before anything imports it.
+pytest.register_assert_rewrite("verbs_fixtures", "fabric_helpers")
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(HERE))
+# Its asserts get pytest's messages; registered before anything imports it.
+pytest.register_assert_rewrite("verbs_fixtures", "fabric_helpers")
 
 IN_VM = os.environ.get("RDMA_TESTVM") == "1"
 

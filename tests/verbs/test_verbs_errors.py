@@ -12,7 +12,6 @@ import errno
 
 import pytest
 
-pytest.register_assert_rewrite("verbs_fixtures")
 
 import rdma
 import rdma.ibverbs as ibv

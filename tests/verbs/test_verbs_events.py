@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("verbs_fixtures")
 import rdma
 import rdma.ibverbs as ibv
 from verbs_fixtures import (Side, connect, check_ok, poll_cq,

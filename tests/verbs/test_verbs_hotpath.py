@@ -5,7 +5,6 @@ import warnings
 
 import pytest
 
-pytest.register_assert_rewrite("verbs_fixtures")
 import rdma.ibverbs as ibv
 from verbs_fixtures import (check_ok, expect_no_completion, pattern, poll_cq,
                             wait_for)

@@ -11,7 +11,6 @@ import warnings
 
 import pytest
 
-pytest.register_assert_rewrite("verbs_fixtures")
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rdma

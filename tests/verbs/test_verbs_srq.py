@@ -4,7 +4,6 @@ import errno
 
 import pytest
 
-pytest.register_assert_rewrite("verbs_fixtures")
 import rdma
 import rdma.ibverbs as ibv
 from verbs_fixtures import (GRH_LEN, Side, connect, check_ok, poll_cq,

@@ -12,7 +12,6 @@ import struct
 
 import pytest
 
-pytest.register_assert_rewrite("verbs_fixtures")
 
 import rdma
 import rdma.ibverbs as ibv

@@ -18,6 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "verbs"))     # verbs_fixtures
+# Its asserts get pytest's messages; registered before anything imports it.
+pytest.register_assert_rewrite("verbs_fixtures", "fabric_helpers")
 
 IN_VM = os.environ.get("RDMA_TESTVM") == "1"
 DEVICE = os.environ.get("RDMA_TESTVM_DEVICE", "rxe0")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("verbs_fixtures")
 import rdma.ibverbs as ibv
 from verbs_fixtures import (DEVICE, GID_INDEX, HOST1_DEVICE, HOST2_DEVICE,
                             TWO_HOST, Side, check_ok, poll_cq)

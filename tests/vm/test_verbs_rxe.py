@@ -9,7 +9,6 @@ import subprocess
 
 import pytest
 
-pytest.register_assert_rewrite("verbs_fixtures")
 import rdma.ibverbs as ibv
 from verbs_fixtures import wait_for
 
