@@ -160,7 +160,7 @@ static struct {
 /* REQ operations */
 enum { OP_SEND, OP_WRITE, OP_READ, OP_CAS, OP_FAA };
 /* REQ flags */
-enum { F_IMM = 1, F_SOLICITED = 2 };
+enum { F_IMM = 1, F_SOLICITED = 2, F_ACK = 4 };
 /* RESP codes */
 enum { R_ACK, R_READ, R_ATOMIC, R_RNR_WAIT, R_RNR_EXC, R_REM_ACCESS,
        R_REM_INV, R_REM_OP, R_NOQP };
@@ -169,7 +169,7 @@ enum { R_ACK, R_READ, R_ATOMIC, R_RNR_WAIT, R_RNR_EXC, R_REM_ACCESS,
 struct wire {
     uint8_t kind;        /* AM_REQ or AM_RESP */
     uint8_t op;          /* REQ: OP_*; RESP: R_* */
-    uint8_t flags;       /* F_* */
+    uint8_t flags;       /* F_*; F_ACK: ack_psn/ack_epoch are valid */
     uint8_t rnr_retry;   /* requester's rnr_retry (REQ) */
     uint32_t dst_qpn;    /* the QP it is for */
     uint32_t src_qpn;    /* the QP it is from */
@@ -183,10 +183,12 @@ struct wire {
     uint32_t rkey;       /* remote key */
     uint32_t qkey;       /* UD Q_Key */
     uint32_t len;        /* payload bytes (SEND/WRITE) or READ length */
-    uint32_t pad;
+    uint32_t ack_psn;    /* REQ with F_ACK: a cumulative ACK the request */
     uint64_t raddr;      /* remote address */
     uint64_t cmp;        /* atomic compare or add */
     uint64_t swap;       /* atomic swap */
+    uint32_t ack_epoch;  /*   carries for the sender's own QP (piggyback) */
+    uint32_t pad;
 };
 
 /* ------------------------------------------------------------------ */
@@ -234,7 +236,9 @@ struct sh_page {
     uint64_t st_fast_read;   /* one-sided READs */
     uint64_t st_fast_atomic; /* one-sided atomics */
     uint64_t st_am_req;      /* requests it executed as a responder */
-    uint64_t pad1[9];
+    uint64_t st_ack_msg;     /* ACKs it sent as messages of their own */
+    uint64_t st_ack_piggy;   /* ACKs it sent inside a request (piggyback) */
+    uint64_t pad1[7];
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -432,6 +436,8 @@ struct obox {
     struct obox *next;
     struct uqp *qp;        /* for ACK coalescing (may be stale: checked) */
     ucp_ep_h ep;           /* where */
+    int defer;             /* an ACK that may wait for a request to carry it */
+    int cancel;            /* carried by a request: not to be sent */
     size_t len;            /* bytes */
     uint8_t *buf;          /* small or heap */
     uint8_t small[sizeof(struct wire) + 8];
@@ -926,6 +932,7 @@ ob_new(struct uqp *q, size_t len)
     o->next = NULL;
     o->qp = q;
     o->ep = q->peer->ep;
+    o->defer = o->cancel = 0;
     o->len = len;
     o->buf = len <= sizeof(o->small) ? o->small : malloc(len);
     if (o->buf == NULL) {
@@ -966,6 +973,15 @@ resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
     r->src_lid = N.lid;
 }
 
+/* Set while the application's own poll_cq makes progress: an ACK queued
+   then may wait (obox.defer) for the application's next request on that
+   QP to carry it (F_ACK), as a reply usually follows a receive at once.
+   A deferred ACK is sent by the next full drain: an empty poll_cq, the
+   progress thread (within about a millisecond) or a request's post_send
+   taking it over.  Only drain(0) (a poll_cq that returns completions,
+   post_recv) leaves it queued. */
+static __thread int in_app_poll;
+
 /* Queue a coalescing ACK of h->psn for q. */
 static void
 queue_ack(struct uqp *q, const struct wire *h)
@@ -985,6 +1001,7 @@ queue_ack(struct uqp *q, const struct wire *h)
     if (o == NULL)
         return;
     resp_header((struct wire *)o->buf, q, h, R_ACK);
+    o->defer = in_app_poll;
     q->ack_item = o;
 }
 
@@ -1017,9 +1034,10 @@ ob_sent_cb(void *req, ucs_status_t status, void *user)
 }
 
 /* Send the outbox.  Never called with N.lock held nor from a UCP callback;
-   whoever holds drain_lock sends everything, in order. */
+   whoever holds drain_lock sends everything, in order (all = 0: all but
+   the deferred ACKs, which stay queued in order). */
 static void
-drain(void)
+drain(int all)
 {
     /* nothing queued (a racy hint: whoever queues drains afterwards) */
     if (__atomic_load_n(&N.ob_head, __ATOMIC_ACQUIRE) == NULL)
@@ -1029,16 +1047,39 @@ drain(void)
         if (pthread_mutex_trylock(&N.drain_lock) != 0)
             return;
         for (;;) {
+            struct obox *send = NULL, **send_end = &send;
+            struct obox *keep = NULL, *keep_tail = NULL;
             LOCK();
             list = N.ob_head;
             N.ob_head = N.ob_tail = NULL;
-            for (o = list; o; o = o->next)
-                if (o->qp != NULL && o->qp->ack_item == o)
-                    o->qp->ack_item = NULL;
-            UNLOCK();
-            if (list == NULL)
-                break;
             for (o = list; o; o = next) {
+                next = o->next;
+                o->next = NULL;
+                if (o->cancel) {
+                    ob_recycle(o);          /* a request carried it */
+                }
+                else if (!all && o->defer) {
+                    if (keep_tail)
+                        keep_tail->next = o;
+                    else
+                        keep = o;
+                    keep_tail = o;
+                }
+                else {
+                    if (o->qp != NULL && o->qp->ack_item == o)
+                        o->qp->ack_item = NULL;
+                    if (N.sh != NULL && ((struct wire *)o->buf)->op == R_ACK)
+                        N.sh->st_ack_msg++;
+                    *send_end = o;
+                    send_end = &o->next;
+                }
+            }
+            N.ob_head = keep;
+            N.ob_tail = keep_tail;
+            UNLOCK();
+            if (send == NULL)
+                break;
+            for (o = send; o; o = next) {
                 ucp_request_param_t p;
                 ucs_status_ptr_t r;
                 next = o->next;
@@ -1065,10 +1106,15 @@ drain(void)
                 UNLOCK();
                 recycle = NULL;
             }
+            if (!all)
+                break;              /* what stays queued is deferred */
         }
         pthread_mutex_unlock(&N.drain_lock);
+        /* queued meanwhile by a thread that found drain_lock taken? */
         LOCK();
-        o = N.ob_head;
+        for (o = N.ob_head; o; o = o->next)
+            if (all || !o->defer || o->cancel)
+                break;
         UNLOCK();
         if (o == NULL)
             return;
@@ -1763,6 +1809,20 @@ am_cb(void *arg, const void *header, size_t header_length, void *data,
     if (header_length != sizeof(h))
         return UCS_OK;
     memcpy(&h, header, sizeof(h));
+    if (h.kind == AM_REQ && (h.flags & F_ACK)) {
+        /* a cumulative ACK for our side of the QP, carried by the peer's
+           request (piggyback_ack) */
+        struct wire a;
+        memset(&a, 0, sizeof(a));
+        a.kind = AM_RESP;
+        a.op = R_ACK;
+        a.dst_qpn = h.dst_qpn;
+        a.psn = h.ack_psn;
+        a.epoch = h.ack_epoch;
+        LOCK();
+        on_resp(&a, NULL, 0);
+        UNLOCK();
+    }
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
         LOCK();
         if (h.kind == AM_REQ)
@@ -2160,21 +2220,23 @@ progress_main(void *arg)
             if ((N.timers && t - last_timers > 1000000ull) ||
                 t - last_timers > 100000000ull) {
                 timers();
-                drain();
                 last_timers = t;
             }
+            /* ACKs the application deferred and has not sent (it got
+               its completion and is busy elsewhere): at most ~1 ms late */
+            drain(1);
             epoll_wait(N.quietfd, ev, 4, 1);
             idle = 0;
             continue;
         }
         while ((k = U.worker_progress(N.w)) != 0 && n < 10000)
             n += k;
-        drain();
+        drain(1);
         t = now_ns();
         if ((N.timers && t - last_timers > 1000000ull) ||
             t - last_timers > 100000000ull) {
             timers();
-            drain();
+            drain(1);
             last_timers = t;
         }
         if (n) {
@@ -3124,10 +3186,17 @@ poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
     __atomic_store_n(&N.app_polls,
                      __atomic_load_n(&N.app_polls, __ATOMIC_RELAXED) + 1,
                      __ATOMIC_RELAXED);
-    /* Responses queued by callbacks (ours or the progress thread's) go out
-       now: the progress thread is standing back while we poll. */
+    in_app_poll = 1;
     U.worker_progress(N.w);
-    drain();
+    in_app_poll = 0;
+    /* Responses queued by callbacks (ours or the progress thread's) go out
+       now: the progress thread is standing back while we poll.  When
+       there are completions to return, an ACK may stay for the reply the
+       application is likely to post next (see in_app_poll). */
+    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head)
+        drain(1);
+    else
+        drain(0);
     if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head) {
         /* Busy polling on an oversubscribed machine: the peer we wait
            for may need this very CPU.  After a run of empty polls, give
@@ -3238,7 +3307,7 @@ post_srq_recv(void *vs, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
     any = N.ob_head != NULL;
     UNLOCK();
     if (any)
-        drain();
+        drain(0);       /* a reply may follow: deferred ACKs stay */
     return rc;
 }
 
@@ -4001,6 +4070,31 @@ slots_settle(struct uqp *q, const struct pyrdma_send_wr *wr)
     }
 }
 
+/* The ACK q owes its peer (queued, not sent yet) rides in the first
+   request of [first, last) instead of a message of its own (N.lock held). */
+static void
+piggyback_ack(struct uqp *q, uint32_t first, uint32_t last)
+{
+    struct obox *o = q->ack_item;
+    const struct wire *a = (const struct wire *)o->buf;
+    uint32_t i;
+    for (i = first; i != last; i++) {
+        struct slot *s = &q->sq[i & q->sq_mask];
+        struct wire *h;
+        if (s->need_send != 1 || s->ep != o->ep)
+            continue;
+        h = (struct wire *)s->buf;
+        h->flags |= F_ACK;
+        h->ack_psn = a->psn;
+        h->ack_epoch = a->epoch;
+        o->cancel = 1;
+        q->ack_item = NULL;
+        if (N.sh != NULL)
+            N.sh->st_ack_piggy++;
+        return;
+    }
+}
+
 static int
 post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
 {
@@ -4067,6 +4161,8 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
     if (rc)
         *bad = wr;
     last = q->sq_tail;
+    if (q->ack_item != NULL && q->type == IBV_QPT_RC)
+        piggyback_ack(q, first, last);
     UNLOCK();
     /* transmit, outside N.lock, in order */
     for (i = first; i != last; i++) {
@@ -4138,7 +4234,7 @@ post_recv(void *vq, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
     any = N.ob_head != NULL;
     UNLOCK();
     if (any)
-        drain();
+        drain(0);       /* a reply may follow: deferred ACKs stay */
     return rc;
 }
 
