@@ -30,7 +30,7 @@ TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
        "UCX_WARN_UNUSED_ENV_VARS": "n"}
 SIZE = 1 << 16
 # the statistics at the start of a node's key page (see provider_ucx.c)
-STATS = struct.Struct("<IIiIQQQQQ")
+STATS = struct.Struct("<IIiIQQQQQQQ")
 
 
 # --------------------------------------------------------------------------
@@ -54,10 +54,11 @@ def _stats():
             continue
         if len(head) < STATS.size:
             continue
-        magic, ver, pid, _, guid, w, r, a, am = STATS.unpack(head)
+        magic, ver, pid, _, guid, w, r, a, am, am_ack, piggy = \
+            STATS.unpack(head)
         if pid == os.getpid():
             return {"fast_write": w, "fast_read": r, "fast_atomic": a,
-                    "am_req": am}
+                    "am_req": am, "ack_msg": am_ack, "ack_piggy": piggy}
     return None
 
 
@@ -181,6 +182,48 @@ def peer_main():
                 if ok >= 20000 and not told:
                     told = True
                     _emit({"running": ok, "stats": _stats()})
+        elif op == "pingpong":
+            # n SEND round trips of an 8-byte counter (ping starts), each
+            # side polling in C, replying at once, then reposting
+            n, ping = c["n"], c["ping"]
+            rv, sv = views["mr"], views["local"]
+            rwr = ibv.recv_wr(wr_id=1, sg_list=mrs["mr"].sge(length=8))
+            swr = ibv.send_wr(wr_id=2, opcode=ibv.IBV_WR_SEND,
+                              sg_list=mrs["local"].sge(length=8),
+                              send_flags=ibv.IBV_SEND_SIGNALED)
+            qp.post_recv([rwr, rwr])
+            _emit({"ready": True})
+            sys.stdin.readline()
+            arr, sarr = ibv.WCArray(4), ibv.WCArray(64)
+            bad, wrong, sent, done = [], 0, 0, 0
+            if ping:
+                sv[0:8] = struct.pack("<Q", 0)
+                qp.post_send(swr)
+                sent += 1
+            for i in range(n):
+                if rcq.poll_into(arr, 1, min=1, timeout=10) != 1:
+                    bad.append("recv timeout")
+                    break
+                if arr[0].status != ibv.IBV_WC_SUCCESS:
+                    bad.append(arr[0].status)
+                    break
+                v = struct.unpack("<Q", rv[0:8])[0]
+                wrong += v != (2 * i + 1 if ping else 2 * i)
+                if not ping or i < n - 1:
+                    sv[0:8] = struct.pack("<Q", v + 1)
+                    qp.post_send(swr)
+                    sent += 1
+                qp.post_recv(rwr)
+                k = scq.poll_into(sarr)
+                bad += [sarr[j].status for j in range(k)
+                        if sarr[j].status != ibv.IBV_WC_SUCCESS]
+                done += k
+            while done < sent and not bad:
+                k = scq.poll_into(sarr, min=1, timeout=10)
+                if k == 0:
+                    bad.append("send completion timeout")
+                done += k
+            _emit({"bad": bad, "wrong": wrong, "sent": sent, "done": done})
         elif op == "exit":
             break
     ctx.close()
@@ -545,3 +588,55 @@ def test_peer_killed_mid_stream(pair):
 if __name__ == "__main__":
     if sys.argv[1:] == ["peer"]:
         sys.exit(peer_main())
+
+
+def _pingpong(a, b, n):
+    assert a("pingpong", n=n, ping=True) == {"ready": True}
+    assert b("pingpong", n=n, ping=False) == {"ready": True}
+    a.send("go")
+    b.send("go")
+    ra, rb = a.read(), b.read()
+    assert ra == {"bad": [], "wrong": 0, "sent": n, "done": n}, ra
+    assert rb == {"bad": [], "wrong": 0, "sent": n, "done": n}, rb
+
+
+@pytest.mark.parametrize("pair", [SHM, TCP], indirect=True,
+                         ids=["shm", "tcp"])
+def test_ping_pong_acks_ride_in_the_replies(pair):
+    """In a SEND ping-pong each side's ACK travels inside its reply (the
+    responder's poll defers it, the reply's post_send carries it): almost
+    no ACK goes as a message of its own, and every send completes."""
+    a, b, _ = pair
+    n = 2000
+    sa0, sb0 = a("stats"), b("stats")
+    _pingpong(a, b, n)
+    sa1, sb1 = a("stats"), b("stats")
+    piggy = [s1["ack_piggy"] - s0["ack_piggy"]
+             for s0, s1 in ((sa0, sa1), (sb0, sb1))]
+    alone = [s1["ack_msg"] - s0["ack_msg"]
+             for s0, s1 in ((sa0, sa1), (sb0, sb1))]
+    # a's last ACK has no reply to ride in; scheduling may make a few more
+    # go alone (the progress thread sends one it finds waiting)
+    assert min(piggy) >= n * 3 // 4, (piggy, alone)
+    assert max(alone) <= n // 4, (piggy, alone)
+    assert sum(piggy) + sum(alone) >= 2 * n - 2, (piggy, alone)
+
+
+@pytest.mark.parametrize("pair", [SHM, TCP], indirect=True,
+                         ids=["shm", "tcp"])
+def test_deferred_ack_goes_out_without_more_polls(pair):
+    """The responder polls its receive once and then never again: the ACK
+    its poll deferred for a reply that never comes still reaches the
+    requester (sent by the progress thread) well before the QP's ACK
+    timeout, and the send completes successfully."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    for i in range(3):
+        assert b("recv", len=64, off=0, wr_id=i) == {"ok": True}
+        post_ok(a, wr(ibv.IBV_WR_SEND, length=16, wr_id=10 + i))
+        got = b("poll", recv=1, n=1)["wcs"]
+        assert got[0][1] == ibv.IBV_WC_SUCCESS
+        t0 = time.monotonic()
+        wc = a("poll", n=1, timeout=5)["wcs"][0]
+        assert wc[:2] == [10 + i, ibv.IBV_WC_SUCCESS], wc
+        assert time.monotonic() - t0 < 1.0
