@@ -1422,8 +1422,7 @@ rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
             cq_push(q->rcq, &wc, 0);
             if (rc)
                 rx_nak(q, h, bad == IBV_WC_LOC_LEN_ERR ? R_REM_INV : R_REM_OP);
-            if (q->type != IBV_QPT_UD)
-                qp_enter_err(q);
+            qp_enter_err(q);    /* UD too, as rxe and mlx5 do */
             return RX_DONE;
         }
         if (h->op == OP_SEND) {
