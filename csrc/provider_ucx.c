@@ -982,6 +982,18 @@ resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
    post_recv) leaves it queued. */
 static __thread int in_app_poll;
 
+/* Is anything queued that drain(0) would send (N.lock held)?  Deferred
+   ACKs wait, and ACKs a request carried are recycled by a later drain. */
+static int
+ob_urgent(void)
+{
+    const struct obox *o;
+    for (o = N.ob_head; o; o = o->next)
+        if (!o->defer && !o->cancel)
+            return 1;
+    return 0;
+}
+
 /* Queue a coalescing ACK of h->psn for q. */
 static void
 queue_ack(struct uqp *q, const struct wire *h)
@@ -3303,7 +3315,7 @@ post_srq_recv(void *vs, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
     LOCK();
     rc = rq_post(&s->rq, wr, bad);
     rq_refilled(s, NULL);
-    any = N.ob_head != NULL;
+    any = ob_urgent();
     UNLOCK();
     if (any)
         drain(0);       /* a reply may follow: deferred ACKs stay */
@@ -4230,7 +4242,7 @@ post_recv(void *vq, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
         rq_flush(q);
     else
         rq_refilled(NULL, q);
-    any = N.ob_head != NULL;
+    any = ob_urgent();
     UNLOCK();
     if (any)
         drain(0);       /* a reply may follow: deferred ACKs stay */

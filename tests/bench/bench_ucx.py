@@ -13,7 +13,13 @@ invocation and with two processes each:
 - 64 KiB RDMA WRITE bandwidth (``PD.alloc_mr`` memory) vs
   ``ucp_put_bw -s 65536``;
 
-and prints the numbers side by side with the ratio.
+and prints the numbers side by side with the ratio.  ``--reps N`` runs
+every pair N times, interleaved (ours, then the C tool), and prints the
+medians and the median of the per-run ratios.  ``--pin`` pins the two
+processes of every run (ours and ucx_perftest alike) to two CPUs: that
+steadies ucx_perftest's round trip on a 2-core machine but slows ours
+(each process's progress and UCX threads then share its one CPU), so
+the default leaves scheduling to the kernel.
 """
 from __future__ import annotations
 
@@ -124,11 +130,23 @@ def role(which: str, test: str, iters: int) -> None:
     ctx.close()
 
 
+#: CPU of the server and of the client process (None: not pinned)
+PIN = {"server": None, "client": None}
+
+
+def _pin(which):
+    cpu = PIN[which]
+    if cpu is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
 def _spawn(which, test, iters, env):
     e = dict(os.environ, **env, UCX_WARN_UNUSED_ENV_VARS="n")
     return subprocess.Popen([sys.executable, __file__, "--role", which, test,
                              str(iters)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=e)
+                            stdout=subprocess.PIPE, text=True, env=e,
+                            preexec_fn=_pin(which))
 
 
 def run_python(test: str, iters: int, env: dict) -> dict:
@@ -171,11 +189,13 @@ def run_perftest(test: str, size: int, iters: int, env: dict) -> dict:
     e = dict(os.environ, **env, UCX_WARN_UNUSED_ENV_VARS="n")
     args = ["-t", test, "-s", str(size), "-n", str(iters), "-p", str(port)]
     srv = subprocess.Popen(["ucx_perftest", *args], env=e,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           preexec_fn=_pin("server"))
     time.sleep(0.3)
     try:
         out = subprocess.run(["ucx_perftest", *args, "127.0.0.1"], env=e,
-                             capture_output=True, text=True, timeout=120).stdout
+                             capture_output=True, text=True, timeout=120,
+                             preexec_fn=_pin("client")).stdout
     finally:
         srv.wait(30)
     # the "Final:" line: latency(avg) ... bandwidth(avg) ... msgrate(avg)
@@ -190,36 +210,65 @@ def run_perftest(test: str, size: int, iters: int, env: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    import statistics
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
+    ap.add_argument("--reps", type=int, default=1,
+                    help="runs of every pair (medians are printed)")
+    ap.add_argument("--tls", choices=sorted(TLS), action="append",
+                    help="only this transport (repeatable)")
+    ap.add_argument("--pin", action="store_true",
+                    help="pin the two processes of each run to two CPUs")
     ap.add_argument("--role", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.role:
         role(a.role[0], a.role[1], int(a.role[2]))
         return 0
+    if a.reps < 1:
+        ap.error("--reps must be at least 1")
+    cpus = sorted(os.sched_getaffinity(0))
+    if a.pin and len(cpus) >= 2:
+        PIN.update(server=cpus[0], client=cpus[1])
     q = 10 if a.quick else 1
     rows = []
-    for name, env in TLS.items():
+    for name in a.tls or list(TLS):
+        env = TLS[name]
         n_rate = 2000000 // q if name == "shm" else 50000 // q
         n_lat = 20000 // q if name == "shm" else 5000 // q
         n_bw = 20000 // q if name == "shm" else 3000 // q
-        py = run_python("rate", n_rate, env)
-        pt = run_perftest("ucp_put_bw", 8, n_rate * 10, env)
-        rows.append((name, "8 B WRITE rate (msg/s)", py["msg_s"], pt["msg_s"],
-                     "ucp_put_bw"))
-        py = run_python("lat", n_lat, env)
-        pt = run_perftest("tag_lat", 8, n_lat * 10, env)
-        rows.append((name, "8 B SEND round trip (us)", py["rtt_us"],
-                     2 * pt["lat_us"], "tag_lat x2"))
-        py = run_python("bw", n_bw, env)
-        pt = run_perftest("ucp_put_bw", 65536, n_bw, env)
-        rows.append((name, "64 KiB WRITE bandwidth (MB/s)", py["mb_s"],
-                     pt["mb_s"], "ucp_put_bw"))
+        measures = [
+            ("8 B WRITE rate (msg/s)", "ucp_put_bw",
+             lambda: run_python("rate", n_rate, env)["msg_s"],
+             lambda: run_perftest("ucp_put_bw", 8, n_rate * 10, env)["msg_s"]),
+            ("8 B SEND round trip (us)", "tag_lat x2",
+             lambda: run_python("lat", n_lat, env)["rtt_us"],
+             lambda: 2 * run_perftest("tag_lat", 8, n_lat * 10, env)["lat_us"]),
+            ("64 KiB WRITE bandwidth (MB/s)", "ucp_put_bw",
+             lambda: run_python("bw", n_bw, env)["mb_s"],
+             lambda: run_perftest("ucp_put_bw", 65536, n_bw, env)["mb_s"]),
+        ]
+        for what, how, ours_f, ref_f in measures:
+            ours, ref = [], []
+            for _ in range(a.reps):
+                ours.append(ours_f())
+                ref.append(ref_f())
+            ratio = statistics.median(o / r for o, r in zip(ours, ref))
+            rows.append((name, what, statistics.median(ours),
+                         statistics.median(ref), ratio, how, ours, ref))
+    pin = "not pinned" if PIN["server"] is None else \
+        f"pinned to CPUs {PIN['server']} and {PIN['client']}"
+    print(f"({a.reps} run(s) of each, medians; ratio: median of the per-run "
+          f"ratios; processes {pin})")
     print(f"{'tls':<5}{'measure':<32}{'rdma (Python)':>16}{'ucx_perftest':>16}"
           f"{'ratio':>8}  reference")
-    for tls, what, ours, ref, how in rows:
-        print(f"{tls:<5}{what:<32}{ours:>16.6g}{ref:>16.6g}{ours / ref:>8.3f}"
+    for tls, what, ours, ref, ratio, how, _, _ in rows:
+        print(f"{tls:<5}{what:<32}{ours:>16.6g}{ref:>16.6g}{ratio:>8.3f}"
               f"  {how}")
+    if a.reps > 1:
+        print("\nevery run (ours / ucx_perftest):")
+        for tls, what, _, _, _, _, ours, ref in rows:
+            runs = ", ".join(f"{o:.4g}/{r:.4g}" for o, r in zip(ours, ref))
+            print(f"  {tls:<4}{what:<31} {runs}")
     return 0
 
 
