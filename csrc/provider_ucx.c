@@ -1051,15 +1051,8 @@ ob_sent_cb(void *req, ucs_status_t status, void *user)
 static void
 drain(int all)
 {
-    struct obox *first;
-    /* nothing queued, or (all = 0) only one deferred ACK: racy hints,
-       whoever queues drains afterwards */
-    first = __atomic_load_n(&N.ob_head, __ATOMIC_ACQUIRE);
-    if (first == NULL)
-        return;
-    if (!all && first == __atomic_load_n(&N.ob_tail, __ATOMIC_ACQUIRE) &&
-        __atomic_load_n(&first->defer, __ATOMIC_RELAXED) &&
-        !__atomic_load_n(&first->cancel, __ATOMIC_RELAXED))
+    /* nothing queued (a racy hint: whoever queues drains afterwards) */
+    if (__atomic_load_n(&N.ob_head, __ATOMIC_ACQUIRE) == NULL)
         return;
     for (;;) {
         struct obox *list, *o, *next, *recycle = NULL;
