@@ -16,6 +16,8 @@
  * Responses (AM_RESP: cumulative ACKs, NAKs, READ/atomic data) go through
  * an ordered outbox that is sent outside every lock.  A requester completes
  * an RC WR when its response arrives, UC/UD WRs when UCP has sent them.
+ * An ACK may instead ride in the header of a request going the other way
+ * on the same QP (F_ACK, see in_app_poll and piggyback_ack).
  * Nothing is ever DMA'd from or into user memory outside N.lock, and an MR
  * is removed from the key table under N.lock, so a deregistered MR or a
  * stale key can only produce an error completion (on the fast path below,
