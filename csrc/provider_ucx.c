@@ -1970,6 +1970,76 @@ lid_owner(uint16_t lid)
     return g;
 }
 
+/* The pid that owns a file of the rendezvous directory (0: unknown, or not
+   one of this boot's: leave it alone). */
+static pid_t
+file_owner(const char *name)
+{
+    char path[600], buf[64];
+    const char *tmp = strstr(name, ".tmp");
+    ssize_t n;
+    int fd;
+    pid_t pid = 0;
+
+    if (strncmp(name, "node-", 5) != 0 && strncmp(name, "keys-", 5) != 0 &&
+        strncmp(name, "lid-", 4) != 0)
+        return 0;                       /* not ours */
+    if (tmp != NULL)                    /* <name>.tmp<writer's pid> */
+        return (pid_t)atoi(tmp + 4);
+    snprintf(path, sizeof(path), "%s/%s", N.dir, name);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    if (name[0] == 'n') {
+        struct record r;
+        if (read(fd, &r, sizeof(r)) == (ssize_t)sizeof(r) &&
+            r.magic == REC_MAGIC &&
+            strncmp(r.boot_id, N.boot_id, sizeof(r.boot_id)) == 0)
+            pid = r.pid;
+    }
+    else if (name[0] == 'k') {
+        uint32_t head[3];               /* magic, version, pid */
+        if (read(fd, head, sizeof(head)) == (ssize_t)sizeof(head) &&
+            head[0] == SH_MAGIC)
+            pid = (pid_t)head[2];
+    }
+    else if ((n = read(fd, buf, sizeof(buf) - 1)) > 0) {
+        unsigned long long g;
+        int p;
+        buf[n] = '\0';
+        if (sscanf(buf, "%d %llx", &p, &g) == 2)
+            pid = p;
+    }
+    close(fd);
+    return pid;
+}
+
+/* Remove what dead processes left in the rendezvous directory (node
+   record, key page, LID claim, temporary files).  A node removes its own
+   files at exit; a crash or SIGKILL leaves them, and they used to pile
+   up (thousands after many test runs).  Only a file whose owner pid is
+   known and no longer exists goes. */
+static void
+sweep_stale(void)
+{
+    DIR *d = opendir(N.dir);
+    struct dirent *e;
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        pid_t pid;
+        if (e->d_name[0] == '.')
+            continue;
+        pid = file_owner(e->d_name);
+        if (pid > 0 && !pid_alive(pid)) {
+            char path[600];
+            snprintf(path, sizeof(path), "%s/%s", N.dir, e->d_name);
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
 static int
 same_host(const struct record *r)
 {
@@ -2420,6 +2490,7 @@ node_up(struct pyrdma_status *st)
                     "writable (set RDMA_UCX_DIR)", N.dir);
         goto out;
     }
+    sweep_stale();
     /* UCP */
     s = U.config_read(NULL, NULL, &cfg);
     if (s != UCS_OK) {

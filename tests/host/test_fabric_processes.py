@@ -159,3 +159,71 @@ def test_peer_killed_mid_transfer(tls):
     finally:
         a.close()
         b.close()
+
+
+_NODE = """
+import os, sys, rdma
+ep = rdma.get_end_port(provider="ucx")
+ctx = rdma.get_verbs(ep)
+print("node", os.getpid(), flush=True)
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), 9)
+sys.stdin.readline()
+ctx.close()
+"""
+
+
+def _node(mode, env):
+    p = subprocess.Popen([sys.executable, "-c", _NODE, mode], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    line = p.stdout.readline()
+    assert line, f"node process ({mode}) did not start"
+    return p, int(line.split()[1])
+
+
+def test_files_of_killed_processes_are_swept(tmp_path):
+    """A node removes its rendezvous files at exit, but SIGKILL leaves
+    them (node record, key page, LID claim).  The next node to start
+    removes those of dead processes, keeps a live node's, and touches
+    nothing that is not the fabric's."""
+    d = tmp_path / "fabric"
+    d.mkdir()
+    env = dict(os.environ, **SHM, RDMA_UCX_DIR=str(d))
+    live, live_pid = _node("wait", env)
+    try:
+        live_files = set(os.listdir(d))
+        assert {f.split("-")[0] for f in live_files} >= {"node", "keys",
+                                                         "lid"}, live_files
+        dead = []
+        for _ in range(3):
+            p, pid = _node("kill", env)
+            assert p.wait(TIMEOUT) == -signal.SIGKILL
+            dead.append(pid)
+        # each node that starts sweeps the ones killed before it: only the
+        # last killed node's three files are left
+        left = set(os.listdir(d)) - live_files
+        assert sorted(f.split("-")[0] for f in left) == ["keys", "lid",
+                                                          "node"], left
+        # an interrupted write of a dead process, and files not ours
+        (d / f"node-00000000deadbeef.tmp{dead[0]}").write_bytes(b"x")
+        (d / f"notes.tmp{dead[0]}").write_text("mine")
+        (d / "README").write_text("mine")
+        checker, _ = _node("wait", env)
+        try:
+            now = set(os.listdir(d))
+        finally:
+            checker.stdin.write("\n")
+            checker.stdin.close()
+            assert checker.wait(TIMEOUT) == 0
+        assert live_files <= now               # the live node keeps its
+        assert not (left & now), left & now    # every dead node's are gone
+        assert f"node-00000000deadbeef.tmp{dead[0]}" not in now
+        assert {f"notes.tmp{dead[0]}", "README"} <= now
+        assert len(now - live_files) == 3 + 2  # the checker's + not ours
+    finally:
+        live.stdin.write("\n")
+        live.stdin.close()
+        assert live.wait(TIMEOUT) == 0
+    # clean exits remove their own files
+    assert sorted(os.listdir(d)) == sorted([f"notes.tmp{dead[0]}", "README"])
