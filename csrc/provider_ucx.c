@@ -1048,8 +1048,11 @@ ob_sent_cb(void *req, ucs_status_t status, void *user)
 }
 
 /* Send the outbox.  Never called with N.lock held nor from a UCP callback;
-   whoever holds drain_lock sends everything, in order (all = 0: all but
-   the deferred ACKs, which stay queued in order). */
+   whoever holds drain_lock sends everything, in order.  all = 0 (on the
+   application's critical path) sends all but the deferred ACKs, which
+   stay queued in order, and does not look again for what others queued
+   while it held drain_lock: the next full drain (an empty poll_cq, the
+   progress thread within ~1 ms) sends that. */
 static void
 drain(int all)
 {
@@ -1124,11 +1127,11 @@ drain(int all)
                 break;              /* what stays queued is deferred */
         }
         pthread_mutex_unlock(&N.drain_lock);
+        if (!all)
+            return;     /* the next full drain sends what came meanwhile */
         /* queued meanwhile by a thread that found drain_lock taken? */
         LOCK();
-        for (o = N.ob_head; o; o = o->next)
-            if (all || !o->defer || o->cancel)
-                break;
+        o = N.ob_head;
         UNLOCK();
         if (o == NULL)
             return;
@@ -1773,6 +1776,21 @@ on_resp(const struct wire *h, const uint8_t *pl, size_t plen)
     sq_advance(q);
 }
 
+/* The cumulative ACK for our side of the QP that the peer's request h
+   carries (piggyback_ack; N.lock held). */
+static void
+on_piggyback_ack(const struct wire *h)
+{
+    struct wire a;
+    memset(&a, 0, sizeof(a));
+    a.kind = AM_RESP;
+    a.op = R_ACK;
+    a.dst_qpn = h->dst_qpn;
+    a.psn = h->ack_psn;
+    a.epoch = h->ack_epoch;
+    on_resp(&a, NULL, 0);
+}
+
 /* Rendezvous data of a message. */
 struct rndv_rx {
     struct inmsg *m;       /* REQ: the queued message; NULL for RESP */
@@ -1822,28 +1840,22 @@ am_cb(void *arg, const void *header, size_t header_length, void *data,
     if (header_length != sizeof(h))
         return UCS_OK;
     memcpy(&h, header, sizeof(h));
-    if (h.kind == AM_REQ && (h.flags & F_ACK)) {
-        /* a cumulative ACK for our side of the QP, carried by the peer's
-           request (piggyback_ack) */
-        struct wire a;
-        memset(&a, 0, sizeof(a));
-        a.kind = AM_RESP;
-        a.op = R_ACK;
-        a.dst_qpn = h.dst_qpn;
-        a.psn = h.ack_psn;
-        a.epoch = h.ack_epoch;
-        LOCK();
-        on_resp(&a, NULL, 0);
-        UNLOCK();
-    }
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
         LOCK();
-        if (h.kind == AM_REQ)
+        if (h.kind == AM_REQ) {
+            if (h.flags & F_ACK)
+                on_piggyback_ack(&h);
             on_req(&h, data, length, 0, NULL);
+        }
         else if (h.kind == AM_RESP)
             on_resp(&h, data, length);
         UNLOCK();
         return UCS_OK;
+    }
+    if (h.kind == AM_REQ && (h.flags & F_ACK)) {
+        LOCK();
+        on_piggyback_ack(&h);
+        UNLOCK();
     }
     /* rendezvous: reserve the message's place, then fetch the data */
     x = calloc(1, sizeof(*x));
