@@ -240,7 +240,8 @@ struct sh_page {
     uint64_t st_am_req;      /* requests it executed as a responder */
     uint64_t st_ack_msg;     /* ACKs it sent as messages of their own */
     uint64_t st_ack_piggy;   /* ACKs it sent inside a request (piggyback) */
-    uint64_t pad1[7];
+    uint64_t st_ack_late;    /* deferred ACKs no request took (sent alone) */
+    uint64_t pad1[6];
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -430,6 +431,9 @@ struct uqp {
     struct inmsg *inq, *inq_tail; /* held/ordered inbound messages */
     struct inmsg *ooo;     /* requests that arrived ahead of expect_psn */
     struct obox *ack_item; /* its pending ACK in the outbox */
+    int rx_seen;           /* executed a request since its last post_send */
+    int alt;               /* receive/post alternations seen (max 4): its
+                              ACKs are deferred from 2 on (in_app_poll) */
     int destroyed;         /* being destroyed */
 };
 
@@ -977,7 +981,10 @@ resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
 
 /* Set while the application's own poll_cq makes progress: an ACK queued
    then may wait (obox.defer) for the application's next request on that
-   QP to carry it (F_ACK), as a reply usually follows a receive at once.
+   QP to carry it (F_ACK), if the QP has shown that pattern (uqp.alt: a
+   post_send after requests came in, twice running; a deferred ACK that
+   no request took sets it back below the mark, so that a QP that stopped
+   replying does not defer again before it replies again).
    A deferred ACK is sent by the next full drain: an empty poll_cq, the
    progress thread (within about a millisecond) or a request's post_send
    taking it over.  Only drain(0) (a poll_cq that returns completions,
@@ -1003,6 +1010,7 @@ queue_ack(struct uqp *q, const struct wire *h)
     struct obox *o = q->ack_item;
     if (q->peer == NULL || q->peer->failed)
         return;
+    q->rx_seen = 1;
     if (o != NULL) {
         struct wire *r = (struct wire *)o->buf;
         if (r->epoch == h->epoch) {
@@ -1015,7 +1023,7 @@ queue_ack(struct uqp *q, const struct wire *h)
     if (o == NULL)
         return;
     resp_header((struct wire *)o->buf, q, h, R_ACK);
-    o->defer = in_app_poll;
+    o->defer = in_app_poll && q->alt >= 2;
     q->ack_item = o;
 }
 
@@ -1087,6 +1095,11 @@ drain(int all)
                         o->qp->ack_item = NULL;
                     if (N.sh != NULL && ((struct wire *)o->buf)->op == R_ACK)
                         N.sh->st_ack_msg++;
+                    if (o->defer && o->qp != NULL)
+                        o->qp->alt = 1;     /* no reply took it: the next
+                                               one must come first */
+                    if (o->defer && N.sh != NULL)
+                        N.sh->st_ack_late++;
                     *send_end = o;
                     send_end = &o->next;
                 }
@@ -3560,6 +3573,7 @@ qp_reset(struct uqp *q)
     q->sq_head = q->sq_tail;
     q->err_pending = 0;
     q->epoch++;
+    q->rx_seen = q->alt = 0;
     q->dead_valid = 0;
     q->rq.head = q->rq.tail;
     inmsg_list_free(q->inq);
@@ -4257,6 +4271,11 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
     if (rc)
         *bad = wr;
     last = q->sq_tail;
+    if (q->rx_seen && first != last) {
+        q->rx_seen = 0;
+        if (q->alt < 4)
+            q->alt++;
+    }
     if (q->ack_item != NULL && q->type == IBV_QPT_RC)
         piggyback_ack(q, first, last);
     UNLOCK();

@@ -1,10 +1,9 @@
 """Helpers of the software-fabric tests (tests/host/test_fabric_*.py).
 
-The polling and checking helpers and the constants are verbs_fixtures'
-(tests/verbs); Side, make_pair and the QP transitions here also address by
-LID alone (the fabric's), with the GID index and device of the end port
-given.  Run as a script, this module is also the peer program of
-the multi-process tests::
+Side, make_pair, the QP transitions, the polling and checking helpers and
+the constants are verbs_fixtures' (tests/verbs), re-exported here; this
+module adds the multi-process plumbing (:class:`PeerProcess`).  Run as a
+script, it is also the peer program of the multi-process tests::
 
     python fabric_helpers.py responder|requester|streamer
 
@@ -27,9 +26,10 @@ import rdma.ibverbs as ibv
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve()
                        .parent.parent / "verbs"))
 from verbs_fixtures import (GRH_LEN, MR_ALL, PORT, QKEY,  # noqa: E402,F401
-                            REMOTE_ALL, TRANSPORTS, check_ok,
-                            expect_no_completion, pattern, poll_cq, qp_state,
-                            wait_for)
+                            REMOTE_ALL, TRANSPORTS, Side, ah_attr_to,
+                            check_ok, connect, expect_no_completion,
+                            make_pair, pattern, poll_cq, qp_state, to_init,
+                            to_rtr, to_rts, wait_for)
 
 
 class PeerProcess:
@@ -99,126 +99,6 @@ def providers_with_devices():
         except rdma.SysError:
             pass
     return out
-
-
-def ah_attr_to(dgid=None, dlid: int = 0, sgid_index: int = 0):
-    """An ah_attr to *dgid* (with a GRH) or to *dlid* (LID only)."""
-    if dgid is None:
-        return ibv.ah_attr(is_global=0, port_num=PORT, dlid=dlid)
-    return ibv.ah_attr(is_global=1, port_num=PORT, dlid=dlid,
-                       grh=ibv.global_route(dgid=dgid, sgid_index=sgid_index,
-                                            hop_limit=1))
-
-
-def to_init(qp, access: int = REMOTE_ALL):
-    if qp.qp_type == ibv.IBV_QPT_UD:
-        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_INIT, pkey_index=0,
-                              port_num=PORT, qkey=QKEY))
-    else:
-        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_INIT, pkey_index=0,
-                              port_num=PORT, qp_access_flags=access))
-
-
-def to_rtr(qp, remote_qpn=0, dgid=None, dlid=0, rq_psn=0, min_rnr_timer=1):
-    if qp.qp_type == ibv.IBV_QPT_UD:
-        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR))
-        return
-    kw = dict(qp_state=ibv.IBV_QPS_RTR, path_mtu=ibv.IBV_MTU_1024,
-              dest_qp_num=remote_qpn, rq_psn=rq_psn,
-              ah_attr=ah_attr_to(dgid, dlid))
-    if qp.qp_type == ibv.IBV_QPT_RC:
-        kw.update(max_dest_rd_atomic=1, min_rnr_timer=min_rnr_timer)
-    qp.modify(ibv.qp_attr(**kw))
-
-
-def to_rts(qp, sq_psn=0, timeout=14, retry_cnt=7, rnr_retry=7):
-    kw = dict(qp_state=ibv.IBV_QPS_RTS, sq_psn=sq_psn)
-    if qp.qp_type == ibv.IBV_QPT_RC:
-        kw.update(timeout=timeout, retry_cnt=retry_cnt, rnr_retry=rnr_retry,
-                  max_rd_atomic=1)
-    qp.modify(ibv.qp_attr(**kw))
-
-
-class Side:
-    """One end: PD, send/recv CQ, optional SRQ, QP, MR over ``buf``."""
-
-    def __init__(self, ctx, qp_type, *, size=4096, access=MR_ALL,
-                 use_srq=False, sq_sig_all=1, max_inline_data=0,
-                 max_send_wr=16, max_recv_wr=16, max_send_sge=1,
-                 max_recv_sge=1, cqe=64, comp_channel=None):
-        self.ctx = ctx
-        self.qp_type = qp_type
-        self.pd = ctx.pd()
-        self.send_cq = self.pd.cq(cqe)
-        self.recv_cq = self.pd.cq(cqe, comp_channel)
-        self.srq = self.pd.srq(max_wr=max_recv_wr, max_sge=max_recv_sge) \
-            if use_srq else None
-        self.qp = self.pd.qp(qp_type, max_send_wr, self.send_cq, max_recv_wr,
-                             self.recv_cq, srq=self.srq, sq_sig_all=sq_sig_all,
-                             max_send_sge=max_send_sge,
-                             max_recv_sge=max_recv_sge,
-                             max_inline_data=max_inline_data)
-        self.buf = bytearray(size)
-        self.mr = self.pd.mr(self.buf, access)
-        self.gid = ctx.end_port.gids[0]
-        self.lid = ctx.end_port.lid
-        self._ahs = {}
-
-    @property
-    def qpn(self):
-        return self.qp.qp_num
-
-    def ah_to(self, other):
-        key = bytes(other.gid)
-        if key not in self._ahs:
-            self._ahs[key] = self.pd.ah(ah_attr_to(other.gid))
-        return self._ahs[key]
-
-    def post_recv(self, wr_id=0, off=0, length=None):
-        if length is None:
-            length = len(self.buf) - off
-        wr = ibv.recv_wr(wr_id=wr_id, sg_list=self.mr.sge(length=length, off=off))
-        (self.srq or self.qp).post_recv(wr)
-        return wr
-
-    def send_wr(self, other, opcode=ibv.IBV_WR_SEND, *, wr_id=1, off=0,
-                length=8, remote_off=0, send_flags=ibv.IBV_SEND_SIGNALED, **kw):
-        fields = dict(wr_id=wr_id, opcode=opcode, send_flags=send_flags,
-                      sg_list=self.mr.sge(length=length, off=off))
-        if opcode in (ibv.IBV_WR_RDMA_WRITE, ibv.IBV_WR_RDMA_WRITE_WITH_IMM,
-                      ibv.IBV_WR_RDMA_READ, ibv.IBV_WR_ATOMIC_CMP_AND_SWP,
-                      ibv.IBV_WR_ATOMIC_FETCH_AND_ADD):
-            fields.update(remote_addr=other.mr.addr + remote_off,
-                          rkey=other.mr.rkey)
-        if self.qp_type == ibv.IBV_QPT_UD:
-            fields.update(ah=self.ah_to(other), remote_qpn=other.qpn,
-                          remote_qkey=QKEY)
-        fields.update(kw)
-        return ibv.send_wr(**fields)
-
-    def close(self):
-        for o in (self.qp, *self._ahs.values(), self.srq, self.mr,
-                  self.send_cq, self.recv_cq, self.pd):
-            if o is not None:
-                o.close()
-
-
-def connect(a, b, *, use_lid=False, **rts_kw):
-    rtr_kw = {k: rts_kw.pop(k) for k in ("min_rnr_timer",) if k in rts_kw}
-    for me, peer in ((a, b), (b, a)):
-        to_init(me.qp)
-        to_rtr(me.qp, remote_qpn=peer.qpn,
-               dgid=None if use_lid else peer.gid, dlid=peer.lid, **rtr_kw)
-        to_rts(me.qp, **rts_kw)
-
-
-def make_pair(ctx_a, ctx_b, qp_type, *, side_a=None, side_b=None, **kw):
-    conn = {k: kw.pop(k) for k in ("rnr_retry", "timeout", "retry_cnt",
-                                   "min_rnr_timer", "use_lid") if k in kw}
-    a = Side(ctx_a, qp_type, **{**kw, **(side_a or {})})
-    b = Side(ctx_b, qp_type, **{**kw, **(side_b or {})})
-    connect(a, b, **conn)
-    return a, b
 
 
 # --------------------------------------------------------------------------

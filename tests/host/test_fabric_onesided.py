@@ -30,7 +30,7 @@ TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
        "UCX_WARN_UNUSED_ENV_VARS": "n"}
 SIZE = 1 << 16
 # the statistics at the start of a node's key page (see provider_ucx.c)
-STATS = struct.Struct("<IIiIQQQQQQQ")
+STATS = struct.Struct("<IIiIQQQQQQQQ")
 
 
 # --------------------------------------------------------------------------
@@ -54,11 +54,12 @@ def _stats():
             continue
         if len(head) < STATS.size:
             continue
-        magic, ver, pid, _, guid, w, r, a, am, am_ack, piggy = \
+        magic, ver, pid, _, guid, w, r, a, am, am_ack, piggy, late = \
             STATS.unpack(head)
         if pid == os.getpid():
             return {"fast_write": w, "fast_read": r, "fast_atomic": a,
-                    "am_req": am, "ack_msg": am_ack, "ack_piggy": piggy}
+                    "am_req": am, "ack_msg": am_ack, "ack_piggy": piggy,
+                    "ack_late": late}
     return None
 
 
@@ -83,7 +84,10 @@ def peer_main():
     peer = json.loads(sys.stdin.readline())
     fh.to_init(qp)
     fh.to_rtr(qp, remote_qpn=peer["qpn"], dgid=rdma.IBA.GID(peer["gid"]))
-    fh.to_rts(qp, timeout=12, retry_cnt=3)
+    # (RDMA_TEST_QP_TIMEOUT="timeout,retry_cnt" for a test that must not
+    # time out on a loaded machine)
+    t, r = map(int, os.environ.get("RDMA_TEST_QP_TIMEOUT", "12,3").split(","))
+    fh.to_rts(qp, timeout=t, retry_cnt=r)
     _emit({"ready": True})
     for line in sys.stdin:
         c = json.loads(line)
@@ -615,28 +619,52 @@ def test_ping_pong_acks_ride_in_the_replies(pair):
              for s0, s1 in ((sa0, sa1), (sb0, sb1))]
     alone = [s1["ack_msg"] - s0["ack_msg"]
              for s0, s1 in ((sa0, sa1), (sb0, sb1))]
-    # a's last ACK has no reply to ride in; scheduling may make a few more
-    # go alone (the progress thread sends one it finds waiting)
-    assert min(piggy) >= n * 3 // 4, (piggy, alone)
-    assert max(alone) <= n // 4, (piggy, alone)
+    # a's last ACK has no reply to ride in; on a loaded machine more go
+    # alone (the progress thread sends one it finds waiting when the
+    # application is preempted between its poll and its reply)
+    assert min(piggy) >= n // 2, (piggy, alone)
+    assert max(alone) <= n // 2, (piggy, alone)
     assert sum(piggy) + sum(alone) >= 2 * n - 2, (piggy, alone)
 
 
-@pytest.mark.parametrize("pair", [SHM, TCP], indirect=True,
-                         ids=["shm", "tcp"])
+@pytest.mark.parametrize("pair", [
+    {**SHM, "RDMA_TEST_QP_TIMEOUT": "14,7"},
+    {**TCP, "RDMA_TEST_QP_TIMEOUT": "14,7"}], indirect=True,
+    ids=["shm", "tcp"])
 def test_deferred_ack_goes_out_without_more_polls(pair):
-    """The responder polls its receive once and then never again: the ACK
-    its poll deferred for a reply that never comes still reaches the
-    requester (sent by the progress thread) well before the QP's ACK
-    timeout, and the send completes successfully."""
+    """A QP that has been replying (a ping-pong) gets its ACKs deferred for
+    the next reply.  When its application polls a receive once and then
+    never again, the deferred ACK still reaches the requester (the progress
+    thread sends it, ~1 ms) and the send completes successfully; the QP
+    then stops deferring.  (Whether a request is executed in the
+    application's poll, where ACKs are deferred, or by the progress thread
+    is up to the scheduler: the test needs one deferral in 5 tries.  The
+    QPs use the default-like timeout 14/7, so that a loaded machine cannot
+    turn a late ACK into RETRY_EXC_ERR.)"""
     ibv = _ibv()
     a, b, mrs = pair
-    for i in range(3):
-        assert b("recv", len=64, off=0, wr_id=i) == {"ok": True}
-        post_ok(a, wr(ibv.IBV_WR_SEND, length=16, wr_id=10 + i))
-        got = b("poll", recv=1, n=1)["wcs"]
-        assert got[0][1] == ibv.IBV_WC_SUCCESS
+    deferred = 0
+    for i in range(5):
+        # b's QP replies after receives; its receives left posted are
+        # 8-byte ones (hence 8-byte SENDs below)
+        _pingpong(a, b, 8)
+        late0 = b("stats")["ack_late"]
+        b.send({"op": "poll", "recv": 1, "n": 1})     # b polls first
+        time.sleep(0.05)
+        post_ok(a, wr(ibv.IBV_WR_SEND, length=8, wr_id=10 + i))
+        assert b.read()["wcs"][0][1] == ibv.IBV_WC_SUCCESS
         t0 = time.monotonic()
         wc = a("poll", n=1, timeout=5)["wcs"][0]
         assert wc[:2] == [10 + i, ibv.IBV_WC_SUCCESS], wc
         assert time.monotonic() - t0 < 1.0
+        late = b("stats")["ack_late"] - late0
+        assert late in (0, 1)
+        deferred += late
+        # after a late ACK, the next SEND is ACKed at once (no deferral)
+        post_ok(a, wr(ibv.IBV_WR_SEND, length=8, wr_id=20 + i))
+        assert b("poll", recv=1, n=1)["wcs"][0][1] == ibv.IBV_WC_SUCCESS
+        assert a("poll", n=1, timeout=5)["wcs"][0][:2] == \
+            [20 + i, ibv.IBV_WC_SUCCESS]
+        if late:
+            assert b("stats")["ack_late"] - late0 == late
+    assert deferred >= 1

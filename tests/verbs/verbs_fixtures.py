@@ -184,10 +184,14 @@ def differs(provider: str, key: str) -> bool:
 # addressing and QP state transitions (attribute masks derived from the
 # fields given, the way users write it)
 
-def ah_attr_to(dgid, hop_limit: int = 1, sgid_index: int = GID_INDEX):
+def ah_attr_to(dgid, hop_limit: int = 1, sgid_index: int = GID_INDEX, *,
+               dlid: int = 0):
     """An ah_attr reaching *dgid* (with a GRH: RoCEv2 on rxe) from GID
-    *sgid_index*."""
-    return ibv.ah_attr(is_global=1, port_num=PORT, sl=0,
+    *sgid_index*; with *dgid* None, one reaching *dlid* by LID alone (the
+    fabric's LID addressing)."""
+    if dgid is None:
+        return ibv.ah_attr(is_global=0, port_num=PORT, sl=0, dlid=dlid)
+    return ibv.ah_attr(is_global=1, port_num=PORT, sl=0, dlid=dlid,
                        grh=ibv.global_route(dgid=dgid, sgid_index=sgid_index,
                                             hop_limit=hop_limit))
 
@@ -210,13 +214,14 @@ def to_init(qp, access: int = REMOTE_ALL, qkey: int = QKEY):
 
 def to_rtr(qp, remote_qpn: int = 0, dgid=None, rq_psn: int = 0,
            min_rnr_timer: int = 1, path_mtu: int = ibv.IBV_MTU_1024,
-           max_dest_rd_atomic: int = 1):
+           max_dest_rd_atomic: int = 1, *, dlid: int = 0):
+    """RTR towards *dgid* (GRH), or towards *dlid* alone if *dgid* is None."""
     if qp.qp_type == ibv.IBV_QPT_UD:
         qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR))
         return
     kw = dict(qp_state=ibv.IBV_QPS_RTR, path_mtu=path_mtu,
               dest_qp_num=remote_qpn, rq_psn=rq_psn,
-              ah_attr=ah_attr_to(dgid, sgid_index=gid_index(qp)))
+              ah_attr=ah_attr_to(dgid, sgid_index=gid_index(qp), dlid=dlid))
     if qp.qp_type == ibv.IBV_QPT_RC:
         kw.update(max_dest_rd_atomic=max_dest_rd_atomic,
                   min_rnr_timer=min_rnr_timer)
@@ -252,12 +257,12 @@ class Side:
                  sq_sig_all: int = 1, max_inline_data: int = 0,
                  max_send_wr: int = 16, max_recv_wr: int = 16,
                  max_send_sge: int = 1, max_recv_sge: int = 1,
-                 cqe: int = 64):
+                 cqe: int = 64, comp_channel=None):
         self.ctx = ctx
         self.qp_type = qp_type
         self.pd = ctx.pd()
         self.send_cq = self.pd.cq(cqe)
-        self.recv_cq = self.pd.cq(cqe)
+        self.recv_cq = self.pd.cq(cqe, comp_channel)
         self.srq = self.pd.srq(max_wr=max_recv_wr, max_sge=max_recv_sge) \
             if use_srq else None
         self.qp = self.pd.qp(qp_type, max_send_wr, self.send_cq, max_recv_wr,
@@ -269,6 +274,7 @@ class Side:
         self.mr = self.pd.mr(self.buf, access)
         self.gid_index = gid_index(ctx)
         self.gid = ctx.end_port.gids[self.gid_index]
+        self.lid = ctx.end_port.lid
         self._ahs: dict = {}
 
     @property
@@ -317,24 +323,27 @@ class Side:
                 o.close()
 
 
-def connect(a: Side, b: Side, *, a_psn: int = 0, b_psn: int = 0, **rts_kw):
-    """Bring both QPs to RTS, each addressed to the other."""
+def connect(a: Side, b: Side, *, a_psn: int = 0, b_psn: int = 0,
+            use_lid: bool = False, **rts_kw):
+    """Bring both QPs to RTS, each addressed to the other (by GID, or by
+    LID alone with *use_lid*: the fabric's)."""
     rtr_kw = {k: rts_kw.pop(k) for k in ("min_rnr_timer", "path_mtu")
               if k in rts_kw}
     for me, peer, my_psn, peer_psn in ((a, b, a_psn, b_psn), (b, a, b_psn, a_psn)):
         to_init(me.qp)
-        to_rtr(me.qp, remote_qpn=peer.qpn, dgid=peer.gid, rq_psn=peer_psn,
-               **rtr_kw)
+        to_rtr(me.qp, remote_qpn=peer.qpn,
+               dgid=None if use_lid else peer.gid, dlid=peer.lid,
+               rq_psn=peer_psn, **rtr_kw)
         to_rts(me.qp, sq_psn=my_psn, **rts_kw)
 
 
 def make_pair(ctx_a, ctx_b, qp_type: int, *, side_a: dict | None = None,
               side_b: dict | None = None, **kw):
     """Two connected Sides (RTS).  *kw* goes to both Sides; *side_a*/*side_b*
-    override per side; ``rnr_retry``, ``timeout``, ``retry_cnt`` and
-    ``min_rnr_timer`` go to :func:`connect`."""
+    override per side; ``rnr_retry``, ``timeout``, ``retry_cnt``,
+    ``min_rnr_timer`` and ``use_lid`` go to :func:`connect`."""
     conn = {k: kw.pop(k) for k in ("rnr_retry", "timeout", "retry_cnt",
-                                   "min_rnr_timer") if k in kw}
+                                   "min_rnr_timer", "use_lid") if k in kw}
     a = Side(ctx_a, qp_type, **{**kw, **(side_a or {})})
     b = Side(ctx_b, qp_type, **{**kw, **(side_b or {})})
     connect(a, b, **conn)
