@@ -3890,6 +3890,11 @@ fill_fail(struct uqp *q, struct slot *s, int status)
    QP and MR per call, not per WR; dropped before post_send returns). */
 struct fhold {
     uint32_t *qp, *mr;
+    /* the local MR a one-sided WR of this post_send call last read from
+       (N.lock is held throughout: it cannot go away): later WRs within
+       it skip the key lookup */
+    const struct umr *lmr;
+    uint32_t lkey;
 };
 
 static void
@@ -3930,9 +3935,18 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
         if (q->sq_head != q->sq_tail)
             return 0;           /* an active-message WR is outstanding */
     }
-    if (!inline_data && check_sges(q->pd, wr->sg_list, wr->num_sge,
-                                   op != OP_WRITE, 1))
-        return 0;
+    if (!inline_data) {
+        const struct pyrdma_sge *sg = wr->sg_list;
+        if (op == OP_WRITE && wr->num_sge == 1 && h->lmr != NULL &&
+            sg->lkey == h->lkey && in_mr(h->lmr, sg->addr, sg->length))
+            ;                   /* the same local MR as the last WR */
+        else if (check_sges(q->pd, sg, wr->num_sge, op != OP_WRITE, 1))
+            return 0;
+        else if (op == OP_WRITE && wr->num_sge == 1 && sg->length) {
+            h->lmr = mr_lookup(sg->lkey);
+            h->lkey = sg->lkey;
+        }
+    }
     t = &p->sh->qp[dqpn & (MAX_QP - 1)];
     m = &p->sh->mr[idx];
     /* count ourselves in, then check: the target withdraws first, then

@@ -102,9 +102,14 @@ def peer_main():
                     kw.update(compare_add=w["add"], swap=w.get("swap", 0))
                 if "imm" in w:
                     kw.update(imm_data=w["imm"])
+                local = mrs["local"]
+                # "raw": an s/g entry MR.sge() would refuse (out of bounds)
+                sg = ibv.sge(addr=local.addr + w["off"], length=w["len"],
+                             lkey=local.lkey) if w.get("raw") else \
+                    local.sge(length=w["len"], off=w["off"])
                 wrs.append(ibv.send_wr(
                     wr_id=w.get("wr_id", 0), opcode=w["opcode"],
-                    sg_list=mrs["local"].sge(length=w["len"], off=w["off"]),
+                    sg_list=sg,
                     send_flags=ibv.IBV_SEND_SIGNALED if w.get("sig", 1)
                     else 0, **kw))
             try:
@@ -668,3 +673,26 @@ def test_deferred_ack_goes_out_without_more_polls(pair):
         if late:
             assert b("stats")["ack_late"] - late0 == late
     assert deferred >= 1
+
+
+def test_fast_path_local_bounds_within_a_batch(pair):
+    """WRs of one post_send reading the same local MR: the second reads
+    past its end.  The first is written one-sided; the second fails with
+    LOC_QP_OP_ERR, as a bad local s/g entry of a WRITE does on rxe (the
+    local check is not skipped for a WR because the WR before it used the
+    same MR), and the target memory it aimed at is untouched."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    a("fill", mr="local", off=0, hex=(b"\x5a" * 64).hex())
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64, wr_id=1),
+            wr(ibv.IBV_WR_RDMA_WRITE, addr + 1024, rkey, SIZE - 8, 16,
+               wr_id=2, raw=True))
+    wcs = a("poll", n=2)["wcs"]
+    assert [(w[0], w[1]) for w in wcs] == [(1, ibv.IBV_WC_SUCCESS),
+                                           (2, ibv.IBV_WC_LOC_QP_OP_ERR)], wcs
+    assert bytes.fromhex(b("dump", mr="mr", off=0, len=64)["hex"]) \
+        == b"\x5a" * 64
+    assert bytes.fromhex(b("dump", mr="mr", off=1024, len=16)["hex"]) \
+        == bytes(16)
