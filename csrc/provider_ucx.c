@@ -431,6 +431,7 @@ struct uqp {
     struct inmsg *inq, *inq_tail; /* held/ordered inbound messages */
     struct inmsg *ooo;     /* requests that arrived ahead of expect_psn */
     struct obox *ack_item; /* its pending ACK in the outbox */
+    unsigned n_inflight;   /* its slots with inflight set (N.lock) */
     int rx_seen;           /* executed a request since its last post_send */
     int alt;               /* receive/post alternations seen (max 4): its
                               ACKs are deferred from 2 on (in_app_poll) */
@@ -3811,8 +3812,10 @@ req_sent_cb(void *req, ucs_status_t status, void *user)
     struct slot *s = user;
     struct uqp *q;
     LOCK();
-    s->inflight = 0;
     q = s->qp;                  /* NULL: the QP is gone (slot in a grave) */
+    if (s->inflight && q != NULL)
+        q->n_inflight--;
+    s->inflight = 0;
     if (q != NULL && (uint32_t)(s->idx - q->sq_head) <
                      (uint32_t)(q->sq_tail - q->sq_head) && !s->done &&
         s->need_send == 0) {
@@ -4167,6 +4170,7 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     }
     s->need_send = 1;
     s->inflight = 1;
+    q->n_inflight++;
     return 0;
 }
 
@@ -4181,6 +4185,10 @@ slots_settle(struct uqp *q, const struct pyrdma_send_wr *wr)
     uint32_t i = q->sq_tail, n = 0;
     uint64_t give_up = 0;
 
+    /* none in flight: nothing to wait for (only post_send, which holds
+       post_lock, sets inflight; a stale non-zero only costs the scan) */
+    if (__atomic_load_n(&q->n_inflight, __ATOMIC_RELAXED) == 0)
+        return;
     for (; wr != NULL && n <= q->sq_mask; wr = wr->next, i++, n++) {
         struct slot *s = &q->sq[i & q->sq_mask];
         while (__atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE)) {
@@ -4320,8 +4328,10 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
         if (s->need_send != 1)
             continue;
         s->need_send = 0;
-        if (imm == 1 || imm == -1)
+        if ((imm == 1 || imm == -1) && s->inflight) {
             s->inflight = 0;
+            q->n_inflight--;
+        }
         if ((uint32_t)(i - q->sq_head) >= (uint32_t)(q->sq_tail - q->sq_head)
             || s->done)
             continue;           /* already completed (flushed) */
