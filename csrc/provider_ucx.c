@@ -1972,26 +1972,37 @@ record_read(uint64_t guid, struct record *rec, void **addr)
     return 0;
 }
 
+/* Read a LID claim ("<pid> <guid>\n", claim_lid) from fd; 0 or -1. */
+static int
+lid_claim_read(int fd, int *pid, uint64_t *guid)
+{
+    char buf[64];
+    unsigned long long g;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    if (sscanf(buf, "%d %llx", pid, &g) != 2)
+        return -1;
+    *guid = g;
+    return 0;
+}
+
 /* The GUID that owns lid on this host, or 0. */
 static uint64_t
 lid_owner(uint16_t lid)
 {
-    char path[300], buf[64];
-    int fd;
-    ssize_t n;
-    unsigned long long g = 0;
-    int pid = 0;
+    char path[300];
+    int fd, pid = 0, rc;
+    uint64_t g = 0;
 
     snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
+    rc = lid_claim_read(fd, &pid, &g);
     close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    if (sscanf(buf, "%d %llx", &pid, &g) != 2 || !pid_alive(pid))
+    if (rc < 0 || !pid_alive(pid))
         return 0;
     return g;
 }
@@ -2001,9 +2012,8 @@ lid_owner(uint16_t lid)
 static pid_t
 file_owner(const char *name)
 {
-    char path[600], buf[64];
+    char path[600];
     const char *tmp = strstr(name, ".tmp");
-    ssize_t n;
     int fd;
     pid_t pid = 0;
 
@@ -2029,11 +2039,10 @@ file_owner(const char *name)
             head[0] == SH_MAGIC)
             pid = (pid_t)head[2];
     }
-    else if ((n = read(fd, buf, sizeof(buf) - 1)) > 0) {
-        unsigned long long g;
+    else {
         int p;
-        buf[n] = '\0';
-        if (sscanf(buf, "%d %llx", &p, &g) == 2)
+        uint64_t g;
+        if (lid_claim_read(fd, &p, &g) == 0)
             pid = p;
     }
     close(fd);
