@@ -30,6 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(HERE))
 # Its asserts get pytest's messages; registered before anything imports it.
 pytest.register_assert_rewrite("verbs_fixtures", "fabric_helpers")
+# ctx and variant (fixtures shared with the other tier) come from there
+from verbs_fixtures import ctx, variant  # noqa: E402,F401
 
 IN_VM = os.environ.get("RDMA_TESTVM") == "1"
 
@@ -62,27 +64,6 @@ def gid_index(provider):
 def end_port(provider):
     import verbs_fixtures
     return verbs_fixtures.open_end_port(provider)
-
-
-@pytest.fixture
-def ctx(end_port):
-    """An open Context on the provider's device, always closed afterwards."""
-    import rdma
-    with rdma.get_verbs(end_port) as c:
-        yield c
-
-
-@pytest.fixture(scope="session")
-def variant():
-    """Return a function that gives the directory of a built variant."""
-    import variants
-
-    def get(name):
-        d = variants.variant_dir(name)
-        if not any((d / "rdma").glob("_ibverbs*.so")):
-            d = variants.build(name)
-        return d
-    return get
 
 
 def pytest_report_header(config):

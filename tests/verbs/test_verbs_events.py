@@ -14,7 +14,7 @@ import pytest
 import rdma
 import rdma.ibverbs as ibv
 from verbs_fixtures import (Side, connect, check_ok, poll_cq,
-                            expect_no_completion, wait_for)
+                            expect_no_completion, run_py, wait_for)
 
 pytest_plugins = ["verbs_fixtures"]
 
@@ -288,9 +288,7 @@ def test_unacked_events_acked_on_close(provider):
         "b.qp = b.pd.qp(ibv.IBV_QPT_RC, 4, b.send_cq, 4, cq2)\n"
         "ctx.close()\n"
         "print('ctx closed', flush=True)\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=120,
-                         env=dict(os.environ, TEST_PROVIDER=provider))
+    res = run_py(code, env={"TEST_PROVIDER": provider})
     assert "cq closed" in res.stdout and "ctx closed" in res.stdout, res.stderr
     assert res.returncode == 0, res.stderr
 
@@ -376,9 +374,7 @@ def test_close_channel_with_waiter(provider):
         "print('waiter', 'blocked' if t.is_alive() else res, flush=True)\n"
         "ctx.close()\n"
         "print('exit', flush=True)\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=120,
-                         env=dict(os.environ, TEST_PROVIDER=provider))
+    res = run_py(code, env={"TEST_PROVIDER": provider})
     assert res.returncode == 0, (res.stdout, res.stderr)
     assert "exit" in res.stdout, (res.stdout, res.stderr)
     assert "waiter blocked" not in res.stdout, res.stdout

@@ -384,6 +384,28 @@ def pattern(n: int, seed: int = 0) -> bytes:
 # fixtures
 
 @fixture
+def ctx(end_port):
+    """An open Context on the end port under test, always closed
+    afterwards."""
+    with rdma.get_verbs(end_port) as c:
+        yield c
+
+
+@fixture(scope="session")
+def variant():
+    """Return a function that gives the directory of a built variant
+    (tests/variants.py; built on first use)."""
+    import variants
+
+    def get(name):
+        d = variants.variant_dir(name)
+        if not any((d / "rdma").glob("_ibverbs*.so")):
+            d = variants.build(name)
+        return d
+    return get
+
+
+@fixture
 def ctx2(end_port):
     """A second Context on the provider's device."""
     with rdma.get_verbs(end_port) as c:

@@ -20,6 +20,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "verbs"))     # verbs_fixtures
 # Its asserts get pytest's messages; registered before anything imports it.
 pytest.register_assert_rewrite("verbs_fixtures", "fabric_helpers")
+# ctx and variant (fixtures shared with the other tier) come from there
+from verbs_fixtures import ctx, variant  # noqa: E402,F401
+from verbs_fixtures import run_py  # noqa: E402,F401  (tests import it from here)
 
 IN_VM = os.environ.get("RDMA_TESTVM") == "1"
 DEVICE = os.environ.get("RDMA_TESTVM_DEVICE", "rxe0")
@@ -49,15 +52,6 @@ def run(cmd, *, env=None, timeout=120, check=False, cwd=None):
     return res
 
 
-def run_py(code, *, pythonpath=None, env=None, timeout=120):
-    """Run Python code in a fresh interpreter (-P: cwd not on sys.path)."""
-    e = dict(env or {})
-    e.pop("RDMA_PROVIDER", None)
-    if pythonpath is not None:
-        e["PYTHONPATH"] = str(pythonpath)
-    return run([sys.executable, "-P", "-c", code], env=e, timeout=timeout)
-
-
 @pytest.fixture(scope="session")
 def provider():
     """The provider of the VM's devices (what verbs_fixtures asks for)."""
@@ -76,22 +70,3 @@ def end_port(device):
     return rdma.get_end_port(device)
 
 
-@pytest.fixture
-def ctx(end_port):
-    """An open Context on the VM's device, always closed afterwards."""
-    import rdma
-    with rdma.get_verbs(end_port) as c:
-        yield c
-
-
-@pytest.fixture(scope="session")
-def variant():
-    """Return a function that gives the directory of a built variant."""
-    import variants
-
-    def get(name):
-        d = variants.variant_dir(name)
-        if not any((d / "rdma").glob("_ibverbs*.so")):
-            d = variants.build(name)
-        return d
-    return get
