@@ -987,8 +987,9 @@ resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
    no request took sets it back below the mark, so that a QP that stopped
    replying does not defer again before it replies again).
    A deferred ACK is sent by the next full drain: an empty poll_cq, the
-   progress thread (within about a millisecond) or a request's post_send
-   taking it over.  Only drain(0) (a poll_cq that returns completions,
+   progress thread (within about a millisecond), destroy_qp of its QP (a
+   program that closes and exits right after its last receive) or a
+   request's post_send taking it over.  Only drain(0) (a poll_cq that returns completions,
    post_recv) leaves it queued. */
 static __thread int in_app_poll;
 
@@ -3779,8 +3780,10 @@ destroy_qp(void *vq, struct pyrdma_status *st)
     inmsg_list_free(q->ooo);
     q->inq = q->inq_tail = q->ooo = NULL;
     for (o = N.ob_head; o; o = o->next)
-        if (o->qp == q)
+        if (o->qp == q) {
             o->qp = NULL;
+            o->defer = 0;       /* no reply will carry it: send it now */
+        }
     for (i = 0; i <= q->sq_mask; i++) {
         q->sq[i].qp = NULL;
         if (q->sq[i].inflight)
@@ -3801,6 +3804,7 @@ destroy_qp(void *vq, struct pyrdma_status *st)
         sh_quiesce(&N.sh->qp[q->qpn & (MAX_QP - 1)].inflight);
     pthread_mutex_unlock(&q->post_lock);
     pthread_mutex_destroy(&q->post_lock);
+    drain(1);                   /* its ACKs go before the process may end */
     if (q->sq != NULL) {
         for (i = 0; i <= q->sq_mask; i++) {
             if (q->sq[i].buf != q->sq[i].small)

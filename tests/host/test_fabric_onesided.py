@@ -233,6 +233,14 @@ def peer_main():
                     bad.append("send completion timeout")
                 done += k
             _emit({"bad": bad, "wrong": wrong, "sent": sent, "done": done})
+        elif op == "poll_close_exit":
+            # take one receive (spinning in C), then close everything and
+            # end the process at once, as a program that is done would
+            n = rcq.poll_into(ibv.WCArray(1), 1, min=1, timeout=10)
+            qp.close()
+            ctx.close()
+            _emit({"n": n})
+            os._exit(0)
         elif op == "exit":
             break
     ctx.close()
@@ -696,3 +704,22 @@ def test_fast_path_local_bounds_within_a_batch(pair):
         == b"\x5a" * 64
     assert bytes.fromhex(b("dump", mr="mr", off=1024, len=16)["hex"]) \
         == bytes(16)
+
+
+@pytest.mark.parametrize("pair", [SHM, TCP], indirect=True,
+                         ids=["shm", "tcp"])
+def test_deferred_ack_sent_when_the_qp_is_destroyed(pair):
+    """A replying QP's application takes a receive and then closes its QP
+    and ends its process at once (no reply, no further poll): the ACK its
+    poll deferred goes out when the QP is destroyed, so the requester's
+    SEND completes successfully instead of failing as sent to a dead
+    peer."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    _pingpong(a, b, 8)                  # b's QP replies: its ACKs wait
+    b.send({"op": "poll_close_exit"})
+    time.sleep(0.05)                    # b is spinning in its poll
+    post_ok(a, wr(ibv.IBV_WR_SEND, length=8, wr_id=7))
+    assert b.read() == {"n": 1}
+    wc = a("poll", n=1, timeout=5)["wcs"][0]
+    assert wc[:2] == [7, ibv.IBV_WC_SUCCESS], wc
