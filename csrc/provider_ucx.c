@@ -158,6 +158,7 @@ static struct {
 #define PORT_MTU IBV_MTU_4096
 #define MAX_MSG (1u << 31)
 #define SALT_TRIES 64
+#define DEADLINE_UNSET 1        /* struct slot: the timer has not started */
 
 /* REQ operations */
 enum { OP_SEND, OP_WRITE, OP_READ, OP_CAS, OP_FAA };
@@ -197,7 +198,7 @@ struct wire {
 /* the key page: what a same-host initiator checks before a one-sided op */
 
 #define SH_MAGIC 0x4b435855u    /* "UXCK" */
-#define SH_VERSION 1
+#define SH_VERSION 2
 #define SH_MR 4096              /* MR keys with an index below this can be
                                    the target of a one-sided op */
 #define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
@@ -241,7 +242,13 @@ struct sh_page {
     uint64_t st_ack_msg;     /* ACKs it sent as messages of their own */
     uint64_t st_ack_piggy;   /* ACKs it sent inside a request (piggyback) */
     uint64_t st_ack_late;    /* deferred ACKs no request took (sent alone) */
-    uint64_t pad1[6];
+    uint64_t st_ring_req;    /* requests it sent through a request ring */
+    uint32_t ring_sleep;     /* 1: its progress thread is about to sleep
+                                or sleeps; a ring writer must ring (see
+                                struct ring) */
+    uint32_t pad2;
+    uint64_t st_ring_bell;   /* receivers it woke (AM_CTL_BELL) */
+    uint64_t pad1[3];
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -250,6 +257,60 @@ struct sh_page {
 _Static_assert(sizeof(struct sh_qp) == 32, "struct sh_qp layout");
 _Static_assert(sizeof(struct sh_mr) == 240, "struct sh_mr layout");
 _Static_assert(offsetof(struct sh_page, qp) == 128, "struct sh_page layout");
+
+/* ------------------------------------------------------------------ */
+/* request rings: same-host RC requests without UCP                    */
+
+/*
+ * A node sends RC requests (struct wire + payload, up to RING_DATA bytes)
+ * to a same-host node through a ring in shared memory instead of a UCP
+ * active message: one single-producer ring per (sender, receiver) pair,
+ * file ring-<SENDER>-<RECEIVER> in the rendezvous directory.  The sender
+ * creates it, asks the receiver to map it (AM_CTL_RINGOPEN through UCP)
+ * and uses it once the receiver has set `open`; until then, and for
+ * anything that does not fit or finds the ring full, UCP as before (the
+ * responder's PSN order puts requests that took different ways back in
+ * order).  Writers hold the sender's N.lock; the receiver executes the
+ * entries under its N.lock, in poll_cq (empty) and in its progress thread,
+ * through the same code as an active message (am_dispatch).
+ * Waking a sleeping receiver: its progress thread sets ring_sleep in its
+ * key page, then looks at its rings once more before it sleeps; a writer
+ * publishes the tail, then takes ring_sleep (both seq_cst), and if it was
+ * set sends a UCP message (AM_CTL_BELL) whose arrival wakes the thread.
+ * A request that carries an ACK goes through UCP once its QP has sent a
+ * NAK (through UCP): a cumulative ACK must not pass the NAK before it.
+ */
+#define RING_MAGIC 0x474e4952u  /* "RING" */
+#define RING_SLOTS 256          /* a power of 2 */
+#define RING_SLOT 512           /* bytes per entry */
+#define RING_DATA (RING_SLOT - 8)
+#define MAX_RX_RINGS 256        /* rings a node accepts */
+
+struct ring_slot {
+    uint32_t len;          /* bytes in data (struct wire + payload) */
+    uint32_t pad;
+    uint8_t data[RING_DATA];
+};
+
+struct ring {
+    uint32_t magic, version;
+    int32_t pid;           /* the sender (the stale-file sweep reads it) */
+    uint32_t open;         /* set by the receiver once mapped */
+    uint64_t src_guid, dst_guid;
+    uint8_t pad0[32];
+    uint64_t tail;         /* entries written (sender) */
+    uint8_t pad1[56];
+    uint64_t head;         /* entries executed (receiver) */
+    uint8_t pad2[56];
+    struct ring_slot s[RING_SLOTS];
+};
+_Static_assert(offsetof(struct ring, tail) == 64 &&
+               offsetof(struct ring, head) == 128 &&
+               offsetof(struct ring, s) == 192, "struct ring layout");
+
+/* control messages (struct wire with this kind, through UCP) */
+#define AM_CTL_RINGOPEN 40      /* map my ring to you */
+#define AM_CTL_BELL 41          /* look at your rings */
 
 /* A cached unpacked rkey of a peer's MR (index: key >> 8). */
 struct rkc {
@@ -382,7 +443,9 @@ struct slot {
     int rnr_wait;          /* responder holds it for RNR: no ack timer */
     uint32_t psn;          /* PSN */
     uint32_t byte_len;     /* for READ/atomic completions */
-    uint64_t deadline;     /* ack timeout (ns), 0: none */
+    uint64_t deadline;     /* ack timeout (ns), 0: none, DEADLINE_UNSET:
+                              tmo from when timers() first sees it */
+    uint64_t tmo;          /* ack timeout (ns) */
     int num_sge;           /* local s/g (READ/atomic targets) */
     struct pyrdma_sge *sge; /* max_send_sge entries */
     uint8_t *buf;          /* wire + payload to send */
@@ -401,6 +464,9 @@ struct peer {
     uint64_t next_check;   /* next liveness check (ns) */
     struct sh_page *sh;    /* same host: its key page, or NULL */
     struct rkc *rk;        /* SH_MR cached rkeys (with sh) */
+    int ring_state;        /* 0: none yet, 1: ring made (tx), -1: never */
+    struct ring *tx;       /* request ring to it (usable once tx->open) */
+    uint64_t tx_head;      /* tx->head as last read (N.lock) */
 };
 
 /* A queue pair. */
@@ -435,6 +501,8 @@ struct uqp {
     int rx_seen;           /* executed a request since its last post_send */
     int alt;               /* receive/post alternations seen (max 4): its
                               ACKs are deferred from 2 on (in_app_poll) */
+    int naked;             /* queued a NAK: its requests that carry an
+                              ACK go through UCP (struct ring) */
     int destroyed;         /* being destroyed */
 };
 
@@ -497,6 +565,8 @@ static struct node {
     ucp_ep_h *accepted;
     int nacc, cacc;
     struct obox *ob_head, *ob_tail, *ob_free;
+    unsigned ob_plain;     /* queued items not deferred, since the last
+                              drain (an upper bound: drain(0)'s hint) */
     pthread_mutex_t drain_lock;
     struct grave *graves;
     int timers;            /* something waits on a timer */
@@ -507,6 +577,8 @@ static struct node {
     struct sh_page *sh;    /* own key page (NULL: no fast path) */
     char shfile[260];
     struct umem *umems;    /* alloc_mr_mem memory */
+    struct ring *rx[MAX_RX_RINGS]; /* request rings to this node */
+    uint32_t nrx;          /* entries of rx in use (grows only) */
 } N = {.lock = PTHREAD_MUTEX_INITIALIZER,
        .drain_lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -952,6 +1024,7 @@ ob_new(struct uqp *q, size_t len)
     else
         N.ob_head = o;
     N.ob_tail = o;
+    N.ob_plain++;
     return o;
 }
 
@@ -991,7 +1064,7 @@ resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
    program that closes and exits right after its last receive) or a
    request's post_send taking it over.  Only drain(0) (a poll_cq that returns completions,
    post_recv) leaves it queued. */
-static __thread int in_app_poll;
+static __thread int in_app_poll __attribute__((tls_model("initial-exec")));
 
 /* Is anything queued that drain(0) would send (N.lock held)?  Deferred
    ACKs wait, and ACKs a request carried are recycled by a later drain. */
@@ -1026,6 +1099,8 @@ queue_ack(struct uqp *q, const struct wire *h)
         return;
     resp_header((struct wire *)o->buf, q, h, R_ACK);
     o->defer = in_app_poll && q->alt >= 2;
+    if (o->defer)
+        N.ob_plain--;
     q->ack_item = o;
 }
 
@@ -1041,6 +1116,8 @@ queue_resp(struct uqp *q, const struct wire *h, int code, const void *data,
     if (o == NULL)
         return;
     resp_header((struct wire *)o->buf, q, h, code);
+    if (code != R_READ && code != R_ATOMIC && code != R_RNR_WAIT)
+        q->naked = 1;
     ((struct wire *)o->buf)->len = (uint32_t)dlen;
     if (dlen)
         memcpy(o->buf + sizeof(struct wire), data, dlen);
@@ -1069,6 +1146,9 @@ drain(int all)
     /* nothing queued (a racy hint: whoever queues drains afterwards) */
     if (__atomic_load_n(&N.ob_head, __ATOMIC_ACQUIRE) == NULL)
         return;
+    /* only deferred ACKs queued: drain(0) leaves them (same hint) */
+    if (!all && __atomic_load_n(&N.ob_plain, __ATOMIC_RELAXED) == 0)
+        return;
     for (;;) {
         struct obox *list, *o, *next, *recycle = NULL;
         if (pthread_mutex_trylock(&N.drain_lock) != 0)
@@ -1079,6 +1159,7 @@ drain(int all)
             LOCK();
             list = N.ob_head;
             N.ob_head = N.ob_tail = NULL;
+            N.ob_plain = 0;     /* what stays is deferred */
             for (o = list; o; o = next) {
                 next = o->next;
                 o->next = NULL;
@@ -1840,6 +1921,243 @@ rndv_done(void *req, ucs_status_t status, size_t length, void *user)
         U.request_free(req);
 }
 
+/* Execute a whole message, from UCP or a ring (N.lock held). */
+static void
+am_dispatch(const struct wire *h, const uint8_t *pl, size_t plen)
+{
+    if (h->kind == AM_REQ) {
+        if (h->flags & F_ACK)
+            on_piggyback_ack(h);
+        on_req(h, pl, plen, 0, NULL);
+    }
+    else if (h->kind == AM_RESP)
+        on_resp(h, pl, plen);
+}
+
+static void
+ring_name(char *buf, size_t n, uint64_t src, uint64_t dst)
+{
+    snprintf(buf, n, "%s/ring-%016llx-%016llx", N.dir,
+             (unsigned long long)src, (unsigned long long)dst);
+}
+
+/* Execute what the request rings to this node hold; return how many. */
+static unsigned
+rings_poll(void)
+{
+    uint32_t i, nr = __atomic_load_n(&N.nrx, __ATOMIC_ACQUIRE);
+    unsigned n = 0;
+
+    for (i = 0; i < nr; i++) {
+        struct ring *r = N.rx[i];
+        uint64_t head, tail;
+        if (__atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) ==
+            __atomic_load_n(&r->head, __ATOMIC_RELAXED))
+            continue;
+        LOCK();
+        head = r->head;
+        tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+        if (tail - head > RING_SLOTS)
+            head = tail;        /* a corrupt ring: drop what it holds */
+        for (; head != tail; head++) {
+            const struct ring_slot *e = &r->s[head & (RING_SLOTS - 1)];
+            struct wire h;
+            uint32_t len = e->len;
+            if (len < sizeof(h) || len > RING_DATA)
+                continue;
+            memcpy(&h, e->data, sizeof(h));
+            am_dispatch(&h, e->data + sizeof(h), len - sizeof(h));
+            n++;
+        }
+        __atomic_store_n(&r->head, head, __ATOMIC_RELEASE);
+        UNLOCK();
+    }
+    return n;
+}
+
+/* Map the ring a same-host node made for its requests to this node (on
+   its AM_CTL_RINGOPEN); on any failure it keeps using UCP. */
+static void
+ring_accept(uint64_t src)
+{
+    char path[300];
+    struct stat sb;
+    struct ring *r;
+    int fd;
+
+    if (N.sh == NULL || src == N.guid)
+        return;
+    ring_name(path, sizeof(path), src, N.guid);
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != sizeof(struct ring)) {
+        close(fd);
+        return;
+    }
+    r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (r == MAP_FAILED)
+        return;
+    unlink(path);               /* both sides have it mapped now */
+    if (r->magic != RING_MAGIC || r->version != SH_VERSION ||
+        r->src_guid != src || r->dst_guid != N.guid) {
+        munmap(r, sizeof(*r));
+        return;
+    }
+    LOCK();
+    if (N.nrx == MAX_RX_RINGS) {
+        UNLOCK();
+        munmap(r, sizeof(*r));
+        return;
+    }
+    r->head = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+    N.rx[N.nrx] = r;
+    __atomic_store_n(&N.nrx, N.nrx + 1, __ATOMIC_RELEASE);
+    UNLOCK();
+    __atomic_store_n(&r->open, 1, __ATOMIC_RELEASE);
+}
+
+static void
+ctl_sent_cb(void *req, ucs_status_t status, void *user)
+{
+    (void)status;
+    free(user);
+    U.request_free(req);
+}
+
+/* Send a control message (AM_CTL_*) to p through UCP (no lock held). */
+static void
+ctl_send(struct peer *p, int kind)
+{
+    struct wire *h = calloc(1, sizeof(*h));
+    ucp_request_param_t prm;
+    ucs_status_ptr_t r;
+
+    if (h == NULL)
+        return;
+    h->kind = (uint8_t)kind;
+    h->src_guid = N.guid;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send = ctl_sent_cb;
+    prm.user_data = h;
+    r = U.am_send_nbx(p->ep, AM_REQ, h, sizeof(*h), NULL, 0, &prm);
+    if (!UCS_PTR_IS_PTR(r))
+        free(h);
+}
+
+/* Rings are shared memory: used when UCX may use it too (UCX_TLS unset,
+   or naming a shared-memory transport), so that UCX_TLS=tcp still means
+   TCP; RDMA_UCX_NO_RING=1 turns them off. */
+static int
+ring_allowed(void)
+{
+    const char *tls = getenv("UCX_TLS"), *no = getenv("RDMA_UCX_NO_RING");
+    int shm;
+    if (no != NULL && no[0] != '\0' && strcmp(no, "0") != 0)
+        return 0;
+    if (tls == NULL || tls[0] == '\0')
+        return 1;
+    shm = strstr(tls, "shm") != NULL || strstr(tls, "sm") != NULL ||
+          strstr(tls, "posix") != NULL || strstr(tls, "sysv") != NULL;
+    if (tls[0] == '^')                  /* all but those listed */
+        return !shm;
+    return shm || strstr(tls, "all") != NULL;
+}
+
+/* Make the request ring to same-host peer p and ask it to map it (once
+   per peer; no lock held). */
+static void
+ring_make(struct peer *p)
+{
+    char path[300], tmp[320];
+    struct ring *r;
+    int fd, zero = 0;
+
+    if (!__atomic_compare_exchange_n(&p->ring_state, &zero, -1, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return;                 /* made, or being made, or never */
+    if (!ring_allowed())
+        return;
+    ring_name(path, sizeof(path), N.guid, p->guid);
+    snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());
+    fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    if (ftruncate(fd, sizeof(struct ring)) != 0) {
+        close(fd);
+        unlink(tmp);
+        return;
+    }
+    r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (r == MAP_FAILED) {
+        unlink(tmp);
+        return;
+    }
+    r->magic = RING_MAGIC;
+    r->version = SH_VERSION;
+    r->pid = (int32_t)getpid();
+    r->src_guid = N.guid;
+    r->dst_guid = p->guid;
+    if (rename(tmp, path) != 0) {
+        munmap(r, sizeof(*r));
+        unlink(tmp);
+        return;
+    }
+    LOCK();
+    p->tx = r;
+    p->tx_head = 0;
+    __atomic_store_n(&p->ring_state, 1, __ATOMIC_RELEASE);
+    UNLOCK();
+    ctl_send(p, AM_CTL_RINGOPEN);
+}
+
+/* Put request slot s (its header is final) into p's ring (N.lock held);
+   0: done, -1: it goes through UCP (no ring, full, too big). */
+static int
+ring_put(struct peer *p, const struct slot *s)
+{
+    struct ring *r = p->tx;
+    uint64_t tail;
+    struct ring_slot *e;
+
+    if (r == NULL || s->len > RING_DATA || p->failed ||
+        !__atomic_load_n(&r->open, __ATOMIC_ACQUIRE))
+        return -1;
+    tail = r->tail;
+    if (tail - p->tx_head >= RING_SLOTS) {
+        p->tx_head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+        if (tail - p->tx_head >= RING_SLOTS)
+            return -1;
+    }
+    e = &r->s[tail & (RING_SLOTS - 1)];
+    e->len = (uint32_t)s->len;
+    memcpy(e->data, s->buf, s->len);
+    __atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* After ring_put: does p's progress thread sleep (then it must be rung)? */
+static int
+ring_bell_needed(struct peer *p)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&p->sh->ring_sleep, __ATOMIC_RELAXED) == 0)
+        return 0;
+    return __atomic_exchange_n(&p->sh->ring_sleep, 0, __ATOMIC_SEQ_CST) != 0;
+}
+
+/* Wake p's progress thread (no lock held). */
+static void
+ring_bell(struct peer *p)
+{
+    if (N.sh != NULL)
+        __atomic_fetch_add(&N.sh->st_ring_bell, 1, __ATOMIC_RELAXED);
+    ctl_send(p, AM_CTL_BELL);
+}
+
 static ucs_status_t
 am_cb(void *arg, const void *header, size_t header_length, void *data,
       size_t length, const ucp_am_recv_param_t *param)
@@ -1855,15 +2173,17 @@ am_cb(void *arg, const void *header, size_t header_length, void *data,
     if (header_length != sizeof(h))
         return UCS_OK;
     memcpy(&h, header, sizeof(h));
+    if (h.kind == AM_CTL_RINGOPEN) {
+        ring_accept(h.src_guid);
+        return UCS_OK;
+    }
+    if (h.kind == AM_CTL_BELL) {
+        rings_poll();
+        return UCS_OK;
+    }
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
         LOCK();
-        if (h.kind == AM_REQ) {
-            if (h.flags & F_ACK)
-                on_piggyback_ack(&h);
-            on_req(&h, data, length, 0, NULL);
-        }
-        else if (h.kind == AM_RESP)
-            on_resp(&h, data, length);
+        am_dispatch(&h, data, length);
         UNLOCK();
         return UCS_OK;
     }
@@ -2019,7 +2339,7 @@ file_owner(const char *name)
     pid_t pid = 0;
 
     if (strncmp(name, "node-", 5) != 0 && strncmp(name, "keys-", 5) != 0 &&
-        strncmp(name, "lid-", 4) != 0)
+        strncmp(name, "lid-", 4) != 0 && strncmp(name, "ring-", 5) != 0)
         return 0;                       /* not ours */
     if (tmp != NULL)                    /* <name>.tmp<writer's pid> */
         return (pid_t)atoi(tmp + 4);
@@ -2034,10 +2354,10 @@ file_owner(const char *name)
             strncmp(r.boot_id, N.boot_id, sizeof(r.boot_id)) == 0)
             pid = r.pid;
     }
-    else if (name[0] == 'k') {
+    else if (name[0] == 'k' || name[0] == 'r') {
         uint32_t head[3];               /* magic, version, pid */
         if (read(fd, head, sizeof(head)) == (ssize_t)sizeof(head) &&
-            head[0] == SH_MAGIC)
+            head[0] == (name[0] == 'k' ? SH_MAGIC : RING_MAGIC))
             pid = (pid_t)head[2];
     }
     else {
@@ -2298,6 +2618,8 @@ timers(void)
             if (s->done)
                 continue;
             any = 1;
+            if (s->deadline == DEADLINE_UNSET)
+                s->deadline = t + s->tmo;
             if ((s->deadline && t >= s->deadline) ||
                 (q->peer && q->peer->failed))
                 sq_fail_outstanding(q, IBV_WC_RETRY_EXC_ERR);
@@ -2342,7 +2664,10 @@ progress_main(void *arg)
                 last_timers = t;
             }
             /* ACKs the application deferred and has not sent (it got
-               its completion and is busy elsewhere): at most ~1 ms late */
+               its completion and is busy elsewhere), requests in rings
+               while it polls another CQ: at most ~1 ms late */
+            if (N.nrx)
+                rings_poll();
             drain(1);
             epoll_wait(N.quietfd, ev, 4, 1);
             idle = 0;
@@ -2350,6 +2675,8 @@ progress_main(void *arg)
         }
         while ((k = U.worker_progress(N.w)) != 0 && n < 10000)
             n += k;
+        if (N.nrx)
+            n += rings_poll();
         drain(1);
         t = now_ns();
         if ((N.timers && t - last_timers > 1000000ull) ||
@@ -2366,7 +2693,20 @@ progress_main(void *arg)
             continue;           /* spin a little before sleeping */
         if (U.worker_arm(N.w) == UCS_ERR_BUSY)
             continue;
+        if (N.nrx) {
+            /* ring writers ring from now on (struct ring) */
+            __atomic_store_n(&N.sh->ring_sleep, 1, __ATOMIC_SEQ_CST);
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            if (rings_poll() != 0) {
+                __atomic_store_n(&N.sh->ring_sleep, 0, __ATOMIC_SEQ_CST);
+                drain(1);
+                idle = 0;
+                continue;
+            }
+        }
         epoll_wait(N.epfd, ev, 4, N.timers ? 5 : 100);
+        if (N.nrx)
+            __atomic_store_n(&N.sh->ring_sleep, 0, __ATOMIC_SEQ_CST);
         idle = 0;
     }
     return NULL;
@@ -2395,6 +2735,7 @@ read_boot_id(void)
 static void
 node_atexit(void)
 {
+    int i;
     if (!N.up || N.pid != getpid())
         return;
     N.stop = 1;
@@ -2405,6 +2746,15 @@ node_atexit(void)
         }
     }
     pthread_join(N.thr, NULL);
+    for (i = 0; i < N.npeers; i++) {
+        /* a ring its receiver never mapped (and so never unlinked) */
+        struct peer *p = N.peers[i];
+        if (p->tx != NULL && !__atomic_load_n(&p->tx->open, __ATOMIC_ACQUIRE)) {
+            char path[300];
+            ring_name(path, sizeof(path), N.guid, p->guid);
+            unlink(path);
+        }
+    }
     if (N.sh != NULL)
         unlink(N.shfile);
     unlink(N.nodefile);
@@ -3291,7 +3641,7 @@ cq_take(struct ucq *cq, int n, struct pyrdma_wc *wc)
     return got;
 }
 
-static __thread unsigned empty_polls;    /* consecutive empty poll_cq */
+static __thread unsigned empty_polls __attribute__((tls_model("initial-exec")));   /* consecutive empty poll_cq */
 
 static int
 poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
@@ -3307,6 +3657,10 @@ poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
                      __atomic_load_n(&N.app_polls, __ATOMIC_RELAXED) + 1,
                      __ATOMIC_RELAXED);
     in_app_poll = 1;
+    /* UCP every time too: while the application polls, its poll_cq is
+       the only progress UCP gets (the progress thread stands back) */
+    if (N.nrx)
+        rings_poll();
     U.worker_progress(N.w);
     in_app_poll = 0;
     /* Responses queued by callbacks (ours or the progress thread's) go out
@@ -3585,6 +3939,7 @@ qp_reset(struct uqp *q)
     q->err_pending = 0;
     q->epoch++;
     q->rx_seen = q->alt = 0;
+    q->naked = 0;
     q->dead_valid = 0;
     q->rq.head = q->rq.tail;
     inmsg_list_free(q->inq);
@@ -4033,7 +4388,7 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
    completion already in the CQ if signaled). */
 static int
 fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
-          uint64_t *t, struct fhold *hold)
+          struct fhold *hold)
 {
     struct wire *h;
     size_t total = 0;
@@ -4176,9 +4531,10 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     if (q->type == IBV_QPT_RC && q->attr.timeout) {
         double us = 4.096 * (double)(1ull << q->attr.timeout) *
                     (q->attr.retry_cnt + 1);
-        if (*t == 0)
-            *t = now_ns();
-        s->deadline = *t + (uint64_t)(us * 1000.0);
+        /* no clock read per WR: the timer starts when timers() (every
+           ~1 ms while something waits) first sees the WR outstanding */
+        s->tmo = (uint64_t)(us * 1000.0);
+        s->deadline = DEADLINE_UNSET;
         N.timers = 1;
     }
     s->need_send = 1;
@@ -4245,9 +4601,8 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
 {
     struct uqp *q = vq;
     uint32_t first, last, i;
-    int rc = 0, signal = 0;
-    uint64_t t = 0;             /* now, read when first needed */
-    struct peer *p;
+    int rc = 0, signal = 0, n_ucp = 0;
+    struct peer *p, *bell = NULL;
     struct fhold hold = {NULL, NULL};
 
     /* one-sided candidates: map the target MRs not mapped yet (UCP is
@@ -4270,6 +4625,9 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
                 __atomic_load_n(&p->rk[k >> 8].key, __ATOMIC_RELAXED) != k)
                 rk_fetch(p, k);
         }
+        if (p->sh != N.sh &&
+            __atomic_load_n(&p->ring_state, __ATOMIC_RELAXED) == 0)
+            ring_make(p);
     }
     pthread_mutex_lock(&q->post_lock);
     slots_settle(q, wr);
@@ -4293,7 +4651,7 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
             break;
         }
         s = &q->sq[q->sq_tail & q->sq_mask];
-        rc = fill_slot(q, s, wr, &t, &hold);
+        rc = fill_slot(q, s, wr, &hold);
         if (rc == -1) {
             rc = 0;             /* done one-sided, without a slot */
             continue;
@@ -4313,7 +4671,40 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
     }
     if (q->ack_item != NULL && q->type == IBV_QPT_RC)
         piggyback_ack(q, first, last);
+    /* RC requests to a same-host node: through its ring while they fit
+       (then the rest of this call's through UCP, in order) */
+    p = q->type == IBV_QPT_RC ? q->peer : NULL;
+    for (i = first; i != last; i++) {
+        struct slot *s = &q->sq[i & q->sq_mask];
+        if (s->need_send != 1)
+            continue;
+        if (n_ucp == 0 && p != NULL && p->ring_state == 1 &&
+            s->ep == p->ep &&
+            !(q->naked && (((struct wire *)s->buf)->flags & F_ACK)) &&
+            ring_put(p, s) == 0) {
+            s->need_send = 0;
+            s->inflight = 0;
+            q->n_inflight--;
+            bell = p;
+            if (N.sh != NULL)
+                N.sh->st_ring_req++;
+            continue;
+        }
+        n_ucp++;
+    }
+    if (bell != NULL && !ring_bell_needed(bell))
+        bell = NULL;
+    if (n_ucp == 0) {
+        sq_advance(q);
+        UNLOCK();
+        pthread_mutex_unlock(&q->post_lock);
+        if (bell != NULL)
+            ring_bell(bell);
+        return rc;
+    }
     UNLOCK();
+    if (bell != NULL)
+        ring_bell(bell);
     /* transmit, outside N.lock, in order */
     for (i = first; i != last; i++) {
         struct slot *s = &q->sq[i & q->sq_mask];

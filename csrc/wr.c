@@ -823,7 +823,7 @@ static int
 spin_poll(pyrdma_obj *cq, pyrdma_WCArray *a, int n, int min, double timeout,
           int *got)
 {
-    double start = mono_now(), last_drop = start, now;
+    double start = 0, last_drop = 0, now;
 
     for (;;) {
         int k;
@@ -841,6 +841,8 @@ spin_poll(pyrdma_obj *cq, pyrdma_WCArray *a, int n, int min, double timeout,
         if (PyErr_CheckSignals() < 0)
             return -1;
         now = mono_now();
+        if (start == 0)         /* no clock read for a quick answer */
+            start = last_drop = now;
         if (timeout >= 0 && now - start >= timeout)
             return 0;
         if (now - last_drop >= 1e-3 && other_threads()) {

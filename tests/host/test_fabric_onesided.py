@@ -30,7 +30,7 @@ TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
        "UCX_WARN_UNUSED_ENV_VARS": "n"}
 SIZE = 1 << 16
 # the statistics at the start of a node's key page (see provider_ucx.c)
-STATS = struct.Struct("<IIiIQQQQQQQQ")
+STATS = struct.Struct("<IIiIQQQQQQQQQIIQ")
 
 
 # --------------------------------------------------------------------------
@@ -54,12 +54,12 @@ def _stats():
             continue
         if len(head) < STATS.size:
             continue
-        magic, ver, pid, _, guid, w, r, a, am, am_ack, piggy, late = \
-            STATS.unpack(head)
+        (magic, ver, pid, _, guid, w, r, a, am, am_ack, piggy, late,
+         ring, _, _, bell) = STATS.unpack(head)
         if pid == os.getpid():
             return {"fast_write": w, "fast_read": r, "fast_atomic": a,
                     "am_req": am, "ack_msg": am_ack, "ack_piggy": piggy,
-                    "ack_late": late}
+                    "ack_late": late, "ring_req": ring, "ring_bell": bell}
     return None
 
 
@@ -255,6 +255,7 @@ class Peer(PeerProcess):
 
     def __init__(self, env):
         super().__init__(__file__, "peer", env=env, timeout=TIMEOUT)
+        self.env = env
 
     def __call__(self, op, **kw):
         self.send({"op": op, **kw})
@@ -723,3 +724,58 @@ def test_deferred_ack_sent_when_the_qp_is_destroyed(pair):
     assert b.read() == {"n": 1}
     wc = a("poll", n=1, timeout=5)["wcs"][0]
     assert wc[:2] == [7, ibv.IBV_WC_SUCCESS], wc
+
+
+@pytest.mark.parametrize("pair", [SHM, TCP], indirect=True,
+                         ids=["shm", "tcp"])
+def test_requests_take_the_ring_over_shm(pair):
+    """Between processes of one host with shared memory allowed, RC
+    requests go through the sender's request ring (not UCP) once the
+    receiver has mapped it; with UCX_TLS=tcp they keep going through UCP.
+    The ring's file is gone from the rendezvous directory once mapped."""
+    a, b, _ = pair
+    n = 500
+    sa0, sb0 = a("stats"), b("stats")
+    _pingpong(a, b, n)
+    sa1, sb1 = a("stats"), b("stats")
+    ring = [s1["ring_req"] - s0["ring_req"]
+            for s0, s1 in ((sa0, sa1), (sb0, sb1))]
+    if a.env.get("UCX_TLS", "").startswith("tcp"):
+        assert ring == [0, 0], ring
+    else:
+        # the first requests may go through UCP while the ring opens
+        assert min(ring) >= n - 10, ring
+    d = os.environ.get("RDMA_UCX_DIR") or f"/dev/shm/rdma-ucx-{os.getuid()}"
+    mine = []
+    for name in os.listdir(d):
+        if name.startswith("ring-"):
+            with open(os.path.join(d, name), "rb") as f:
+                head = f.read(12)
+            if len(head) == 12 and struct.unpack("<IIi", head)[2] in (
+                    a.pid, b.pid):
+                mine.append(name)
+    assert mine == []
+
+
+@pytest.mark.parametrize("pair", [SHM], indirect=True, ids=["shm"])
+def test_a_sleeping_responder_is_rung(pair):
+    """A responder whose application does not poll and whose progress
+    thread sleeps is woken by the ring's writer (AM_CTL_BELL): a SEND to it
+    completes in milliseconds, not at the thread's next timeout (100 ms)."""
+    ibv = _ibv()
+    a, b, _ = pair
+    _pingpong(a, b, 8)                  # the rings are open
+    bell0 = a("stats")["ring_bell"]
+    took = []
+    for i in range(5):
+        time.sleep(0.3)                 # b's progress thread goes to sleep
+        t0 = time.monotonic()
+        post_ok(a, wr(ibv.IBV_WR_SEND, length=8, wr_id=30 + i))
+        rep = a("poll", n=1, timeout=5)
+        took.append(time.monotonic() - t0)
+        assert "wcs" in rep, rep
+        assert rep["wcs"][0][:2] == [30 + i, ibv.IBV_WC_SUCCESS], rep
+        assert b("poll", recv=1, n=1)["wcs"][0][1] == ibv.IBV_WC_SUCCESS
+        assert b("recv", len=8, off=0) == {"ok": True}
+    assert a("stats")["ring_bell"] - bell0 >= 3, took
+    assert sorted(took)[2] < 0.03, took
