@@ -9,6 +9,7 @@ would out of band.
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import uuid
@@ -207,6 +208,11 @@ def test_files_of_killed_processes_are_swept(tmp_path):
                                                           "node"], left
         # an interrupted write of a dead process, and files not ours
         (d / f"node-00000000deadbeef.tmp{dead[0]}").write_bytes(b"x")
+        # a request ring its receiver never mapped (magic "RING", version,
+        # the sender's pid)
+        ring = "ring-00000000deadbeef-00000000feedf00d"
+        (d / ring).write_bytes(struct.pack("<IIi", 0x474E4952, 2, dead[0])
+                               + bytes(64))
         (d / f"notes.tmp{dead[0]}").write_text("mine")
         (d / "README").write_text("mine")
         checker, _ = _node("wait", env)
@@ -219,6 +225,7 @@ def test_files_of_killed_processes_are_swept(tmp_path):
         assert live_files <= now               # the live node keeps its
         assert not (left & now), left & now    # every dead node's are gone
         assert f"node-00000000deadbeef.tmp{dead[0]}" not in now
+        assert ring not in now
         assert {f"notes.tmp{dead[0]}", "README"} <= now
         assert len(now - live_files) == 3 + 2  # the checker's + not ours
     finally:
