@@ -51,6 +51,9 @@
  * The key page also holds the node's statistics (fast ops initiated, AM
  * requests executed) for tests and benchmarks.
  *
+ * Request rings: same-host RC requests go through shared memory instead of
+ * a UCP active message (see struct ring).
+ *
  * Scheduling: the worker lock is a mutex (UCX_USE_MT_MUTEX=y unless set),
  * the progress thread keeps off the worker while the application polls
  * (it drives progress in poll_cq), and a poll_cq that keeps finding
