@@ -246,10 +246,7 @@ struct sh_page {
     uint64_t st_ack_piggy;   /* ACKs it sent inside a request (piggyback) */
     uint64_t st_ack_late;    /* deferred ACKs no request took (sent alone) */
     uint64_t st_ring_req;    /* requests it sent through a request ring */
-    uint32_t ring_sleep;     /* 1: its progress thread is about to sleep
-                                or sleeps; a ring writer must ring (see
-                                struct ring) */
-    uint32_t pad2;
+    uint32_t pad3, pad2;
     uint64_t st_ring_bell;   /* receivers it woke (AM_CTL_BELL) */
     uint64_t pad1[3];
     struct sh_qp qp[MAX_QP];
@@ -276,9 +273,12 @@ _Static_assert(offsetof(struct sh_page, qp) == 128, "struct sh_page layout");
  * order).  Writers hold the sender's N.lock; the receiver executes the
  * entries under its N.lock, in poll_cq (empty) and in its progress thread,
  * through the same code as an active message (am_dispatch).
- * Waking a sleeping receiver: its progress thread sets ring_sleep in its
- * key page, then looks at its rings once more before it sleeps; a writer
- * publishes the tail, then takes ring_sleep (both seq_cst), and if it was
+ * An entry is published by its `seq` (written last); the receiver polls
+ * the next entry's seq, so a request costs the receiver the lines of its
+ * entry only.
+ * Waking a sleeping receiver: its progress thread sets `sleep` in each of
+ * its rings, then looks at them once more before it sleeps; a writer
+ * publishes an entry, then takes `sleep` (both seq_cst), and if it was
  * set sends a UCP message (AM_CTL_BELL) whose arrival wakes the thread.
  * A request that carries an ACK goes through UCP once its QP has sent a
  * NAK (through UCP): a cumulative ACK must not pass the NAK before it.
@@ -290,8 +290,10 @@ _Static_assert(offsetof(struct sh_page, qp) == 128, "struct sh_page layout");
 #define MAX_RX_RINGS 256        /* rings a node accepts */
 
 struct ring_slot {
+    uint32_t seq;          /* (entry number + 1) mod 2^32 once written
+                              (release): the receiver polls this, in the
+                              line it then reads anyway */
     uint32_t len;          /* bytes in data (struct wire + payload) */
-    uint32_t pad;
     uint8_t data[RING_DATA];
 };
 
@@ -300,16 +302,18 @@ struct ring {
     int32_t pid;           /* the sender (the stale-file sweep reads it) */
     uint32_t open;         /* set by the receiver once mapped */
     uint64_t src_guid, dst_guid;
-    uint8_t pad0[32];
-    uint64_t tail;         /* entries written (sender) */
+    uint32_t sleep;        /* 1: the receiver's progress thread is about to
+                              sleep or sleeps: the writer must ring (in
+                              this line, which the writer reads anyway and
+                              the receiver writes only around a sleep) */
+    uint8_t pad0[28];
+    uint64_t head;         /* entries executed (receiver; the writer reads
+                              it only when the ring looks full) */
     uint8_t pad1[56];
-    uint64_t head;         /* entries executed (receiver) */
-    uint8_t pad2[56];
     struct ring_slot s[RING_SLOTS];
 };
-_Static_assert(offsetof(struct ring, tail) == 64 &&
-               offsetof(struct ring, head) == 128 &&
-               offsetof(struct ring, s) == 192, "struct ring layout");
+_Static_assert(offsetof(struct ring, head) == 64 &&
+               offsetof(struct ring, s) == 128, "struct ring layout");
 
 /* control messages (struct wire with this kind, through UCP) */
 #define AM_CTL_RINGOPEN 40      /* map my ring to you */
@@ -470,6 +474,7 @@ struct peer {
     int ring_state;        /* 0: none yet, 1: ring made (tx), -1: never */
     struct ring *tx;       /* request ring to it (usable once tx->open) */
     uint64_t tx_head;      /* tx->head as last read (N.lock) */
+    uint64_t tx_tail;      /* entries written to tx (N.lock) */
 };
 
 /* A queue pair. */
@@ -568,6 +573,7 @@ static struct node {
     ucp_ep_h *accepted;
     int nacc, cacc;
     struct obox *ob_head, *ob_tail, *ob_free;
+    unsigned ob_pending;   /* outbox sends UCP has not finished */
     unsigned ob_plain;     /* queued items not deferred, since the last
                               drain (an upper bound: drain(0)'s hint) */
     pthread_mutex_t drain_lock;
@@ -576,6 +582,7 @@ static struct node {
     uint32_t qp_hi;        /* QP table entries in use are below this */
     uint64_t app_polls;    /* poll_cq drove progress (a count: changes
                               while the application polls) */
+    int pt_asleep;         /* the progress thread sleeps up to 100 ms */
     int quietfd;           /* epoll set of stopfd only */
     struct sh_page *sh;    /* own key page (NULL: no fast path) */
     char shfile[260];
@@ -1134,6 +1141,7 @@ ob_sent_cb(void *req, ucs_status_t status, void *user)
     LOCK();
     ob_recycle(user);
     UNLOCK();
+    __atomic_fetch_sub(&N.ob_pending, 1, __ATOMIC_RELEASE);
     U.request_free(req);
 }
 
@@ -1142,7 +1150,8 @@ ob_sent_cb(void *req, ucs_status_t status, void *user)
    application's critical path) sends all but the deferred ACKs, which
    stay queued in order, and does not look again for what others queued
    while it held drain_lock: the next full drain (an empty poll_cq, the
-   progress thread within ~1 ms) sends that. */
+   progress thread within ~1 ms) sends that.  all = 2 is all = 1 that
+   waits for drain_lock instead of leaving the work to its holder. */
 static void
 drain(int all)
 {
@@ -1154,7 +1163,9 @@ drain(int all)
         return;
     for (;;) {
         struct obox *list, *o, *next, *recycle = NULL;
-        if (pthread_mutex_trylock(&N.drain_lock) != 0)
+        if (all == 2)
+            pthread_mutex_lock(&N.drain_lock);
+        else if (pthread_mutex_trylock(&N.drain_lock) != 0)
             return;
         for (;;) {
             struct obox *send = NULL, **send_end = &send;
@@ -1204,11 +1215,13 @@ drain(int all)
                                  UCP_OP_ATTR_FIELD_USER_DATA;
                 p.cb.send = ob_sent_cb;
                 p.user_data = o;
+                __atomic_fetch_add(&N.ob_pending, 1, __ATOMIC_RELAXED);
                 r = U.am_send_nbx(o->ep, AM_RESP, o->buf,
                                   sizeof(struct wire),
                                   o->buf + sizeof(struct wire),
                                   o->len - sizeof(struct wire), &p);
                 if (!UCS_PTR_IS_PTR(r)) {
+                    __atomic_fetch_sub(&N.ob_pending, 1, __ATOMIC_RELAXED);
                     o->next = recycle;
                     recycle = o;
                 }
@@ -1953,21 +1966,23 @@ rings_poll(void)
 
     for (i = 0; i < nr; i++) {
         struct ring *r = N.rx[i];
-        uint64_t head, tail;
-        if (__atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) ==
-            __atomic_load_n(&r->head, __ATOMIC_RELAXED))
-            continue;
+        uint64_t head = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
+        int k;
+        if (__atomic_load_n(&r->s[head & (RING_SLOTS - 1)].seq,
+                            __ATOMIC_ACQUIRE) != (uint32_t)(head + 1))
+            continue;           /* nothing new */
         LOCK();
         head = r->head;
-        tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
-        if (tail - head > RING_SLOTS)
-            head = tail;        /* a corrupt ring: drop what it holds */
-        for (; head != tail; head++) {
+        for (k = 0; k < RING_SLOTS; k++, head++) {
             const struct ring_slot *e = &r->s[head & (RING_SLOTS - 1)];
             struct wire h;
-            uint32_t len = e->len;
+            uint32_t len;
+            if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) !=
+                (uint32_t)(head + 1))
+                break;
+            len = e->len;
             if (len < sizeof(h) || len > RING_DATA)
-                continue;
+                continue;       /* corrupt: skipped */
             memcpy(&h, e->data, sizeof(h));
             am_dispatch(&h, e->data + sizeof(h), len - sizeof(h));
             n++;
@@ -2014,7 +2029,10 @@ ring_accept(uint64_t src)
         munmap(r, sizeof(*r));
         return;
     }
-    r->head = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+    r->head = 0;                /* the writer starts once open is set */
+    /* the progress thread may be asleep without knowing this ring: its
+       first writer rings once (the thread clears it when it wakes) */
+    __atomic_store_n(&r->sleep, 1, __ATOMIC_SEQ_CST);
     N.rx[N.nrx] = r;
     __atomic_store_n(&N.nrx, N.nrx + 1, __ATOMIC_RELEASE);
     UNLOCK();
@@ -2111,7 +2129,7 @@ ring_make(struct peer *p)
     }
     LOCK();
     p->tx = r;
-    p->tx_head = 0;
+    p->tx_head = p->tx_tail = 0;
     __atomic_store_n(&p->ring_state, 1, __ATOMIC_RELEASE);
     UNLOCK();
     ctl_send(p, AM_CTL_RINGOPEN);
@@ -2129,7 +2147,7 @@ ring_put(struct peer *p, const struct slot *s)
     if (r == NULL || s->len > RING_DATA || p->failed ||
         !__atomic_load_n(&r->open, __ATOMIC_ACQUIRE))
         return -1;
-    tail = r->tail;
+    tail = p->tx_tail;
     if (tail - p->tx_head >= RING_SLOTS) {
         p->tx_head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
         if (tail - p->tx_head >= RING_SLOTS)
@@ -2138,7 +2156,8 @@ ring_put(struct peer *p, const struct slot *s)
     e = &r->s[tail & (RING_SLOTS - 1)];
     e->len = (uint32_t)s->len;
     memcpy(e->data, s->buf, s->len);
-    __atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->seq, (uint32_t)(tail + 1), __ATOMIC_RELEASE);
+    p->tx_tail = tail + 1;
     return 0;
 }
 
@@ -2146,10 +2165,22 @@ ring_put(struct peer *p, const struct slot *s)
 static int
 ring_bell_needed(struct peer *p)
 {
+    struct ring *r = p->tx;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&p->sh->ring_sleep, __ATOMIC_RELAXED) == 0)
+    if (__atomic_load_n(&r->sleep, __ATOMIC_RELAXED) == 0)
         return 0;
-    return __atomic_exchange_n(&p->sh->ring_sleep, 0, __ATOMIC_SEQ_CST) != 0;
+    return __atomic_exchange_n(&r->sleep, 0, __ATOMIC_SEQ_CST) != 0;
+}
+
+/* The progress thread is about to sleep (1) or awake (0): tell the
+   writers of this node's rings. */
+static void
+rings_sleep(uint32_t v)
+{
+    uint32_t i, nr = __atomic_load_n(&N.nrx, __ATOMIC_ACQUIRE);
+    for (i = 0; i < nr; i++)
+        if (__atomic_load_n(&N.rx[i]->sleep, __ATOMIC_RELAXED) != v)
+            __atomic_store_n(&N.rx[i]->sleep, v, __ATOMIC_SEQ_CST);
 }
 
 /* Wake p's progress thread (no lock held). */
@@ -2698,18 +2729,20 @@ progress_main(void *arg)
             continue;
         if (N.nrx) {
             /* ring writers ring from now on (struct ring) */
-            __atomic_store_n(&N.sh->ring_sleep, 1, __ATOMIC_SEQ_CST);
+            rings_sleep(1);
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
             if (rings_poll() != 0) {
-                __atomic_store_n(&N.sh->ring_sleep, 0, __ATOMIC_SEQ_CST);
+                rings_sleep(0);
                 drain(1);
                 idle = 0;
                 continue;
             }
         }
+        __atomic_store_n(&N.pt_asleep, 1, __ATOMIC_SEQ_CST);
         epoll_wait(N.epfd, ev, 4, N.timers ? 5 : 100);
+        __atomic_store_n(&N.pt_asleep, 0, __ATOMIC_RELAXED);
         if (N.nrx)
-            __atomic_store_n(&N.sh->ring_sleep, 0, __ATOMIC_SEQ_CST);
+            rings_sleep(0);
         idle = 0;
     }
     return NULL;
@@ -3674,6 +3707,13 @@ poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
         drain(1);
     else
         drain(0);
+    /* The progress thread sleeps while the application polls: the
+       messages this poll consumed did not wake it.  Wake it once, so it
+       stands back and keeps draining what the application leaves queued
+       (deferred ACKs: at most ~1 ms late, not a whole sleep). */
+    if (__atomic_load_n(&N.pt_asleep, __ATOMIC_RELAXED) &&
+        __atomic_exchange_n(&N.pt_asleep, 0, __ATOMIC_RELAXED))
+        wake_progress();
     if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head) {
         /* Busy polling on an oversubscribed machine: the peer we wait
            for may need this very CPU.  After a run of empty polls, give
@@ -4162,7 +4202,16 @@ destroy_qp(void *vq, struct pyrdma_status *st)
         sh_quiesce(&N.sh->qp[q->qpn & (MAX_QP - 1)].inflight);
     pthread_mutex_unlock(&q->post_lock);
     pthread_mutex_destroy(&q->post_lock);
-    drain(1);                   /* its ACKs go before the process may end */
+    /* its ACKs (deferred ones too) go out before the process may end:
+       sent now, and handed over by UCP (over TCP, to the kernel), for at
+       most 200 ms */
+    drain(2);
+    {
+        uint64_t t0 = now_ns();
+        while (__atomic_load_n(&N.ob_pending, __ATOMIC_ACQUIRE) != 0 &&
+               now_ns() - t0 < 200000000ull)
+            U.worker_progress(N.w);
+    }
     if (q->sq != NULL) {
         for (i = 0; i <= q->sq_mask; i++) {
             if (q->sq[i].buf != q->sq[i].small)

@@ -873,8 +873,11 @@ pyrdma_cq_poll_into(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     pyrdma_WCArray *a;
     int got;
 
-    if (kwnames == NULL && nargs == 1)
-        av[0] = args[0], av[1] = av[2] = av[3] = NULL;      /* hot path */
+    if (kwnames == NULL && nargs >= 1 && nargs <= 4) {   /* hot path */
+        Py_ssize_t i;
+        for (i = 0; i < 4; i++)
+            av[i] = i < nargs ? args[i] : NULL;
+    }
     else if (pyrdma_fast_args("poll_into", args, nargs, kwnames, names, 1,
                               av) < 0)
         return NULL;

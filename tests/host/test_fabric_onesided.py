@@ -236,10 +236,13 @@ def peer_main():
         elif op == "poll_close_exit":
             # take one receive (spinning in C), then close everything and
             # end the process at once, as a program that is done would
-            n = rcq.poll_into(ibv.WCArray(1), 1, min=1, timeout=10)
+            arr1 = ibv.WCArray(1)
+            n = rcq.poll_into(arr1, 1, min=1, timeout=10)
+            wc1 = [arr1[0].wr_id, arr1[0].status, arr1[0].opcode,
+                   arr1[0].byte_len] if n else []
             qp.close()
             ctx.close()
-            _emit({"n": n})
+            _emit({"n": n, "wc": wc1})
             os._exit(0)
         elif op == "exit":
             break
@@ -721,9 +724,10 @@ def test_deferred_ack_sent_when_the_qp_is_destroyed(pair):
     b.send({"op": "poll_close_exit"})
     time.sleep(0.05)                    # b is spinning in its poll
     post_ok(a, wr(ibv.IBV_WR_SEND, length=8, wr_id=7))
-    assert b.read() == {"n": 1}
+    rb = b.read()                       # b's receive of that SEND
+    assert rb["n"] == 1 and rb["wc"][:2] == [1, ibv.IBV_WC_SUCCESS], rb
     wc = a("poll", n=1, timeout=5)["wcs"][0]
-    assert wc[:2] == [7, ibv.IBV_WC_SUCCESS], wc
+    assert wc[:2] == [7, ibv.IBV_WC_SUCCESS], (wc, rb)
 
 
 @pytest.mark.parametrize("pair", [SHM, TCP], indirect=True,
