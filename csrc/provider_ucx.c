@@ -3698,6 +3698,8 @@ poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
     if (N.nrx)
         rings_poll();
     U.worker_progress(N.w);
+    if (N.nrx && __atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head)
+        rings_poll();           /* what landed during UCP's turn */
     in_app_poll = 0;
     /* Responses queued by callbacks (ours or the progress thread's) go out
        now: the progress thread is standing back while we poll.  When
