@@ -246,7 +246,7 @@ struct sh_page {
     uint64_t st_ack_piggy;   /* ACKs it sent inside a request (piggyback) */
     uint64_t st_ack_late;    /* deferred ACKs no request took (sent alone) */
     uint64_t st_ring_req;    /* requests it sent through a request ring */
-    uint32_t pad3, pad2;
+    uint64_t pad2;
     uint64_t st_ring_bell;   /* receivers it woke (AM_CTL_BELL) */
     uint64_t pad1[3];
     struct sh_qp qp[MAX_QP];
@@ -839,26 +839,59 @@ sh_quiesce(uint32_t *ctr)
     }
 }
 
+/* Map the shared file at path, which must be size bytes (open flags
+   oflags besides O_RDWR | O_CLOEXEC); NULL if it cannot be. */
+static void *
+shm_file_map(const char *path, size_t size, int oflags)
+{
+    struct stat sb;
+    void *m;
+    int fd = open(path, O_RDWR | O_CLOEXEC | oflags);
+    if (fd < 0)
+        return NULL;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != size) {
+        close(fd);
+        return NULL;
+    }
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+/* Create the temporary file tmp, size bytes of zeros, and map it (the
+   caller fills it, then renames it into place); NULL (and no file) if it
+   cannot be. */
+static void *
+shm_file_create(const char *tmp, size_t size)
+{
+    void *m;
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return NULL;
+    if (ftruncate(fd, (off_t)size) != 0) {
+        close(fd);
+        unlink(tmp);
+        return NULL;
+    }
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        unlink(tmp);
+        return NULL;
+    }
+    return m;
+}
+
 /* Map the key page of a same-host node (NULL if it has none). */
 static struct sh_page *
 sh_map(uint64_t guid)
 {
     char path[300];
     struct sh_page *sh;
-    struct stat sb;
-    int fd;
     snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
              (unsigned long long)guid);
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return NULL;
-    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != sizeof(struct sh_page)) {
-        close(fd);
-        return NULL;
-    }
-    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (sh == MAP_FAILED)
+    sh = shm_file_map(path, sizeof(*sh), 0);
+    if (sh == NULL)
         return NULL;
     if (sh->magic != SH_MAGIC || sh->version != SH_VERSION ||
         sh->guid != guid) {
@@ -873,25 +906,13 @@ static void
 sh_create(void)
 {
     char tmp[300];
-    int fd;
     struct sh_page *sh;
     snprintf(N.shfile, sizeof(N.shfile), "%s/keys-%016llx", N.dir,
              (unsigned long long)N.guid);
     snprintf(tmp, sizeof(tmp), "%s.tmp%d", N.shfile, (int)getpid());
-    fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
+    sh = shm_file_create(tmp, sizeof(*sh));
+    if (sh == NULL)
         return;
-    if (ftruncate(fd, sizeof(struct sh_page)) != 0) {
-        close(fd);
-        unlink(tmp);
-        return;
-    }
-    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (sh == MAP_FAILED) {
-        unlink(tmp);
-        return;
-    }
     sh->version = SH_VERSION;
     sh->pid = getpid();
     sh->guid = N.guid;
@@ -1999,23 +2020,13 @@ static void
 ring_accept(uint64_t src)
 {
     char path[300];
-    struct stat sb;
     struct ring *r;
-    int fd;
 
     if (N.sh == NULL || src == N.guid)
         return;
     ring_name(path, sizeof(path), src, N.guid);
-    fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return;
-    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != sizeof(struct ring)) {
-        close(fd);
-        return;
-    }
-    r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (r == MAP_FAILED)
+    r = shm_file_map(path, sizeof(*r), O_NOFOLLOW);
+    if (r == NULL)
         return;
     unlink(path);               /* both sides have it mapped now */
     if (r->magic != RING_MAGIC || r->version != SH_VERSION ||
@@ -2094,7 +2105,7 @@ ring_make(struct peer *p)
 {
     char path[300], tmp[320];
     struct ring *r;
-    int fd, zero = 0;
+    int zero = 0;
 
     if (!__atomic_compare_exchange_n(&p->ring_state, &zero, -1, 0,
                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
@@ -2103,20 +2114,9 @@ ring_make(struct peer *p)
         return;
     ring_name(path, sizeof(path), N.guid, p->guid);
     snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());
-    fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
+    r = shm_file_create(tmp, sizeof(*r));
+    if (r == NULL)
         return;
-    if (ftruncate(fd, sizeof(struct ring)) != 0) {
-        close(fd);
-        unlink(tmp);
-        return;
-    }
-    r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (r == MAP_FAILED) {
-        unlink(tmp);
-        return;
-    }
     r->magic = RING_MAGIC;
     r->version = SH_VERSION;
     r->pid = (int32_t)getpid();

@@ -30,7 +30,7 @@ TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
        "UCX_WARN_UNUSED_ENV_VARS": "n"}
 SIZE = 1 << 16
 # the statistics at the start of a node's key page (see provider_ucx.c)
-STATS = struct.Struct("<IIiIQQQQQQQQQIIQ")
+STATS = struct.Struct("<IIiIQQQQQQQQQQQ")
 
 
 # --------------------------------------------------------------------------
@@ -55,7 +55,7 @@ def _stats():
         if len(head) < STATS.size:
             continue
         (magic, ver, pid, _, guid, w, r, a, am, am_ack, piggy, late,
-         ring, _, _, bell) = STATS.unpack(head)
+         ring, _, bell) = STATS.unpack(head)
         if pid == os.getpid():
             return {"fast_write": w, "fast_read": r, "fast_atomic": a,
                     "am_req": am, "ack_msg": am_ack, "ack_piggy": piggy,
@@ -621,6 +621,14 @@ def _pingpong(a, b, n):
     assert rb == {"bad": [], "wrong": 0, "sent": n, "done": n}, rb
 
 
+def _pingpong_counts(a, b, n, *keys):
+    """Run _pingpong(a, b, n); {key: [a's, b's] growth of that statistic}."""
+    s0 = a("stats"), b("stats")
+    _pingpong(a, b, n)
+    s1 = a("stats"), b("stats")
+    return {k: [s1[i][k] - s0[i][k] for i in (0, 1)] for k in keys}
+
+
 @pytest.mark.parametrize("pair", [SHM, TCP], indirect=True,
                          ids=["shm", "tcp"])
 def test_ping_pong_acks_ride_in_the_replies(pair):
@@ -629,13 +637,8 @@ def test_ping_pong_acks_ride_in_the_replies(pair):
     no ACK goes as a message of its own, and every send completes."""
     a, b, _ = pair
     n = 2000
-    sa0, sb0 = a("stats"), b("stats")
-    _pingpong(a, b, n)
-    sa1, sb1 = a("stats"), b("stats")
-    piggy = [s1["ack_piggy"] - s0["ack_piggy"]
-             for s0, s1 in ((sa0, sa1), (sb0, sb1))]
-    alone = [s1["ack_msg"] - s0["ack_msg"]
-             for s0, s1 in ((sa0, sa1), (sb0, sb1))]
+    c = _pingpong_counts(a, b, n, "ack_piggy", "ack_msg")
+    piggy, alone = c["ack_piggy"], c["ack_msg"]
     # a's last ACK has no reply to ride in; on a loaded machine more go
     # alone (the progress thread sends one it finds waiting when the
     # application is preempted between its poll and its reply)
@@ -739,11 +742,7 @@ def test_requests_take_the_ring_over_shm(pair):
     The ring's file is gone from the rendezvous directory once mapped."""
     a, b, _ = pair
     n = 500
-    sa0, sb0 = a("stats"), b("stats")
-    _pingpong(a, b, n)
-    sa1, sb1 = a("stats"), b("stats")
-    ring = [s1["ring_req"] - s0["ring_req"]
-            for s0, s1 in ((sa0, sa1), (sb0, sb1))]
+    ring = _pingpong_counts(a, b, n, "ring_req")["ring_req"]
     if a.env.get("UCX_TLS", "").startswith("tcp"):
         assert ring == [0, 0], ring
     else:
