@@ -13,7 +13,9 @@ invocation and with two processes each:
 - 64 KiB RDMA WRITE bandwidth (``PD.alloc_mr`` memory) vs
   ``ucp_put_bw -s 65536``;
 
-and prints the numbers side by side with the ratio.  ``--reps N`` runs
+and prints the numbers side by side with the ratio.  Both sides of a
+pair run the same number of iterations after the same warm-up (WARMUP,
+ucx_perftest's default ``-w``), untimed.  ``--reps N`` runs
 every pair N times, interleaved (ours, then the C tool), and prints the
 medians and the median of the per-run ratios.  ``--pin`` pins the two
 processes of every run (ours and ucx_perftest alike) to two CPUs: that
@@ -34,6 +36,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+#: untimed iterations before each measure (ucx_perftest's default -w)
+WARMUP = 10000
 TLS = {"shm": {"UCX_TLS": "shm,self"},
        "tcp": {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"}}
 
@@ -77,22 +81,22 @@ def role(which: str, test: str, iters: int) -> None:
         sys.stdin.readline()
         ping = which == "client"
         n = 0
-        sends = 0
-        t0 = time.perf_counter()
         if ping:
             s.qp.post_send(sb)
-            sends += 1
         # spin in C for the peer's message, reply at once (the critical
-        # path), then repost the receive and reap send completions
+        # path), then repost the receive and reap send completions; the
+        # first WARMUP round trips are not timed
         poll_r, poll_s = s.recv_cq.poll_into, s.send_cq.poll_into
         post_r, post_s = s.qp.post_recv, s.qp.post_send
         sarr = ibv.WCArray(64)
-        while n < iters:
-            n += poll_r(arr, 1, 1)
-            post_s(sb)
-            post_r(rb)
-            poll_s(sarr)
-            sends += 1
+        t0 = None
+        for end in (WARMUP, WARMUP + iters):
+            while n < end:
+                n += poll_r(arr, 1, 1)
+                post_s(sb)
+                post_r(rb)
+                poll_s(sarr)
+            t0 = time.perf_counter() if t0 is None else t0
         dt = time.perf_counter() - t0
         if ping:
             print(json.dumps({"rtt_us": dt / iters * 1e6}), flush=True)
@@ -116,14 +120,18 @@ def role(which: str, test: str, iters: int) -> None:
     sys.stdin.readline()
     outstanding = 0
     done = 0
-    t0 = time.perf_counter()
-    while done < iters:
-        while outstanding < depth - batch:
-            s.qp.post_send(sb)
-            outstanding += batch
-        k = s.send_cq.poll_into(arr)
-        outstanding -= k * batch
-        done += k * batch
+    t0 = None
+    for end in (WARMUP, WARMUP + iters):  # the first WARMUP: untimed
+        while done < end:
+            while outstanding < depth - batch:
+                s.qp.post_send(sb)
+                outstanding += batch
+            k = s.send_cq.poll_into(arr)
+            outstanding -= k * batch
+            done += k * batch
+        if t0 is None:
+            t0, base = time.perf_counter(), done
+    done -= base
     dt = time.perf_counter() - t0
     print(json.dumps({"msg_s": done / dt, "mb_s": done * size / dt / 1e6}),
           flush=True)
@@ -187,7 +195,8 @@ def _free_port() -> int:
 def run_perftest(test: str, size: int, iters: int, env: dict) -> dict:
     port = _free_port()
     e = dict(os.environ, **env, UCX_WARN_UNUSED_ENV_VARS="n")
-    args = ["-t", test, "-s", str(size), "-n", str(iters), "-p", str(port)]
+    args = ["-t", test, "-s", str(size), "-n", str(iters), "-w", str(WARMUP),
+            "-p", str(port)]
     srv = subprocess.Popen(["ucx_perftest", *args], env=e,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            preexec_fn=_pin("server"))
@@ -233,16 +242,17 @@ def main(argv=None) -> int:
     rows = []
     for name in a.tls or list(TLS):
         env = TLS[name]
-        n_rate = 2000000 // q if name == "shm" else 50000 // q
-        n_lat = 20000 // q if name == "shm" else 5000 // q
+        # iterations of each side of a pair (the same for both)
+        n_rate = 20000000 // q if name == "shm" else 500000 // q
+        n_lat = 200000 // q if name == "shm" else 50000 // q
         n_bw = 20000 // q if name == "shm" else 3000 // q
         measures = [
             ("8 B WRITE rate (msg/s)", "ucp_put_bw",
              lambda: run_python("rate", n_rate, env)["msg_s"],
-             lambda: run_perftest("ucp_put_bw", 8, n_rate * 10, env)["msg_s"]),
+             lambda: run_perftest("ucp_put_bw", 8, n_rate, env)["msg_s"]),
             ("8 B SEND round trip (us)", "tag_lat x2",
              lambda: run_python("lat", n_lat, env)["rtt_us"],
-             lambda: 2 * run_perftest("tag_lat", 8, n_lat * 10, env)["lat_us"]),
+             lambda: 2 * run_perftest("tag_lat", 8, n_lat, env)["lat_us"]),
             ("64 KiB WRITE bandwidth (MB/s)", "ucp_put_bw",
              lambda: run_python("bw", n_bw, env)["mb_s"],
              lambda: run_perftest("ucp_put_bw", 65536, n_bw, env)["mb_s"]),
