@@ -505,6 +505,13 @@ struct uqp {
     struct inmsg *inq, *inq_tail; /* held/ordered inbound messages */
     struct inmsg *ooo;     /* requests that arrived ahead of expect_psn */
     struct obox *ack_item; /* its pending ACK in the outbox */
+    /* a deferred ACK (see in_app_poll): held here, not in the outbox,
+       until a request carries it or a full drain sends it */
+    int dack;              /* one is held */
+    int dack_listed;       /* q is on N.dack_head's list */
+    uint32_t dack_psn, dack_slot, dack_epoch, dack_dst_qpn;
+    ucp_ep_h dack_ep;      /* where it goes */
+    struct uqp *dack_next; /* N.dack_head's list */
     unsigned n_inflight;   /* its slots with inflight set (N.lock) */
     int rx_seen;           /* executed a request since its last post_send */
     int alt;               /* receive/post alternations seen (max 4): its
@@ -519,7 +526,7 @@ struct obox {
     struct obox *next;
     struct uqp *qp;        /* for ACK coalescing (may be stale: checked) */
     ucp_ep_h ep;           /* where */
-    int defer;             /* an ACK that may wait for a request to carry it */
+    int late;              /* a deferred ACK no request took */
     int cancel;            /* carried by a request: not to be sent */
     size_t len;            /* bytes */
     uint8_t *buf;          /* small or heap */
@@ -574,8 +581,9 @@ static struct node {
     int nacc, cacc;
     struct obox *ob_head, *ob_tail, *ob_free;
     unsigned ob_pending;   /* outbox sends UCP has not finished */
-    unsigned ob_plain;     /* queued items not deferred, since the last
-                              drain (an upper bound: drain(0)'s hint) */
+    unsigned ob_plain;     /* queued items a request did not carry
+                              (cancel): what drain(0) would send */
+    struct uqp *dack_head; /* QPs that may hold a deferred ACK (dack) */
     pthread_mutex_t drain_lock;
     struct grave *graves;
     int timers;            /* something waits on a timer */
@@ -1032,7 +1040,7 @@ cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited)
 /* the outbox: responses, sent in order outside every lock             */
 
 static struct obox *
-ob_new(struct uqp *q, size_t len)
+ob_new_ep(struct uqp *q, ucp_ep_h ep, size_t len)
 {
     struct obox *o = N.ob_free;
     if (o != NULL)
@@ -1041,8 +1049,8 @@ ob_new(struct uqp *q, size_t len)
         return NULL;
     o->next = NULL;
     o->qp = q;
-    o->ep = q->peer->ep;
-    o->defer = o->cancel = 0;
+    o->ep = ep;
+    o->late = o->cancel = 0;
     o->len = len;
     o->buf = len <= sizeof(o->small) ? o->small : malloc(len);
     if (o->buf == NULL) {
@@ -1057,6 +1065,12 @@ ob_new(struct uqp *q, size_t len)
     N.ob_tail = o;
     N.ob_plain++;
     return o;
+}
+
+static struct obox *
+ob_new(struct uqp *q, size_t len)
+{
+    return ob_new_ep(q, q->peer->ep, len);
 }
 
 static void
@@ -1085,7 +1099,7 @@ resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
 }
 
 /* Set while the application's own poll_cq makes progress: an ACK queued
-   then may wait (obox.defer) for the application's next request on that
+   then may wait (uqp.dack) for the application's next request on that
    QP to carry it (F_ACK), if the QP has shown that pattern (uqp.alt: a
    post_send after requests came in, twice running; a deferred ACK that
    no request took sets it back below the mark, so that a QP that stopped
@@ -1094,7 +1108,9 @@ resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
    progress thread (within about a millisecond), destroy_qp of its QP (a
    program that closes and exits right after its last receive) or a
    request's post_send taking it over.  Only drain(0) (a poll_cq that returns completions,
-   post_recv) leaves it queued. */
+   post_recv) leaves it held.  A deferred ACK is held in its QP (no
+   outbox entry made, then cancelled, per message); the QPs holding one
+   are on N.dack_head's list, which a full drain empties. */
 static __thread int in_app_poll __attribute__((tls_model("initial-exec")));
 
 /* Is anything queued that drain(0) would send (N.lock held)?  Deferred
@@ -1102,11 +1118,61 @@ static __thread int in_app_poll __attribute__((tls_model("initial-exec")));
 static int
 ob_urgent(void)
 {
-    const struct obox *o;
-    for (o = N.ob_head; o; o = o->next)
-        if (!o->defer && !o->cancel)
-            return 1;
-    return 0;
+    return N.ob_plain != 0;
+}
+
+/* The deferred ACK q holds goes into the outbox (N.lock held): late, a
+   full drain sends it because no request took it; else something must
+   follow it (a response, an ACK of another epoch). */
+static void
+dack_queue(struct uqp *q, int late)
+{
+    struct obox *o;
+    struct wire h;
+    if (!q->dack)
+        return;
+    q->dack = 0;
+    o = ob_new_ep(q, q->dack_ep, sizeof(struct wire));
+    if (o == NULL)
+        return;
+    memset(&h, 0, sizeof(h));
+    h.src_qpn = q->dack_dst_qpn;
+    h.psn = q->dack_psn;
+    h.slot = q->dack_slot;
+    h.epoch = q->dack_epoch;
+    resp_header((struct wire *)o->buf, q, &h, R_ACK);
+    o->late = late;
+    q->ack_item = o;
+}
+
+/* A full drain: every deferred ACK goes into the outbox (N.lock held). */
+static void
+dack_queue_all(void)
+{
+    struct uqp *q, *next;
+    for (q = N.dack_head; q != NULL; q = next) {
+        next = q->dack_next;
+        q->dack_next = NULL;
+        q->dack_listed = 0;
+        dack_queue(q, 1);
+    }
+    N.dack_head = NULL;
+}
+
+/* q is going away: off N.dack_head's list (N.lock held). */
+static void
+dack_unlist(struct uqp *q)
+{
+    struct uqp **pp;
+    if (!q->dack_listed)
+        return;
+    for (pp = &N.dack_head; *pp != NULL; pp = &(*pp)->dack_next)
+        if (*pp == q) {
+            *pp = q->dack_next;
+            break;
+        }
+    q->dack_next = NULL;
+    q->dack_listed = 0;
 }
 
 /* Queue a coalescing ACK of h->psn for q. */
@@ -1117,6 +1183,15 @@ queue_ack(struct uqp *q, const struct wire *h)
     if (q->peer == NULL || q->peer->failed)
         return;
     q->rx_seen = 1;
+    if (q->dack) {
+        if (q->dack_epoch == h->epoch) {
+            q->dack_psn = h->psn;       /* it acknowledges this one too */
+            q->dack_slot = h->slot;
+            return;
+        }
+        dack_queue(q, 0);               /* another epoch's: in order */
+        o = q->ack_item;
+    }
     if (o != NULL) {
         struct wire *r = (struct wire *)o->buf;
         if (r->epoch == h->epoch) {
@@ -1125,13 +1200,26 @@ queue_ack(struct uqp *q, const struct wire *h)
             return;
         }
     }
+    if (in_app_poll && q->alt >= 2) {
+        /* held for the application's next request on q to carry */
+        q->dack = 1;
+        q->dack_psn = h->psn;
+        q->dack_slot = h->slot;
+        q->dack_epoch = h->epoch;
+        q->dack_dst_qpn = h->src_qpn;
+        q->dack_ep = q->peer->ep;
+        q->ack_item = NULL;     /* later ACKs coalesce into this one */
+        if (!q->dack_listed) {
+            q->dack_listed = 1;
+            q->dack_next = N.dack_head;
+            N.dack_head = q;
+        }
+        return;
+    }
     o = ob_new(q, sizeof(struct wire));
     if (o == NULL)
         return;
     resp_header((struct wire *)o->buf, q, h, R_ACK);
-    o->defer = in_app_poll && q->alt >= 2;
-    if (o->defer)
-        N.ob_plain--;
     q->ack_item = o;
 }
 
@@ -1143,6 +1231,7 @@ queue_resp(struct uqp *q, const struct wire *h, int code, const void *data,
     struct obox *o;
     if (q->peer == NULL || q->peer->failed)
         return;
+    dack_queue(q, 0);       /* an ACK held for q goes first */
     o = ob_new(q, sizeof(struct wire) + dlen);
     if (o == NULL)
         return;
@@ -1169,7 +1258,7 @@ ob_sent_cb(void *req, ucs_status_t status, void *user)
 /* Send the outbox.  Never called with N.lock held nor from a UCP callback;
    whoever holds drain_lock sends everything, in order.  all = 0 (on the
    application's critical path) sends all but the deferred ACKs, which
-   stay queued in order, and does not look again for what others queued
+   stay held in their QPs, and does not look again for what others queued
    while it held drain_lock: the next full drain (an empty poll_cq, the
    progress thread within ~1 ms) sends that.  all = 2 is all = 1 that
    waits for drain_lock instead of leaving the work to its holder. */
@@ -1177,53 +1266,46 @@ static void
 drain(int all)
 {
     /* nothing queued (a racy hint: whoever queues drains afterwards) */
-    if (__atomic_load_n(&N.ob_head, __ATOMIC_ACQUIRE) == NULL)
+    if (__atomic_load_n(&N.ob_head, __ATOMIC_ACQUIRE) == NULL &&
+        (!all || __atomic_load_n(&N.dack_head, __ATOMIC_ACQUIRE) == NULL))
         return;
-    /* only deferred ACKs queued: drain(0) leaves them (same hint) */
+    /* only ACKs requests carried: drain(0) leaves them (same hint) */
     if (!all && __atomic_load_n(&N.ob_plain, __ATOMIC_RELAXED) == 0)
         return;
     for (;;) {
         struct obox *list, *o, *next, *recycle = NULL;
+        int busy;
         if (all == 2)
             pthread_mutex_lock(&N.drain_lock);
         else if (pthread_mutex_trylock(&N.drain_lock) != 0)
             return;
         for (;;) {
             struct obox *send = NULL, **send_end = &send;
-            struct obox *keep = NULL, *keep_tail = NULL;
             LOCK();
+            if (all)
+                dack_queue_all();
             list = N.ob_head;
             N.ob_head = N.ob_tail = NULL;
-            N.ob_plain = 0;     /* what stays is deferred */
+            N.ob_plain = 0;
             for (o = list; o; o = next) {
                 next = o->next;
                 o->next = NULL;
                 if (o->cancel) {
                     ob_recycle(o);          /* a request carried it */
+                    continue;
                 }
-                else if (!all && o->defer) {
-                    if (keep_tail)
-                        keep_tail->next = o;
-                    else
-                        keep = o;
-                    keep_tail = o;
-                }
-                else {
-                    if (o->qp != NULL && o->qp->ack_item == o)
-                        o->qp->ack_item = NULL;
-                    if (N.sh != NULL && ((struct wire *)o->buf)->op == R_ACK)
-                        N.sh->st_ack_msg++;
-                    if (o->defer && o->qp != NULL)
-                        o->qp->alt = 1;     /* no reply took it: the next
-                                               one must come first */
-                    if (o->defer && N.sh != NULL)
-                        N.sh->st_ack_late++;
-                    *send_end = o;
-                    send_end = &o->next;
-                }
+                if (o->qp != NULL && o->qp->ack_item == o)
+                    o->qp->ack_item = NULL;
+                if (N.sh != NULL && ((struct wire *)o->buf)->op == R_ACK)
+                    N.sh->st_ack_msg++;
+                if (o->late && o->qp != NULL)
+                    o->qp->alt = 1;     /* no reply took it: the next
+                                           one must come first */
+                if (o->late && N.sh != NULL)
+                    N.sh->st_ack_late++;
+                *send_end = o;
+                send_end = &o->next;
             }
-            N.ob_head = keep;
-            N.ob_tail = keep_tail;
             UNLOCK();
             if (send == NULL)
                 break;
@@ -1257,7 +1339,7 @@ drain(int all)
                 recycle = NULL;
             }
             if (!all)
-                break;              /* what stays queued is deferred */
+                break;              /* what came meanwhile: the next one */
         }
         pthread_mutex_unlock(&N.drain_lock);
         if (!all)
@@ -1265,8 +1347,9 @@ drain(int all)
         /* queued meanwhile by a thread that found drain_lock taken? */
         LOCK();
         o = N.ob_head;
+        busy = N.dack_head != NULL;
         UNLOCK();
-        if (o == NULL)
+        if (o == NULL && !busy)
             return;
     }
 }
@@ -4179,11 +4262,11 @@ destroy_qp(void *vq, struct pyrdma_status *st)
     inmsg_list_free(q->inq);
     inmsg_list_free(q->ooo);
     q->inq = q->inq_tail = q->ooo = NULL;
+    dack_queue(q, 0);           /* no reply will carry it: send it now */
+    dack_unlist(q);
     for (o = N.ob_head; o; o = o->next)
-        if (o->qp == q) {
+        if (o->qp == q)
             o->qp = NULL;
-            o->defer = 0;       /* no reply will carry it: send it now */
-        }
     for (i = 0; i <= q->sq_mask; i++) {
         q->sq[i].qp = NULL;
         if (q->sq[i].inflight)
@@ -4631,19 +4714,33 @@ static void
 piggyback_ack(struct uqp *q, uint32_t first, uint32_t last)
 {
     struct obox *o = q->ack_item;
-    const struct wire *a = (const struct wire *)o->buf;
+    const struct wire *a = o != NULL ? (const struct wire *)o->buf : NULL;
+    ucp_ep_h ep = o != NULL ? o->ep : q->dack_ep;
     uint32_t i;
     for (i = first; i != last; i++) {
         struct slot *s = &q->sq[i & q->sq_mask];
         struct wire *h;
-        if (s->need_send != 1 || s->ep != o->ep)
+        if (s->need_send != 1 || s->ep != ep)
             continue;
         h = (struct wire *)s->buf;
         h->flags |= F_ACK;
-        h->ack_psn = a->psn;
-        h->ack_epoch = a->epoch;
-        o->cancel = 1;
-        q->ack_item = NULL;
+        if (o != NULL) {        /* queued, not sent yet: now it need not */
+            h->ack_psn = a->psn;
+            h->ack_epoch = a->epoch;
+            o->cancel = 1;
+            N.ob_plain--;
+            q->ack_item = NULL;
+        }
+        else {                  /* deferred (held in q) */
+            h->ack_psn = q->dack_psn;
+            h->ack_epoch = q->dack_epoch;
+            q->dack = 0;
+            if (N.dack_head == q) {     /* else the next full drain */
+                N.dack_head = q->dack_next;
+                q->dack_next = NULL;
+                q->dack_listed = 0;
+            }
+        }
         if (N.sh != NULL)
             N.sh->st_ack_piggy++;
         return;
@@ -4723,7 +4820,7 @@ post_send(void *vq, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
         if (q->alt < 4)
             q->alt++;
     }
-    if (q->ack_item != NULL && q->type == IBV_QPT_RC)
+    if ((q->ack_item != NULL || q->dack) && q->type == IBV_QPT_RC)
         piggyback_ack(q, first, last);
     /* RC requests to a same-host node: through its ring while they fit
        (then the rest of this call's through UCP, in order) */
