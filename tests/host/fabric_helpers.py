@@ -34,8 +34,10 @@ from verbs_fixtures import (GRH_LEN, MR_ALL, PORT, QKEY,  # noqa: E402,F401
 
 class PeerProcess:
     """A Python program (*script* *args*) run as a peer that speaks JSON
-    lines on stdin/stdout, with this tree's rdma first on its path (the
-    venv may be shared with another tree).  RDMA_PROVIDER is not passed on;
+    lines on stdin/stdout, with the rdma package this process imported
+    first on its path (this tree's, or a build variant such as
+    build/variants/asan; the venv may be shared with another tree).
+    RDMA_PROVIDER is not passed on;
     *env* is added; *prefix* wraps the command (``ip netns exec NS``)."""
 
     def __init__(self, script, *args, env=None, prefix=(), timeout=30):
@@ -44,7 +46,7 @@ class PeerProcess:
         e.pop("RDMA_PROVIDER", None)
         e.update(env or {})
         e["PYTHONPATH"] = os.pathsep.join(
-            (here, os.path.dirname(os.path.dirname(here))))
+            (here, os.path.dirname(os.path.dirname(rdma.__file__))))
         self.timeout = timeout
         self.p = subprocess.Popen([*prefix, sys.executable, "-u", str(script),
                                    *args], stdin=subprocess.PIPE,
@@ -74,7 +76,9 @@ class PeerProcess:
         self.p.stdin.flush()
 
     def close(self, exit_msg=None):
-        """Ask the peer to exit with *exit_msg* (else kill it); reap it."""
+        """Ask the peer to exit with *exit_msg* (else kill it); reap it.
+        AssertionError if it ended with an AddressSanitizer report (exit
+        code 99, tests/asan_tier.sh)."""
         if self.p.poll() is None:
             try:
                 if exit_msg is None:
@@ -84,8 +88,11 @@ class PeerProcess:
             except (OSError, subprocess.TimeoutExpired):
                 self.p.kill()
         self.p.wait(10)
+        err = self.p.stderr.read() if self.p.returncode == 99 else ""
         for f in (self.p.stdin, self.p.stdout, self.p.stderr):
             f.close()
+        if self.p.returncode == 99:
+            raise AssertionError(f"peer: AddressSanitizer report:\n{err}")
 
 
 def providers_with_devices():
