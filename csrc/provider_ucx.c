@@ -246,7 +246,7 @@ struct sh_page {
     uint64_t st_ack_piggy;   /* ACKs it sent inside a request (piggyback) */
     uint64_t st_ack_late;    /* deferred ACKs no request took (sent alone) */
     uint64_t st_ring_req;    /* requests it sent through a request ring */
-    uint64_t pad2;
+    uint64_t st_ring_gone;   /* rings of dead senders it released */
     uint64_t st_ring_bell;   /* receivers it woke (AM_CTL_BELL) */
     uint64_t pad1[3];
     struct sh_qp qp[MAX_QP];
@@ -595,8 +595,14 @@ static struct node {
     struct sh_page *sh;    /* own key page (NULL: no fast path) */
     char shfile[260];
     struct umem *umems;    /* alloc_mr_mem memory */
-    struct ring *rx[MAX_RX_RINGS]; /* request rings to this node */
+    struct ring *rx[MAX_RX_RINGS]; /* request rings to this node (an
+                              entry's address never changes: a reader
+                              without N.lock may still hold it) */
     uint32_t nrx;          /* entries of rx in use (grows only) */
+    uint8_t rx_free[MAX_RX_RINGS]; /* its sender died: the entry's address
+                              holds zeros (no entry ever looks new) and
+                              takes the next ring accepted */
+    uint64_t ring_check;   /* next look for dead senders (ns) */
 } N = {.lock = PTHREAD_MUTEX_INITIALIZER,
        .drain_lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -848,9 +854,10 @@ sh_quiesce(uint32_t *ctr)
 }
 
 /* Map the shared file at path, which must be size bytes (open flags
-   oflags besides O_RDWR | O_CLOEXEC); NULL if it cannot be. */
+   oflags besides O_RDWR | O_CLOEXEC), anywhere (at NULL) or at address
+   at; NULL if it cannot be. */
 static void *
-shm_file_map(const char *path, size_t size, int oflags)
+shm_file_map(const char *path, size_t size, int oflags, void *at)
 {
     struct stat sb;
     void *m;
@@ -861,7 +868,10 @@ shm_file_map(const char *path, size_t size, int oflags)
         close(fd);
         return NULL;
     }
-    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* at: in place of what is mapped there (MAP_FIXED; not mremap, which
+       UCX's memory hooks do not pass a new address to) */
+    m = mmap(at, size, PROT_READ | PROT_WRITE,
+             MAP_SHARED | (at != NULL ? MAP_FIXED : 0), fd, 0);
     close(fd);
     return m == MAP_FAILED ? NULL : m;
 }
@@ -898,7 +908,7 @@ sh_map(uint64_t guid)
     struct sh_page *sh;
     snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
              (unsigned long long)guid);
-    sh = shm_file_map(path, sizeof(*sh), 0);
+    sh = shm_file_map(path, sizeof(*sh), 0, NULL);
     if (sh == NULL)
         return NULL;
     if (sh->magic != SH_MAGIC || sh->version != SH_VERSION ||
@@ -2061,6 +2071,30 @@ ring_name(char *buf, size_t n, uint64_t src, uint64_t dst)
              (unsigned long long)src, (unsigned long long)dst);
 }
 
+/* Execute the entries ring r holds (N.lock held); return how many. */
+static unsigned
+ring_run(struct ring *r)
+{
+    uint64_t head = r->head;
+    unsigned n = 0;
+    int k;
+    for (k = 0; k < RING_SLOTS; k++, head++) {
+        const struct ring_slot *e = &r->s[head & (RING_SLOTS - 1)];
+        struct wire h;
+        uint32_t len;
+        if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != (uint32_t)(head + 1))
+            break;
+        len = e->len;
+        if (len < sizeof(h) || len > RING_DATA)
+            continue;           /* corrupt: skipped */
+        memcpy(&h, e->data, sizeof(h));
+        am_dispatch(&h, e->data + sizeof(h), len - sizeof(h));
+        n++;
+    }
+    __atomic_store_n(&r->head, head, __ATOMIC_RELEASE);
+    return n;
+}
+
 /* Execute what the request rings to this node hold; return how many. */
 static unsigned
 rings_poll(void)
@@ -2071,30 +2105,52 @@ rings_poll(void)
     for (i = 0; i < nr; i++) {
         struct ring *r = N.rx[i];
         uint64_t head = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
-        int k;
         if (__atomic_load_n(&r->s[head & (RING_SLOTS - 1)].seq,
                             __ATOMIC_ACQUIRE) != (uint32_t)(head + 1))
             continue;           /* nothing new */
         LOCK();
-        head = r->head;
-        for (k = 0; k < RING_SLOTS; k++, head++) {
-            const struct ring_slot *e = &r->s[head & (RING_SLOTS - 1)];
-            struct wire h;
-            uint32_t len;
-            if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) !=
-                (uint32_t)(head + 1))
-                break;
-            len = e->len;
-            if (len < sizeof(h) || len > RING_DATA)
-                continue;       /* corrupt: skipped */
-            memcpy(&h, e->data, sizeof(h));
-            am_dispatch(&h, e->data + sizeof(h), len - sizeof(h));
-            n++;
-        }
-        __atomic_store_n(&r->head, head, __ATOMIC_RELEASE);
+        n += ring_run(r);
         UNLOCK();
     }
     return n;
+}
+
+static int pid_alive(pid_t pid);
+
+/* Release the rings of senders that died (every 100 ms, N.lock held):
+   what a sender wrote before it died is executed (a NIC delivers what
+   was on the wire), then its memory goes and the entry's address holds
+   zeros for a reader that still looks at it, until the next ring
+   accepted takes it (ring_accept).  Without this a node that outlives
+   many senders would keep their rings mapped and looked at, and after
+   MAX_RX_RINGS of them take no more rings. */
+static void
+rings_check(uint64_t t)
+{
+    uint32_t i;
+    if (t < N.ring_check)
+        return;
+    N.ring_check = t + 100000000ull;
+    for (i = 0; i < N.nrx; i++) {
+        struct ring *r = N.rx[i];
+        if (N.rx_free[i] || pid_alive(r->pid))
+            continue;
+        ring_run(r);
+        if (mmap(r, sizeof(*r), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+            continue;           /* stays as it is (looked at, harmless) */
+        N.rx_free[i] = 1;
+        if (N.sh != NULL)
+            N.sh->st_ring_gone++;
+    }
+}
+
+/* Is r a ring from src to this node? */
+static int
+ring_valid(const struct ring *r, uint64_t src)
+{
+    return r->magic == RING_MAGIC && r->version == SH_VERSION &&
+           r->src_guid == src && r->dst_guid == N.guid;
 }
 
 /* Map the ring a same-host node made for its requests to this node (on
@@ -2103,33 +2159,60 @@ static void
 ring_accept(uint64_t src)
 {
     char path[300];
-    struct ring *r;
+    struct ring *r, *at = NULL;
+    uint32_t i;
 
     if (N.sh == NULL || src == N.guid)
         return;
     ring_name(path, sizeof(path), src, N.guid);
-    r = shm_file_map(path, sizeof(*r), O_NOFOLLOW);
+    r = shm_file_map(path, sizeof(*r), O_NOFOLLOW, NULL);
     if (r == NULL)
         return;
-    unlink(path);               /* both sides have it mapped now */
-    if (r->magic != RING_MAGIC || r->version != SH_VERSION ||
-        r->src_guid != src || r->dst_guid != N.guid) {
+    if (!ring_valid(r, src)) {
         munmap(r, sizeof(*r));
-        return;
-    }
-    LOCK();
-    if (N.nrx == MAX_RX_RINGS) {
-        UNLOCK();
-        munmap(r, sizeof(*r));
+        unlink(path);
         return;
     }
     r->head = 0;                /* the writer starts once open is set */
     /* the progress thread may be asleep without knowing this ring: its
        first writer rings once (the thread clears it when it wakes) */
     __atomic_store_n(&r->sleep, 1, __ATOMIC_SEQ_CST);
-    N.rx[N.nrx] = r;
-    __atomic_store_n(&N.nrx, N.nrx + 1, __ATOMIC_RELEASE);
+    LOCK();
+    for (i = 0; i < N.nrx; i++)
+        if (N.rx_free[i])
+            break;
+    if (i < N.nrx) {
+        /* the entry of a dead sender's ring: the ring is mapped again at
+           its address, in place of the zeros there (one mmap: a reader
+           without N.lock sees zeros or this ring) */
+        at = shm_file_map(path, sizeof(*r), O_NOFOLLOW, N.rx[i]);
+        if (at != N.rx[i] || !ring_valid(at, src)) {
+            if (at != NULL)     /* (the file changed meanwhile) */
+                mmap(N.rx[i], sizeof(*r), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+            UNLOCK();
+            munmap(r, sizeof(*r));
+            unlink(path);
+            return;
+        }
+        N.rx_free[i] = 0;
+    }
+    else if (N.nrx == MAX_RX_RINGS) {
+        UNLOCK();
+        munmap(r, sizeof(*r));
+        unlink(path);
+        return;
+    }
+    else {
+        N.rx[N.nrx] = r;
+        __atomic_store_n(&N.nrx, N.nrx + 1, __ATOMIC_RELEASE);
+    }
     UNLOCK();
+    unlink(path);               /* both sides have it mapped now */
+    if (at != NULL) {
+        munmap(r, sizeof(*r));  /* the first mapping: not needed */
+        r = at;
+    }
     __atomic_store_n(&r->open, 1, __ATOMIC_RELEASE);
 }
 
@@ -2211,6 +2294,12 @@ ring_make(struct peer *p)
         return;
     }
     LOCK();
+    if (p->failed) {            /* gone meanwhile */
+        UNLOCK();
+        munmap(r, sizeof(*r));
+        unlink(path);
+        return;
+    }
     p->tx = r;
     p->tx_head = p->tx_tail = 0;
     __atomic_store_n(&p->ring_state, 1, __ATOMIC_RELEASE);
@@ -2262,7 +2351,8 @@ rings_sleep(uint32_t v)
 {
     uint32_t i, nr = __atomic_load_n(&N.nrx, __ATOMIC_ACQUIRE);
     for (i = 0; i < nr; i++)
-        if (__atomic_load_n(&N.rx[i]->sleep, __ATOMIC_RELAXED) != v)
+        if (!__atomic_load_n(&N.rx_free[i], __ATOMIC_RELAXED) &&
+            __atomic_load_n(&N.rx[i]->sleep, __ATOMIC_RELAXED) != v)
             __atomic_store_n(&N.rx[i]->sleep, v, __ATOMIC_SEQ_CST);
 }
 
@@ -2696,12 +2786,22 @@ conn_cb(ucp_conn_request_h req, void *arg)
 /* ------------------------------------------------------------------ */
 /* timers and the progress thread                                      */
 
-/* A peer is gone: its QPs' outstanding WRs fail.  N.lock held. */
+/* A peer is gone: its QPs' outstanding WRs fail, the request ring to it
+   goes (ring_put takes no ring of a failed peer).  N.lock held. */
 static void
 peer_fail_locked(struct peer *p)
 {
     int k;
     p->failed = 1;
+    if (p->tx != NULL) {
+        if (!__atomic_load_n(&p->tx->open, __ATOMIC_ACQUIRE)) {
+            char path[300];     /* never mapped: its file is still there */
+            ring_name(path, sizeof(path), N.guid, p->guid);
+            unlink(path);
+        }
+        munmap(p->tx, sizeof(*p->tx));
+        p->tx = NULL;
+    }
     for (k = 0; k < (int)N.qp_hi; k++) {
         struct uqp *q = N.qps[k];
         if (q != NULL && q->peer == p && !q->destroyed)
@@ -2725,6 +2825,7 @@ timers(void)
                 peer_fail_locked(p);
         }
     }
+    rings_check(t);
     for (i = 0; i < (int)N.qp_hi; i++) {
         struct uqp *q = N.qps[i];
         uint32_t k;

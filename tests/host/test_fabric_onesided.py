@@ -55,11 +55,12 @@ def _stats():
         if len(head) < STATS.size:
             continue
         (magic, ver, pid, _, guid, w, r, a, am, am_ack, piggy, late,
-         ring, _, bell) = STATS.unpack(head)
+         ring, gone, bell) = STATS.unpack(head)
         if pid == os.getpid():
             return {"fast_write": w, "fast_read": r, "fast_atomic": a,
                     "am_req": am, "ack_msg": am_ack, "ack_piggy": piggy,
-                    "ack_late": late, "ring_req": ring, "ring_bell": bell}
+                    "ack_late": late, "ring_req": ring, "ring_gone": gone,
+                    "ring_bell": bell, "guid": guid}
     return None
 
 
@@ -82,12 +83,16 @@ def peer_main():
            "pid": os.getpid(),
            "mrs": {k: [m.addr, m.rkey] for k, m in mrs.items()}})
     peer = json.loads(sys.stdin.readline())
-    fh.to_init(qp)
-    fh.to_rtr(qp, remote_qpn=peer["qpn"], dgid=rdma.IBA.GID(peer["gid"]))
     # (RDMA_TEST_QP_TIMEOUT="timeout,retry_cnt" for a test that must not
     # time out on a loaded machine)
     t, r = map(int, os.environ.get("RDMA_TEST_QP_TIMEOUT", "12,3").split(","))
-    fh.to_rts(qp, timeout=t, retry_cnt=r)
+
+    def connect(peer):
+        fh.to_init(qp)
+        fh.to_rtr(qp, remote_qpn=peer["qpn"], dgid=rdma.IBA.GID(peer["gid"]))
+        fh.to_rts(qp, timeout=t, retry_cnt=r)
+
+    connect(peer)
     _emit({"ready": True})
     for line in sys.stdin:
         c = json.loads(line)
@@ -147,6 +152,12 @@ def peer_main():
             _emit({"hex": bytes(v[c["off"]:c["off"] + c["len"]]).hex()})
         elif op == "stats":
             _emit(_stats())
+        elif op == "info":
+            _emit({"gid": str(ctx.end_port.gids[0]), "qpn": qp.qp_num})
+        elif op == "reconnect":         # RESET, then to this new peer
+            qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RESET))
+            connect(c)
+            _emit({"ok": True})
         elif op == "dereg":
             mrs[c["mr"]].close()               # the view stays usable
             _emit({"ok": True})
@@ -758,6 +769,66 @@ def test_requests_take_the_ring_over_shm(pair):
                     a.pid, b.pid):
                 mine.append(name)
     assert mine == []
+
+
+def _rings_mapped(pid):
+    """{file name: address} of the request rings process pid maps."""
+    out = {}
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            name = os.path.basename(line.split(None, 5)[-1].strip())
+            if name.startswith("ring-"):
+                out[name.split()[0]] = line.split("-", 1)[0]
+    return out
+
+
+def _wait_for(cond, timeout=5.0):
+    t = time.monotonic() + timeout
+    while not cond() and time.monotonic() < t:
+        time.sleep(0.02)
+    return cond()
+
+
+@pytest.mark.parametrize("pair", [SHM], indirect=True, ids=["shm"])
+def test_rings_of_ended_senders_are_released(pair):
+    """A node that outlives the processes it talks to (a server, a kernel)
+    releases the request rings to and from each one that ended, within
+    about 100 ms of its end, and the next sender's ring takes the released
+    entry (the same address): rings do not pile up, and new senders keep
+    getting rings."""
+    a, b, _ = pair
+    guid_b = b("stats")["guid"]
+    info_b = b("info")
+    gone0 = b("stats")["ring_gone"]
+    _pingpong(a, b, 50)                 # a ring each way
+    rings = _rings_mapped(b.pid)
+    rx = [n for n in rings if n.endswith(f"-{guid_b:016x}")]
+    assert len(rings) == 2 and len(rx) == 1, rings
+    rx_addr = rings[rx[0]]
+    extra = []
+    try:
+        for k in range(3):
+            a.close()                   # the sender ends (exit)
+            assert _wait_for(lambda: _rings_mapped(b.pid) == {}), \
+                _rings_mapped(b.pid)
+            assert b("stats")["ring_gone"] == gone0 + k + 1
+            a = Peer(SHM)               # the next one
+            extra.append(a)
+            ia = a.read()
+            assert b("reconnect", **{k2: ia[k2] for k2 in ("gid", "qpn")}) \
+                == {"ok": True}
+            a.send(info_b)
+            assert a.read() == {"ready": True}
+            n = 200
+            ring = _pingpong_counts(a, b, n, "ring_req")["ring_req"]
+            assert min(ring) >= n - 10, ring
+            rings = _rings_mapped(b.pid)
+            rx = [n for n in rings if n.endswith(f"-{guid_b:016x}")]
+            assert len(rings) == 2 and len(rx) == 1, rings
+            assert rings[rx[0]] == rx_addr      # the released entry
+    finally:
+        for p in extra:
+            p.close()
 
 
 @pytest.mark.parametrize("pair", [SHM], indirect=True, ids=["shm"])
