@@ -1364,6 +1364,19 @@ drain(int all)
     }
 }
 
+/* Send everything queued and deferred (drain(2)) and let UCP hand it over
+   (over TCP, to the kernel) for at most 200 ms: before a QP or the
+   process goes.  No lock held. */
+static void
+drain_out(void)
+{
+    uint64_t t0 = now_ns();
+    drain(2);
+    while (__atomic_load_n(&N.ob_pending, __ATOMIC_ACQUIRE) != 0 &&
+           now_ns() - t0 < 200000000ull)
+        U.worker_progress(N.w);
+}
+
 /* ------------------------------------------------------------------ */
 /* requester side: completions                                         */
 
@@ -2958,6 +2971,11 @@ node_atexit(void)
     int i;
     if (!N.up || N.pid != getpid())
         return;
+    /* what the outbox holds, deferred ACKs too, goes out: a process that
+       ends right after its last poll (exit(3), sooner than the progress
+       thread's next look) has received what its peer sent, and a NIC
+       would have acknowledged it */
+    drain_out();
     N.stop = 1;
     if (N.stopfd >= 0) {
         uint64_t one = 1;
@@ -4388,16 +4406,8 @@ destroy_qp(void *vq, struct pyrdma_status *st)
         sh_quiesce(&N.sh->qp[q->qpn & (MAX_QP - 1)].inflight);
     pthread_mutex_unlock(&q->post_lock);
     pthread_mutex_destroy(&q->post_lock);
-    /* its ACKs (deferred ones too) go out before the process may end:
-       sent now, and handed over by UCP (over TCP, to the kernel), for at
-       most 200 ms */
-    drain(2);
-    {
-        uint64_t t0 = now_ns();
-        while (__atomic_load_n(&N.ob_pending, __ATOMIC_ACQUIRE) != 0 &&
-               now_ns() - t0 < 200000000ull)
-            U.worker_progress(N.w);
-    }
+    /* its ACKs (deferred ones too) go out before the process may end */
+    drain_out();
     if (q->sq != NULL) {
         for (i = 0; i <= q->sq_mask; i++) {
             if (q->sq[i].buf != q->sq[i].small)

@@ -255,6 +255,21 @@ def peer_main():
             ctx.close()
             _emit({"n": n, "wc": wc1})
             os._exit(0)
+        elif op == "poll_exit":
+            # take one receive, then end the process without closing
+            # anything (a script that is done and just returns)
+            import ctypes
+            c_exit = ctypes.CDLL(None).exit
+            arr1 = ibv.WCArray(1)
+            n = rcq.poll_into(arr1, 1, min=1, timeout=10)
+            _emit({"n": n, "wc": [arr1[0].wr_id, arr1[0].status] if n
+                   else []})
+            if c["how"] == "c_exit":
+                # exit(3) at once: no Python finalization (nothing is
+                # deallocated) and sooner than the progress thread's next
+                # look (~1 ms)
+                c_exit(0)
+            sys.exit(0)
         elif op == "exit":
             break
     ctx.close()
@@ -740,6 +755,27 @@ def test_deferred_ack_sent_when_the_qp_is_destroyed(pair):
     post_ok(a, wr(ibv.IBV_WR_SEND, length=8, wr_id=7))
     rb = b.read()                       # b's receive of that SEND
     assert rb["n"] == 1 and rb["wc"][:2] == [1, ibv.IBV_WC_SUCCESS], rb
+    wc = a("poll", n=1, timeout=5)["wcs"][0]
+    assert wc[:2] == [7, ibv.IBV_WC_SUCCESS], (wc, rb)
+
+
+@pytest.mark.parametrize("how", ["return", "c_exit"])
+@pytest.mark.parametrize("pair", [SHM, TCP], indirect=True,
+                         ids=["shm", "tcp"])
+def test_deferred_ack_sent_when_the_process_ends(pair, how):
+    """As above, but the application closes nothing: it takes a receive
+    and its script ends (its objects are deallocated), or the process
+    calls exit(3) (nothing is deallocated).  A NIC would have acknowledged
+    the SEND on its arrival; here the ACK the poll deferred goes out as
+    the process ends, and the requester's SEND completes successfully."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    _pingpong(a, b, 8)                  # b's QP replies: its ACKs wait
+    b.send({"op": "poll_exit", "how": how})
+    time.sleep(0.05)                    # b is spinning in its poll
+    post_ok(a, wr(ibv.IBV_WR_SEND, length=8, wr_id=7))
+    rb = b.read()                       # b's receive of that SEND
+    assert rb["n"] == 1 and rb["wc"] == [1, ibv.IBV_WC_SUCCESS], rb
     wc = a("poll", n=1, timeout=5)["wcs"][0]
     assert wc[:2] == [7, ibv.IBV_WC_SUCCESS], (wc, rb)
 
