@@ -1116,8 +1116,8 @@ resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
    replying does not defer again before it replies again).
    A deferred ACK is sent by the next full drain: an empty poll_cq, the
    progress thread (within about a millisecond), destroy_qp of its QP (a
-   program that closes and exits right after its last receive) or a
-   request's post_send taking it over.  Only drain(0) (a poll_cq that returns completions,
+   program that closes and exits right after its last receive), the end
+   of the process (node_atexit) or a request's post_send taking it over.  Only drain(0) (a poll_cq that returns completions,
    post_recv) leaves it held.  A deferred ACK is held in its QP (no
    outbox entry made, then cancelled, per message); the QPs holding one
    are on N.dack_head's list, which a full drain empties. */
