@@ -45,6 +45,16 @@ TLS = {"shm": {"UCX_TLS": "shm,self"},
 # --------------------------------------------------------------------------
 # the Python side (a process per role)
 
+def _check_rts(qp, ibv) -> None:
+    """A figure is only printed for a run in which every WR succeeded: an
+    error completion (or a flushed one) would have moved the RC QP to ERR
+    and made the loop end early with a meaningless number."""
+    state = qp.query(ibv.IBV_QP_STATE).qp_state
+    if state != ibv.IBV_QPS_RTS:
+        raise SystemExit(f"the QP is in state {state}, not RTS: a work "
+                         "request failed during the run")
+
+
 def role(which: str, test: str, iters: int) -> None:
     import rdma
     import rdma.ibverbs as ibv
@@ -98,6 +108,7 @@ def role(which: str, test: str, iters: int) -> None:
                 poll_s(sarr)
             t0 = time.perf_counter() if t0 is None else t0
         dt = time.perf_counter() - t0
+        _check_rts(s.qp, ibv)
         if ping:
             print(json.dumps({"rtt_us": dt / iters * 1e6}), flush=True)
         ctx.close()
@@ -127,12 +138,17 @@ def role(which: str, test: str, iters: int) -> None:
                 s.qp.post_send(sb)
                 outstanding += batch
             k = s.send_cq.poll_into(arr)
+            if k and arr.first_error() is not None:
+                i = arr.first_error()
+                raise SystemExit(f"WR {arr.wr_id(i)} failed: status "
+                                 f"{arr.status(i)} after {done} WRs")
             outstanding -= k * batch
             done += k * batch
         if t0 is None:
             t0, base = time.perf_counter(), done
     done -= base
     dt = time.perf_counter() - t0
+    _check_rts(s.qp, ibv)
     print(json.dumps({"msg_s": done / dt, "mb_s": done * size / dt / 1e6}),
           flush=True)
     ctx.close()
@@ -171,7 +187,11 @@ def run_python(test: str, iters: int, env: dict) -> dict:
         srv.stdin.flush()
         cli.stdin.write("go\n")
         cli.stdin.flush()
-        res = json.loads(cli.stdout.readline())
+        line = cli.stdout.readline()
+        if not line:            # it said why on its stderr
+            raise RuntimeError(f"the {test} client ended without a result "
+                               f"(exit {cli.wait(30)})")
+        res = json.loads(line)
         try:
             srv.stdin.write("end\n")
             srv.stdin.flush()

@@ -32,6 +32,49 @@ from verbs_fixtures import (GRH_LEN, MR_ALL, PORT, QKEY,  # noqa: E402,F401
                             to_rtr, to_rts, wait_for)
 
 
+#: the head of a fabric node's key page (struct sh_page in
+#: csrc/provider_ucx.c): magic, version, owner pid, pad, GUID, counters
+STATS = struct.Struct("<IIiIQ" + "Q" * 11)
+STAT_NAMES = ("fast_write", "fast_read", "fast_atomic", "am_req", "ack_msg",
+              "ack_piggy", "ack_late", "ring_req", "ring_gone", "ring_bell",
+              "am_rndv")
+
+
+def _key_pages():
+    """(path, head fields) of every node's key page in the rendezvous
+    directory."""
+    d = os.environ.get("RDMA_UCX_DIR") or f"/dev/shm/rdma-ucx-{os.getuid()}"
+    for name in os.listdir(d):
+        if not name.startswith("keys-") or ".tmp" in name:
+            continue
+        path = os.path.join(d, name)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(STATS.size)
+        except OSError:
+            continue            # its node ended meanwhile
+        if len(head) == STATS.size:
+            yield path, STATS.unpack(head)
+
+
+def key_page(pid: int) -> str:
+    """The path of process *pid*'s key page."""
+    for path, head in _key_pages():
+        if head[2] == pid:
+            return path
+    raise AssertionError(f"no key page of pid {pid}")
+
+
+def node_stats(pid: int | None = None) -> dict | None:
+    """The statistics of process *pid*'s fabric node (default: this
+    process's), or None if it has no node."""
+    pid = os.getpid() if pid is None else pid
+    for _, head in _key_pages():
+        if head[2] == pid:
+            return dict(zip(STAT_NAMES, head[5:]), guid=head[4])
+    return None
+
+
 class PeerProcess:
     """A Python program (*script* *args*) run as a peer that speaks JSON
     lines on stdin/stdout, with the rdma package this process imported

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric_helpers import PeerProcess
+from fabric_helpers import PeerProcess, key_page, node_stats
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 30
@@ -29,8 +29,6 @@ SHM = {"UCX_TLS": "shm,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
 TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
        "UCX_WARN_UNUSED_ENV_VARS": "n"}
 SIZE = 1 << 16
-# the statistics at the start of a node's key page (see provider_ucx.c)
-STATS = struct.Struct("<IIiIQQQQQQQQQQQ")
 
 
 # --------------------------------------------------------------------------
@@ -39,29 +37,6 @@ STATS = struct.Struct("<IIiIQQQQQQQQQQQ")
 def _emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
-
-
-def _stats():
-    """This process's fast-path statistics (its node's key page)."""
-    d = os.environ.get("RDMA_UCX_DIR") or f"/dev/shm/rdma-ucx-{os.getuid()}"
-    for name in os.listdir(d):
-        if not name.startswith("keys-") or ".tmp" in name:
-            continue
-        try:
-            with open(os.path.join(d, name), "rb") as f:
-                head = f.read(STATS.size)
-        except OSError:
-            continue
-        if len(head) < STATS.size:
-            continue
-        (magic, ver, pid, _, guid, w, r, a, am, am_ack, piggy, late,
-         ring, gone, bell) = STATS.unpack(head)
-        if pid == os.getpid():
-            return {"fast_write": w, "fast_read": r, "fast_atomic": a,
-                    "am_req": am, "ack_msg": am_ack, "ack_piggy": piggy,
-                    "ack_late": late, "ring_req": ring, "ring_gone": gone,
-                    "ring_bell": bell, "guid": guid}
-    return None
 
 
 def peer_main():
@@ -151,7 +126,7 @@ def peer_main():
             v = views[c["mr"]]
             _emit({"hex": bytes(v[c["off"]:c["off"] + c["len"]]).hex()})
         elif op == "stats":
-            _emit(_stats())
+            _emit(node_stats())
         elif op == "info":
             _emit({"gid": str(ctx.end_port.gids[0]), "qpn": qp.qp_num})
         elif op == "reconnect":         # RESET, then to this new peer
@@ -201,7 +176,7 @@ def peer_main():
                     last_ok = time.monotonic()
                 if ok >= 20000 and not told:
                     told = True
-                    _emit({"running": ok, "stats": _stats()})
+                    _emit({"running": ok, "stats": node_stats()})
         elif op == "pingpong":
             # n SEND round trips of an 8-byte counter (ping starts), each
             # side polling in C, replying at once, then reposting
@@ -496,17 +471,6 @@ def test_write_after_dereg(pair):
     assert b("dump", mr="mr", off=0, len=64)["hex"] == "00" * 64
 
 
-def _key_page(pid):
-    d = os.environ.get("RDMA_UCX_DIR") or f"/dev/shm/rdma-ucx-{os.getuid()}"
-    for name in os.listdir(d):
-        if name.startswith("keys-") and ".tmp" not in name:
-            path = os.path.join(d, name)
-            with open(path, "rb") as f:
-                if STATS.unpack(f.read(STATS.size))[2] == pid:
-                    return path
-    raise AssertionError(f"no key page of pid {pid}")
-
-
 # struct sh_page: a 128-byte header, 16384 struct sh_qp (32 bytes), then
 # struct sh_mr (240 bytes; its in-flight count at offset 8)
 MR_INFLIGHT = 128 + 16384 * 32 + 8
@@ -520,7 +484,7 @@ def test_dereg_waits_for_inflight_but_bounded(pair):
     a, b, mrs = pair
     addr, rkey = mrs["mr"]
     warm(a, mrs)
-    path = _key_page(b.pid)
+    path = key_page(b.pid)
     fd = os.open(path, os.O_RDWR)
     try:
         off = MR_INFLIGHT + (rkey >> 8) * 240

@@ -1,7 +1,7 @@
 """The fabric's own verbs behaviour: what the shared behavioural suite
 (tests/verbs, run on the fabric over shared memory and over TCP) cannot
-say, because rxe has no counterpart (LID addressing, 1 MiB transfers over
-UCX's rendezvous protocol, unreachable addresses at modify time) or the
+say, because rxe has no counterpart (LID addressing, transfers sent eagerly
+and over UCX's rendezvous protocol, unreachable addresses at modify time) or the
 fabric deliberately differs in a way the shared suite cannot observe on
 rxe in reasonable time (a vanished peer fails at once).
 
@@ -18,8 +18,8 @@ import pytest
 
 import rdma
 import rdma.ibverbs as ibv
-from fabric_helpers import (Side, check_ok, make_pair, pattern, poll_cq,
-                            qp_state, to_init, to_rtr)
+from fabric_helpers import (Side, check_ok, make_pair, node_stats, pattern,
+                            poll_cq, qp_state, to_init, to_rtr)
 
 RC, UD = ibv.IBV_QPT_RC, ibv.IBV_QPT_UD
 W, R = ibv.IBV_WR_RDMA_WRITE, ibv.IBV_WR_RDMA_READ
@@ -78,23 +78,29 @@ def test_ud_source_lid(pair):
     assert wc.src_qp == a.qpn and wc.slid == a.lid != 0
 
 
-def test_large_transfers(pair):
-    """RC SEND, WRITE and READ of 1 MiB (UCX rendezvous) are byte-exact."""
-    a, b = pair(RC, size=1 << 21)
-    data = pattern(1 << 16, 11) * 16
-    a.buf[:1 << 20] = data
-    b.post_recv(wr_id=1, off=1 << 20, length=1 << 20)
-    a.qp.post_send(a.send_wr(b, length=1 << 20))
+@pytest.mark.parametrize("n64k", [3, 16], ids=["192KiB", "1MiB"])
+def test_large_transfers(pair, n64k):
+    """RC SEND, WRITE and READ of 192 KiB (sent eagerly: the fabric's
+    rendezvous threshold is 256 KiB) and of 1 MiB (UCX rendezvous: the
+    SEND, the READ's response and the WRITE) are byte-exact."""
+    n = n64k << 16
+    rndv0 = node_stats()["am_rndv"]
+    a, b = pair(RC, size=2 * n)
+    data = pattern(1 << 16, 11) * n64k
+    a.buf[:n] = data
+    b.post_recv(wr_id=1, off=n, length=n)
+    a.qp.post_send(a.send_wr(b, length=n))
     check_ok(poll_cq(a.send_cq)[0])
-    assert check_ok(poll_cq(b.recv_cq)[0]).byte_len == 1 << 20
-    assert bytes(b.buf[1 << 20:]) == data
-    b.buf[:1 << 20] = data[::-1]
-    a.qp.post_send(a.send_wr(b, R, length=1 << 20, off=1 << 20))
+    assert check_ok(poll_cq(b.recv_cq)[0]).byte_len == n
+    assert bytes(b.buf[n:]) == data
+    b.buf[:n] = data[::-1]
+    a.qp.post_send(a.send_wr(b, R, length=n, off=n))
     check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_RDMA_READ)
-    assert bytes(a.buf[1 << 20:]) == data[::-1]
-    a.qp.post_send(a.send_wr(b, W, length=1 << 20, remote_off=0))
+    assert bytes(a.buf[n:]) == data[::-1]
+    a.qp.post_send(a.send_wr(b, W, length=n, remote_off=0))
     check_ok(poll_cq(a.send_cq)[0])
-    assert bytes(b.buf[:1 << 20]) == data
+    assert bytes(b.buf[:n]) == data
+    assert node_stats()["am_rndv"] - rndv0 == (3 if n > 256 << 10 else 0)
 
 
 # --------------------------------------------------------------------------
