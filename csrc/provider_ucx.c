@@ -2908,8 +2908,19 @@ progress_main(void *arg)
             idle = 0;
             continue;
         }
-        while ((k = U.worker_progress(N.w)) != 0 && n < 10000)
+        while ((k = U.worker_progress(N.w)) != 0 && n < 10000) {
+            uint64_t t2;
             n += k;
+            /* a long burst (a stream of large messages) does not hold
+               back the responses it queued: ACKs leave at least every
+               ~100 us, not once the burst is over (which took 100s of
+               ms for 256 1 MiB WRITEs, past a requester's ACK timeout) */
+            if (__atomic_load_n(&N.ob_head, __ATOMIC_RELAXED) != NULL &&
+                (t2 = now_ns()) - t > 100000ull) {
+                drain(1);
+                t = t2;
+            }
+        }
         if (N.nrx)
             n += rings_poll();
         drain(1);
