@@ -2914,7 +2914,7 @@ progress_main(void *arg)
             /* a long burst (a stream of large messages) does not hold
                back the responses it queued: ACKs leave at least every
                ~100 us, not once the burst is over (which took 100s of
-               ms for 256 1 MiB WRITEs, past a requester's ACK timeout) */
+               ms for 224 1 MiB WRITEs, near a requester's ACK timeout) */
             if (__atomic_load_n(&N.ob_head, __ATOMIC_RELAXED) != NULL &&
                 (t2 = now_ns()) - t > 100000ull) {
                 drain(1);

@@ -138,8 +138,7 @@ def role(which: str, test: str, iters: int) -> None:
                 s.qp.post_send(sb)
                 outstanding += batch
             k = s.send_cq.poll_into(arr)
-            if k and arr.first_error() is not None:
-                i = arr.first_error()
+            if k and (i := arr.first_error()) is not None:
                 raise SystemExit(f"WR {arr.wr_id(i)} failed: status "
                                  f"{arr.status(i)} after {done} WRs")
             outstanding -= k * batch

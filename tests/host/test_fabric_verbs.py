@@ -1,9 +1,9 @@
 """The fabric's own verbs behaviour: what the shared behavioural suite
 (tests/verbs, run on the fabric over shared memory and over TCP) cannot
-say, because rxe has no counterpart (LID addressing, transfers sent eagerly
-and over UCX's rendezvous protocol, unreachable addresses at modify time) or the
-fabric deliberately differs in a way the shared suite cannot observe on
-rxe in reasonable time (a vanished peer fails at once).
+say, because rxe has no counterpart (LID addressing, transfers sent
+eagerly and over UCX's rendezvous protocol, unreachable addresses at
+modify time) or the fabric deliberately differs in a way the shared suite
+cannot observe on rxe in reasonable time (a vanished peer fails at once).
 
 The module runs over UCX shared memory in this process, and once more over
 TCP in a subprocess (test_whole_module_over_tcp) with UCX_TLS=tcp.
