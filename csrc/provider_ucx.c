@@ -855,15 +855,44 @@ sh_quiesce(uint32_t *ctr)
     }
 }
 
+/* Is the open file fd private to this user: a regular file owned by
+   the effective uid, no permission bits for group or others?  Every file
+   of the rendezvous directory is (the node makes them 0600); one that is
+   not was put there by someone else and is not trusted.  1 or 0. */
+static int
+fd_private(int fd, struct stat *sb)
+{
+    return fstat(fd, sb) == 0 && S_ISREG(sb->st_mode) &&
+           sb->st_uid == geteuid() && (sb->st_mode & 077) == 0;
+}
+
+/* open(2) for a file of the rendezvous directory: never through a
+   symbolic link, and only a private file (fd_private); -1 with errno
+   EPERM for a file of someone else's. */
+static int
+priv_open(const char *path, int flags, mode_t mode)
+{
+    struct stat sb;
+    int fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0)
+        return -1;
+    if (!fd_private(fd, &sb)) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
+}
+
 /* Map the shared file at path, which must be size bytes (open flags
    oflags besides O_RDWR | O_CLOEXEC), anywhere (at NULL) or at address
-   at; NULL if it cannot be. */
+   at; NULL if it cannot be (or is not private: priv_open). */
 static void *
 shm_file_map(const char *path, size_t size, int oflags, void *at)
 {
     struct stat sb;
     void *m;
-    int fd = open(path, O_RDWR | O_CLOEXEC | oflags);
+    int fd = priv_open(path, O_RDWR | oflags, 0);
     if (fd < 0)
         return NULL;
     if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != size) {
@@ -885,7 +914,7 @@ static void *
 shm_file_create(const char *tmp, size_t size)
 {
     void *m;
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         return NULL;
     if (ftruncate(fd, (off_t)size) != 0) {
@@ -2482,10 +2511,35 @@ struct record {
 };
 #define REC_MAGIC 0x52554358u
 
+/* Is process pid alive?  kill(pid, 0) also succeeds for a zombie (a
+   process that was killed and not yet reaped by its parent: its memory
+   and its node are gone, but writes "to" it kept completing), so the
+   state in /proc/<pid>/stat decides: Z (zombie) and X (dead) are dead.
+   Where /proc cannot be read the kill answer stands.  1 or 0. */
 static int
 pid_alive(pid_t pid)
 {
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    char path[40], buf[512];
+    const char *rp;
+    ssize_t n;
+    int fd;
+
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno != ENOENT;     /* ENOENT: it went meanwhile */
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    buf[n] = '\0';
+    /* "pid (comm) S ...": comm may hold spaces and parentheses */
+    rp = strrchr(buf, ')');
+    if (rp == NULL || rp[1] != ' ')
+        return 1;
+    return rp[2] != 'Z' && rp[2] != 'X';
 }
 
 /* Read the record of guid into *rec and a malloc'd address; 0 or -1. */
@@ -2498,7 +2552,7 @@ record_read(uint64_t guid, struct record *rec, void **addr)
 
     snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
              (unsigned long long)guid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = priv_open(path, O_RDONLY, 0);
     if (fd < 0)
         return -1;
     n = read(fd, rec, sizeof(*rec));
@@ -2542,7 +2596,7 @@ lid_owner(uint16_t lid)
     uint64_t g = 0;
 
     snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = priv_open(path, O_RDONLY, 0);
     if (fd < 0)
         return 0;
     rc = lid_claim_read(fd, &pid, &g);
@@ -2568,7 +2622,7 @@ file_owner(const char *name)
     if (tmp != NULL)                    /* <name>.tmp<writer's pid> */
         return (pid_t)atoi(tmp + 4);
     snprintf(path, sizeof(path), "%s/%s", N.dir, name);
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    fd = priv_open(path, O_RDONLY, 0);
     if (fd < 0)
         return 0;
     if (name[0] == 'n') {
@@ -3024,7 +3078,8 @@ claim_lid(uint16_t hint)
         char path[260], buf[64];
         int fd, len;
         snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                  0600);
         if (fd < 0) {
             if (errno == EEXIST && lid_owner(lid) == 0) {
                 /* stale: its owner died */
@@ -3069,7 +3124,7 @@ write_record(void)
     snprintf(N.nodefile, sizeof(N.nodefile), "%s/node-%016llx", N.dir,
              (unsigned long long)N.guid);
     snprintf(tmp, sizeof(tmp), "%s.tmp%d", N.nodefile, (int)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    fd = priv_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         return -1;
     if (write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec) ||
@@ -3082,16 +3137,47 @@ write_record(void)
     return rename(tmp, N.nodefile);
 }
 
-static void
-pick_dir(void)
+/* Choose the rendezvous directory and make sure it is ours alone: a
+   directory (not a symbolic link) owned by the effective uid with no
+   permission bits for group or others.  Anyone who can write there can
+   remove a node's records or plant a key page its peers would trust, and
+   /dev/shm is shared by every user, so a directory someone else made
+   first is refused, never used.  0 or -1 with *st set. */
+static int
+pick_dir(struct pyrdma_status *st)
 {
     const char *d = getenv("RDMA_UCX_DIR");
+    struct stat sb;
     if (d != NULL && d[0])
         snprintf(N.dir, sizeof(N.dir), "%s", d);
     else
         snprintf(N.dir, sizeof(N.dir), "/dev/shm/rdma-ucx-%u",
                  (unsigned)getuid());
-    mkdir(N.dir, 0700);
+    if (mkdir(N.dir, 0700) != 0 && errno != EEXIST)
+        return pyrdma_fail(st, errno, "mkdir", "cannot make the rendezvous "
+                           "directory %s (set RDMA_UCX_DIR)", N.dir);
+    if (lstat(N.dir, &sb) != 0)
+        return pyrdma_fail(st, errno, "lstat", "rendezvous directory %s",
+                           N.dir);
+    if (!S_ISDIR(sb.st_mode))
+        return pyrdma_fail(st, ENOTDIR, "lstat", "the rendezvous directory "
+                           "%s is not a directory (a symbolic link or a "
+                           "file is refused): remove it or set "
+                           "RDMA_UCX_DIR", N.dir);
+    if (sb.st_uid != geteuid())
+        return pyrdma_fail(st, EPERM, "lstat", "the rendezvous directory "
+                           "%s belongs to uid %u, not to this user (uid "
+                           "%u): refusing it (another user may have made "
+                           "it); set RDMA_UCX_DIR to a directory of "
+                           "yours", N.dir, (unsigned)sb.st_uid,
+                           (unsigned)geteuid());
+    if ((sb.st_mode & 077) != 0)
+        return pyrdma_fail(st, EPERM, "lstat", "the rendezvous directory "
+                           "%s has mode %04o: it must be 0700 (not "
+                           "readable or writable by group or others); "
+                           "chmod 700 it or set RDMA_UCX_DIR", N.dir,
+                           (unsigned)(sb.st_mode & 07777));
+    return 0;
 }
 
 /* Bring the node up once per process; 0 or -1 with *st set. */
@@ -3123,7 +3209,8 @@ node_up(struct pyrdma_status *st)
     }
     N.stopfd = N.efd = N.epfd = -1;
     read_boot_id();
-    pick_dir();
+    if (pick_dir(st) < 0)
+        goto out;
     if (access(N.dir, W_OK) != 0) {
         pyrdma_fail(st, errno, "mkdir", "rendezvous directory %s is not "
                     "writable (set RDMA_UCX_DIR)", N.dir);
@@ -3251,7 +3338,7 @@ node_up(struct pyrdma_status *st)
             N.guid = be64toh(be);
             snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
                      (unsigned long long)N.guid);
-            fd = open(path, O_RDONLY | O_CLOEXEC);
+            fd = priv_open(path, O_RDONLY, 0);
             if (fd < 0)
                 break;
             {
