@@ -610,6 +610,15 @@ static struct node {
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* This process was forked from one whose node was up.  UCX's async thread
+   (which serves its tcp transport's sockets) is not in the child, and UCX
+   starts no new one: only shared memory works here. */
+static int forked_from_node;
+#define FORK_TCP_MSG "forked from a process whose fabric node was up: " \
+    "UCX's tcp transport cannot work after fork() (its async thread is " \
+    "not in the child); use shared memory (UCX_TLS unset or naming shm), " \
+    "multiprocessing's 'spawn' method, or fork before using the fabric"
+
 #define LOCK() pthread_mutex_lock(&N.lock)
 #define UNLOCK() pthread_mutex_unlock(&N.lock)
 
@@ -2289,16 +2298,27 @@ ctl_send(struct peer *p, int kind)
         free(h);
 }
 
+static int tls_shm(void);
+
 /* Rings are shared memory: used when UCX may use it too (UCX_TLS unset,
    or naming a shared-memory transport), so that UCX_TLS=tcp still means
    TCP; RDMA_UCX_NO_RING=1 turns them off. */
 static int
 ring_allowed(void)
 {
-    const char *tls = getenv("UCX_TLS"), *no = getenv("RDMA_UCX_NO_RING");
-    int shm;
+    const char *no = getenv("RDMA_UCX_NO_RING");
     if (no != NULL && no[0] != '\0' && strcmp(no, "0") != 0)
         return 0;
+    return tls_shm();
+}
+
+/* May UCX use shared memory (UCX_TLS unset, or naming a shared-memory
+   transport)?  1 or 0. */
+static int
+tls_shm(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    int shm;
     if (tls == NULL || tls[0] == '\0')
         return 1;
     shm = strstr(tls, "shm") != NULL || strstr(tls, "sm") != NULL ||
@@ -2743,6 +2763,14 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         uint64_t be = htobe64(guid);
         memcpy(&ip, (uint8_t *)&be, 4);
         memcpy(&port, (uint8_t *)&be + 4, 2);
+        if (forked_from_node) {
+            free(addr);
+            free(p);
+            return pyrdma_fail(st, EOPNOTSUPP, "ibv_modify_qp",
+                               "fabric node %016llx is reached over tcp, "
+                               "and " FORK_TCP_MSG,
+                               (unsigned long long)guid);
+        }
         if (port == 0 || ip == 0) {
             free(addr);
             free(p);
@@ -3206,6 +3234,13 @@ node_up(struct pyrdma_status *st)
         struct node fresh = {.lock = PTHREAD_MUTEX_INITIALIZER,
                              .drain_lock = PTHREAD_MUTEX_INITIALIZER};
         memcpy(&N, &fresh, sizeof(N));
+        forked_from_node = 1;
+    }
+    if (forked_from_node && !tls_shm()) {
+        pyrdma_fail(st, EOPNOTSUPP, "ucp_init", FORK_TCP_MSG " (UCX_TLS=%s)",
+                    getenv("UCX_TLS"));
+        pthread_mutex_unlock(&init_lock);
+        return -1;
     }
     N.stopfd = N.efd = N.epfd = -1;
     read_boot_id();
