@@ -86,6 +86,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -250,7 +251,9 @@ struct sh_page {
     uint64_t st_ring_bell;   /* receivers it woke (AM_CTL_BELL) */
     uint64_t st_am_rndv;     /* messages whose payload came by UCX's
                                 rendezvous protocol */
-    uint64_t pad1[2];
+    uint64_t st_revoked;     /* alloc_mr memory it made private because
+                                an initiator outstayed a dereg_mr */
+    uint64_t pad1[1];
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -334,6 +337,9 @@ struct umem {
     struct umem *next;
     uint8_t *addr;
     size_t len;
+    size_t maplen;         /* bytes UCX mapped at addr (whole pages) */
+    uint8_t *shadow;       /* revoked (mem_revoke): UCX's shared mapping
+                              moved here, a private copy is at addr */
     ucp_mem_h memh;
     void *rkey;            /* packed rkey, NULL if too big */
     size_t rkey_len;
@@ -846,9 +852,10 @@ sh_qp_sync(struct uqp *q)
 }
 
 /* Wait (bounded) until no initiator is inside an op counted by *ctr.  An
-   initiator killed inside an op leaves the count up: after SH_WAIT_NS it
-   is presumed dead and the count is reset. */
-static void
+   initiator killed or stopped inside an op leaves the count up: after
+   SH_WAIT_NS the count is reset.  Return 0, or 1 if it was reset (an
+   initiator may still be inside: see mem_revoke). */
+static int
 sh_quiesce(uint32_t *ctr)
 {
     uint64_t t0 = 0;
@@ -858,10 +865,11 @@ sh_quiesce(uint32_t *ctr)
             t0 = t;
         else if (t - t0 > SH_WAIT_NS) {
             __atomic_store_n(ctr, 0, __ATOMIC_SEQ_CST);
-            break;
+            return 1;
         }
         sched_yield();
     }
+    return 0;
 }
 
 /* Is the open file fd private to this user: a regular file owned by
@@ -3742,6 +3750,7 @@ alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     }
     u->addr = a.address;
     u->len = length;
+    u->maplen = (a.length + 4095) & ~(size_t)4095;
     memset(u->addr, 0, length);
     if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
         if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
@@ -3759,6 +3768,17 @@ alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     return 0;
 }
 
+/* Move the mapping of len bytes at from to to (replacing what is there),
+   with the system call itself: UCX's memory hooks intercept mremap(3)
+   and do not pass a new address on.  to, or MAP_FAILED. */
+static void *
+raw_mremap(void *from, size_t len, void *to)
+{
+    long r = syscall(SYS_mremap, from, len, len,
+                     MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    return r == -1 ? MAP_FAILED : (void *)r;
+}
+
 /* The last view of alloc_mr memory is gone and its MR is deregistered. */
 static void
 free_mr_mem(void *cookie)
@@ -3770,10 +3790,75 @@ free_mr_mem(void *cookie)
             *pp = u->next;
             break;
         }
+    if (u->shadow != NULL) {
+        /* UCX's own mapping goes back where UCX unmaps it (in place of
+           the private copy) */
+        if (raw_mremap(u->shadow, u->maplen, u->addr) == MAP_FAILED)
+            munmap(u->shadow, u->maplen);
+        u->shadow = NULL;
+    }
     UNLOCK();
     U.mem_unmap(N.uctx, u->memh);
     free(u->rkey);
     free(u);
+}
+
+/* An initiator is still inside a one-sided op on memory u after its MR
+   was deregistered and the wait for it ran out (stopped with SIGSTOP, or
+   descheduled for a second, in the middle of a large copy): it writes or
+   reads through its own mapping of UCX's shared memory, which only
+   ending the sharing can stop.  So this process's view of u becomes a
+   private copy (no byte an initiator writes from now on lands in it, and
+   no read sees what the owner writes from now on), every other MR in u
+   leaves the key page (they go on through the active-message path, into
+   the private copy), and UCX's mapping moves aside until free_mr_mem.
+   N.lock held (the responder touches user memory only under it).
+   0 or -1 (then nothing changed but the withdrawals). */
+static int
+mem_revoke(struct umem *u)
+{
+    uint8_t *copy, *aside;
+    uint32_t i;
+
+    if (u->shadow != NULL)
+        return 0;
+    for (i = 1; i < N.nmr && i < SH_MR; i++) {
+        struct umr *m = N.mrs[i];
+        if (m != NULL && m->umem == u && m->shared) {
+            __atomic_store_n(&N.sh->mr[i].key, 0, __ATOMIC_SEQ_CST);
+            m->shared = 0;
+        }
+    }
+    copy = mmap(NULL, u->maplen, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    aside = mmap(NULL, u->maplen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+    if (copy == MAP_FAILED || aside == MAP_FAILED) {
+        if (copy != MAP_FAILED)
+            munmap(copy, u->maplen);
+        if (aside != MAP_FAILED)
+            munmap(aside, u->maplen);
+        return -1;
+    }
+    memcpy(copy, u->addr, u->maplen);
+    /* the shared pages move aside (into the reservation), the copy takes
+       their place: a few microseconds in which addr is unmapped, under
+       N.lock (Python code runs under the GIL, held by the caller) */
+    if (raw_mremap(u->addr, u->maplen, aside) == MAP_FAILED) {
+        munmap(copy, u->maplen);
+        munmap(aside, u->maplen);
+        return -1;
+    }
+    if (raw_mremap(copy, u->maplen, u->addr) == MAP_FAILED) {
+        /* put the shared pages back: the owner keeps its memory */
+        raw_mremap(aside, u->maplen, u->addr);
+        munmap(copy, u->maplen);
+        return -1;
+    }
+    u->shadow = aside;
+    if (N.sh != NULL)
+        __atomic_fetch_add(&N.sh->st_revoked, 1, __ATOMIC_RELAXED);
+    return 0;
 }
 
 /* Publish mr in the key page if it lies in UCX-allocated memory (N.lock
@@ -3790,9 +3875,11 @@ sh_mr_publish(struct umr *mr)
         if (mr->addr >= u->addr && mr->len <= u->len &&
             (size_t)(mr->addr - u->addr) <= u->len - mr->len)
             break;
-    if (u == NULL || u->rkey == NULL)
+    if (u == NULL)
         return;
     mr->umem = u;
+    if (u->rkey == NULL || u->shadow != NULL)
+        return;                 /* no rkey, or revoked (mem_revoke) */
     e = &N.sh->mr[idx];
     __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
     e->access = mr->access;
@@ -3846,8 +3933,13 @@ dereg_mr(void *vmr, struct pyrdma_status *st)
         __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
     }
     UNLOCK();
-    if (e != NULL)
-        sh_quiesce(&e->inflight);
+    if (e != NULL && sh_quiesce(&e->inflight)) {
+        /* an initiator is still inside an op on it: fence it out */
+        LOCK();
+        if (mr->umem != NULL)
+            mem_revoke(mr->umem);
+        UNLOCK();
+    }
     free(mr);
     return 0;
 }
@@ -4651,7 +4743,9 @@ fill_fail(struct uqp *q, struct slot *s, int status)
    on the target's key page and nothing of q is outstanding on the
    active-message path (RC order).  Return 1 if done (the data is in
    place), 0 to take the active-message path, which also produces every
-   error completion exactly as before.  No malloc, lock or syscall. */
+   error completion exactly as before; -1 if the MR was withdrawn while
+   the op ran (it fails with REM_ACCESS_ERR).  No malloc, lock or
+   syscall. */
 /* The in-flight counts a post_send call holds (one atomic add per target
    QP and MR per call, not per WR; dropped before post_send returns). */
 struct fhold {
@@ -4663,13 +4757,25 @@ struct fhold {
     uint32_t lkey;
 };
 
+/* Count an initiator out of *ctr, never below 0: a target that gave up
+   waiting for it (sh_quiesce) has reset the count already. */
+static void
+inflight_out(uint32_t *ctr)
+{
+    uint32_t v = __atomic_load_n(ctr, __ATOMIC_RELAXED);
+    while (v != 0 && !__atomic_compare_exchange_n(ctr, &v, v - 1, 0,
+                                                  __ATOMIC_SEQ_CST,
+                                                  __ATOMIC_RELAXED))
+        ;
+}
+
 static void
 fhold_drop(struct fhold *h)
 {
     if (h->mr != NULL)
-        __atomic_fetch_sub(h->mr, 1, __ATOMIC_SEQ_CST);
+        inflight_out(h->mr);
     if (h->qp != NULL)
-        __atomic_fetch_sub(h->qp, 1, __ATOMIC_SEQ_CST);
+        inflight_out(h->qp);
     h->mr = h->qp = NULL;
 }
 
@@ -4774,6 +4880,13 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
             break;
         }
         }
+        /* the target withdrew the MR meanwhile (deregistered it; if we
+           were stopped long enough, it also took its memory away from
+           the mapping we wrote: mem_revoke): the op did not reliably
+           happen; it fails as on a NIC whose target found no MR
+           (REM_ACCESS_ERR: -1) */
+        if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != rkey)
+            ok = -1;
     }
     return ok;
 }
@@ -4787,7 +4900,7 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
 {
     struct wire *h;
     size_t total = 0;
-    int i, op, status = 0;
+    int i, op, status = 0, fast = 0;
     int inline_data = (wr->send_flags & IBV_SEND_INLINE) != 0;
     struct peer *peer = q->peer;
 
@@ -4818,7 +4931,8 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
         q->attr.qp_state != IBV_QPS_ERR &&
         (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE)) {
         uint32_t byte_len = 0;
-        if (fast_op(q, &byte_len, wr, op, total, inline_data, hold)) {
+        fast = fast_op(q, &byte_len, wr, op, total, inline_data, hold);
+        if (fast > 0) {
             if (q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) {
                 struct pyrdma_wc wc;
                 memset(&wc, 0, sizeof(wc));
@@ -4852,6 +4966,10 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     if (q->attr.qp_state == IBV_QPS_ERR || q->err_pending) {
         s->done = 1;
         s->status = IBV_WC_WR_FLUSH_ERR;
+        return 0;
+    }
+    if (fast < 0) {
+        fill_fail(q, s, IBV_WC_REM_ACCESS_ERR);
         return 0;
     }
     /* the transport table (seed 004): rxe fails these on the wire */
