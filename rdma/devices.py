@@ -33,7 +33,7 @@ from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List,
 
 from rdma import _ibverbs
 from rdma._errors import RDMAError, SysError
-from rdma.IBA import GID, GUID
+from rdma.IBA import GID, GID_DEFAULT_PREFIX, GUID
 
 __all__ = ["Device", "RDMADevice", "EndPort", "DemandList", "get_devices",
            "get_device", "get_end_port", "get_verbs", "PROVIDER_ENV",
@@ -786,7 +786,7 @@ def find_port_gid(devices: Iterable[Device], gid: GID) -> Tuple[EndPort, int]:
     A link-local GID (``fe80::``) is matched by its port GUID.
 
     :raises rdma.RDMAError: if no end port has it."""
-    if gid.prefix == 0xFE80 << 48 and gid.guid:
+    if gid.prefix == GID_DEFAULT_PREFIX and gid.guid:
         for d in devices:
             for p in d.end_ports:
                 if p.port_guid == gid.guid:
