@@ -217,8 +217,9 @@ mod_exec(PyObject *m)
     if (errors == NULL)
         return -1;
     st->WRError = PyObject_GetAttrString(errors, "WRError");
+    st->AsyncError = PyObject_GetAttrString(errors, "AsyncError");
     Py_DECREF(errors);
-    if (st->WRError == NULL)
+    if (st->WRError == NULL || st->AsyncError == NULL)
         return -1;
     /* Object types first: struct fields check against them. */
     if (pyrdma_context_init(m, st) < 0 || pyrdma_pd_init(m, st) < 0 ||
@@ -246,6 +247,7 @@ mod_traverse(PyObject *m, visitproc visit, void *arg)
     pyrdma_state *st = PyModule_GetState(m);
     Py_VISIT(st->SysError);
     Py_VISIT(st->WRError);
+    Py_VISIT(st->AsyncError);
     Py_VISIT(st->GID);
     Py_VISIT(st->ContextType);
     Py_VISIT(st->PDType);
@@ -283,6 +285,7 @@ mod_clear(PyObject *m)
     pyrdma_state *st = PyModule_GetState(m);
     Py_CLEAR(st->SysError);
     Py_CLEAR(st->WRError);
+    Py_CLEAR(st->AsyncError);
     Py_CLEAR(st->GID);
     Py_CLEAR(st->ContextType);
     Py_CLEAR(st->PDType);
