@@ -12,6 +12,9 @@ from typing import Any
 from rdma._errors import RDMAError, SysError, WRError
 from rdma.devices import (Device, EndPort, RDMADevice, get_device,
                           get_devices, get_end_port, get_verbs)
+# The MAD errors live with the MAD structures (rdma.IBA, which rdma.devices
+# has imported already).
+from rdma.IBA import MADError, MADTimeoutError
 
 __version__ = "0.1.0"
 
@@ -85,17 +88,11 @@ __all__ = ["RDMAError", "SysError", "WRError", "WCError", "MADError",
 
 
 def __getattr__(name: str) -> Any:
-    # Lazily: rdma.WCError lives in rdma.ibverbs, the MAD errors with the
-    # MAD structures (rdma.IBA), the submodules where they are.
+    # Lazily: rdma.WCError lives in rdma.ibverbs, the submodules where
+    # they are.
     if name == "WCError":
         from rdma.ibverbs import WCError
         return WCError
-    if name in ("MADError", "MADTimeoutError", "MADClassError"):
-        import rdma.IBA
-        try:
-            return getattr(rdma.IBA, name)
-        except AttributeError:
-            pass
     if name in ("path", "vtools", "aio", "ibverbs", "IBA", "sa", "umad",
                 "devices"):
         import importlib
