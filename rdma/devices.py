@@ -154,6 +154,8 @@ class DemandList:
         if self._positional and isinstance(idx, int) and \
                 not isinstance(idx, bool):
             return self[self._okeys[idx]]          # IndexError if out
+        if self._positional and isinstance(idx, slice):
+            return [self[k] for k in self._okeys[idx]]
         raise KeyError(idx)
 
     def get(self, idx: Any, default: Any = None) -> Any:
