@@ -281,6 +281,16 @@ ctx_comp_channel(PyObject *op, PyObject *noargs)
     return pyrdma_cc_new((pyrdma_Context *)op);
 }
 
+/* The async event types handled here: the values of libibverbs' enum
+   ibv_event_type (a stable ABI; this file includes no provider header). */
+enum {
+    EV_CQ_ERR = 0, EV_QP_FATAL = 1, EV_QP_REQ_ERR = 2, EV_QP_ACCESS_ERR = 3,
+    EV_PATH_MIG_ERR = 7, EV_DEVICE_FATAL = 8, EV_PORT_ACTIVE = 9,
+    EV_PORT_ERR = 10, EV_LID_CHANGE = 11, EV_PKEY_CHANGE = 12,
+    EV_SM_CHANGE = 13, EV_SRQ_ERR = 14, EV_CLIENT_REREGISTER = 17,
+    EV_GID_CHANGE = 18, EV_WQ_FATAL = 19,
+};
+
 /* Find the object an async event is about; a new reference or None. */
 static PyObject *
 event_element(pyrdma_Context *self, const struct pyrdma_async_event *ev)
@@ -300,12 +310,60 @@ event_element(pyrdma_Context *self, const struct pyrdma_async_event *ev)
     return Py_NewRef(o ? (PyObject *)o : Py_None);
 }
 
+/* The device object of the context: end_port.parent, or None (a new
+   reference; NULL with an error set). */
+static PyObject *
+ctx_node(pyrdma_Context *self)
+{
+    if (self->end_port == NULL || self->end_port == Py_None)
+        Py_RETURN_NONE;
+    return PyObject_GetAttrString(self->end_port, "parent");
+}
+
+/* python-rdma's obj of an async event: the end port (node.end_ports[n])
+   of a port event, the device of IBV_EVENT_DEVICE_FATAL, else element.
+   Falls back to element when the context has no device object.  A new
+   reference, NULL with an error set. */
+static PyObject *
+event_obj(pyrdma_Context *self, const struct pyrdma_async_event *ev,
+          PyObject *element)
+{
+    PyObject *node, *ports, *key, *res;
+
+    if (ev->element_kind != PYRDMA_EV_PORT &&
+        ev->event_type != EV_DEVICE_FATAL)
+        return Py_NewRef(element);
+    node = ctx_node(self);
+    if (node == NULL)
+        return NULL;
+    if (ev->event_type == EV_DEVICE_FATAL || node == Py_None) {
+        if (node != Py_None)
+            return node;
+        Py_DECREF(node);
+        return Py_NewRef(element);
+    }
+    ports = PyObject_GetAttrString(node, "end_ports");
+    Py_DECREF(node);
+    if (ports == NULL)
+        return NULL;
+    key = PyLong_FromLong(ev->port_num);
+    res = key ? PyObject_GetItem(ports, key) : NULL;
+    Py_XDECREF(key);
+    Py_DECREF(ports);
+    if (res == NULL && PyErr_ExceptionMatches(PyExc_LookupError)) {
+        /* A port the device list does not know: the number. */
+        PyErr_Clear();
+        res = Py_NewRef(element);
+    }
+    return res;
+}
+
 static PyObject *
 ctx_get_async_event(PyObject *op, PyObject *args, PyObject *kw)
 {
     pyrdma_Context *self = (pyrdma_Context *)op;
     static char *kwlist[] = {"timeout", NULL};
-    PyObject *tobj = Py_None, *res, *el;
+    PyObject *tobj = Py_None, *res, *el, *obj;
     struct pyrdma_async_event ev;
     struct pyrdma_py_async_event pev;
     struct pyrdma_status st = {0};
@@ -344,7 +402,128 @@ ctx_get_async_event(PyObject *op, PyObject *args, PyObject *kw)
         return NULL;
     }
     pyrdma_struct_slots(res)[0] = el;
+    obj = event_obj(self, &ev, el);
+    if (obj == NULL) {
+        Py_DECREF(res);
+        return NULL;
+    }
+    pyrdma_struct_slots(res)[1] = obj;
     return res;
+}
+
+/* Call obj.name() if obj has it; return 0, or -1 with an error set. */
+static int
+call_hook(PyObject *obj, const char *name)
+{
+    PyObject *r;
+
+    if (obj == Py_None || PyLong_Check(obj) ||
+        !PyObject_HasAttrString(obj, name))
+        return 0;
+    r = PyObject_CallMethod(obj, name, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static PyObject *
+ctx_handle_async_event(PyObject *op, PyObject *event)
+{
+    PyObject *tyobj, *obj, *exc;
+    const char *hook = NULL;
+    long ty;
+    int rc = 0;
+
+    if (PyTuple_Check(event) && PyTuple_GET_SIZE(event) == 2) {
+        /* python-rdma's (event_type, obj) */
+        tyobj = Py_NewRef(PyTuple_GET_ITEM(event, 0));
+        obj = Py_NewRef(PyTuple_GET_ITEM(event, 1));
+    }
+    else {
+        tyobj = PyObject_GetAttrString(event, "event_type");
+        obj = tyobj ? PyObject_GetAttrString(event, "obj") : NULL;
+        if (obj == NULL) {
+            Py_XDECREF(tyobj);
+            if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "handle_async_event() needs an "
+                             "ibv.async_event or an (event_type, obj) pair, "
+                             "not %.100s", Py_TYPE(event)->tp_name);
+            }
+            return NULL;
+        }
+    }
+    ty = PyLong_Check(tyobj) ? PyLong_AsLong(tyobj) : -1;
+    Py_DECREF(tyobj);
+    if (ty == -1) {
+        Py_DECREF(obj);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "handle_async_event(): "
+                            "event_type must be an int");
+        return NULL;
+    }
+    switch (ty) {
+    case EV_CQ_ERR: case EV_QP_FATAL: case EV_QP_REQ_ERR:
+    case EV_QP_ACCESS_ERR: case EV_PATH_MIG_ERR: case EV_DEVICE_FATAL:
+    case EV_SRQ_ERR: case EV_WQ_FATAL:
+        Py_DECREF(obj);
+        exc = PyObject_CallOneArg(((pyrdma_obj *)op)->state->AsyncError,
+                                  event);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        return NULL;
+    case EV_LID_CHANGE:
+        hook = "lid_change";
+        break;
+    case EV_PKEY_CHANGE:
+        hook = "pkey_change";
+        break;
+    case EV_SM_CHANGE:
+        hook = "sm_change";
+        break;
+    case EV_PORT_ACTIVE: case EV_PORT_ERR: case EV_CLIENT_REREGISTER:
+    case EV_GID_CHANGE:
+        hook = "refresh";   /* the port's state or tables changed */
+        break;
+    }
+    if (hook != NULL)
+        rc = call_hook(obj, hook);
+    Py_DECREF(obj);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ctx_register_poll(PyObject *op, PyObject *poll)
+{
+    pyrdma_Context *self = (pyrdma_Context *)op;
+
+    if (!pyrdma_obj_check(&self->o))
+        return NULL;
+    if (self->o.prov->async_fd == NULL)
+        return pyrdma_not_supported(&self->o, "async_fd");
+    return PyObject_CallMethod(poll, "register", "ii",
+                               self->o.prov->async_fd(self->o.h), POLLIN);
+}
+
+static PyObject *
+ctx_check_poll(PyObject *op, PyObject *pevent)
+{
+    pyrdma_Context *self = (pyrdma_Context *)op;
+    long fd, mask;
+
+    if (!pyrdma_obj_check(&self->o))
+        return NULL;
+    if (self->o.prov->async_fd == NULL)
+        return pyrdma_not_supported(&self->o, "async_fd");
+    if (!PyArg_ParseTuple(pevent, "ll:check_poll", &fd, &mask))
+        return NULL;
+    return PyBool_FromLong(fd == self->o.prov->async_fd(self->o.h) &&
+                           (mask & POLLIN));
 }
 
 static PyObject *
@@ -428,13 +607,38 @@ static PyMethodDef ctx_methods[] = {
      "get_async_event($self, /, timeout=None)\n--\n\nWait for the next "
      "asynchronous event and return it (acknowledged) as an async_event, "
      "or None after timeout seconds.  Releases the GIL while waiting."},
+    {"handle_async_event", ctx_handle_async_event, METH_O,
+     "handle_async_event($self, event, /)\n--\n\npython-rdma's generic "
+     "handler of an async event (or an (event_type, obj) pair): raise "
+     "ibv.AsyncError for the events that break something (CQ_ERR, "
+     "QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, PATH_MIG_ERR, DEVICE_FATAL, "
+     "SRQ_ERR, WQ_FATAL); call the end port's lid_change(), pkey_change() "
+     "or sm_change() for LID_CHANGE, PKEY_CHANGE and SM_CHANGE, and its "
+     "refresh() for PORT_ACTIVE, PORT_ERR, CLIENT_REREGISTER and "
+     "GID_CHANGE; ignore the others."},
+    {"register_poll", ctx_register_poll, METH_O,
+     "register_poll($self, poll, /)\n--\n\nRegister the async event fd "
+     "with a select.poll object (POLLIN)."},
+    {"check_poll", ctx_check_poll, METH_O,
+     "check_poll($self, pevent, /)\n--\n\nTrue if the (fd, events) pair "
+     "from poll.poll() says get_async_event() has an event."},
     {"async_fileno", ctx_async_fileno, METH_NOARGS,
      "async_fileno($self, /)\n--\n\nThe fd that is readable when an async "
      "event is pending (for select/poll/asyncio)."},
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *
+ctx_get_node(PyObject *op, void *closure)
+{
+    (void)closure;
+    return ctx_node((pyrdma_Context *)op);
+}
+
 static PyGetSetDef ctx_getset[] = {
+    {"node", ctx_get_node, NULL,
+     "The rdma.devices.Device of end_port (python-rdma's name), or None.",
+     NULL},
     {"provider", ctx_get_provider, NULL,
      "Name of the provider that opened the device.", NULL},
     {"name", ctx_get_name, NULL, "Device name.", NULL},

@@ -217,8 +217,9 @@ mod_exec(PyObject *m)
     if (errors == NULL)
         return -1;
     st->WRError = PyObject_GetAttrString(errors, "WRError");
+    st->AsyncError = PyObject_GetAttrString(errors, "AsyncError");
     Py_DECREF(errors);
-    if (st->WRError == NULL)
+    if (st->WRError == NULL || st->AsyncError == NULL)
         return -1;
     if (pyrdma_fork_setup() != 0) {
         PyErr_NoMemory();
@@ -250,6 +251,7 @@ mod_traverse(PyObject *m, visitproc visit, void *arg)
     pyrdma_state *st = PyModule_GetState(m);
     Py_VISIT(st->SysError);
     Py_VISIT(st->WRError);
+    Py_VISIT(st->AsyncError);
     Py_VISIT(st->GID);
     Py_VISIT(st->ContextType);
     Py_VISIT(st->PDType);
@@ -287,6 +289,7 @@ mod_clear(PyObject *m)
     pyrdma_state *st = PyModule_GetState(m);
     Py_CLEAR(st->SysError);
     Py_CLEAR(st->WRError);
+    Py_CLEAR(st->AsyncError);
     Py_CLEAR(st->GID);
     Py_CLEAR(st->ContextType);
     Py_CLEAR(st->PDType);

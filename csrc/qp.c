@@ -79,20 +79,109 @@ modify_args(pyrdma_obj *o, PyObject *args, PyObject *kw, PyTypeObject *tp,
     return 0;
 }
 
+/* Parse an optional uint32 argument of SRQ.modify into *out; return 1 if
+   given, 0 if None or absent, -1 with an error set. */
+static int
+srq_u32_arg(PyObject *v, const char *name, uint32_t *out)
+{
+    unsigned long x;
+
+    if (v == NULL || v == Py_None)
+        return 0;
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "SRQ.modify(): %s must be an int, "
+                     "not %.100s", name, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    x = PyLong_AsUnsignedLong(v);
+    if (x == (unsigned long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError))
+            PyErr_Format(PyExc_ValueError, "SRQ.modify(): %s must be in "
+                         "0..4294967295", name);
+        return -1;
+    }
+    if (x > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "SRQ.modify(): %s must be in "
+                     "0..4294967295, not %lu", name, x);
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 1;
+}
+
+/* SRQ.modify in both forms: python-rdma's modify(srq_limit=None,
+   max_wr=None), and modify(attr, mask=None) with an ibv.srq_attr. */
 static PyObject *
 srq_modify(PyObject *op, PyObject *args, PyObject *kw)
 {
+    static char *kwlist[] = {"srq_limit", "max_wr", "attr", "mask", NULL};
     pyrdma_SRQ *srq = (pyrdma_SRQ *)op;
     struct pyrdma_status st = {0};
     struct pyrdma_srq_attr a;
-    PyObject *attr;
-    long mask;
+    PyObject *lim = NULL, *mwr = NULL, *attr = NULL, *mobj = NULL;
+    PyTypeObject *tp = srq->o.state->srq_attr;
+    long mask = 0;
+    int rc;
 
-    if (modify_args(&srq->o, args, kw, srq->o.state->srq_attr, "SRQ",
-                    "no attribute was set (assign max_wr or srq_limit)",
-                    &attr, &mask) < 0)
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOO:modify", kwlist, &lim,
+                                     &mwr, &attr, &mobj))
         return NULL;
-    memcpy(&a, pyrdma_struct_sync(attr), sizeof(a));
+    /* modify(attr[, mask]) positionally lands in the first two slots. */
+    if (lim != NULL && PyObject_TypeCheck(lim, tp)) {
+        int mask_pos = PyTuple_GET_SIZE(args) >= 2;
+
+        if (attr != NULL || (mask_pos && mobj != NULL)) {
+            PyErr_Format(PyExc_TypeError, "SRQ.modify(): %s given twice",
+                         attr != NULL ? "attr" : "mask");
+            return NULL;
+        }
+        attr = lim;
+        lim = NULL;
+        if (mask_pos) {
+            mobj = mwr;
+            mwr = NULL;
+        }
+    }
+    if (!pyrdma_obj_check(&srq->o))
+        return NULL;
+    memset(&a, 0, sizeof(a));
+    if (attr != NULL) {
+        if (lim != NULL || mwr != NULL) {
+            PyErr_SetString(PyExc_TypeError, "SRQ.modify(): give an "
+                            "ibv.srq_attr or srq_limit/max_wr, not both");
+            return NULL;
+        }
+        if (!PyObject_TypeCheck(attr, tp)) {
+            PyErr_Format(PyExc_TypeError, "SRQ.modify(): attr must be an "
+                         "ibv.srq_attr, not %.100s", Py_TYPE(attr)->tp_name);
+            return NULL;
+        }
+        mask = (mobj == NULL || mobj == Py_None)
+            ? (long)pyrdma_struct_mask(attr) : PyLong_AsLong(mobj);
+        if (mask == -1 && PyErr_Occurred())
+            return NULL;
+        memcpy(&a, pyrdma_struct_sync(attr), sizeof(a));
+    }
+    else {
+        if (mobj != NULL) {
+            PyErr_SetString(PyExc_TypeError, "SRQ.modify(): mask goes with "
+                            "an ibv.srq_attr");
+            return NULL;
+        }
+        if ((rc = srq_u32_arg(lim, "srq_limit", &a.srq_limit)) < 0)
+            return NULL;
+        if (rc)
+            mask |= PYRDMA_SRQ_LIMIT;
+        if ((rc = srq_u32_arg(mwr, "max_wr", &a.max_wr)) < 0)
+            return NULL;
+        if (rc)
+            mask |= PYRDMA_SRQ_MAX_WR;
+    }
+    if (mask == 0) {
+        PyErr_SetString(PyExc_ValueError, "SRQ.modify(): nothing to change "
+                        "(give srq_limit or max_wr)");
+        return NULL;
+    }
     if (srq->o.prov->modify_srq(srq->o.h, &a, (int)mask, &st) < 0)
         return pyrdma_raise_status(srq->o.state, &st);
     Py_RETURN_NONE;
@@ -135,16 +224,31 @@ static PyMethodDef srq_methods[] = {
      "ibv.RecvBatch."},
     {"modify", (PyCFunction)(void (*)(void))srq_modify,
      METH_VARARGS | METH_KEYWORDS,
-     "modify($self, /, attr, mask=None)\n--\n\nChange max_wr or srq_limit "
-     "(ibv_modify_srq); the mask defaults to the fields assigned in attr."},
+     "modify($self, /, srq_limit=None, max_wr=None, attr=None, mask=None)"
+     "\n--\n\nChange srq_limit and/or max_wr (ibv_modify_srq); None "
+     "leaves a value as it is (python-rdma's form).  modify(attr, "
+     "mask=None) with an ibv.srq_attr works too: the mask defaults to the "
+     "fields assigned in attr."},
     {"query", srq_query, METH_NOARGS,
      "query($self, /)\n--\n\nReturn the SRQ's ibv.srq_attr "
      "(ibv_query_srq)."},
     {NULL, NULL, 0, NULL},
 };
 
+/* The Context of an object whose parents[0] is a PD (SRQ, QP). */
+static PyObject *
+obj_get_ctx(PyObject *op, void *c)
+{
+    pyrdma_obj *pd = (pyrdma_obj *)((pyrdma_obj *)op)->parents[0];
+    (void)c;
+    if (pd == NULL || pd->parents[0] == NULL)
+        Py_RETURN_NONE;
+    return Py_NewRef(pd->parents[0]);
+}
+
 static PyGetSetDef srq_getset[] = {
     {"pd", obj_get_pd, NULL, "The PD it belongs to.", NULL},
+    {"ctx", obj_get_ctx, NULL, "The Context.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -549,6 +653,19 @@ qp_get_cap(PyObject *op, void *c)
     return pyrdma_struct_new(qp->o.state->qp_cap, &qp->cap, sizeof(qp->cap));
 }
 
+/* One field of the QP's actual capacities; closure: its offset. */
+static PyObject *
+qp_get_cap_field(PyObject *op, void *c)
+{
+    pyrdma_QP *qp = (pyrdma_QP *)op;
+    uint32_t v;
+
+    memcpy(&v, (const char *)&qp->cap + (size_t)(uintptr_t)c, sizeof(v));
+    return PyLong_FromUnsignedLong(v);
+}
+
+#define CAP_FIELD(f) ((void *)(uintptr_t)offsetof(struct pyrdma_qp_cap, f))
+
 static PyObject *
 qp_get_sq_sig_all(PyObject *op, void *c)
 {
@@ -561,16 +678,6 @@ qp_get_parent(PyObject *op, void *c)
 {
     PyObject *p = ((pyrdma_obj *)op)->parents[(intptr_t)c];
     return Py_NewRef(p ? p : Py_None);
-}
-
-static PyObject *
-qp_get_ctx(PyObject *op, void *c)
-{
-    pyrdma_obj *pd = (pyrdma_obj *)((pyrdma_obj *)op)->parents[0];
-    (void)c;
-    if (pd == NULL || pd->parents[0] == NULL)
-        Py_RETURN_NONE;
-    return Py_NewRef(pd->parents[0]);
 }
 
 static PyObject *
@@ -644,12 +751,27 @@ static PyGetSetDef qp_getset[] = {
     {"qp_num", qp_get_qp_num, NULL, "QP number.", NULL},
     {"qp_type", qp_get_qp_type, NULL, "IBV_QPT_*.", NULL},
     {"cap", qp_get_cap, NULL, "Actual capacities (ibv.qp_cap).", NULL},
+    {"max_send_wr", qp_get_cap_field, NULL,
+     "Send queue depth the QP got (cap.max_send_wr).",
+     CAP_FIELD(max_send_wr)},
+    {"max_recv_wr", qp_get_cap_field, NULL,
+     "Receive queue depth the QP got (cap.max_recv_wr).",
+     CAP_FIELD(max_recv_wr)},
+    {"max_send_sge", qp_get_cap_field, NULL,
+     "Scatter/gather entries per send WR (cap.max_send_sge).",
+     CAP_FIELD(max_send_sge)},
+    {"max_recv_sge", qp_get_cap_field, NULL,
+     "Scatter/gather entries per receive WR (cap.max_recv_sge).",
+     CAP_FIELD(max_recv_sge)},
+    {"max_inline_data", qp_get_cap_field, NULL,
+     "Bytes of inline data per send WR (cap.max_inline_data).",
+     CAP_FIELD(max_inline_data)},
     {"sq_sig_all", qp_get_sq_sig_all, NULL,
      "True if every send WR is signaled.", NULL},
     {"state", qp_get_state, NULL, "Current state (queried), IBV_QPS_*.",
      NULL},
     {"pd", qp_get_parent, NULL, "The PD.", (void *)0},
-    {"ctx", qp_get_ctx, NULL, "The Context.", NULL},
+    {"ctx", obj_get_ctx, NULL, "The Context.", NULL},
     {"send_cq", qp_get_parent, NULL, "The send CQ.", (void *)1},
     {"recv_cq", qp_get_parent, NULL, "The receive CQ.", (void *)2},
     {"srq", qp_get_parent, NULL, "The SRQ, or None.", (void *)3},

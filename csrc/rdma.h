@@ -13,6 +13,7 @@
 typedef struct {
     PyObject *SysError;          /* rdma.SysError, from rdma._errors */
     PyObject *WRError;           /* rdma.ibverbs.WRError, from rdma._errors */
+    PyObject *AsyncError;        /* rdma.ibverbs.AsyncError, rdma._errors */
     PyObject *GID;               /* rdma.IBA.GID, imported on first use */
     /* verbs objects */
     PyTypeObject *ContextType;

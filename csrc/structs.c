@@ -322,6 +322,11 @@ static const struct pyrdma_field async_event_fields[] = {
     FIELD(AE, event_type, "IBV_EVENT_* type."),
     OBJ("element", 0, O_ANY, "The QP, CQ or SRQ it is about, the port "
                              "number for port events, or None."),
+    OBJ("obj", 1, O_ANY, "What it is about, as python-rdma has it: the "
+                         "QP, CQ or SRQ, the rdma.devices.EndPort for port "
+                         "events, the Device for IBV_EVENT_DEVICE_FATAL "
+                         "(the port number / None when the Context was "
+                         "opened without an end port), or None."),
 };
 #undef AE
 
@@ -375,7 +380,7 @@ SDEF(mw_bind_info_def, mw_bind_info, struct pyrdma_py_mw_bind_info,
 SDEF(wc_def, wc, struct pyrdma_wc, wc_fields, 0,
      "A work completion, from CQ.poll().");
 SDEF(async_event_def, async_event, struct pyrdma_py_async_event,
-     async_event_fields, 1,
+     async_event_fields, 2,
      "An asynchronous event, from Context.get_async_event().");
 
 /* Every struct type, in the order they are made. */

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 
-__all__ = ["GID", "GUID", "IB_DEFAULT_QP1_QKEY", "IB_DEFAULT_QP0_QKEY",
+__all__ = ["GID", "GUID", "GID_DEFAULT_PREFIX", "IB_DEFAULT_QP1_QKEY", "IB_DEFAULT_QP0_QKEY",
            "DEFAULT_PKEY", "PKEY_DEFAULT", "PKEY_MEMBERSHIP_BIT",
            "IB_DEFAULT_PKEY_FULL", "IB_PKEY_FULL_MASK", "GID_TYPE_IB",
            "GID_TYPE_ROCE_V1", "GID_TYPE_ROCE_V2", "LID_MULTICAST",
@@ -90,6 +90,10 @@ def from_timer(t: int) -> float:
     if not 0 <= t <= 31:
         raise ValueError(f"invalid timer encoding {t}")
     return float("inf") if t == 0 else 4.096e-6 * (1 << t)
+
+#: The link-local GID subnet prefix, fe80::/64, as an int (the upper 64
+#: bits of a GID: ``gid.prefix == GID_DEFAULT_PREFIX``).
+GID_DEFAULT_PREFIX = 0xFE80 << 48
 
 #: GID types (the values of IBV_GID_TYPE_*).
 GID_TYPE_IB = 0

@@ -1,21 +1,76 @@
-"""rdma: a Python binding for RDMA verbs.
+"""rdma: a Python binding for RDMA verbs and InfiniBand management.
 
 ``import rdma`` and ``import rdma.ibverbs as ibv`` follow python-rdma:
-:func:`get_devices`, :func:`get_end_port` and :func:`get_verbs` find a
-device and open it; verbs errors raise :class:`SysError`.
+:func:`get_devices`, :func:`get_device` and :func:`get_end_port` find a
+device or port (verbs and umad devices are one model, see
+:mod:`rdma.devices`); :func:`get_verbs`, :func:`get_umad` and
+:func:`get_gmp_mad` open one.  Verbs errors raise :class:`SysError`, MAD
+errors :class:`MADError`.
 """
+from typing import Any
+
 from rdma._errors import RDMAError, SysError, WRError
-from rdma.devices import (Device, EndPort, get_devices, get_end_port,
-                          get_verbs)
+from rdma.devices import (Device, EndPort, RDMADevice, get_device,
+                          get_devices, get_end_port, get_verbs)
+# The MAD errors live with the MAD structures (rdma.IBA, which rdma.devices
+# has imported already).
+from rdma.IBA import MADError, MADTimeoutError
 
 __version__ = "0.1.0"
 
 
-def get_umad(end_port=None, **kwargs):
-    """Open a :class:`rdma.umad.UMAD` (MADs through libibumad) on
-    *end_port*; see :func:`rdma.umad.get_umad`."""
+def get_umad(end_port: Any = None, path: Any = None, **kwargs: Any):
+    """Open a :class:`rdma.umad.UMAD` (SMPs and GMPs through libibumad) on
+    *end_port* (an :class:`EndPort`, a name for :func:`get_end_port`, or
+    None for the default end port).  *path* is python-rdma's unused
+    argument; *kwargs* go to :class:`rdma.umad.UMAD`.
+
+    :raises RDMAError: if the port's device has no umad (the software
+        fabric, or ib_umad not loaded)."""
     from rdma.umad import get_umad as _get_umad
     return _get_umad(end_port, **kwargs)
+
+
+def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
+                **kwargs: Any):
+    """Return a GMP transactor for *port* (python-rdma's
+    ``rdma.get_gmp_mad``): something with ``SubnAdmGet``,
+    ``PerformanceGet``... for general MADs (not SMPs).
+
+    A port whose device has umad gets a :class:`rdma.umad.UMAD`.  Otherwise,
+    or when an open verbs :class:`rdma.ibverbs.Context` is passed as
+    *verbs*, MADs go through a verbs UD QP (:class:`rdma.vmad.VMAD`, where
+    this build has :mod:`rdma.vmad`); *path* is the path of that QP
+    (default: the port's ``sa_path``).  *kwargs* go to the transactor.
+
+    :raises RDMAError: if the port can send no GMPs (the software fabric
+        has no umad; see :mod:`rdma.vmad`)."""
+    if port is None or isinstance(port, str) or \
+            not hasattr(port, "parent"):
+        port = get_end_port(port)
+    if verbs is None and getattr(port, "has_umad", False):
+        return get_umad(port, **kwargs)
+    try:
+        import rdma.vmad as vmad
+    except ImportError:
+        vmad = None
+    if vmad is None:
+        if verbs is not None:
+            raise RDMAError("get_gmp_mad(verbs=...): this build has no "
+                            "rdma.vmad (MADs through a verbs QP)")
+        return get_umad(port, **kwargs)     # raises, naming what is missing
+    if path is None:
+        path = port.sa_path
+    if verbs is not None:
+        return vmad.VMAD(verbs, path, **kwargs)
+    ctx = get_verbs(port)
+    try:
+        ret = vmad.VMAD(ctx, path, **kwargs)
+    except BaseException:
+        ctx.close()
+        raise
+    ret._allocated_cts = True       # python-rdma: the VMAD closes the ctx
+    return ret
 
 
 def get_include() -> str:
@@ -25,16 +80,21 @@ def get_include() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "include")
 
-__all__ = ["RDMAError", "SysError", "WRError", "WCError", "Device", "EndPort", "get_devices",
-           "get_end_port", "get_verbs", "get_umad", "get_include", "__version__"]
+
+__all__ = ["RDMAError", "SysError", "WRError", "WCError", "MADError",
+           "MADTimeoutError", "Device", "RDMADevice", "EndPort",
+           "get_devices", "get_device", "get_end_port", "get_verbs",
+           "get_umad", "get_gmp_mad", "get_include", "__version__"]
 
 
-def __getattr__(name):
-    # Lazily: rdma.WCError lives in rdma.ibverbs, rdma.get_umad in rdma.umad.
+def __getattr__(name: str) -> Any:
+    # Lazily: rdma.WCError lives in rdma.ibverbs, the submodules where
+    # they are.
     if name == "WCError":
         from rdma.ibverbs import WCError
         return WCError
-    if name in ("path", "vtools", "aio", "ibverbs", "IBA", "sa", "umad"):
+    if name in ("path", "vtools", "aio", "ibverbs", "IBA", "sa", "umad",
+                "devices"):
         import importlib
         return importlib.import_module(f"rdma.{name}")
     raise AttributeError(f"module 'rdma' has no attribute {name!r}")

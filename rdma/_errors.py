@@ -1,7 +1,7 @@
 """Exceptions of the rdma package (a leaf module: imports nothing of rdma)."""
 import os
 
-__all__ = ["RDMAError", "SysError", "WRError"]
+__all__ = ["RDMAError", "SysError", "WRError", "AsyncError"]
 
 
 class RDMAError(Exception):
@@ -50,7 +50,47 @@ class WRError(SysError):
         return (type(self), SysError.__reduce__(self)[1] + (self.index, None))
 
 
+def _event_name(event_type: int) -> str:
+    # The IBV_EVENT_* names live in the extension; looked up when needed
+    # (this module is imported by the extension, not the other way round).
+    from rdma import _ibverbs
+    for n in dir(_ibverbs):
+        if n.startswith("IBV_EVENT_") and getattr(_ibverbs, n) == event_type:
+            return n
+    return f"event {event_type}"
+
+
+class AsyncError(RDMAError):
+    """An asynchronous error event (``rdma.ibverbs.AsyncError``), raised by
+    :meth:`rdma.ibverbs.Context.handle_async_event` for the events that
+    break something (``IBV_EVENT_QP_FATAL``, ``IBV_EVENT_CQ_ERR``,
+    ``IBV_EVENT_DEVICE_FATAL``...).
+
+    ``event`` is the :class:`rdma.ibverbs.async_event` (or python-rdma's
+    ``(event_type, obj)`` pair), ``event_type`` and ``obj`` its parts: the
+    QP, CQ, SRQ, end port or device it is about.
+    """
+
+    def __init__(self, event: object, msg: str = "Asynchronous error event"):
+        if isinstance(event, tuple):
+            event_type, obj = event
+        else:
+            event_type = getattr(event, "event_type")
+            obj = getattr(event, "obj", None)
+        self.event = event
+        self.event_type = event_type
+        self.obj = obj
+        self.msg = msg
+        RDMAError.__init__(self, f"{msg} - {_event_name(event_type)} "
+                                 f"({event_type}) for {obj!r}")
+
+    def __reduce__(self):
+        # The object the event is about stays in this process.
+        return (type(self), ((self.event_type, None), self.msg))
+
+
 # Shown (and documented) as rdma.RDMAError, rdma.SysError, rdma.WRError.
 for _cls in (RDMAError, SysError, WRError):
     _cls.__module__ = "rdma"
 del _cls
+AsyncError.__module__ = "rdma.ibverbs"

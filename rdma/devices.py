@@ -1,66 +1,237 @@
-"""RDMA devices and their end ports, found through the providers.
+"""RDMA devices and their end ports: one model for verbs and umad.
 
-A *device* is an RDMA adapter (``rxe0``, ``mlx5_0``, the software fabric's
-device); an *end port* is one of its ports (``rxe0/1``).  Both are plain
-snapshots taken when the device list is read; ``EndPort.refresh()`` reads a
-port again.
+A *device* is an RDMA adapter (``mlx5_0``, ``rxe0``, a CA simulated by
+ibsim, the software fabric's ``ucx0``); an *end port* is one of its ports
+(``rxe0/1``).  :func:`get_devices` lists them from three sources and merges
+what describes the same device:
+
+- the verbs provider (libibverbs): devices that can run QPs;
+- libibumad: devices that can send MADs.  A real InfiniBand HCA is both,
+  and is one :class:`Device`; a CA that only libibumad reports (ibsim's
+  ``libumad2sim.so`` shim presents its simulated CA that way) is a device
+  of provider ``"umad"``;
+- the software fabric (provider ``"ucx"``), always last.
+
+So one :class:`EndPort` works with :func:`rdma.get_umad` and
+:func:`rdma.get_verbs` alike.  Devices and end ports carry python-rdma's
+attributes (``node_guid``, ``fw_ver``, ``lid``, ``sm_lid``, ``state``,
+``gids``, ``pkeys``...).  They are snapshots taken when first read:
+:meth:`EndPort.refresh` (or the python-rdma hooks :meth:`EndPort.lid_change`,
+:meth:`~EndPort.sm_change`, :meth:`~EndPort.pkey_change`, called by
+:meth:`rdma.ibverbs.Context.handle_async_event`) reads a port again.
+
+Collections are :class:`DemandList` objects, python-rdma's type: ordered,
+iterated by value, indexed by key (a device name, a port number) or by GUID,
+with :meth:`DemandList.first`.
 """
 from __future__ import annotations
 
+import errno
 import os
-from typing import Iterator, List, Optional, Union
+from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List,
+                    Optional, Tuple, Union)
 
 from rdma import _ibverbs
 from rdma._errors import RDMAError, SysError
-from rdma.IBA import GID, GUID
+from rdma.IBA import GID, GID_DEFAULT_PREFIX, GUID
 
-__all__ = ["Device", "EndPort", "get_devices", "get_end_port", "get_verbs",
-           "PROVIDER_ENV", "select_providers"]
+__all__ = ["Device", "RDMADevice", "EndPort", "DemandList", "get_devices",
+           "get_device", "get_end_port", "get_verbs", "PROVIDER_ENV",
+           "select_providers", "find_port_gid", "find_port_guid",
+           "find_node_guid", "find_port_name", "SYS_INFINIBAND"]
 
-#: Environment variable that forces a provider: ``verbs``, ``ucx`` or ``auto``.
+#: Environment variable that forces a provider: ``verbs``, ``umad``,
+#: ``ucx`` or ``auto``.
 PROVIDER_ENV = "RDMA_PROVIDER"
+
+#: Where the kernel describes its RDMA devices (read for the attributes
+#: python-rdma takes from sysfs when the file is there).
+SYS_INFINIBAND = "/sys/class/infiniband/"
+
+#: The pseudo-provider of devices that only libibumad reports.
+UMAD = "umad"
+#: The software fabric's provider: listed last, chosen last.
+SOFTWARE = "ucx"
 
 _NODE_TYPES = {1: "CA", 2: "switch", 3: "router", 4: "RNIC", 5: "usNIC",
                6: "usNIC UDP", 7: "unspecified"}
 _TRANSPORTS = {0: "InfiniBand", 1: "iWARP", 2: "usNIC", 3: "usNIC UDP",
                4: "unspecified"}
+#: IBV_PORT_ACTIVE, IBA PortState Active.
+_ACTIVE = 4
+#: IBA PortPhysicalState LinkUp.
+_LINK_UP = 5
+#: active_width encoding -> lanes.
+_WIDTHS = {1: 1, 2: 4, 4: 8, 8: 12, 16: 2}
+#: active_speed encoding -> (tenths of Gb/s per lane, name).
+_SPEEDS = {1: (25, "SDR"), 2: (50, "DDR"), 4: (100, "QDR"),
+           8: (100, "FDR10"), 16: (140, "FDR"), 32: (250, "EDR"),
+           64: (500, "HDR"), 128: (1000, "NDR"), 256: (2000, "XDR")}
 
 
-def select_providers(provider: Optional[str] = None) -> List[str]:
-    """Return the providers to look at, in order.
+def _sysfs(path: str) -> Optional[str]:
+    """The stripped text of a sysfs file, or None when it is not there."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
-    ``provider`` (or ``$RDMA_PROVIDER`` when it is None) is a provider name
-    or ``"auto"``: every provider compiled in, verbs devices first.
+
+# -- the collection type -------------------------------------------------------
+
+class DemandList:
+    """python-rdma's collection: an ordered list whose index is a key.
+
+    Iterating yields the values (devices, end ports) in order;
+    ``dl[key]`` looks one up by its key (a device name, a port number), by
+    :class:`rdma.IBA.GUID` (the node GUID of a device, the port GUID of an
+    end port) or, for device lists, by position (``devices[0]``).  Values
+    are made on demand by *conv* (``conv(key)``) the first time they are
+    needed.  A missing key raises :exc:`KeyError`.  ``len()``, ``in`` (a
+    value or a key), :meth:`first`, :meth:`index` and comparison with a
+    list of the same values work as for a list.
     """
-    name = provider if provider is not None else os.environ.get(PROVIDER_ENV, "")
-    name = name.strip() or "auto"
-    built = list(_ibverbs._providers())
-    if name == "auto":
-        return built
-    if name not in built:
-        raise ValueError(f"unknown RDMA provider {name!r} "
-                         f"(this build has: {', '.join(built)}, auto)")
-    return [name]
 
+    def __init__(self, keys: Iterable[Hashable],
+                 conv: Callable[[Any], Any],
+                 guid_attr: Optional[str] = None,
+                 positional: bool = False):
+        self._okeys: Tuple[Hashable, ...] = tuple(keys)
+        self._data: Dict[Hashable, Any] = dict.fromkeys(self._okeys)
+        self._conv = conv
+        self._guid_attr = guid_attr
+        self._positional = positional
+
+    def __len__(self) -> int:
+        return len(self._okeys)
+
+    def __iter__(self) -> Iterator[Any]:
+        for k in self._okeys:
+            yield self[k]
+
+    def itervalues(self) -> Iterator[Any]:
+        """The values in order (python-rdma's name)."""
+        return iter(self)
+
+    def values(self) -> List[Any]:
+        """The values in order."""
+        return list(self)
+
+    def iterkeys(self) -> Iterator[Hashable]:
+        """The keys in order (python-rdma's name)."""
+        return iter(self._okeys)
+
+    def keys(self) -> List[Hashable]:
+        """The keys in order."""
+        return list(self._okeys)
+
+    def items(self) -> List[Tuple[Hashable, Any]]:
+        """``(key, value)`` pairs in order."""
+        return [(k, self[k]) for k in self._okeys]
+
+    def first(self) -> Any:
+        """The first value.  :raises IndexError: if the list is empty."""
+        if not self._okeys:
+            raise IndexError("first() of an empty list")
+        return self[self._okeys[0]]
+
+    def __getitem__(self, idx: Any) -> Any:
+        if isinstance(idx, GUID) and self._guid_attr:
+            for v in self:
+                if getattr(v, self._guid_attr) == idx:
+                    return v
+            raise KeyError(idx)
+        try:
+            hit = idx in self._data
+        except TypeError:
+            hit = False
+        if hit:
+            v = self._data[idx]
+            if v is None:
+                v = self._data[idx] = self._conv(idx)
+            return v
+        if self._positional and isinstance(idx, int) and \
+                not isinstance(idx, bool):
+            return self[self._okeys[idx]]          # IndexError if out
+        if self._positional and isinstance(idx, slice):
+            return [self[k] for k in self._okeys[idx]]
+        raise KeyError(idx)
+
+    def get(self, idx: Any, default: Any = None) -> Any:
+        """``self[idx]``, or *default* when there is no such key."""
+        try:
+            return self[idx]
+        except (KeyError, IndexError):
+            return default
+
+    def index(self, value: Any) -> Hashable:
+        """The key ``k`` with ``self[k] == value``.
+
+        :raises ValueError: if no value is equal."""
+        for k in self._okeys:
+            if self[k] == value:
+                return k
+        raise ValueError(f"{value!r} is not in the list")
+
+    def clear(self) -> None:
+        """Forget the values made so far; they are made again on demand."""
+        self._data = dict.fromkeys(self._okeys)
+
+    def __contains__(self, x: Any) -> bool:
+        try:
+            if x in self._data:
+                return True
+        except TypeError:
+            pass
+        return any(v == x for v in self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (DemandList, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "[" + ", ".join(repr(v) for v in self) + "]"
+
+
+# -- end ports -----------------------------------------------------------------
 
 class EndPort:
-    """One port of a device: ``parent``, ``port_id`` and what the port
-    reported when it was read (``lid``, ``gids``, ``state``...)."""
+    """One port of a :class:`Device`: ``parent``, ``port_id`` and what the
+    port reported when it was read (``lid``, ``gids``, ``state``...).
 
-    def __init__(self, parent: "Device", port_id: int):
+    An IB switch's end port is port 0; a CA's are 1 and up.  The values come
+    from verbs when the device has verbs, else from libibumad (a simulated
+    CA: its GID table is the default GID only).
+    """
+
+    #: The port number.
+    port_id: int = 0
+
+    def __init__(self, parent: "Device", port_id: int,
+                 umad: Optional[dict] = None):
         #: The :class:`Device` this port belongs to.
         self.parent = parent
-        #: The port number (1-based).
+        #: The port number (1-based on a CA).
         self.port_id = port_id
         self._attr = None
+        self._umad = umad
         #: The GID table, index for index (empty slots are zero GIDs).
         self.gids: List[GID] = []
         #: The type of each GID (``rdma.IBA.GID_TYPE_*``), same indexes.
         self.gid_types: List[int] = []
         #: The P_Key table.
         self.pkeys: List[int] = []
+        if umad is not None and not parent.has_verbs:
+            self._load_umad(umad)
+
+    # -- loading
 
     def _load(self, ctx: "_ibverbs.Context") -> None:
+        """Read the port through an open verbs context."""
         self._attr = ctx.query_port(self.port_id)
         gids, types = [], []
         for i in range(self._attr.gid_tbl_len):
@@ -76,15 +247,58 @@ class EndPort:
                 break
         self.pkeys = pkeys
 
+    def _load_umad(self, info: dict) -> None:
+        """Take the port's values from a libibumad port description."""
+        from rdma import ibverbs as ibv
+        self._umad = info
+        ll = str(info.get("link_layer") or "")
+        self._attr = ibv.port_attr(
+            state=info["state"], lid=info["lid"], lmc=info["lmc"],
+            sm_lid=info["sm_lid"], sm_sl=info["sm_sl"],
+            phys_state=info["phys_state"],
+            port_cap_flags=info["capmask"] & 0xFFFFFFFF,
+            gid_tbl_len=1, pkey_tbl_len=len(info["pkeys"]),
+            subnet_timeout=18,
+            link_layer=2 if ll.lower().startswith("eth") else 1)
+        self.gids = [GID.from_parts(info["gid_prefix"], info["port_guid"])]
+        self.gid_types = [0]
+        self.pkeys = list(info["pkeys"])
+
     def refresh(self) -> "EndPort":
         """Read the port's attributes and tables again; return self."""
-        with self.parent.open() as ctx:
-            self._load(ctx)
+        if self.parent.has_verbs:
+            with self.parent.open() as ctx:
+                self._load(ctx)
+        else:
+            info = _umad_info(self.parent.name)
+            for p in info["ports"]:
+                if p["port_id"] == self.port_id:
+                    self._load_umad(p)
+                    break
+            else:
+                raise RDMAError(f"{self} is gone")
         return self
+
+    # python-rdma's hooks (called by Context.handle_async_event).
+    def lid_change(self) -> None:
+        """The port's LID changed: read the port again."""
+        self.refresh()
+
+    def sm_change(self) -> None:
+        """The port's SM changed: read the port again."""
+        self.refresh()
+
+    def pkey_change(self) -> None:
+        """The port's P_Key table changed: read the port again."""
+        self.refresh()
+
+    # -- attributes
 
     @property
     def attr(self):
-        """The port's :class:`rdma.ibverbs.port_attr` snapshot."""
+        """The port's :class:`rdma.ibverbs.port_attr` snapshot (for a
+        umad-only device, made from what libibumad reports; fields it does
+        not report are 0)."""
         if self._attr is None:
             self.refresh()
         return self._attr
@@ -105,11 +319,21 @@ class EndPort:
         return self.attr.sm_lid
 
     @property
-    def sa_path(self):
-        """How to reach this port's subnet administrator (SM LID, SL,
-        P_Key, QP1 Q_Key): an :class:`rdma.umad.SAPath`."""
-        from rdma import umad
-        return umad.sa_path(self)
+    def sm_sl(self) -> int:
+        """The SL to reach the subnet manager."""
+        return self.attr.sm_sl
+
+    @property
+    def state(self) -> int:
+        """The logical port state (``rdma.IBA.PORT_STATE_*``, the values of
+        ``IBV_PORT_*``: 4 is ACTIVE)."""
+        return self.attr.state
+
+    @property
+    def phys_state(self) -> int:
+        """The physical port state (``rdma.IBA.PHYS_PORT_STATE_*``: 5 is
+        LinkUp)."""
+        return self.attr.phys_state
 
     @property
     def subnet_timeout(self) -> int:
@@ -117,19 +341,35 @@ class EndPort:
         return self.attr.subnet_timeout
 
     @property
-    def sm_sl(self) -> int:
-        """The SL to reach the subnet manager."""
-        return self.attr.sm_sl
+    def cap_mask(self) -> int:
+        """The port's capability mask (PortInfo.CapabilityMask)."""
+        return self.attr.port_cap_flags
 
-    @property
-    def state(self) -> int:
-        """The logical port state (``IBV_PORT_*``)."""
-        return self.attr.state
+    capmask = cap_mask
 
     @property
     def link_layer(self) -> str:
         """``"InfiniBand"`` or ``"Ethernet"``."""
         return "Ethernet" if self.attr.link_layer == 2 else "InfiniBand"
+
+    @property
+    def rate(self) -> str:
+        """The port's rate as the kernel prints it (``"10 Gb/sec (4X
+        QDR)"``); a simulated port knows only its Gb/s (``"10 Gb/sec"``)."""
+        dev = self.parent
+        if dev.provider != SOFTWARE:
+            text = _sysfs(f"{SYS_INFINIBAND}{dev.name}/ports/"
+                          f"{self.port_id}/rate")
+            if text:
+                return text
+        if not self.parent.has_verbs and self._umad is not None:
+            return f"{self._umad['rate']} Gb/sec"
+        a = self.attr
+        lanes = _WIDTHS.get(a.active_width, 0)
+        per_lane, name = _SPEEDS.get(a.active_speed, (25, "SDR"))
+        r = per_lane * lanes
+        return (f"{r // 10}{'.5' if r % 10 else ''} Gb/sec "
+                f"({lanes}X {name})")
 
     @property
     def default_gid(self) -> GID:
@@ -141,11 +381,34 @@ class EndPort:
     @property
     def port_guid(self) -> GUID:
         """The port GUID (the lower half of the default GID)."""
+        if self._umad is not None:
+            return GUID(self._umad["port_guid"])
         return GUID(self.default_gid.guid)
 
     @property
     def provider(self) -> str:
+        """The provider of the device (``verbs``, ``umad``, ``ucx``)."""
         return self.parent.provider
+
+    @property
+    def has_umad(self) -> bool:
+        """True if libibumad reports the port (``rdma.get_umad`` works)."""
+        return self._umad is not None
+
+    @property
+    def sa_path(self):
+        """How to reach this port's subnet administrator (SM LID, SL,
+        P_Key, QP1 Q_Key): see :func:`rdma.umad.sa_path`."""
+        from rdma import umad
+        return umad.sa_path(self)
+
+    def pkey_index(self, pkey: int) -> int:
+        """The index of *pkey* in the port's P_Key table.
+
+        :raises ValueError: if the table does not hold it."""
+        return self.pkeys.index(pkey)
+
+    # -- identity
 
     def __str__(self) -> str:
         return f"{self.parent.name}/{self.port_id}"
@@ -169,24 +432,52 @@ def _end_port_by_name(name: str, provider: str) -> EndPort:
     return get_end_port(name, provider=provider)
 
 
+# -- devices -------------------------------------------------------------------
+
 class Device:
-    """An RDMA device: ``name``, ``node_guid``, ``provider`` and
-    ``end_ports``."""
+    """An RDMA device: ``name``, ``node_guid``, ``provider``, ``end_ports``
+    and python-rdma's other device attributes.
+
+    ``provider`` is ``"verbs"`` (libibverbs; the device may also have
+    umad), ``"umad"`` (only libibumad reports it: no verbs) or ``"ucx"``
+    (the software fabric).
+    """
+
+    #: The device name (``rxe0``).
+    name: str = ""
 
     def __init__(self, name: str, node_guid: int, node_type: int,
-                 transport_type: int, provider: str):
-        #: The device name (``rxe0``).
+                 transport_type: int, provider: str,
+                 umad: Optional[dict] = None):
+        #: The device name.
         self.name = name
         #: The node GUID.
         self.node_guid = GUID(node_guid)
-        #: The node type (``IBV_NODE_*``).
+        #: The node type (``rdma.IBA.NODE_*``: 1 CA, 2 switch, 3 router).
         self.node_type = node_type
         #: The transport (``IBV_TRANSPORT_*``).
         self.transport_type = transport_type
-        #: The provider that serves it (``verbs`` or ``ucx``).
+        #: The provider that serves its verbs (``verbs``, ``ucx``), or
+        #: ``umad`` for a device without verbs.
         self.provider = provider
-        self._end_ports: Optional[List[EndPort]] = None
+        self._umad = umad
+        self._end_ports: Optional[DemandList] = None
         self._attr = None
+
+    # -- what it can do
+
+    @property
+    def has_verbs(self) -> bool:
+        """True if :func:`rdma.get_verbs` can open the device."""
+        return self.provider != UMAD
+
+    @property
+    def has_umad(self) -> bool:
+        """True if libibumad reports the device (:func:`rdma.get_umad`
+        works on its ports)."""
+        return self._umad is not None
+
+    # -- attributes
 
     @property
     def node_type_name(self) -> str:
@@ -197,30 +488,110 @@ class Device:
         return _TRANSPORTS.get(self.transport_type,
                                f"unknown ({self.transport_type})")
 
-    def open(self, end_port: Optional[EndPort] = None) -> "_ibverbs.Context":
-        """Open the device: a new :class:`rdma.ibverbs.Context`."""
-        return _ibverbs.Context(self.name, provider=self.provider,
-                                end_port=end_port)
-
-    def _load(self) -> None:
-        with self.open() as ctx:
-            self._attr = ctx.query_device()
-            ports = [EndPort(self, i + 1)
-                     for i in range(self._attr.phys_port_cnt)]
-            for p in ports:
-                p._load(ctx)
-        self._end_ports = ports
+    def _sys(self, name: str) -> Optional[str]:
+        if self.provider == SOFTWARE:
+            return None
+        return _sysfs(f"{SYS_INFINIBAND}{self.name}/{name}")
 
     @property
     def attr(self):
-        """The :class:`rdma.ibverbs.device_attr` snapshot."""
+        """The :class:`rdma.ibverbs.device_attr` snapshot (for a umad-only
+        device, made from what libibumad reports)."""
         if self._attr is None:
             self._load()
         return self._attr
 
     @property
-    def end_ports(self) -> List[EndPort]:
-        """The device's ports, port 1 first."""
+    def fw_ver(self) -> Optional[str]:
+        """The firmware version string (None if the device has none)."""
+        v = self._sys("fw_ver")
+        if v is None:
+            v = (self._umad or {}).get("fw_ver") if not self.has_verbs \
+                else self.attr.fw_ver
+        return v or None
+
+    @property
+    def sys_image_guid(self) -> GUID:
+        """The system image GUID."""
+        if not self.has_verbs:
+            return GUID(self._umad["system_guid"])
+        return GUID(self.attr.sys_image_guid)
+
+    @property
+    def hw_ver(self) -> str:
+        """The hardware version string."""
+        v = self._sys("hw_rev")
+        if v is None:
+            v = str((self._umad or {}).get("hw_ver", "")) \
+                if not self.has_verbs else f"0x{self.attr.hw_ver:x}"
+        return v
+
+    @property
+    def hca_type(self) -> str:
+        """The HCA type string."""
+        v = self._sys("hca_type")
+        if v is None:
+            v = str((self._umad or {}).get("ca_type", "")) or self.name
+        return v
+
+    @property
+    def board_id(self) -> str:
+        """The board ID string (the HCA type where there is none)."""
+        v = self._sys("board_id")
+        return v if v is not None else self.hca_type
+
+    @property
+    def node_desc(self) -> Optional[str]:
+        """The node description (the kernel's; None where the device has
+        no sysfs entry, such as a simulated CA)."""
+        return self._sys("node_desc")
+
+    @property
+    def phys_port_cnt(self) -> int:
+        """The number of physical ports."""
+        return len(self.end_ports)
+
+    def open(self, end_port: Optional[EndPort] = None) -> "_ibverbs.Context":
+        """Open the device: a new :class:`rdma.ibverbs.Context`.
+
+        :raises rdma.RDMAError: if the device has no verbs (umad only)."""
+        if not self.has_verbs:
+            raise RDMAError(f"{self.name} has no verbs device: libibumad "
+                            f"reports it, libibverbs does not (a simulated "
+                            f"CA, or ib_uverbs is not loaded); only "
+                            f"rdma.get_umad() works on it")
+        return _ibverbs.Context(self.name, provider=self.provider,
+                                end_port=end_port)
+
+    def _load(self) -> None:
+        if not self.has_verbs:
+            from rdma import ibverbs as ibv
+            info = self._umad
+            self._attr = ibv.device_attr(
+                fw_ver=str(info.get("fw_ver") or ""),
+                node_guid=int(self.node_guid),
+                sys_image_guid=int(info["system_guid"]),
+                phys_port_cnt=len(info["ports"]))
+            ports = {p["port_id"]: EndPort(self, p["port_id"], p)
+                     for p in info["ports"]}
+        else:
+            umad_ports = {p["port_id"]: p
+                          for p in (self._umad or {}).get("ports", ())}
+            with self.open() as ctx:
+                self._attr = ctx.query_device()
+                first = 0 if self.node_type == 2 else 1
+                ports = {}
+                for n in range(first, first + self._attr.phys_port_cnt):
+                    p = EndPort(self, n, umad_ports.get(n))
+                    p._load(ctx)
+                    ports[n] = p
+        self._end_ports = DemandList(ports, ports.__getitem__,
+                                     guid_attr="port_guid")
+
+    @property
+    def end_ports(self) -> DemandList:
+        """The device's end ports, a :class:`DemandList` indexed by port
+        number (``dev.end_ports[1]``; ``dev.end_ports.first()``)."""
         if self._end_ports is None:
             self._load()
         return self._end_ports
@@ -242,107 +613,337 @@ class Device:
         return hash((self.name, self.provider))
 
 
-def get_devices(provider: Optional[str] = None) -> List[Device]:
-    """Return the RDMA devices of the selected providers.
+#: python-rdma's name of :class:`Device`.
+RDMADevice = Device
 
-    ``provider``: a provider name or ``"auto"`` (default: ``$RDMA_PROVIDER``,
-    else auto).  In auto mode a provider whose library is missing is
-    skipped; naming it explicitly raises :class:`rdma.SysError` that names
-    the missing package.
+
+# -- listing -------------------------------------------------------------------
+
+def select_providers(provider: Optional[str] = None) -> List[str]:
+    """Return the providers to look at, in order.
+
+    ``provider`` (or ``$RDMA_PROVIDER`` when it is None) is a provider name
+    or ``"auto"``: verbs devices, then devices only libibumad reports
+    (``"umad"``), then the software fabric.
     """
-    names = select_providers(provider)
-    devices: List[Device] = []
-    errors: List[SysError] = []
-    for name in names:
+    name = provider if provider is not None else os.environ.get(PROVIDER_ENV, "")
+    name = name.strip() or "auto"
+    built = list(_ibverbs._providers())
+    order = [p for p in built if p != SOFTWARE] + [UMAD] + \
+        [p for p in built if p == SOFTWARE]
+    if name == "auto":
+        return order
+    if name not in order:
+        raise ValueError(f"unknown RDMA provider {name!r} "
+                         f"(this build has: {', '.join(order)}, auto)")
+    return [name]
+
+
+def _umad_info(name: str) -> dict:
+    """libibumad's description of CA *name* (``_umad.get_ca``)."""
+    from rdma import _umad
+    return _umad.get_ca(name)
+
+
+def _umad_infos() -> List[dict]:
+    """Every CA libibumad reports.  A name it makes up when the kernel has
+    no umad (it names a default CA) is dropped.
+
+    :raises rdma.SysError: if libibumad is not installed."""
+    from rdma import _umad
+    infos = []
+    for name in _umad.get_ca_names():
         try:
-            found = _ibverbs._list_devices(name)
+            infos.append(_umad.get_ca(name))
         except SysError as e:
-            if len(names) == 1:
+            if e.errno not in (errno.ENOENT, errno.ENODEV):
                 raise
-            errors.append(e)
+    return infos
+
+
+def _umad_device(info: dict) -> Device:
+    return Device(info["name"], info["node_guid"], info["node_type"],
+                  0, UMAD, umad=info)
+
+
+def _list(scan: List[str], strict: Optional[str]
+          ) -> Tuple[List[Device], List[Tuple[str, SysError]]]:
+    """The devices of the sources in *scan*, umad merged into verbs.  A
+    source whose library is missing is skipped (its error returned), unless
+    it is *strict*."""
+    devices: List[Device] = []
+    errors: List[Tuple[str, SysError]] = []
+    for name in scan:
+        try:
+            if name == UMAD:
+                infos = _umad_infos()
+            else:
+                found = _ibverbs._list_devices(name)
+        except SysError as e:
+            if name == strict:
+                raise
+            errors.append((name, e))
             continue
-        devices.extend(Device(n, g, t, tr, name) for n, g, t, tr in found)
-        if devices and len(names) > 1:
-            break           # auto: the first provider that has devices
-    if not devices and errors and len(errors) == len(names):
-        raise errors[0]
-    return devices
+        if name != UMAD:
+            devices.extend(Device(n, g, t, tr, name)
+                           for n, g, t, tr in found)
+            continue
+        for info in infos:
+            # A device with verbs and umad is one device (same kernel
+            # name; the node GUID confirms it where the name differs).
+            twin = next((d for d in devices if d.provider != SOFTWARE and (
+                d.name == info["name"] or
+                (info["node_guid"] and d.node_guid == info["node_guid"]))),
+                None)
+            if twin is not None:
+                twin._umad = info
+            else:
+                devices.append(_umad_device(info))
+    return devices, errors
 
 
-def _describe(devices: List[Device]) -> str:
-    if not devices:
-        return "no RDMA devices"
-    return ", ".join(f"{p} ({'ACTIVE' if p.state == 4 else 'state ' + str(p.state)})"
-                     for d in devices for p in d.end_ports)
+def get_devices(provider: Union[str, bool, None] = None,
+                refresh: bool = False) -> DemandList:
+    """Return the RDMA devices of the machine, a :class:`DemandList`
+    (iterate it, ``devices["rxe0"]``, ``devices[GUID(...)]`` by node GUID,
+    ``devices.first()``).
 
+    Verbs devices come first, then CAs that only libibumad reports (the
+    ibsim shim's simulated CA), then the software fabric.  A device with
+    both verbs and umad is one device.
 
-def get_end_port(name: Union[str, GID, None] = None,
-                 provider: Optional[str] = None) -> EndPort:
-    """Return an end port.
-
-    ``name`` is ``None`` (the first ACTIVE port), a device name (its first
-    port), ``"device/port"``, a GID of the port, or its port GUID.
-    Raises :class:`rdma.RDMAError` when nothing matches.
+    ``provider``: ``"verbs"``, ``"umad"``, ``"ucx"`` or ``"auto"``
+    (default: ``$RDMA_PROVIDER``, else auto).  ``"verbs"`` lists verbs
+    devices only (with their umad side when they have one), ``"umad"``
+    every device libibumad reports.  In auto mode a source whose library
+    is missing is skipped; naming it explicitly raises
+    :class:`rdma.SysError` that names the missing package.  The list is
+    read afresh at every call; *refresh* (python-rdma's argument, also
+    accepted first as a bool) is accepted for compatibility.
     """
-    devices = get_devices(provider)
-    if not devices:
-        raise RDMAError("no RDMA devices found (providers: "
-                        f"{', '.join(select_providers(provider))}); without "
-                        "RDMA hardware use the software fabric "
-                        "(RDMA_PROVIDER=ucx, needs libucx0) or the Soft-RoCE "
-                        "VM (python -m rdma.testvm)")
-    if name is None:
+    if isinstance(provider, bool):
+        provider = None                # python-rdma: get_devices(refresh)
+    names = select_providers(provider)
+    strict = names[0] if len(names) == 1 else None
+    scan = list(names)
+    if "verbs" in scan and UMAD not in scan:
+        # umad is read with verbs so that the two sides of a device meet.
+        scan.insert(scan.index("verbs") + 1, UMAD)
+    devices, errors = _list(scan, strict)
+    if UMAD not in names:
+        devices = [d for d in devices if d.provider != UMAD]
+    failed = [e for n, e in errors if n in names]
+    if not devices and failed and len(failed) == len(names):
+        raise failed[0]
+    by_name: Dict[str, Device] = {}
+    for d in devices:
+        by_name.setdefault(d.name, d)    # a name twice: the first wins
+    return DemandList([d.name for d in devices], by_name.__getitem__,
+                      guid_attr="node_guid", positional=True)
+
+
+def _describe(devices: Iterable[Device]) -> str:
+    ports = [p for d in devices for p in d.end_ports]
+    if not ports:
+        return "no RDMA ports"
+    return ", ".join(f"{p} ({'ACTIVE' if p.state == _ACTIVE else 'state ' + str(p.state)})"
+                     for p in ports)
+
+
+def _no_devices(provider: Optional[str]) -> RDMAError:
+    return RDMAError("no RDMA devices found (providers: "
+                     f"{', '.join(select_providers(provider))}); without "
+                     "RDMA hardware use the software fabric "
+                     "(RDMA_PROVIDER=ucx, needs libucx0) or the Soft-RoCE "
+                     "VM (python -m rdma.testvm)")
+
+
+def _default_port(devices: DemandList) -> EndPort:
+    """No name given: an ACTIVE port of a real or simulated device; if such
+    devices exist but none is ACTIVE, the first of their ports whose link
+    is up, else their first port (python-rdma's default); without them, an
+    ACTIVE port of the software fabric."""
+    hw = [d for d in devices if d.provider != SOFTWARE]
+    for d in hw:
+        for p in d.end_ports:
+            if p.state == _ACTIVE:
+                return p
+    for d in hw:
+        for p in d.end_ports:
+            if p.phys_state == _LINK_UP:
+                return p
+    for d in hw:
+        if len(d.end_ports):
+            return d.end_ports.first()
+    for d in devices:
+        for p in d.end_ports:
+            if p.state == _ACTIVE:
+                return p
+    raise RDMAError(f"no ACTIVE RDMA port: {_describe(devices)}")
+
+
+def find_port_gid(devices: Iterable[Device], gid: GID) -> Tuple[EndPort, int]:
+    """The end port of *devices* that has *gid*, and the GID's index.
+
+    A link-local GID (``fe80::``) is matched by its port GUID.
+
+    :raises rdma.RDMAError: if no end port has it."""
+    if gid.prefix == GID_DEFAULT_PREFIX and gid.guid:
         for d in devices:
             for p in d.end_ports:
-                if p.state == _ibverbs.IBV_PORT_ACTIVE:
-                    return p
-        raise RDMAError(f"no ACTIVE RDMA port: {_describe(devices)}")
-    if isinstance(name, GID):
-        return _by_gid(devices, name)
-    if not isinstance(name, str):
-        raise TypeError(f"end port name must be a str or GID, not "
-                        f"{type(name).__name__}")
-    dev_name, sep, port = name.partition("/")
-    for d in devices:
-        if d.name != dev_name:
-            continue
-        if not sep:
-            if not d.end_ports:
-                raise RDMAError(f"device {d.name} has no ports")
-            return d.end_ports[0]
-        try:
-            port_id = int(port, 0)
-        except ValueError:
-            raise ValueError(f"invalid port number in {name!r}") from None
-        for p in d.end_ports:
-            if p.port_id == port_id:
-                return p
-        raise RDMAError(f"device {d.name} has no port {port_id} "
-                        f"(ports: {', '.join(str(p.port_id) for p in d.end_ports)})")
-    # Not a device name: maybe a GID or a port GUID.
-    try:
-        return _by_gid(devices, GID(name))
-    except ValueError:
-        pass
-    try:
-        guid = GUID(name)
-    except ValueError:
-        guid = None
-    if guid is not None and ":" in name:
+                if p.port_guid == gid.guid:
+                    return p, (p.gids.index(gid) if gid in p.gids else 0)
+    if gid.guid:
+        for d in devices:
+            for p in d.end_ports:
+                if gid in p.gids:
+                    return p, p.gids.index(gid)
+    raise RDMAError(f"no RDMA end port has GID {gid}")
+
+
+def find_port_guid(devices: Iterable[Device], guid: GUID) -> EndPort:
+    """The end port of *devices* whose port GUID is *guid*.
+
+    :raises rdma.RDMAError: if there is none."""
+    if guid:
         for d in devices:
             for p in d.end_ports:
                 if p.port_guid == guid:
                     return p
-    raise RDMAError(f"no RDMA end port {name!r}; have: "
-                    f"{', '.join(str(p) for d in devices for p in d.end_ports)}")
+    raise RDMAError(f"no RDMA end port has port GUID {GUID(guid)}")
 
 
-def _by_gid(devices: List[Device], gid: GID) -> EndPort:
-    for d in devices:
-        for p in d.end_ports:
-            if gid in p.gids:
-                return p
-    raise RDMAError(f"no RDMA end port has GID {gid}")
+def find_node_guid(devices: Iterable[Device], guid: GUID) -> Device:
+    """The device of *devices* whose node GUID is *guid*.
+
+    :raises rdma.RDMAError: if there is none."""
+    if guid:
+        for d in devices:
+            if d.node_guid == guid:
+                return d
+    raise RDMAError(f"no RDMA device has node GUID {GUID(guid)}")
+
+
+def find_port_name(devices: DemandList, name: str) -> EndPort:
+    """The end port ``"device"`` (its first port) or ``"device/port"``.
+
+    :raises rdma.RDMAError: if there is no such device or port;
+        :exc:`ValueError` for a malformed port number."""
+    dev_name, sep, port = name.partition("/")
+    d = devices.get(dev_name) if dev_name else None
+    if not isinstance(d, Device):
+        raise RDMAError(f"no RDMA end port {name!r}; have: "
+                        f"{', '.join(str(p) for d in devices for p in d.end_ports)}")
+    if not sep:
+        if not len(d.end_ports):
+            raise RDMAError(f"device {d.name} has no ports")
+        return d.end_ports.first()
+    try:
+        port_id = int(port, 0)
+    except ValueError:
+        raise ValueError(f"invalid port number in {name!r}") from None
+    p = d.end_ports.get(port_id)
+    if p is None:
+        raise RDMAError(f"device {d.name} has no port {port_id} "
+                        f"(ports: {', '.join(str(p.port_id) for p in d.end_ports)})")
+    return p
+
+
+def _guid_text(name: str) -> Optional[GUID]:
+    """A GUID written as ``0002:c903:0000:1491`` or ``0x...``, else None."""
+    if ":" not in name and not name.lower().startswith("0x"):
+        return None
+    text = name[2:] if name.lower().startswith("0x") else name
+    try:
+        return GUID(text)
+    except ValueError:
+        return None
+
+
+def get_end_port(name: Union[str, GID, GUID, None] = None,
+                 provider: Optional[str] = None) -> EndPort:
+    """Return an end port (python-rdma's ``rdma.get_end_port``).
+
+    ``name`` is one of:
+
+    ============  ==================================================
+    ``None``      an ACTIVE port of a real or simulated device, else
+                  (none of those) an ACTIVE port of the software
+                  fabric; see :ref:`the default end port <default-end-port>`
+    device        ``mlx5_0`` (its first port)
+    device/port   ``mlx5_0/1``
+    port GID      ``fe80::2:c903:0:1491`` or a :class:`rdma.IBA.GID`
+    port GUID     ``0002:c903:0000:1491`` or a :class:`rdma.IBA.GUID`
+                  (a node GUID gives that device's first port)
+    ============  ==================================================
+
+    :raises rdma.RDMAError: when nothing matches.
+    """
+    devices = get_devices(provider)
+    if not len(devices):
+        raise _no_devices(provider)
+    if name is None:
+        return _default_port(devices)
+    if isinstance(name, GID):
+        return find_port_gid(devices, name)[0]
+    if isinstance(name, GUID):
+        return _by_guid(devices, name)
+    if not isinstance(name, str):
+        raise TypeError(f"end port name must be a str, GID or GUID, not "
+                        f"{type(name).__name__}")
+    name = name.strip()
+    if name.partition("/")[0] in devices._data:
+        return find_port_name(devices, name)
+    guid = _guid_text(name)
+    if guid is not None and "::" not in name and \
+            (name.count(":") == 3 or ":" not in name):
+        return _by_guid(devices, guid)
+    try:
+        gid = GID(name)
+    except ValueError:
+        gid = None
+    if gid is not None:
+        return find_port_gid(devices, gid)[0]
+    return find_port_name(devices, name)        # raises, listing the ports
+
+
+def _by_guid(devices: DemandList, guid: GUID) -> EndPort:
+    try:
+        return find_port_guid(devices, guid)
+    except RDMAError:
+        pass
+    try:
+        d = find_node_guid(devices, guid)
+    except RDMAError:
+        raise RDMAError(f"no RDMA end port has port or node GUID "
+                        f"{GUID(guid)}") from None
+    return d.end_ports.first()
+
+
+def get_device(name: Union[str, GUID, None] = None,
+               provider: Optional[str] = None) -> Device:
+    """Return a device (python-rdma's ``rdma.get_device``): the first one
+    for ``None``, else by name or by node GUID (``0002:c903:0000:1491`` or
+    a :class:`rdma.IBA.GUID`).
+
+    :raises rdma.RDMAError: when nothing matches."""
+    devices = get_devices(provider)
+    if not len(devices):
+        raise _no_devices(provider)
+    if name is None:
+        return devices.first()
+    if isinstance(name, GUID):
+        return find_node_guid(devices, name)
+    if not isinstance(name, str):
+        raise TypeError(f"device name must be a str or GUID, not "
+                        f"{type(name).__name__}")
+    if name in devices._data:
+        return devices[name]
+    guid = _guid_text(name)
+    if guid is not None:
+        return find_node_guid(devices, guid)
+    raise RDMAError(f"RDMA device {name!r} not found; have: "
+                    f"{', '.join(d.name for d in devices)}")
 
 
 def get_verbs(port: Union[EndPort, Device, str, None] = None,
@@ -350,12 +951,15 @@ def get_verbs(port: Union[EndPort, Device, str, None] = None,
     """Open a verbs :class:`rdma.ibverbs.Context` for an end port or device.
 
     ``port`` may also be a name accepted by :func:`get_end_port`, or None
-    for the first active port.  The context is a context manager.
+    for the default end port.  The context is a context manager.
+
+    :raises rdma.RDMAError: if the device has no verbs (a simulated CA).
     """
-    if port is None or isinstance(port, (str, GID)):
+    if port is None or isinstance(port, (str, GID, GUID)):
         port = get_end_port(port, provider=provider)
     if isinstance(port, Device):
-        return port.open(port.end_ports[0] if port.end_ports else None)
+        return port.open(port.end_ports.first() if len(port.end_ports)
+                         else None)
     if isinstance(port, EndPort):
         return port.parent.open(port)
     raise TypeError(f"get_verbs() needs an EndPort or Device, not "

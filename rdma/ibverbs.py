@@ -3,14 +3,14 @@
 ``import rdma.ibverbs as ibv`` gives the C extension's types (``Context``,
 ``PD``, ``CQ``, ``QP``..., struct types such as ``ibv.qp_attr``), every
 ``IBV_*`` constant of the installed rdma-core, and the Python helpers that
-belong to this namespace (:class:`WCError`).
+belong to this namespace (:class:`WCError`, :class:`AsyncError`).
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from rdma import _ibverbs
-from rdma._errors import RDMAError, SysError, WRError
+from rdma._errors import AsyncError, RDMAError, SysError, WRError
 from rdma._ibverbs import *  # noqa: F401,F403  (types and IBV_* constants)
 from rdma._ibverbs import IBV_WC_SUCCESS
 
@@ -113,6 +113,7 @@ def WCPath(end_port, wc, buf=None, off: int = 0, **kwargs):
 
 __all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW",
            "AH", "SendBatch", "RecvBatch", "WCArray", "WCError", "WRError",
+           "AsyncError",
            "RDMAError", "SysError", "wc_status_str", "wc_opcode_str",
            "device_attr", "port_attr", "gid_entry", "global_route", "ah_attr",
            "qp_cap", "qp_attr", "qp_init_attr", "srq_attr", "sge", "send_wr",

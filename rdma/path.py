@@ -202,6 +202,12 @@ class IBPath(Path):
     #: RDMA read/atomic operations we may have outstanding.
     srdatomic = 255
 
+    #: The forward direction's own path, when it differs (python-rdma's
+    #: non-reversible paths); None: this path.  See :attr:`forward_path`.
+    _forward_path = None
+    #: The return direction's own path, when it differs.
+    _return_path = None
+
     _format_pkey = staticmethod(_hex)
     _format_qkey = staticmethod(_hex)
     _format_SGID = staticmethod(_gid_fmt)
@@ -214,6 +220,71 @@ class IBPath(Path):
         Path.__setattr__(self, name, value)
 
     # -- derived values --------------------------------------------------
+
+    @property
+    def dpqn(self) -> Optional[int]:
+        """:attr:`dqpn` as the seed documentation's UD example spells it
+        (``IBPath(end_port, dpqn=1, ...)``)."""
+        return self.dqpn
+
+    @dpqn.setter
+    def dpqn(self, value: Optional[int]) -> None:
+        self.dqpn = value
+
+    @property
+    def forward_path(self) -> "IBPath":
+        """The path for packets in the forward direction (python-rdma): this
+        path, or its own forward path when one was set (non-reversible
+        routes), with this path's end port and QP parameters.  Assigning
+        sets that path (None: this path)."""
+        p = self._forward_path
+        if p is None:
+            return self
+        p.end_port = self.end_port
+        p.copy_qp_params(self)
+        return p
+
+    @forward_path.setter
+    def forward_path(self, value: Optional["IBPath"]) -> None:
+        self._forward_path = self._direction(value)
+
+    @property
+    def return_path(self) -> "IBPath":
+        """The path for packets in the return direction (python-rdma): this
+        path, or its own return path when one was set, with this path's
+        end port and QP parameters.  Assigning sets that path."""
+        p = self._return_path
+        if p is None:
+            return self
+        p.end_port = self.end_port
+        p.copy_qp_params(self)
+        return p
+
+    @return_path.setter
+    def return_path(self, value: Optional["IBPath"]) -> None:
+        self._return_path = self._direction(value)
+
+    def _direction(self, value: Optional["IBPath"]) -> Optional["IBPath"]:
+        if value is None or value is self:
+            return None
+        if not isinstance(value, IBPath):
+            raise TypeError(f"a direction path must be an IBPath, not "
+                            f"{type(value).__name__}")
+        if value._forward_path is not None or value._return_path is not None:
+            raise ValueError("a direction path cannot have directions "
+                             "of its own")
+        return value
+
+    def set_end_port(self, node) -> None:
+        """Set :attr:`end_port` to the end port of *node* (a
+        :class:`rdma.devices.Device`) whose GID table holds :attr:`SGID`.
+
+        :raises rdma.RDMAError: if no end port of *node* has it."""
+        for ep in node.end_ports:
+            if self.SGID is not None and self.SGID in ep.gids:
+                self.end_port = ep
+                return
+        raise rdma.RDMAError(f"no end port of {node} has GID {self.SGID}")
 
     @property
     def SGID_index(self) -> int:
@@ -344,8 +415,28 @@ class IBPath(Path):
                     d.pop(k, None)
         if self.has_grh and for_reply:
             object.__setattr__(self, "hop_limit", 0xFF)
+        f, r = self._forward_path, self._return_path
+        self._forward_path, self._return_path = r, f
         self.drop_cache()
         return self
+
+    def _directions(self) -> Dict[str, "IBPath"]:
+        return {k: self.__dict__[k] for k in ("_forward_path", "_return_path")
+                if self.__dict__.get(k) is not None}
+
+    def __reduce__(self):
+        # The direction paths travel with a pickled path (python-rdma).
+        d = self._state()
+        d.update(self._directions())
+        return (type(self), (None,), d)
+
+    def copy(self, **kwargs: Any) -> "IBPath":
+        """A copy of the path (and of its direction paths), with *kwargs*
+        applied."""
+        new = Path.copy(self, **kwargs)
+        for k, v in self._directions().items():
+            object.__setattr__(new, k, v.copy(end_port=None))
+        return new
 
     def copy_qp_params(self, rhs: "IBPath") -> None:
         """Copy the QP related attributes from *rhs*."""
@@ -571,7 +662,7 @@ def get_mad_path(umad, ep_addr, **kwargs: Any) -> IBPath:
         path = IBPath(umad.end_port, DGID=ep_addr, **kwargs)
     elif isinstance(ep_addr, GUID):
         path = IBPath(umad.end_port,
-                      DGID=GID.from_parts(0xFE80000000000000, ep_addr),
+                      DGID=GID.from_parts(IBA.GID_DEFAULT_PREFIX, ep_addr),
                       **kwargs)
     elif isinstance(ep_addr, int):
         path = IBPath(umad.end_port, DLID=ep_addr, **kwargs)
@@ -581,6 +672,9 @@ def get_mad_path(umad, ep_addr, **kwargs: Any) -> IBPath:
 
 
 # -- text forms --------------------------------------------------------------
+
+#: Properties that a path specification may set (they store plain values).
+_SPEC_PROPERTIES = ("packet_life_time", "dpqn")
 
 _SPEC = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
 
@@ -633,7 +727,11 @@ def from_spec_string(s: str) -> Path:
         raise ValueError(f"invalid path specification {s!r}: unknown path "
                          f"type {m.group(1)!r}")
     kwargs: Dict[str, Any] = {}
-    for item in _split_args(m.group(2)):
+    items = _split_args(m.group(2))
+    if not items:
+        raise ValueError(f"invalid path specification {s!r}: no attributes "
+                         f"(write at least end_port=None)")
+    for item in items:
         k, eq, v = item.partition("=")
         k, v = k.strip(), v.strip()
         if not eq or not k or not v:
@@ -642,7 +740,9 @@ def from_spec_string(s: str) -> Path:
         if k in kwargs:
             raise ValueError(f"attribute {k!r} given twice")
         if k != "end_port" and (k.startswith("_") or not hasattr(cls, k) or
-                                callable(getattr(cls, k))):
+                                callable(getattr(cls, k)) or
+                                (isinstance(getattr(cls, k), property) and
+                                 k not in _SPEC_PROPERTIES)):
             raise ValueError(f"path attribute {k!r} is not known")
         if v == "None":
             kwargs[k] = None
@@ -722,7 +822,7 @@ def from_string(s: str, default_end_port=None, require_dev=None,
             raise ValueError(f"invalid LID {s!r}")
         return IBPath(ep, DLID=lid)
     if re.fullmatch(r"[0-9a-fA-F]{1,4}(:[0-9a-fA-F]{1,4}){3}", s):
-        return IBPath(ep, DGID=GID.from_parts(0xFE80000000000000,
+        return IBPath(ep, DGID=GID.from_parts(IBA.GID_DEFAULT_PREFIX,
                                               int(GUID(s))))
     if "," in s:
         raise ValueError(f"directed-route paths ({s!r}) are not supported")

@@ -385,7 +385,7 @@ class RdmaSetup:
             if not d.end_ports:
                 raise Unavailable(f"RDMA device {dev_name} has no ports")
             if port is None:
-                return d.end_ports[0]
+                return d.end_ports.first()
             for p in d.end_ports:
                 if p.port_id == port:
                     return p

@@ -1,8 +1,10 @@
 """User MADs: :func:`get_umad` and the :class:`UMAD` transactor.
 
-The ports here are found through libibumad itself (``umad_get_cas_names``,
-``umad_get_ca``), not through verbs, so they also exist where only a umad
-device is present (the ibsim shim, ``LD_PRELOAD=libumad2sim.so``).
+The end ports are those of the one device model (:mod:`rdma.devices`):
+:func:`get_end_port` is :func:`rdma.get_end_port`, and a port works here
+when libibumad reports its device (``umad_get_cas_names``,
+``umad_get_ca``), which includes CAs that only umad knows (the ibsim shim,
+``LD_PRELOAD=libumad2sim.so``).
 :class:`UMAD` sends MADs, waits for the reply whose transaction ID matches
 (the low 32 bits: the kernel owns the upper half), retries on timeout and
 decodes SA replies; the SA RPCs have python-rdma's names
@@ -17,6 +19,7 @@ import time
 from typing import Any, List, Optional, Tuple, Type, Union
 
 from rdma import _umad
+from rdma import devices as _devices
 from rdma._errors import RDMAError, SysError
 from rdma._mad import (MAD_METHOD_DELETE,
                        MAD_METHOD_GET, MAD_METHOD_GET_RESP,
@@ -25,6 +28,7 @@ from rdma._mad import (MAD_METHOD_DELETE,
                        MAD_SUBNET_ADMIN, SA_CLASS_VERSION, BinStruct,
                        MADFormatError, MADHeader, MADTimeoutError, SAError,
                        SAReply, decode_sa_reply, encode_sa_request)
+from rdma.devices import DemandList, Device, EndPort
 from rdma.IBA import GID, GUID, IB_DEFAULT_QP1_QKEY
 
 __all__ = ["UMAD", "UMADDevice", "UMADEndPort", "SAPath", "get_umad",
@@ -86,157 +90,51 @@ def sa_path(end_port: Any) -> SAPath:
                   pkeys[index] if pkeys else 0xFFFF, index)
 
 
-class UMADEndPort:
-    """One port of a umad device, as libibumad reported it."""
-
-    def __init__(self, parent: "UMADDevice", info: dict):
-        #: The :class:`UMADDevice`.
-        self.parent = parent
-        #: The port number.
-        self.port_id: int = info["port_id"]
-        #: The base LID.
-        self.lid: int = info["lid"]
-        #: LID mask control.
-        self.lmc: int = info["lmc"]
-        #: The subnet manager's LID and SL.
-        self.sm_lid: int = info["sm_lid"]
-        self.sm_sl: int = info["sm_sl"]
-        #: Logical port state (4 = ACTIVE) and physical state.
-        self.state: int = info["state"]
-        self.phys_state: int = info["phys_state"]
-        #: The rate in Gb/s as the kernel reports it.
-        self.rate: int = info["rate"]
-        #: The capability mask.
-        self.capmask: int = info["capmask"]
-        #: The port GUID.
-        self.port_guid = GUID(info["port_guid"])
-        #: The GID prefix.
-        self.gid_prefix: int = info["gid_prefix"]
-        #: The P_Key table.
-        self.pkeys: List[int] = list(info["pkeys"])
-        #: ``IB`` or ``Ethernet``.
-        self.link_layer: str = info["link_layer"]
-
-    @property
-    def default_gid(self) -> GID:
-        """GID index 0: the GID prefix and the port GUID."""
-        return GID.from_parts(self.gid_prefix, int(self.port_guid))
-
-    @property
-    def gids(self) -> List[GID]:
-        """The GID table as far as umad knows it (index 0 only)."""
-        return [self.default_gid]
-
-    @property
-    def sa_path(self) -> SAPath:
-        """How to reach this port's SA."""
-        return sa_path(self)
-
-    def __str__(self) -> str:
-        return f"{self.parent.name}/{self.port_id}"
-
-    def __repr__(self) -> str:
-        return f"<rdma.umad.UMADEndPort {self} lid={self.lid}>"
+#: An end port with umad: the one device model's :class:`rdma.devices.EndPort`.
+UMADEndPort = EndPort
+#: A device seen by libibumad: :class:`rdma.devices.Device`.
+UMADDevice = Device
+#: The same function as :func:`rdma.get_end_port`.
+get_end_port = _devices.get_end_port
 
 
-class UMADDevice:
-    """A CA as libibumad sees it."""
-
-    def __init__(self, info: dict):
-        #: The CA name (``mlx5_0``, ``ibsim0``).
-        self.name: str = info["name"]
-        #: The node type (1 CA, 2 switch, 3 router).
-        self.node_type: int = info["node_type"]
-        #: The node GUID and system image GUID.
-        self.node_guid = GUID(info["node_guid"])
-        self.system_guid = GUID(info["system_guid"])
-        #: The ports, lowest number first.
-        self.end_ports = [UMADEndPort(self, p) for p in info["ports"]]
-
-    def __iter__(self):
-        return iter(self.end_ports)
-
-    def __repr__(self) -> str:
-        return f"<rdma.umad.UMADDevice {self.name}>"
-
-
-def get_umad_devices() -> List[UMADDevice]:
-    """Return the CAs libibumad sees (empty without umad support).
+def get_umad_devices() -> DemandList:
+    """Return the devices libibumad reports (empty without umad support),
+    with their verbs side merged in where they have one: the same
+    :class:`rdma.devices.Device` objects as ``rdma.get_devices("umad")``.
 
     Raises :class:`rdma.SysError` if libibumad is not installed.
     """
-    devices = []
-    for name in _umad.get_ca_names():
-        try:
-            devices.append(UMADDevice(_umad.get_ca(name)))
-        except SysError as e:
-            # libibumad names a default CA when the kernel has no umad.
-            if e.errno not in (errno.ENOENT, errno.ENODEV):
-                raise
-    return devices
-
-
-def get_end_port(name: Union[str, GID, None] = None) -> UMADEndPort:
-    """Return a umad end port: the first ACTIVE one for ``None``, else a
-    CA name, ``"ca/port"``, a port GID or a port GUID."""
-    devices = get_umad_devices()
-    if not devices:
-        raise RDMAError("no umad devices (no InfiniBand port, or the ibsim "
-                        "shim is not preloaded)")
-    ports = [p for d in devices for p in d.end_ports]
-    if name is None:
-        for p in ports:
-            if p.state == PORT_ACTIVE:
-                return p
-        raise RDMAError("no ACTIVE umad port: " + ", ".join(
-            f"{p} (state {p.state})" for p in ports))
-    if isinstance(name, str):
-        ca, sep, num = name.partition("/")
-        for d in devices:
-            if d.name == ca:
-                if not sep:
-                    return d.end_ports[0]
-                for p in d.end_ports:
-                    if str(p.port_id) == num.strip():
-                        return p
-                raise RDMAError(f"umad device {ca} has no port {num}")
-        try:
-            name = GID(name)
-        except ValueError:
-            try:
-                guid = GUID(name)
-            except ValueError:
-                guid = None
-            for p in ports:
-                if guid is not None and p.port_guid == guid:
-                    return p
-            raise RDMAError(f"no umad end port {name!r}; have: "
-                            + ", ".join(str(p) for p in ports)) from None
-    for p in ports:
-        if p.default_gid == name:
-            return p
-    raise RDMAError(f"no umad end port has GID {name}")
+    return _devices.get_devices(_devices.UMAD)
 
 
 def _resolve_port(end_port: Any) -> Tuple[str, int, Any]:
-    if end_port is None or isinstance(end_port, (str, GID)):
+    """The umad CA name and port number of *end_port* (an end port, a
+    name for :func:`get_end_port`, or None), and the end port."""
+    default = end_port is None
+    if end_port is None or isinstance(end_port, (str, GID, GUID)):
         end_port = get_end_port(end_port)
-    if isinstance(end_port, UMADEndPort):
+    if not isinstance(end_port, EndPort):
+        parent = getattr(end_port, "parent", None)
+        port_id = getattr(end_port, "port_id", None)
+        if parent is None or port_id is None:
+            raise TypeError(f"get_umad() needs an end port, not "
+                            f"{type(end_port).__name__}")
+        return getattr(parent, "name", str(parent)), port_id, end_port
+    if end_port.has_umad:
         return end_port.parent.name, end_port.port_id, end_port
-    parent = getattr(end_port, "parent", None)
-    port_id = getattr(end_port, "port_id", None)
-    if parent is None or port_id is None:
-        raise TypeError(f"get_umad() needs an end port, not "
-                        f"{type(end_port).__name__}")
-    # A verbs EndPort: the umad device has the same name as the verbs one.
-    name = getattr(parent, "name", str(parent))
+    if end_port.provider == _devices.SOFTWARE:
+        what = "no umad devices: the default end port " if default else ""
+        raise RDMAError(f"{what}{end_port} is the software fabric, which has "
+                        f"no umad (MADs need an InfiniBand device or the "
+                        f"ibsim shim)")
+    # Listed without umad: look again (ib_umad may have been loaded since).
     for d in get_umad_devices():
-        if d.name == name:
-            for p in d.end_ports:
-                if p.port_id == port_id:
-                    return name, port_id, end_port
-    raise RDMAError(f"{name}/{port_id} has no umad device (is ib_umad "
-                    f"loaded?)")
+        if d.name == end_port.parent.name:
+            p = d.end_ports.get(end_port.port_id)
+            if p is not None:
+                return d.name, p.port_id, end_port
+    raise RDMAError(f"{end_port} has no umad device (is ib_umad loaded?)")
 
 
 # ---- the transactor (below: only MADs; devices and end ports are above) ----

@@ -139,7 +139,8 @@ def _print_device(dev: rdma.Device, port_filter: int, verbose: bool) -> int:
 
 
 def devinfo(args: argparse.Namespace) -> int:
-    devices = rdma.get_devices(args.provider)
+    # Verbs devices only, as ibv_devinfo (a umad-only CA has no verbs).
+    devices = [d for d in rdma.get_devices(args.provider) if d.has_verbs]
     if args.list:
         print(f"{len(devices)} HCA{'s' if len(devices) != 1 else ''} found:")
         for d in devices:

@@ -174,3 +174,67 @@ def test_timers():
     assert IBA.to_timer(4.096e-6 * 2 ** 14 + 1e-9) == 15
     assert IBA.from_timer(0) == float("inf")
     assert IBA.mtu_to_bytes(IBA.MTU_4096) == 4096
+
+
+def test_empty_path_spec_is_rejected():
+    """python-rdma: a path specification names at least one attribute;
+    read-only and derived properties cannot be given."""
+    for bad in ("IBPath()", "IBPath( )", "IBPath(mad_timeout=3)",
+                "IBPath(forward_path=None)", "IBPath(SGID_index=1)"):
+        with pytest.raises(ValueError):
+            from_string(bad)
+    assert from_string("IBPath(end_port=None)") == IBPath(None)
+
+
+def test_gid_default_prefix():
+    assert IBA.GID_DEFAULT_PREFIX == 0xFE80 << 48
+    assert GID("fe80::1").prefix == IBA.GID_DEFAULT_PREFIX
+    assert from_string("0002:c903:0000:1491").DGID.prefix == \
+        IBA.GID_DEFAULT_PREFIX
+
+
+def test_dpqn_is_the_seed_spelling_of_dqpn():
+    p = IBPath(None, dpqn=1, qkey=IBA.IB_DEFAULT_QP1_QKEY)
+    assert p.dqpn == p.dpqn == 1 and "dqpn=1" in repr(p)
+    assert from_string("IBPath(end_port=None, dpqn=7)").dqpn == 7
+
+
+def test_forward_and_return_paths():
+    """Without direction paths both are the path itself; set ones get the
+    path's end port and QP parameters, swap on reverse() and travel with
+    pickle and copy()."""
+    ep = PortStandIn()
+    p = IBPath(ep, DLID=3, SLID=4, dqpn=9, sqpn=8, qkey=5)
+    assert p.forward_path is p and p.return_path is p
+    p.forward_path = IBPath(None, DLID=3, SLID=4, SL=2)
+    p.return_path = IBPath(None, DLID=4, SLID=3, SL=6)
+    f, r = p.forward_path, p.return_path
+    assert (f.SL, r.SL) == (2, 6)
+    assert f.end_port is ep and r.end_port is ep
+    assert (f.dqpn, f.sqpn, f.qkey) == (9, 8, 5)
+    q = pickle.loads(pickle.dumps(p))
+    q.end_port = ep
+    assert (q.forward_path.SL, q.return_path.SL) == (2, 6)
+    c = p.copy()
+    assert c.forward_path is not f and c.forward_path.SL == 2
+    p.reverse(for_reply=False)
+    assert (p.forward_path.SL, p.return_path.SL) == (6, 2)
+    assert p.forward_path.dqpn == 8          # QP parameters reversed too
+    p.forward_path = None
+    assert p.forward_path is p
+    with pytest.raises(TypeError):
+        p.return_path = "x"
+
+
+def test_set_end_port_finds_the_port_with_the_sgid():
+    class Node:
+        end_ports = [PortStandIn()]
+
+        def __str__(self):
+            return "std0"
+    p = IBPath(None, SGID="fe80::2")
+    p.set_end_port(Node())
+    assert p.end_port is Node.end_ports[0]
+    p = IBPath(None, SGID="fe80::99")
+    with pytest.raises(rdma.RDMAError, match="fe80::99"):
+        p.set_end_port(Node())

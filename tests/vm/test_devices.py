@@ -128,7 +128,7 @@ def test_get_verbs_forms(device):
         assert c.name == device
     d = next(d for d in rdma.get_devices() if d.name == device)
     with rdma.get_verbs(d) as c:
-        assert c.end_port == d.end_ports[0]
+        assert c.end_port == d.end_ports.first()
     with pytest.raises(TypeError):
         rdma.get_verbs(42)
 
