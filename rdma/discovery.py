@@ -29,8 +29,7 @@ import rdma
 from rdma import IBA
 from rdma._mad import MADError
 from rdma._errors import RDMAError
-from rdma.subnet import (CA, PORT_STATE_DOWN, Node, Port, Subnet, Switch,
-                         smp_struct)
+from rdma.subnet import (CA, PORT_STATE_DOWN, Node, Port, Subnet, Switch)
 
 __all__ = ["load", "topo_SMP", "subnet_ninf_SMP", "subnet_pinf_SMP",
            "subnet_swinf_SMP", "subnet_lfdb_SMP", "topo_peer_SMP",
@@ -62,7 +61,7 @@ def _lid_path(sched: Any, lid: int) -> Any:
 def subnet_pinf_SMP(sched: Any, sbn: Subnet, sel: int, path: Any):
     """Coroutine: read the PortInfo of port *sel* through *path* into
     *sbn*; its result (``sched.result``) is the :class:`~rdma.subnet.Port`."""
-    pinf = yield sched.SubnGet(smp_struct("SMPPortInfo"), path, sel)
+    pinf = yield sched.SubnGet(IBA.SMPPortInfo, path, sel)
     sched.result = sbn.get_port_pinf(pinf, port_select=sel, path=path)
     return sched.result
 
@@ -76,7 +75,7 @@ def subnet_ninf_SMP(sched: Any, sbn: Subnet, path: Any,
     if use_sa:
         raise NotImplementedError("discovery through the SA is not "
                                   "supported: use SMPs")
-    ninf = yield sched.SubnGet(smp_struct("SMPNodeInfo"), path)
+    ninf = yield sched.SubnGet(IBA.SMPNodeInfo, path)
     result = sbn.get_node_ninf(ninf, path)
     node = result[0]
     if get_desc and node.desc is None and \
@@ -164,8 +163,8 @@ class _TopoWalk:
         self.scanned: Set[Node] = set()
         #: (route, port it leaves through) for the next hop count.
         self.next: List[Tuple[Any, Port]] = []
-        self.NodeInfo = smp_struct("SMPNodeInfo")
-        self.PortInfo = smp_struct("SMPPortInfo")
+        self.NodeInfo = IBA.SMPNodeInfo
+        self.PortInfo = IBA.SMPPortInfo
 
     def run(self, root: Any):
         yield self.do_node(root, None, must=True)
@@ -276,7 +275,7 @@ def topo_peer_SMP(sched: Any, sbn: Subnet, port: Port, get_desc: bool = True,
         return
     if peer_path is None:
         peer_path = sbn.advance_dr(path, idx)
-    ninf = yield sched.SubnGet(smp_struct("SMPNodeInfo"), peer_path)
+    ninf = yield sched.SubnGet(IBA.SMPNodeInfo, peer_path)
     node, _ = sbn.get_node_ninf(ninf, peer_path)
     here = node.get_port(ninf.localPortNum)
     sbn.topology[here] = port
