@@ -1,4 +1,4 @@
-"""The ``rdma`` command line: ``rdma devices``, ``rdma devinfo``, ``rdma demo``.
+"""The ``rdma`` command line: ``ibtool devices``, ``ibtool devinfo``, ``ibtool demo``.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
 exits non-zero: 1 for an RDMA error, 2 for bad usage.
@@ -24,7 +24,7 @@ def _add_provider(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rdma", description="RDMA tools built on the rdma package.")
+        prog="ibtool", description="RDMA tools built on the rdma package.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -89,13 +89,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return args.func(args)
     except RDMAError as e:
-        print(f"rdma {args.command}: {e}", file=sys.stderr)
+        print(f"ibtool {args.command}: {e}", file=sys.stderr)
         return 1
     except (ValueError, TypeError) as e:
-        print(f"rdma {args.command}: {e}", file=sys.stderr)
+        print(f"ibtool {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"rdma {args.command}: interrupted", file=sys.stderr)
+        print(f"ibtool {args.command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
