@@ -195,20 +195,311 @@ class GUID(int):
         return f"GUID('{self}')"
 
 
-# MAD and SA structures (rdma._mad imports GID from here at run time only,
-# so importing it last makes no cycle).
-from rdma._mad import (  # noqa: E402
-    MADHeader, RMPPHeader, SAHeader, SAFormat, SMPNodeInfo, SMPPortInfo,
-    MADInformInfo, MADClassPortInfo, SAPathRecord, SANodeRecord,
-    SAPortInfoRecord, SAServiceRecord, SAMCMemberRecord, SALinkRecord,
-    SAInformInfoRecord, BinStruct, MADError, SAError, MADTimeoutError,
-    MADFormatError, mad_status_words, sa_status_word, lifetime_to_us,
-    MCMEMBER_JOIN_FULL)
+# ---- management: constants, structures, component masks ------------------
+# (python-rdma's names; the structures are the tables of rdma.IBA_struct.
+# rdma._mad and rdma.binstruct import GID/GUID from here at run time only,
+# so importing them last makes no cycle.)
 
-__all__ += ["MADHeader", "RMPPHeader", "SAHeader", "SAFormat", "SMPNodeInfo",
-            "SMPPortInfo", "MADInformInfo", "MADClassPortInfo",
-            "SAPathRecord", "SANodeRecord", "SAPortInfoRecord",
-            "SAServiceRecord", "SAMCMemberRecord", "SALinkRecord",
-            "SAInformInfoRecord", "BinStruct", "MADError", "SAError",
-            "MADTimeoutError", "MADFormatError", "mad_status_words",
-            "sa_status_word", "lifetime_to_us", "MCMEMBER_JOIN_FULL"]
+import sys as _sys  # noqa: E402
+
+#: Node types (NodeInfo.nodeType).
+NODE_CA = 1
+NODE_SWITCH = 2
+NODE_ROUTER = 3
+
+#: General limits.
+MAX_PORTS = 254
+INVALID_PORT = 255
+MAX_PKEYS = 65536
+MAX_GUIDS = 256
+
+LID_RESERVED = 0
+LID_COUNT_UNICAST = 0xC000
+LID_COUNT_MULTICAST = (0xFFFE - 0xC000) + 1
+PKEY_PARTIAL_DEFAULT = 0x7FFF
+PKEY_INVALID = 0
+
+#: PortInfo link widths.
+LINK_WIDTH_1x = 0x1
+LINK_WIDTH_4x = 0x2
+LINK_WIDTH_8x = 0x4
+LINK_WIDTH_12x = 0x8
+LINK_WIDTH_2x = 0x10
+#: PortInfo link speeds.
+LINK_SPEED_2Gb5 = 0x1
+LINK_SPEED_5Gb0 = 0x2
+LINK_SPEED_10Gb0 = 0x4
+#: PortInfo extended link speeds.
+LINK_SPEED_EXT_14Gb0 = 0x1
+LINK_SPEED_EXT_25Gb7 = 0x2
+
+#: PortInfo port states.
+PORT_STATE_NOP = 0
+PORT_STATE_DOWN = 1
+PORT_STATE_INIT = 2
+PORT_STATE_ARMED = 3
+PORT_STATE_ACTIVE = 4
+#: PortInfo physical port states.
+PHYS_PORT_STATE_NOP = 0
+PHYS_PORT_STATE_SLEEP = 1
+PHYS_PORT_STATE_POLLING = 2
+PHYS_PORT_STATE_DISABLED = 3
+PHYS_PORT_STATE_CFG_TRAIN = 4
+PHYS_PORT_STATE_LINK_UP = 5
+PHYS_PORT_STATE_LINK_ERR_RECOVERY = 6
+PHYS_PORT_STATE_PHY_TEST = 7
+
+#: MAD methods.
+MAD_METHOD_GET = 0x01
+MAD_METHOD_SET = 0x02
+MAD_METHOD_SEND = 0x03
+MAD_METHOD_TRAP = 0x05
+MAD_METHOD_REPORT = 0x06
+MAD_METHOD_TRAP_REPRESS = 0x07
+MAD_METHOD_GET_TABLE = 0x12
+MAD_METHOD_GET_TRACE_TABLE = 0x13
+MAD_METHOD_GET_MULTI = 0x14
+MAD_METHOD_DELETE = 0x15
+MAD_METHOD_RESPONSE = 0x80
+MAD_METHOD_GET_RESP = 0x81
+MAD_METHOD_REPORT_RESP = 0x86
+
+MAD_BASE_VERSION = 1
+
+#: Notice types.
+MAD_NOTICE_FATAL = 0
+MAD_NOTICE_URGENT = 1
+MAD_NOTICE_SECURITY = 2
+MAD_NOTICE_SM = 3
+MAD_NOTICE_INFO = 4
+
+#: MAD status bits and codes (13.4.7).
+MAD_STATUS_BUSY = 1 << 0
+MAD_STATUS_REDIRECT = 1 << 1
+MAD_STATUS_BAD_VERSION = 1 << 2
+MAD_STATUS_UNSUP_METHOD = 2 << 2
+MAD_STATUS_UNSUP_METHOD_ATTR_COMBO = 3 << 2
+MAD_STATUS_INVALID_ATTR_OR_MODIFIER = 7 << 2
+MAD_STATUS_DIRECTED_RESPONSE = 1 << 15
+#: SA class-specific status codes.
+MAD_STATUS_SA_NO_RESOURCE = 1
+MAD_STATUS_SA_REQ_INVALID = 2
+MAD_STATUS_SA_NO_RECORDS = 3
+MAD_STATUS_SA_TOO_MANY_RECORDS = 4
+MAD_STATUS_SA_INVALID_GID = 5
+MAD_STATUS_SA_INSUFFICIENT_COMPONENTS = 6
+MAD_STATUS_SA_DENIED = 7
+MAD_STATUS_CLASS_SHIFT = 8
+MAD_STATUS_CLASS_MASK = 0x7F
+
+#: Management classes.
+MAD_SUBNET = 0x01
+MAD_SUBNET_DIRECTED = 0x81
+MAD_SUBNET_ADMIN = 0x03
+MAD_PERFORMANCE = 0x04
+MAD_BOARD_MANAGEMENT = 0x05
+MAD_DEVICE = 0x06
+MAD_COMMUNICATIONS = 0x07
+MAD_SNMP = 0x08
+
+#: RMPP flags and types.
+RMPP_ACTIVE = 1 << 0
+RMPP_FIRST = 1 << 1
+RMPP_LAST = 1 << 2
+RMPP_TYPE_DATA = 1
+RMPP_TYPE_ACK = 2
+RMPP_TYPE_STOP = 3
+RMPP_TYPE_ABORT = 4
+
+#: ClassPortInfo capabilityMask bits.
+generatesTraps = 1 << 0
+implementsNotice = 1 << 1
+#: PMA ClassPortInfo capabilityMask bits.
+allPortSelect = 1 << 8
+portCountersXmitWaitSupported = 1 << 12
+isExtendedWidthSupported = 1 << 9
+isExtendedWidthSupportedNoIETF = 1 << 10
+
+#: PortInfo capabilityMask bits.
+isSM = 1 << 1
+isNoticeSupported = 1 << 2
+isTrapSupported = 1 << 3
+isAutomaticMigrationSupported = 1 << 5
+isSLMappingSupported = 1 << 6
+isMKeyNVRAM = 1 << 7
+isPKeyNVRAM = 1 << 8
+isLEDInfoSupported = 1 << 9
+isSMdisabled = 1 << 10
+isSystemImageGUIDSupported = 1 << 11
+isPKeySwitchExternalPortTrapSupported = 1 << 12
+isExtendedSpeedsSupported = 1 << 14
+isCommunicationManagementSupported = 1 << 16
+isSNMPTunnelingSupported = 1 << 17
+isReinitSupported = 1 << 18
+isDeviceManagementSupported = 1 << 19
+isVendorClassSupported = 1 << 20
+isDRNoticeSupported = 1 << 21
+isCapabilityMaskNoticeSupported = 1 << 22
+isBootManagementSupported = 1 << 23
+isLinkRoundTripLatencySupported = 1 << 24
+isClientReregistrationSupported = 1 << 25
+isOtherLocalChangesNoticeSupported = 1 << 26
+isLinkSpeedWidthPairsTableSupported = 1 << 27
+
+#: Attribute IDs (the same numbers as each class's MAD_ATTRIBUTE_ID).
+MAD_ATTR_CLASS_PORT_INFO = 0x0001
+MAD_ATTR_NOTICE = 0x0002
+MAD_ATTR_INFORM_INFO = 0x0003
+MAD_ATTR_NODE_DESCRIPTION = 0x0010
+MAD_ATTR_NODE_INFO = 0x0011
+MAD_ATTR_SWITCH_INFO = 0x0012
+MAD_ATTR_GUID_INFO = 0x0014
+MAD_ATTR_PORT_INFO = 0x0015
+MAD_ATTR_PKEY_TABLE = 0x0016
+MAD_ATTR_SL_TO_VL_MAPPING_TABLE = 0x0017
+MAD_ATTR_VL_ARBITRATION_TABLE = 0x0018
+MAD_ATTR_LINEAR_FORWARDING_TABLE = 0x0019
+MAD_ATTR_RANDOM_FORWARDING_TABLE = 0x001A
+MAD_ATTR_MULTICAST_FORWARDING_TABLE = 0x001B
+MAD_ATTR_SM_INFO = 0x0020
+MAD_ATTR_VENDOR_DIAG = 0x0030
+MAD_ATTR_LED_INFO = 0x0031
+
+
+def conv_lid(s: str, multicast: "bool | None" = False) -> int:
+    """A LID from text (``int(s, 0)``): unicast when ``multicast`` is
+    False, multicast when True, any 16-bit value when None.
+
+    Raises :class:`ValueError` naming the text."""
+    lid = int(s, 0)
+    if multicast is None:
+        if not 0 <= lid <= 0xFFFF:
+            raise ValueError(f"{s!r} is not a LID")
+        return lid
+    if multicast:
+        if lid < LID_MULTICAST or lid >= LID_PERMISSIVE:
+            raise ValueError(f"{s!r} is not a multicast LID")
+    elif lid >= LID_MULTICAST or lid <= LID_RESERVED:
+        raise ValueError(f"{s!r} is not a unicast LID")
+    return lid
+
+
+def lid_lmc_range(lid: int, lmc: int) -> range:
+    """Every LID that ``lid`` with ``lmc`` covers."""
+    n = 1 << lmc
+    lid &= ~(n - 1)
+    return range(lid, lid + n)
+
+
+def const_str(prefix: str, value: int, with_int: bool = False,
+              me: object = None) -> str:
+    """The name of the constant of this module that starts with
+    ``prefix`` and equals ``value`` (``MAD_METHOD_GET``); with
+    ``with_int`` the number follows in brackets."""
+    mod = me if me is not None else _sys.modules[__name__]
+    for k, v in vars(mod).items():
+        if k.startswith(prefix) and type(v) is int and v == value:
+            return f"{k}({value})" if with_int else k
+    return f"{prefix}??({value})" if with_int else f"{prefix}?{value}"
+
+
+def get_fmt_payload(class_id: int, class_version: int,
+                    attribute_id: int) -> tuple:
+    """The ``(format class, attribute class)`` of a MAD; ``class_version``
+    is ``(baseVersion << 8) | classVersion``.  None for what is unknown."""
+    fmt = CLASS_TO_STRUCT.get((class_id, class_version))
+    if fmt is None:
+        return (None, None)
+    return (fmt, ATTR_TO_STRUCT.get((fmt, attribute_id)))
+
+
+class ComponentMask:
+    """python-rdma's wrapper that builds an SA component mask as an
+    attribute is used: ``cm = ComponentMask(SAPathRecord()); cm.DGID =
+    gid; umad.SubnAdmGet(cm)`` sends DGID's component bit.  Reading an
+    array or a nested structure's row through the wrapper touches it too
+    (``cm.nodeInfo.nodeGUID = x``)."""
+
+    #: The component mask built so far.
+    component_mask = 0
+
+    def __init__(self, obj: "BinStruct", mask: int = 0):
+        object.__setattr__(self, "component_mask", mask)
+        object.__setattr__(self, "_obj", obj)
+
+    @property
+    def payload(self) -> "BinStruct":
+        """The wrapped structure."""
+        return self._obj
+
+    def _bits(self, name: str) -> int:
+        try:
+            return type(self._obj).component_bit(name)
+        except (KeyError, AttributeError):
+            raise ValueError(f"{type(self._obj).__name__} has no component "
+                             f"{name!r}") from None
+
+    def touch(self, name: str) -> None:
+        """Include component ``name`` (a dotted name reaches into a nested
+        structure).  Raises :class:`ValueError` for an unknown name."""
+        object.__setattr__(self, "component_mask",
+                           self.component_mask | self._bits(name))
+
+    def unmask(self, name: str) -> None:
+        """Exclude component ``name``."""
+        object.__setattr__(self, "component_mask",
+                           self.component_mask & ~self._bits(name))
+
+    def _touch(self, name: str) -> None:
+        try:
+            self.touch(name)
+        except ValueError:
+            pass
+
+    def __getattr__(self, name: str):
+        res = getattr(self._obj, name)
+        if isinstance(res, BinStruct):
+            return ComponentMask._Proxy(self, name, res)
+        if isinstance(res, (bytearray, list)):
+            self._touch(name)
+        return res
+
+    def __setattr__(self, name: str, value: object) -> None:
+        setattr(self._obj, name, value)
+        self._touch(name)
+
+    class _Proxy:
+        def __init__(self, parent: "ComponentMask", name: str,
+                     obj: "BinStruct"):
+            object.__setattr__(self, "_parent", parent)
+            object.__setattr__(self, "_name", name)
+            object.__setattr__(self, "_obj", obj)
+
+        def __getattr__(self, name: str):
+            res = getattr(self._obj, name)
+            full = f"{self._name}.{name}"
+            if isinstance(res, BinStruct):
+                return ComponentMask._Proxy(self._parent, full, res)
+            if isinstance(res, (bytearray, list)):
+                self._parent._touch(full)
+            return res
+
+        def __setattr__(self, name: str, value: object) -> None:
+            setattr(self._obj, name, value)
+            self._parent._touch(f"{self._name}.{name}")
+
+
+from rdma.binstruct import BinFormat, BinStruct  # noqa: E402
+from rdma.IBA_struct import *  # noqa: E402,F401,F403
+from rdma.IBA_struct import ATTR_TO_STRUCT, CLASS_TO_STRUCT  # noqa: E402
+from rdma import IBA_struct as _structs  # noqa: E402
+from rdma._mad import (  # noqa: E402
+    SAError, MADError, MADClassError, MADTimeoutError, MADFormatError,
+    mad_status_words, sa_status_word, lifetime_to_us, MCMEMBER_JOIN_FULL)
+
+__all__ += list(_structs.__all__) + [
+    "BinStruct", "BinFormat", "ComponentMask", "MADError", "SAError",
+    "MADClassError", "MADTimeoutError", "MADFormatError",
+    "mad_status_words", "sa_status_word", "lifetime_to_us",
+    "MCMEMBER_JOIN_FULL", "conv_lid", "lid_lmc_range", "const_str",
+    "get_fmt_payload"]

@@ -430,7 +430,7 @@ class UMAD:
                                 attribute_modifier=attributeModifier)
         data = self.transact(agent, mad, path, timeout_ms, retries)
         rep = decode_sa_reply(data, type(payload))
-        m = rep.header.MADHeader
+        m = rep.header
         if m.status:
             req = MADHeader.unpack(mad)
             words = ", ".join(SAError("", m.status).words)

@@ -177,5 +177,6 @@ def saquery(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         for r in records:
-            r.printer(sys.stdout)
+            sys.stdout.write(f"{type(r).__name__[2:]} dump:\n")
+            r.printer(sys.stdout, header=False, format="dotted")
     return 0

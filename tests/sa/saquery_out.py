@@ -59,7 +59,7 @@ def node_record(r: Dict[str, str]) -> Dict[str, object]:
         "partitionCap": _i(r["partition_cap"]),
         "deviceID": _i(r["device_id"]), "revision": _i(r["revision"]),
         "localPortNum": _i(r["port_num"]), "vendorID": _i(r["vendor_id"]),
-        "nodeDescription": r["NodeDescription"],
+        "nodeString": r["NodeDescription"],
     }
 
 
@@ -115,8 +115,7 @@ _PORTINFO = {
 def port_info_record(r: Dict[str, str]) -> Dict[str, object]:
     """saquery's PortInfoRecord dump as our fields (PortInfo flattened)."""
     out: Dict[str, object] = {"endportLID": _i(r["EndPortLid"]),
-                              "portNum": _i(r["PortNum"]),
-                              "options": _i(r["Options"])}
+                              "portNum": _i(r["PortNum"])}
     for key, (field, conv) in _PORTINFO.items():
         if key in r:
             out[field] = conv(r[key])

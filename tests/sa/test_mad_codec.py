@@ -57,7 +57,7 @@ def test_mad_and_sa_header_layout_by_hand():
     assert raw[:56] == want
     assert raw[56 + 40:56 + 44] == bytes([0, 3, 0, 1])
     h = mad.SAHeader.unpack(raw)
-    assert h.MADHeader.transactionID == 0x11223344
+    assert h.transactionID == 0x11223344 and h.attributeID == 0x35
     assert h.componentMask == 0x30 and h.SMKey == 0x0102030405060708
 
 
@@ -66,14 +66,18 @@ def test_rmpp_header_layout_by_hand():
     3 bits."""
     r = mad.RMPPHeader(RMPPVersion=1, RMPPType=1, RRespTime=0x1F,
                        RMPPFlags=0x7, RMPPStatus=0, data1=2, data2=0x1234)
-    assert r.pack() == bytes([1, 1, 0xFF, 0, 0, 0, 0, 2, 0, 0, 0x12, 0x34])
+    r.MADHeader.mgmtClass = 3
+    raw = r.pack()
+    assert len(raw) == 36 and raw[1] == 3 and not any(raw[2:24])
+    assert raw[24:] == bytes([1, 1, 0xFF, 0, 0, 0, 0, 2, 0, 0, 0x12, 0x34])
     r.RRespTime, r.RMPPFlags = 0x10, 0x3
-    assert r.pack()[2] == 0x83
+    assert r.pack()[26] == 0x83
 
 
 def test_node_record_layout_by_hand():
     """IBA 15.2.5.2 with NodeInfo (14.2.5.3) at byte 4, description at 44."""
-    nr = mad.SANodeRecord(LID=0x0102, nodeDescription=b"Hca1")
+    nr = mad.SANodeRecord(LID=0x0102)
+    nr.nodeDescription.nodeString = b"Hca1"
     ni = nr.nodeInfo
     ni.baseVersion, ni.classVersion, ni.nodeType, ni.numPorts = 1, 1, 1, 2
     ni.systemImageGUID, ni.nodeGUID = 0x100000, 0x100001
@@ -92,7 +96,7 @@ def test_node_record_layout_by_hand():
 
 def test_port_info_record_layout_by_hand():
     """IBA 15.2.5.3 + 14.2.5.6: a few PortInfo bit fields."""
-    pir = mad.SAPortInfoRecord(endportLID=3, portNum=1, options=0)
+    pir = mad.SAPortInfoRecord(endportLID=3, portNum=1, reserved_24=0)
     pi = pir.portInfo
     pi.GIDPrefix, pi.LID, pi.masterSMLID = 0xFE80 << 48, 4, 1
     pi.capabilityMask = 0x0250C048
@@ -239,12 +243,27 @@ def test_values_are_checked():
         mad.SAServiceRecord(serviceData8=[1, 2])
 
 
-def test_printer_is_saquery_like(capsys):
-    mad.SAPathRecord(DLID=3, SLID=1, DGID="fe80::20:1").printer()
+def test_printer_formats(capsys):
+    """python-rdma's printer: ``dump`` (offset, hex word, the rows that
+    start in it) and ``dotted`` (infiniband-diags' name....value)."""
+    pr = mad.SAPathRecord(DLID=3, SLID=1, DGID="fe80::20:1")
+    pr.printer(format="dotted")
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "PathRecord dump:"
-    assert "\t\tDGID....................fe80::20:1" in out
-    assert "\t\tDLID....................3" in out
+    assert out[0] == "SAPathRecord"
+    assert "DGID" + "." * 29 + "fe80::20:1" in out
+    assert "DLID" + "." * 29 + "3" in out
+    pr.printer(header=False, offset=56)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["56", "00000000", "serviceID=0x0000000000000000"]
+    assert " 96 00030001 DLID=3,SLID=1" in out
+    nr = mad.SANodeRecord(LID=2, nodeDescription="sw")
+    nr.printer(header=False)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "  0 00020000 LID=2,reserved_16=0"
+    assert "   + nodeInfo SMPNodeInfo" in out and "   - nodeInfo" in out
+    assert " 44 73770000 nodeString=[0:115, 1:119, 2:0, 3:0]" not in out
+    with pytest.raises(ValueError, match="printer format"):
+        pr.printer(format="xml")
 
 
 def test_recorded_single_path_record():
@@ -276,7 +295,7 @@ def test_recorded_truncated_shim_table():
     assert len(raw) == 256
     rep = mad.decode_sa_reply(raw)
     assert len(rep.records) == 1 and rep.records[0].LID == 1
-    assert rep.header.RMPPHeader.RMPPVersion == 0
+    assert rep.header.RMPPVersion == 0
 
 
 def test_pickle_round_trip():

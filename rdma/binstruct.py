@@ -1,0 +1,680 @@
+"""The MAD structure codec: one generic encoder/decoder driven by tables.
+
+Every structure is a :class:`BinStruct` subclass whose ``FIELDS`` list the
+rows of its IBA table in order (reserved rows included) with their widths
+in bits.  Offsets are the running sum, so a table reads like the one in
+the specification, and its total is checked against ``MAD_LENGTH`` when
+the class is made.  All fields are big endian and packed most significant
+bit first, the way the IBA numbers bits.
+
+From the table the class gets python-rdma's interface: ``MAD_LENGTH``,
+``MEMBERS`` (``(name, bits, count)`` per row), ``COMPONENT_MASK``
+(component name to bit, for SA records), ``MAD_ATTRIBUTE_ID`` and the
+``MAD_<CLASS><METHOD>`` method numbers, the constructor from bytes, and
+:meth:`~BinStruct.pack_into`, :meth:`~BinStruct.unpack_from`,
+:meth:`~BinStruct.printer` and pickling.
+
+Values: ints; :class:`rdma.IBA.GUID` for 64-bit GUID rows;
+:class:`rdma.IBA.GID` for 128-bit addresses; :class:`bytearray` for byte
+arrays (``nodeString``) and for rows wider than 64 bits without a type;
+lists for other arrays; nested :class:`BinStruct` objects.  Reserved rows
+are named ``reserved_<bit offset>`` as in python-rdma.
+
+Assigning a field (or passing it to the constructor) marks it as set;
+:meth:`BinStruct.component_mask` ORs the component bits of the set fields,
+which is what an SA query sends when it is not given a mask
+(:class:`rdma.IBA.ComponentMask` is python-rdma's explicit way).
+"""
+from __future__ import annotations
+
+import sys
+from typing import (Any, ClassVar, Dict, Iterator, List, Optional, TextIO,
+                    Tuple, Type, Union)
+
+__all__ = ["BinStruct", "BinFormat", "F", "U", "G", "S", "N", "R",
+           "METHOD_NUMBERS"]
+
+#: The request methods a structure may declare in ``METHODS``, by the
+#: transactor call that sends them (``SubnGet`` -> ``MAD_SUBNGET = 0x01``).
+METHOD_NUMBERS = {"Get": 0x01, "Set": 0x02, "Send": 0x03, "Trap": 0x05,
+                  "TrapRepress": 0x07, "GetTable": 0x12,
+                  "GetTraceTable": 0x13, "GetMulti": 0x14, "Delete": 0x15,
+                  "Report": 0x06}
+
+_iba_mod = None
+
+
+def _iba():
+    """rdma.IBA, imported on first use (it imports the structures)."""
+    global _iba_mod
+    if _iba_mod is None:
+        import rdma.IBA
+        _iba_mod = rdma.IBA
+    return _iba_mod
+
+
+def _format_error(msg: str) -> Exception:
+    from rdma._mad import MADFormatError
+    return MADFormatError(msg)
+
+
+class _Field:
+    """One row of an IBA table: a named run of bits (or ``count`` runs)."""
+
+    __slots__ = ("name", "bits", "kind", "count", "struct", "comp", "fmt",
+                 "offset", "comp_index", "reserved")
+
+    def __init__(self, name: Optional[str], bits: int, kind: str = "int",
+                 count: int = 1, struct: Optional[type] = None,
+                 comp: int = 1, fmt: str = "d"):
+        self.name = name            # set for reserved rows by the class
+        self.bits = bits            # width of one element
+        self.kind = kind            # int, guid, gid, bytes, struct
+        self.count = count          # elements (1: not an array)
+        self.struct = struct        # BinStruct subclass for kind struct
+        self.comp = comp            # component bits (per element group)
+        self.fmt = fmt              # how an int prints: d or x
+        self.offset = 0             # bit offset, set by the class
+        self.comp_index = 0         # first component bit, set by the class
+        self.reserved = name is None
+
+
+def F(name: str, bits: int, fmt: str = "d", *, count: int = 1,
+      comp: int = 1) -> _Field:
+    """An integer row (``fmt`` ``x`` prints it in hex); ``count`` makes it
+    an array (a :class:`bytearray` for 8-bit elements, else a list);
+    ``comp`` is how many component-mask bits it takes (an array whose
+    elements are separate SA components passes ``comp=count``).  A row
+    wider than 64 bits holds a :class:`bytearray`."""
+    kind = "bytes" if bits > 64 and count == 1 else "int"
+    return _Field(name, bits, kind, count=count, comp=comp, fmt=fmt)
+
+
+def U(name: str, count: int = 1) -> _Field:
+    """A 64-bit GUID row (:class:`rdma.IBA.GUID` values)."""
+    return _Field(name, 64, "guid", count=count, fmt="x")
+
+
+def G(name: str) -> _Field:
+    """A 128-bit GID row (:class:`rdma.IBA.GID` values)."""
+    return _Field(name, 128, "gid")
+
+
+def S(name: str, nbytes: int) -> _Field:
+    """A byte-string row (a :class:`bytearray`; text is NUL padded)."""
+    return _Field(name, 8, "int", count=nbytes, fmt="s")
+
+
+def N(name: str, struct: type, count: int = 1) -> _Field:
+    """A nested structure (``count`` > 1: a list of them)."""
+    return _Field(name, struct.MAD_LENGTH * 8, "struct", count=count,
+                  struct=struct,
+                  comp=struct.NUM_COMPONENTS if count == 1 else 1)
+
+
+def R(bits: int) -> _Field:
+    """A reserved row (named ``reserved_<bit offset>``; one component)."""
+    return _Field(None, bits, "bytes" if bits > 64 else "int")
+
+
+def _zero(f: _Field) -> Any:
+    if f.kind == "struct":
+        if f.count > 1:
+            return [f.struct() for _ in range(f.count)]
+        return f.struct()
+    if f.kind == "bytes":
+        return bytearray(f.bits // 8)
+    if f.count > 1:
+        if f.kind == "int" and f.bits == 8:
+            return bytearray(f.count)
+        one: Any = (_iba().GUID(0) if f.kind == "guid" else 0)
+        return [one] * f.count
+    if f.kind == "guid":
+        return _iba().GUID(0)
+    if f.kind == "gid":
+        return _iba().GID(0)
+    return 0
+
+
+class BinStruct:
+    """Base of every MAD structure: a fixed-size, big-endian record.
+
+    ``Cls()`` is all zeros, ``Cls(buf, offset=0)`` decodes ``buf`` (bytes,
+    a bytearray or another structure), ``Cls(**fields)`` sets fields (and
+    marks them for the component mask).  ``obj.pack_into(buf, offset)``
+    encodes, ``obj.unpack_from(buf, offset)`` decodes in place,
+    ``Cls.unpack(buf)`` and ``obj.pack()`` are the same as functions.
+    Unknown attributes raise :class:`AttributeError`; a value that does
+    not fit its row raises :class:`ValueError` naming it; a buffer too
+    short raises :class:`rdma.IBA.MADFormatError`.
+    """
+
+    #: The IBA table, set by each subclass.
+    FIELDS: ClassVar[List[_Field]] = []
+    #: Size in bytes.
+    MAD_LENGTH: ClassVar[int] = 0
+    #: ``(name, bits, count)`` of every row (python-rdma's MEMBERS).
+    MEMBERS: ClassVar[List[Tuple[str, int, int]]] = []
+    #: Component name to component-mask bit (SA records).
+    COMPONENT_MASK: ClassVar[Dict[str, int]] = {}
+    #: The attribute ID (attributes only; 0 otherwise).
+    MAD_ATTRIBUTE_ID: ClassVar[int] = 0
+    #: Transactor calls that may carry the attribute (``"SubnGet"``...).
+    METHODS: ClassVar[Tuple[str, ...]] = ()
+    #: Number of component-mask bits the structure spans.
+    NUM_COMPONENTS: ClassVar[int] = 0
+    #: Section of the IBA specification.
+    SECTION: ClassVar[str] = ""
+    _by_name: ClassVar[Dict[str, _Field]] = {}
+    _plan: ClassVar[list] = []
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "FIELDS" not in cls.__dict__:
+            return
+        if "LENGTH" in cls.__dict__ and "MAD_LENGTH" not in cls.__dict__:
+            cls.MAD_LENGTH = cls.__dict__["LENGTH"]
+        total = cls.MAD_LENGTH * 8
+        off = comp = 0
+        by_name: Dict[str, _Field] = {}
+        mask: Dict[str, int] = {}
+        plan = []
+        for f in cls.FIELDS:
+            f.offset = off
+            f.comp_index = comp
+            if f.reserved:
+                f.name = f"reserved_{off}"
+            if f.name in by_name:
+                raise TypeError(f"{cls.__name__}: two rows named {f.name}")
+            by_name[f.name] = f
+            if f.kind == "struct" and f.count == 1:
+                for sub, bit in f.struct.COMPONENT_MASK.items():
+                    mask[f"{f.name}.{sub}"] = comp + bit
+            elif f.comp > 1 and f.count > 1:
+                for i in range(f.count):
+                    mask[f"{f.name}_{i}"] = comp + i * f.comp // f.count
+            else:
+                mask[f.name] = comp
+            width = f.bits * f.count
+            plan.append((f.name, total - off - width, f.bits, f.count,
+                         f.kind, f.struct))
+            off += width
+            comp += f.comp
+        if off != total:
+            raise TypeError(f"{cls.__name__}: rows are {off} bits, "
+                            f"MAD_LENGTH says {total}")
+        cls.LENGTH = cls.MAD_LENGTH
+        cls.NUM_COMPONENTS = comp
+        cls.COMPONENT_MASK = mask
+        cls.MEMBERS = [(f.name, f.bits, f.count) for f in cls.FIELDS]
+        cls._by_name = by_name
+        cls._plan = plan
+        if cls.MAD_ATTRIBUTE_ID:
+            cls.ATTRIBUTE_ID = cls.MAD_ATTRIBUTE_ID
+        for call in cls.METHODS:
+            for cname in _CLASS_CALLS:
+                if call.startswith(cname) and call[len(cname):] in \
+                        METHOD_NUMBERS:
+                    setattr(cls, "MAD_" + call.upper(),
+                            METHOD_NUMBERS[call[len(cname):]])
+                    break
+            else:
+                raise TypeError(f"{cls.__name__}: unknown method {call}")
+
+    # -- construction
+
+    def __init__(self, buf: Union[bytes, bytearray, memoryview,
+                                  "BinStruct", None] = None,
+                 offset: int = 0, **fields: Any):
+        d = self.__dict__
+        d["_set"] = set()
+        if buf is None:
+            self.zero()
+        else:
+            if isinstance(buf, BinStruct):
+                buf = buf.pack()
+            self.unpack_from(buf, offset)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    def zero(self) -> None:
+        """Set every row back to zero (nothing marked as set)."""
+        d = self.__dict__
+        for f in self.FIELDS:
+            d[f.name] = _zero(f)
+        d["_set"] = set()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        f = self._by_name.get(name)
+        if f is None:
+            raise AttributeError(f"{type(self).__name__} has no field "
+                                 f"{name!r}")
+        self.__dict__[name] = self._convert(f, value)
+        self.__dict__["_set"].add(name)
+
+    def _convert(self, f: _Field, value: Any) -> Any:
+        where = f"{type(self).__name__}.{f.name}"
+        if f.kind == "struct":
+            if f.count > 1:
+                value = list(value)
+                if len(value) != f.count or not all(
+                        isinstance(v, f.struct) for v in value):
+                    raise TypeError(f"{where} must be a list of {f.count} "
+                                    f"{f.struct.__name__}")
+                return value
+            if not isinstance(value, f.struct) and len(f.struct.FIELDS) == 1:
+                # A structure of one row (NodeDescription) takes its value.
+                sub = f.struct()
+                setattr(sub, f.struct.FIELDS[0].name, value)
+                return sub
+            if not isinstance(value, f.struct):
+                raise TypeError(f"{where} must be a {f.struct.__name__}, "
+                                f"not {type(value).__name__}")
+            return value
+        if f.kind == "bytes" or (f.count > 1 and f.kind == "int"
+                                 and f.bits == 8):
+            n = f.bits // 8 if f.kind == "bytes" else f.count
+            if isinstance(value, str):
+                value = value.encode()
+            if isinstance(value, int):
+                raise TypeError(f"{where} is {n} bytes, not an int")
+            raw = bytearray(value)
+            if f.fmt != "s" and len(raw) != n:
+                raise ValueError(f"{where} has {n} elements, not "
+                                 f"{len(raw)}")
+            if len(raw) > n:
+                raise ValueError(f"{where} is at most {n} bytes, not "
+                                 f"{len(raw)}")
+            return raw.ljust(n, b"\0")
+        if f.count > 1:
+            value = list(value)
+            if len(value) != f.count:
+                raise ValueError(f"{where} has {f.count} elements, not "
+                                 f"{len(value)}")
+            return [self._one(f, v, where) for v in value]
+        return self._one(f, value, where)
+
+    @staticmethod
+    def _one(f: _Field, v: Any, where: str) -> Any:
+        if f.kind == "gid":
+            return v if isinstance(v, _iba().GID) else _iba().GID(v)
+        if f.kind == "guid":
+            return v if isinstance(v, _iba().GUID) else _iba().GUID(v)
+        return v
+
+    # -- decoding
+
+    def unpack_from(self, buf: Union[bytes, bytearray, memoryview],
+                    offset: int = 0) -> None:
+        """Decode ``MAD_LENGTH`` bytes of ``buf`` at byte ``offset`` into
+        this object (nothing marked as set).
+
+        Raises :class:`rdma.IBA.MADFormatError` if ``buf`` is too short.
+        """
+        n = self.MAD_LENGTH
+        if offset < 0 or len(buf) < offset + n:
+            raise _format_error(
+                f"{type(self).__name__} needs {n} bytes at offset "
+                f"{offset}, have {max(0, len(buf) - offset)}")
+        self._from_int(int.from_bytes(buf[offset:offset + n], "big"))
+
+    def _from_int(self, v: int) -> None:
+        d = self.__dict__
+        d["_set"] = set()
+        iba = _iba()
+        for name, shift, bits, count, kind, struct in self._plan:
+            mask = (1 << bits) - 1
+            if count == 1:
+                x = (v >> shift) & mask
+                if kind == "int":
+                    d[name] = x
+                elif kind == "guid":
+                    d[name] = iba.GUID(x)
+                elif kind == "gid":
+                    d[name] = iba.GID(x)
+                elif kind == "bytes":
+                    d[name] = bytearray(x.to_bytes(bits >> 3, "big"))
+                else:
+                    s = struct.__new__(struct)
+                    s._from_int(x)
+                    d[name] = s
+                continue
+            whole = (v >> shift) & ((1 << (bits * count)) - 1)
+            if kind == "int" and bits == 8:
+                d[name] = bytearray(whole.to_bytes(count, "big"))
+                continue
+            xs = [(whole >> (bits * (count - 1 - i))) & mask
+                  for i in range(count)]
+            if kind == "guid":
+                xs = [iba.GUID(x) for x in xs]
+            elif kind == "gid":
+                xs = [iba.GID(x) for x in xs]
+            elif kind == "struct":
+                objs = []
+                for x in xs:
+                    s = struct.__new__(struct)
+                    s._from_int(x)
+                    objs.append(s)
+                xs = objs
+            d[name] = xs
+
+    @classmethod
+    def unpack(cls, buf: Union[bytes, bytearray, memoryview],
+               offset: int = 0) -> "BinStruct":
+        """Return a new structure decoded from ``buf`` at ``offset``."""
+        obj = cls.__new__(cls)
+        obj.unpack_from(buf, offset)
+        return obj
+
+    # -- encoding
+
+    def _to_int(self) -> int:
+        d = self.__dict__
+        acc = 0
+        for name, shift, bits, count, kind, struct in self._plan:
+            value = d[name]
+            if count == 1:
+                x = self._int_of(name, bits, kind, struct, value)
+            else:
+                if len(value) != count:
+                    raise ValueError(f"{type(self).__name__}.{name} has "
+                                     f"{count} elements, not {len(value)}")
+                if kind == "int" and bits == 8 and isinstance(
+                        value, (bytes, bytearray)):
+                    x = int.from_bytes(value, "big")
+                else:
+                    x = 0
+                    for v in value:
+                        x = (x << bits) | self._int_of(name, bits, kind,
+                                                       struct, v)
+            acc |= x << shift
+        return acc
+
+    def _int_of(self, name: str, bits: int, kind: str, struct: Any,
+                v: Any) -> int:
+        if kind == "struct":
+            if not isinstance(v, struct):
+                raise TypeError(f"{type(self).__name__}.{name} must be a "
+                                f"{struct.__name__}")
+            return v._to_int()
+        if kind == "bytes":
+            raw = bytes(v)
+            if len(raw) != bits >> 3:
+                raise ValueError(f"{type(self).__name__}.{name} is "
+                                 f"{bits >> 3} bytes, not {len(raw)}")
+            return int.from_bytes(raw, "big")
+        if kind == "gid":
+            return int(v) if isinstance(v, _iba().GID) else \
+                int(_iba().GID(v))
+        if isinstance(v, bool) or not isinstance(v, int) \
+                or not 0 <= v < (1 << bits):
+            raise ValueError(f"{type(self).__name__}.{name} = {v!r} does "
+                             f"not fit in {bits} bits")
+        return int(v)
+
+    def pack_into(self, buf: Union[bytearray, memoryview],
+                  offset: int = 0) -> None:
+        """Encode into ``buf`` at byte ``offset``."""
+        n = self.MAD_LENGTH
+        if len(buf) < offset + n:
+            raise ValueError(f"{type(self).__name__} needs {n} bytes at "
+                             f"offset {offset}, the buffer has "
+                             f"{len(buf)}")
+        buf[offset:offset + n] = self._to_int().to_bytes(n, "big")
+
+    def pack(self) -> bytes:
+        """Return the structure's ``MAD_LENGTH`` bytes."""
+        return self._to_int().to_bytes(self.MAD_LENGTH, "big")
+
+    # -- component masks
+
+    def component_mask(self) -> int:
+        """The SA component mask of the fields that were assigned (a
+        nested structure contributes the fields assigned in it; assigning
+        a whole nested structure sets all of its components)."""
+        mask = 0
+        s = self.__dict__["_set"]
+        for f in self.FIELDS:
+            if f.kind == "struct" and f.count == 1:
+                sub = self.__dict__[f.name]
+                if f.name in s and not sub._set:
+                    mask |= ((1 << f.comp) - 1) << f.comp_index
+                else:
+                    mask |= sub.component_mask() << f.comp_index
+            elif f.name in s:
+                mask |= ((1 << f.comp) - 1) << f.comp_index
+        return mask
+
+    @classmethod
+    def component_bit(cls, name: str) -> int:
+        """The component-mask bits of one row (by name; a dotted name
+        reaches into a nested structure)."""
+        head, _, rest = name.partition(".")
+        f = cls._by_name[head]
+        if rest:
+            return f.struct.component_bit(rest) << f.comp_index
+        return ((1 << f.comp) - 1) << f.comp_index
+
+    def fields_set(self) -> List[str]:
+        """The names of the rows that were assigned."""
+        return [f.name for f in self.FIELDS if f.name in self._set]
+
+    # -- Python protocol
+
+    def __iter__(self) -> Iterator[Tuple[str, Any]]:
+        for f in self.FIELDS:
+            if not f.reserved:
+                yield f.name, self.__dict__[f.name]
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The rows (reserved ones left out) as a JSON-friendly dict: GIDs
+        as text, GUIDs as ints, byte strings as text, nested structures
+        as dicts."""
+        out: Dict[str, Any] = {}
+        for f in self.FIELDS:
+            if f.reserved:
+                continue
+            out[f.name] = _jsonable(f, self.__dict__[f.name])
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.pack() == other.pack()      # type: ignore[union-attr]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __copy__(self) -> "BinStruct":
+        return _rebuild(type(self), self.pack(), sorted(self._set))
+
+    def __deepcopy__(self, memo: dict) -> "BinStruct":
+        return self.__copy__()
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}={v!r}" for n, v in self if not _is_zero(v))
+        return f"{type(self).__name__}({parts})"
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.pack(), sorted(self._set)))
+
+    # -- printing
+
+    def printer(self, F: Optional[TextIO] = None, offset: int = 0,
+                header: bool = True, format: str = "dump",
+                **kwargs: Any) -> None:
+        """Pretty print the structure to the file ``F`` (default stdout).
+
+        ``format="dump"`` prints each 32-bit word as its byte offset
+        (plus ``offset``), its hex value and the rows that start in it;
+        ``format="dotted"`` prints one ``name....value`` line per row, the
+        way infiniband-diags prints attributes.  ``header`` prints the
+        class name first.
+        """
+        out = F if F is not None else sys.stdout
+        if header:
+            out.write(f"{type(self).__name__}\n")
+        if format == "dotted":
+            _dotted(out, self, **kwargs)
+        elif format == "dump":
+            _dump(out, self, offset, "")
+        else:
+            raise ValueError(f"unknown printer format {format!r} (dump or "
+                             f"dotted)")
+
+    def __str__(self) -> str:
+        import io
+        s = io.StringIO()
+        self.printer(s, format="dotted")
+        return s.getvalue()
+
+
+class BinFormat(BinStruct):
+    """Base of the whole-MAD layouts (``SMPFormat``, ``SAFormat``...):
+    they carry ``MAD_CLASS`` and ``MAD_CLASS_VERSION`` and a ``data``
+    row holding the attribute."""
+
+    #: Management class and class version the format is for.
+    MAD_CLASS: ClassVar[int] = 0
+    MAD_CLASS_VERSION: ClassVar[int] = 0
+
+    def describe(self) -> str:
+        """A short description of the RPC: method, format, attribute."""
+        iba = _iba()
+        attr = iba.ATTR_TO_STRUCT.get((type(self), self.attributeID))
+        return (f"{iba.const_str('MAD_METHOD_', self.method, True)} "
+                f"{type(self).__name__}({self.mgmtClass}."
+                f"{self.classVersion}) "
+                f"{'??' if attr is None else attr.__name__}"
+                f"({self.attributeID})")
+
+
+# Management class prefixes of the transactor calls, longest first.
+_CLASS_CALLS = ("SubnAdm", "Subn", "Performance", "BM", "CommMgt", "DevMgt",
+                "SNMP", "Vend")
+
+
+def _rebuild(cls: Type[BinStruct], raw: bytes, set_names: List[str]):
+    obj = cls.unpack(raw)
+    obj._set.update(set_names)
+    return obj
+
+
+def _text(raw: Union[bytes, bytearray]) -> str:
+    return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _is_zero(v: Any) -> bool:
+    if isinstance(v, BinStruct):
+        return not any(v.pack())
+    if isinstance(v, (list, tuple)):
+        return all(_is_zero(x) for x in v)
+    if isinstance(v, (bytes, bytearray)):
+        return not any(v)
+    return not v
+
+
+def _jsonable(f: _Field, v: Any) -> Any:
+    if f.kind == "struct":
+        return [x.to_dict() for x in v] if f.count > 1 else v.to_dict()
+    if f.kind == "gid":
+        return str(v)
+    if f.fmt == "s":
+        return _text(v)
+    if f.kind == "bytes":
+        return bytes(v).hex()
+    if f.count > 1:
+        return [int(x) for x in v]
+    return int(v)
+
+
+def _value_text(f: _Field, v: Any) -> str:
+    if f.kind == "gid":
+        return str(v)
+    if f.kind == "guid":
+        return f"0x{int(v):016x}"
+    if f.fmt == "s":
+        return repr(_text(v))
+    if f.kind == "bytes":
+        return f"<{len(v)} bytes>"
+    if f.fmt == "x":
+        return f"0x{v:0{(f.bits + 3) // 4}x}"
+    return str(v)
+
+
+def _dotted(out: TextIO, s: BinStruct, prefix: str = "",
+            column: int = 33, skip_reserved: bool = True) -> None:
+    for f in s.FIELDS:
+        if skip_reserved and f.reserved:
+            continue
+        v = s.__dict__[f.name]
+        if f.kind == "struct":
+            items = v if f.count > 1 else [v]
+            for i, sub in enumerate(items):
+                tag = f"[{i}]" if f.count > 1 else ""
+                _dotted(out, sub, f"{prefix}{f.name}{tag}.", column,
+                        skip_reserved)
+            continue
+        name = prefix + f.name[0].upper() + f.name[1:]
+        if f.count > 1 and f.fmt != "s":
+            if f.bits > 16:
+                for i, x in enumerate(v):
+                    n = f"{name}[{i}]"
+                    out.write(f"{n}{'.' * max(1, column - len(n))}"
+                              f"{_value_text(f, x)}\n")
+                continue
+            text = "[" + ", ".join(f"{i}:{_value_text(f, x)}"
+                                   for i, x in enumerate(v)) + "]"
+        else:
+            text = _value_text(f, v)
+        out.write(f"{name}{'.' * max(1, column - len(name))}{text}\n")
+
+
+def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
+    """python-rdma's dump: a line per 32-bit word with the rows that start
+    in it; nested structures open with ``+`` and close with ``-``.  Zero
+    words in which no row starts (padding, the empty end of a MAD) are
+    left out."""
+    raw = s.pack()
+    names: Dict[int, List[str]] = {}
+    cursor = 0
+
+    def flush(upto: int) -> None:
+        nonlocal cursor
+        for w in range(cursor, upto, 4):
+            chunk = raw[w:w + 4].ljust(4, b"\0")
+            here = names.pop(w, [])
+            if here or any(chunk):
+                out.write(f"{offset + w:3} {chunk.hex().upper()} "
+                          f"{','.join(here)}\n")
+        cursor = max(cursor, upto)
+
+    for f in s.FIELDS:
+        v = s.__dict__[f.name]
+        word = (f.offset // 32) * 4
+        if f.kind == "struct" and f.offset % 32 == 0:
+            flush(word)
+            items = v if f.count > 1 else [v]
+            for i, sub in enumerate(items):
+                tag = f"[{i}]" if f.count > 1 else ""
+                out.write(f"   + {prefix}{f.name}{tag} "
+                          f"{type(sub).__name__}\n")
+                _dump(out, sub, offset + word + i * sub.MAD_LENGTH,
+                      f"{prefix}{f.name}{tag}.")
+                out.write(f"   - {prefix}{f.name}{tag}\n")
+            cursor = word + (f.bits * f.count + 31) // 32 * 4
+            continue
+        if f.count > 1 and f.fmt != "s" and f.bits < 32 and \
+                (f.bits * f.count) % 32 == 0 and f.kind != "struct":
+            per = 32 // f.bits
+            for i, x in enumerate(v):
+                names.setdefault(word + (i // per) * 4, []).append(
+                    f"{f.name}[{i}]={_value_text(f, x)}")
+            continue
+        if f.kind == "struct":
+            text = f"<{type(v).__name__}>"
+        elif f.count > 1 and f.fmt != "s":
+            text = "[" + ", ".join(_value_text(f, x) for x in v) + "]"
+        else:
+            text = _value_text(f, v)
+        names.setdefault(word, []).append(f"{f.name}={text}")
+    flush(len(raw))
