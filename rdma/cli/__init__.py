@@ -1,4 +1,8 @@
-"""The ``rdma`` command line: ``ibtool devices``, ``ibtool devinfo``, ``ibtool demo``.
+"""The ``ibtool`` command line (also ``python -m rdma``): verbs tools
+(``devices``, ``devinfo``, ``pingpong``, ``perf``, ``validate``, ``demo``)
+and InfiniBand management tools named and shaped like infiniband-diags'
+(``ibstat``, ``saquery``).  The script is not called ``rdma``: that is
+iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
 exits non-zero: 1 for an RDMA error, 2 for bad usage.
@@ -57,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     _pingpong.add_parser(sub)
     from rdma.cli import perf as _perf
     _perf.add_parser(sub)
+    # InfiniBand management (python-rdma's ibtool; infiniband-diags' output)
+    from rdma.cli import ibstat as _ibstat
+    _ibstat.add_parser(sub)
     return parser
 
 
