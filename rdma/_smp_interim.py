@@ -1,16 +1,15 @@
 """Interim SMP support for :mod:`rdma.discovery` (to be replaced).
 
-The MAD structures, the transactor with directed-route SMPs and
-``rdma.sched`` are being written on another branch.  Until they land,
-discovery runs on this module: the three SMP attributes it needs that
-:mod:`rdma._mad` lacks, and :class:`MADSchedule`, a scheduler with
+The transactor with directed-route SMPs and ``rdma.sched`` are being
+written on another branch.  Until they land, discovery runs on this
+module: :class:`MADSchedule`, a scheduler with
 python-rdma's coroutine interface (``yield sched.SubnGet(...)``,
 ``sched.mqueue``, ``sched.queue``, ``sched.run``) that keeps up to
 :attr:`MADSchedule.max_outstanding` SMPs in flight on a
 :class:`rdma.umad.UMAD`.  It does SubnGet/SubnSet only.
 
 :func:`rdma.discovery.scheduler_class` prefers ``rdma.sched.MADSchedule``
-when it exists; :func:`rdma.subnet.smp_struct` prefers ``rdma.IBA``.
+when it exists.
 """
 from __future__ import annotations
 
@@ -21,11 +20,10 @@ import time
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from rdma import IBA
-from rdma._mad import (F, R, BinStruct, MADError, MADFormatError,
-                       MADHeader, MADTimeoutError)
+from rdma._mad import MADError, MADFormatError, MADTimeoutError
+from rdma.binstruct import BinStruct
 
-__all__ = ["SMPNodeDescription", "SMPSwitchInfo",
-           "SMPLinearForwardingTable", "MADSchedule", "encode_smp"]
+__all__ = ["MADSchedule", "encode_smp"]
 
 MGMT_CLASS_SMP_LID = 0x01
 MGMT_CLASS_SMP_DR = 0x81
@@ -34,44 +32,8 @@ METHOD_SET = 0x02
 METHOD_GET_RESP = 0x81
 
 
-class SMPNodeDescription(BinStruct):
-    """NodeDescription (IBA 14.2.5.2): 64 bytes of text."""
-    LENGTH = 64
-    ATTRIBUTE_ID = 0x10
-    FIELDS = [F("nodeString", 8, count=64)]
-
-
-class SMPSwitchInfo(BinStruct):
-    """SwitchInfo (IBA 14.2.5.4)."""
-    LENGTH = 20
-    ATTRIBUTE_ID = 0x12
-    FIELDS = [
-        F("linearFDBCap", 16), F("randomFDBCap", 16),
-        F("multicastFDBCap", 16), F("linearFDBTop", 16),
-        F("defaultPort", 8), F("defaultMulticastPrimaryPort", 8),
-        F("defaultMulticastNotPrimaryPort", 8), F("lifeTimeValue", 5),
-        F("portStateChange", 1), F("optimizedSLtoVLMappingProgramming", 2),
-        F("LIDsPerPort", 16), F("partitionEnforcementCap", 16),
-        F("inboundEnforcementCap", 1), F("outboundEnforcementCap", 1),
-        F("filterRawInboundCap", 1), F("filterRawOutboundCap", 1),
-        F("enhancedPort0", 1), R(3), R(8), F("multicastFDBTop", 16),
-    ]
-
-
-class SMPLinearForwardingTable(BinStruct):
-    """LinearForwardingTable (IBA 14.2.5.10): the ports of 64 LIDs."""
-    LENGTH = 64
-    ATTRIBUTE_ID = 0x19
-    FIELDS = [F("portBlock", 8, count=64)]
-
-
-# The two attributes rdma._mad has, with their attribute IDs.
-_ATTR_IDS = {"SMPNodeInfo": 0x11, "SMPPortInfo": 0x15}
-
-
 def _attr_id(cls: type) -> int:
-    aid = _ATTR_IDS.get(cls.__name__) or getattr(cls, "ATTRIBUTE_ID", 0) \
-        or getattr(cls, "MAD_ATTRIBUTE_ID", 0)
+    aid = getattr(cls, "MAD_ATTRIBUTE_ID", 0)
     if not aid:
         raise TypeError(f"{cls.__name__} is not an SMP attribute")
     return aid
@@ -104,6 +66,12 @@ def encode_smp(method: int, cls: type, payload: Optional[BinStruct],
     if payload is not None:
         payload.pack_into(buf, 64)
     return bytes(buf)
+
+
+def _req(work: "_Work") -> Any:
+    fmt = IBA.SMPFormatDirected if work.buf[1] == MGMT_CLASS_SMP_DR \
+        else IBA.SMPFormat
+    return fmt.unpack(work.buf, 0)
 
 
 def _describe(cls: type, path: Any, amod: int) -> str:
@@ -340,8 +308,8 @@ class MADSchedule:
             status &= 0x7FFF
         if status:
             raise MADError(f"{_describe(work.cls, work.path, work.amod)}: "
-                           f"status {status:#x}", status,
-                           MADHeader.unpack(work.buf), data)
+                           f"status {status:#x}", status, _req(work), data,
+                           path=work.path)
         return work.cls.unpack(data, 64)
 
     def _loop(self) -> None:
@@ -397,8 +365,7 @@ class MADSchedule:
             if work.tries <= self.retries:
                 self._transmit(work, tid)
                 continue
-            req = MADHeader.unpack(work.buf)
             self._ready.appendleft((work.ctx, None, MADTimeoutError(
                 f"no reply to {_describe(work.cls, work.path, work.amod)} "
                 f"after {work.tries} tries ({self.timeout} s each)",
-                request=req)))
+                request=_req(work), path=work.path)))

@@ -22,19 +22,20 @@ failure to read the local port itself raises.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable, List, Optional, Set, Tuple
 
 import rdma
 from rdma import IBA
 from rdma._mad import MADError
 from rdma._errors import RDMAError
-from rdma.subnet import (CA, PORT_STATE_DOWN, Node, Port, Subnet, Switch,
-                         smp_struct)
+from rdma.subnet import (CA, PORT_STATE_DOWN, Node, Port, Subnet, Switch)
 
 __all__ = ["load", "topo_SMP", "subnet_ninf_SMP", "subnet_pinf_SMP",
            "subnet_swinf_SMP", "subnet_lfdb_SMP", "topo_peer_SMP",
            "topo_surround_SMP", "subnet_fill_port", "subnet_get_port",
-           "subnet_ninf_LIDS_SMP", "LOADABLE", "scheduler_class"]
+           "subnet_ninf_LIDS_SMP", "LOADABLE", "scheduler_class",
+           "subnet_summary", "main"]
 
 #: What :func:`load` knows how to load.
 LOADABLE = ("all_NodeInfo", "all_NodeDescription", "all_PortInfo",
@@ -60,7 +61,7 @@ def _lid_path(sched: Any, lid: int) -> Any:
 def subnet_pinf_SMP(sched: Any, sbn: Subnet, sel: int, path: Any):
     """Coroutine: read the PortInfo of port *sel* through *path* into
     *sbn*; its result (``sched.result``) is the :class:`~rdma.subnet.Port`."""
-    pinf = yield sched.SubnGet(smp_struct("SMPPortInfo"), path, sel)
+    pinf = yield sched.SubnGet(IBA.SMPPortInfo, path, sel)
     sched.result = sbn.get_port_pinf(pinf, port_select=sel, path=path)
     return sched.result
 
@@ -74,7 +75,7 @@ def subnet_ninf_SMP(sched: Any, sbn: Subnet, path: Any,
     if use_sa:
         raise NotImplementedError("discovery through the SA is not "
                                   "supported: use SMPs")
-    ninf = yield sched.SubnGet(smp_struct("SMPNodeInfo"), path)
+    ninf = yield sched.SubnGet(IBA.SMPNodeInfo, path)
     result = sbn.get_node_ninf(ninf, path)
     node = result[0]
     if get_desc and node.desc is None and \
@@ -162,8 +163,8 @@ class _TopoWalk:
         self.scanned: Set[Node] = set()
         #: (route, port it leaves through) for the next hop count.
         self.next: List[Tuple[Any, Port]] = []
-        self.NodeInfo = smp_struct("SMPNodeInfo")
-        self.PortInfo = smp_struct("SMPPortInfo")
+        self.NodeInfo = IBA.SMPNodeInfo
+        self.PortInfo = IBA.SMPPortInfo
 
     def run(self, root: Any):
         yield self.do_node(root, None, must=True)
@@ -196,15 +197,20 @@ class _TopoWalk:
             else:
                 sbn.topology[here] = peer
                 sbn.topology[peer] = here
-        if node in self.scanned:
-            return
-        self.scanned.add(node)
         if isinstance(node, Switch):
+            if node in self.scanned:
+                return
             sels = range(0, ninf.numPorts + 1)
         else:
+            # A CA is read port by port, through the port each route
+            # arrives at (its other ports are reached from their peers).
+            if node.get_port(ninf.localPortNum).pinf is not None:
+                return
             sels = (ninf.localPortNum,)
+        first = node not in self.scanned
+        self.scanned.add(node)
         yield self.sched.mqueue(self.do_port(node, path, i) for i in sels)
-        if self.get_desc and node.desc is None:
+        if first and self.get_desc and node.desc is None:
             try:
                 yield node.get_desc(self.sched, path)
             except MADError as e:
@@ -269,7 +275,7 @@ def topo_peer_SMP(sched: Any, sbn: Subnet, port: Port, get_desc: bool = True,
         return
     if peer_path is None:
         peer_path = sbn.advance_dr(path, idx)
-    ninf = yield sched.SubnGet(smp_struct("SMPNodeInfo"), peer_path)
+    ninf = yield sched.SubnGet(IBA.SMPNodeInfo, peer_path)
     node, _ = sbn.get_node_ninf(ninf, peer_path)
     here = node.get_port(ninf.localPortNum)
     sbn.topology[here] = port
@@ -380,3 +386,92 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str]) -> Subnet:
     if "all_LFDB" in want:
         sched.run(queue=subnet_lfdb_SMP(sched, sbn))
     return sbn
+
+
+# -- a dump for scripts and tests ------------------------------------------------
+
+def subnet_summary(sbn: Subnet) -> dict:
+    """A JSON-friendly summary of *sbn*: ``nodes`` (type, GUIDs, ports
+    with LID, LMC, port GUID and state), ``links`` (``[guid, port, guid,
+    port]``, each once) and ``errors`` (text)."""
+    nodes = []
+    for n in sorted(sbn.iternodes(), key=lambda n: n.ninf.nodeGUID
+                    if n.ninf is not None else -1):
+        if n.ninf is None:
+            continue
+        ports = {}
+        for p, i in n.iterports():
+            ep = p.to_end_port()
+            d = {}
+            if p.pinf is not None:
+                d["state"] = p.pinf.portState
+                d["width"] = p.pinf.linkWidthActive
+                d["speed"] = p.pinf.linkSpeedActive
+            if ep is p:
+                d["lid"] = p.LID
+                d["lmc"] = p.pinf.LMC if p.pinf is not None else None
+                d["guid"] = f"{int(p.portGUID):#x}" \
+                    if p.portGUID is not None else None
+            ports[i] = d
+        entry = {"type": type(n).__name__, "guid": f"{n.ninf.nodeGUID:#x}",
+                 "numPorts": n.ninf.numPorts, "desc": n.desc,
+                 "ports": ports}
+        if isinstance(n, Switch) and n.lfdb is not None:
+            entry["lfdb"] = list(n.lfdb)
+        nodes.append(entry)
+    links = set()
+    for a, b in sbn.topology.items():
+        if a.parent.ninf is None or b.parent.ninf is None:
+            continue
+        x = (a.parent.ninf.nodeGUID, a.port_id)
+        y = (b.parent.ninf.nodeGUID, b.port_id)
+        links.add((min(x, y), max(x, y)))
+    return {"nodes": nodes,
+            "links": [[f"{x[0]:#x}", x[1], f"{y[0]:#x}", y[1]]
+                      for x, y in sorted(links)],
+            "errors": [f"{p}: {e}" for p, e in sbn.errors]}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m rdma.discovery [--lfdb] [--outstanding N] [end_port]``:
+    discover the subnet and print :func:`subnet_summary` as JSON (with
+    the time it took and the number of SMPs)."""
+    import argparse
+    import json
+    import time
+    ap = argparse.ArgumentParser(prog="python -m rdma.discovery",
+                                 description=main.__doc__.split("\n")[0])
+    ap.add_argument("end_port", nargs="?", default=None)
+    ap.add_argument("--lfdb", action="store_true",
+                    help="also read SwitchInfo and the forwarding tables")
+    ap.add_argument("--outstanding", type=int, default=None,
+                    help="SMPs in flight at most")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="discover this many times (print the last)")
+    a = ap.parse_args(argv)
+    umad = rdma.get_umad(a.end_port)
+    try:
+        sched = scheduler_class()(umad)
+        if a.outstanding:
+            sched.max_outstanding = a.outstanding
+        stuff = ["all_NodeInfo", "all_NodeDescription", "all_topology"]
+        if a.lfdb:
+            stuff.append("all_LFDB")
+        times = []
+        for _ in range(a.repeat):
+            sbn = Subnet()
+            t0 = time.monotonic()
+            load(sched, sbn, stuff)
+            times.append(time.monotonic() - t0)
+        out = subnet_summary(sbn)
+        out["times"] = times
+        out["smps"] = getattr(sched, "sent", None)
+        json.dump(out, sys.stdout)
+        sys.stdout.write("\n")
+    finally:
+        umad.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,7 +27,7 @@ from rdma.IBA import GID, GUID
 
 __all__ = ["Node", "CA", "Switch", "Router", "Port", "Subnet",
            "NODE_CA", "NODE_SWITCH", "NODE_ROUTER", "PORT_STATE_DOWN",
-           "lid_lmc_range", "smp_struct", "node_description"]
+           "lid_lmc_range", "node_description"]
 
 #: NodeInfo.nodeType values (IBA 14.2.5.3).
 NODE_CA = 1
@@ -46,20 +46,6 @@ def lid_lmc_range(lid: int, lmc: int) -> range:
 def _path_mod():
     import rdma.path
     return rdma.path
-
-
-def smp_struct(name: str) -> Any:
-    """The SMP attribute class *name* (``SMPNodeInfo``...): from
-    :mod:`rdma.IBA`, else from the interim definitions of
-    :mod:`rdma._smp_interim` (until the MAD structures all live in IBA)."""
-    cls = getattr(IBA, name, None)
-    if cls is None:
-        from rdma import _mad
-        cls = getattr(_mad, name, None)
-    if cls is None:
-        from rdma import _smp_interim
-        cls = getattr(_smp_interim, name)
-    return cls
 
 
 def node_description(node_string: bytes) -> str:
@@ -122,7 +108,7 @@ class Node:
     def get_desc(self, sched: Any, path: Any):
         """Coroutine (for :mod:`rdma.sched`): read the NodeDescription
         through *path* into :attr:`desc`."""
-        ns = yield sched.SubnGet(smp_struct("SMPNodeDescription"), path)
+        ns = yield sched.SubnGet(IBA.SMPNodeDescription, path)
         self.set_desc(ns.nodeString)
 
     def iterports(self) -> Iterator[Tuple["Port", int]]:
@@ -208,11 +194,11 @@ class Switch(Node):
 
     def get_switch_inf(self, sched: Any, path: Any):
         """Coroutine: read the SwitchInfo into :attr:`swinf`."""
-        self.swinf = yield sched.SubnGet(smp_struct("SMPSwitchInfo"), path)
+        self.swinf = yield sched.SubnGet(IBA.SMPSwitchInfo, path)
 
     def _get_LFDB(self, sched: Any, idx: int, path: Any):
         """Coroutine: read block *idx* (64 LIDs) of the LFT."""
-        inf = yield sched.SubnGet(smp_struct("SMPLinearForwardingTable"), path, idx)
+        inf = yield sched.SubnGet(IBA.SMPLinearForwardingTable, path, idx)
         self.lfdb[idx * 64:idx * 64 + 64] = bytes(inf.portBlock)
 
     def get_switch_fdb(self, sched: Any, do_lfdb: bool, do_mfdb: bool,

@@ -173,7 +173,7 @@ class Fabric:
 
     def __init__(self, topology: Path, scratch: Path,
                  sm_node: Optional[str] = "Hca1", lifetime: int = 900,
-                 shim: Optional[Path] = None):
+                 shim: Optional[Path] = None, console: bool = False):
         self.topology = Path(topology)
         self.scratch = Path(scratch)
         self.scratch.mkdir(parents=True, exist_ok=True)
@@ -186,6 +186,8 @@ class Fabric:
         self.opensm: Optional[subprocess.Popen] = None
         self.workers: Dict[str, Worker] = {}
         self.startup_s = 0.0
+        #: Keep ibsim's console on a pipe (see :meth:`console`).
+        self.with_console = console
 
     # -- processes
 
@@ -234,10 +236,13 @@ class Fabric:
 
     def _start(self) -> None:
         log = self.scratch / "ibsim.log"
+        argv = ["ibsim", "-s"] + ([] if self.with_console else ["-n"])
         with open(log, "wb") as out:
-            self.ibsim = self.popen(["ibsim", "-s", "-n", str(self.topology)],
-                                    None, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT)
+            self.ibsim = self.popen(
+                argv + [str(self.topology)], None,
+                stdin=subprocess.PIPE if self.with_console
+                else subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT)
         _wait_for(log, "Network simulator ready", time.monotonic() + 15,
                   self.ibsim)
         if self.sm_node is None:
@@ -269,6 +274,26 @@ class Fabric:
                 stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT)
         _wait_for(osm_log, "SUBNET UP", time.monotonic() + 30, self.opensm)
+
+    def console(self, command: str) -> None:
+        """Send one command to ibsim's console (``Unlink "Hca3"[1]``,
+        ``Error "Hca3" 100``...; the fabric must be made with
+        ``console=True``) and wait until ibsim has run it (its next
+        ``sim>`` prompt in ``ibsim.log``, where its answer goes too)."""
+        if not self.with_console or self.ibsim is None:
+            raise FabricError("this fabric has no ibsim console")
+        if self.ibsim.poll() is not None:
+            raise FabricError("ibsim is not running")
+        log = self.scratch / "ibsim.log"
+        before = log.read_bytes().count(b"sim> ")
+        self.ibsim.stdin.write(command.encode() + b"\n")
+        self.ibsim.stdin.flush()
+        deadline = time.monotonic() + 10
+        while log.read_bytes().count(b"sim> ") <= before:
+            if time.monotonic() > deadline or self.ibsim.poll() is not None:
+                raise FabricError(f"ibsim did not run {command!r}; see "
+                                  f"{log}")
+            time.sleep(0.01)
 
     def worker(self, node: str) -> Worker:
         """The (cached) worker process on ``node``."""
