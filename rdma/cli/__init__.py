@@ -1,7 +1,7 @@
 """The ``ibtool`` command line (also ``python -m rdma``): verbs tools
 (``devices``, ``devinfo``, ``pingpong``, ``perf``, ``validate``, ``demo``)
 and InfiniBand management tools named and shaped like infiniband-diags'
-(``ibstat``, ``saquery``).  The script is not called ``rdma``: that is
+(``ibstat``, ``smpquery``, ``saquery``).  The script is not called ``rdma``: that is
 iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     # InfiniBand management (python-rdma's ibtool; infiniband-diags' output)
     from rdma.cli import ibstat as _ibstat
     _ibstat.add_parser(sub)
+    from rdma.cli import smpquery as _smpquery
+    _smpquery.add_parser(sub)
     return parser
 
 
