@@ -307,11 +307,17 @@ class MADClassError(MADError):
                          f"error {self._code_text()}")
 
     def _code_text(self) -> str:
-        if self._is_sa():
-            w = _SA_STATUS.get(self.code or 0)
-            if w:
-                return f"{w.split(' ', 1)[0]}({self.code})"
-        return str(self.code)
+        return class_code_text(self.code or 0, self._is_sa())
+
+
+def class_code_text(code: int, sa: bool) -> str:
+    """A class-specific status code as text (``ERR_NO_RECORDS(3)`` for
+    the SA, the number otherwise)."""
+    if sa:
+        w = _SA_STATUS.get(code)
+        if w:
+            return f"{w.split(' ', 1)[0]}({code})"
+    return str(code)
 
 
 class SAError(MADClassError):

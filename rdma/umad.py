@@ -239,29 +239,104 @@ def _resolve_port(end_port: Any) -> Tuple[str, int, Any]:
                     f"loaded?)")
 
 
-class UMAD:
-    """A umad port with MAD transactions on top; a context manager.
+# ---- the transactor (below: only MADs; devices and end ports are above) ----
 
-    ``timeout_ms`` and ``retries`` are the defaults of every transaction:
-    a request is sent up to ``retries + 1`` times and each wait lasts
-    ``timeout_ms``, so a dead SA is reported after about
-    ``timeout_ms * (retries + 1)`` as :class:`rdma.IBA.MADTimeoutError`.
+from rdma.madtransactor import (MADTransactor,  # noqa: E402
+                                TRACE_UNEXPECTED, _key)
+from rdma._mad import MADError, describe  # noqa: E402
+import rdma.IBA as _IBA  # noqa: E402
+
+_SMP_CLASSES = (_IBA.MAD_SUBNET, _IBA.MAD_SUBNET_DIRECTED)
+
+
+class UMADReplyPath:
+    """Where a received MAD came from, as python-rdma's reply paths
+    describe it: the packet as it was on the wire (``SLID`` the sender,
+    ``DLID`` us, ``sqpn`` the sender's QP).  :meth:`reverse` turns it into
+    the path back to the sender (what :meth:`UMAD.send_reply` uses)."""
+
+    has_grh = False
+    SGID = None
+    DGID = None
+
+    def __init__(self, end_port: Any, agent: int, addr: tuple, dqpn: int):
+        (lid, qpn, qkey, sl, path_bits, grh, gid, hop_limit, tclass, flow,
+         pkey_index) = addr
+        #: The local end port.
+        self.end_port = end_port
+        #: The umad agent that received the MAD.
+        self.umad_agent_id = agent
+        #: The sender's LID and QP, our LID (plus path bits) and QP.
+        self.SLID = lid
+        self.sqpn = qpn
+        self.DLID = (getattr(end_port, "lid", 0) or 0) | path_bits
+        self.dqpn = dqpn
+        #: Q_Key, SL and P_Key index of the packet.
+        self.qkey = qkey
+        self.SL = sl
+        self.pkey_index = pkey_index
+        if grh:
+            self.has_grh = True
+            self.SGID = GID(gid)
+            self.hop_limit = hop_limit
+            self.traffic_class = tclass
+            self.flow_label = flow
+
+    def reverse(self, for_reply: bool = True) -> "UMADReplyPath":
+        """Swap the ends in place (the path back to the sender)."""
+        self.SLID, self.DLID = self.DLID, self.SLID
+        self.sqpn, self.dqpn = self.dqpn, self.sqpn
+        if self.has_grh:
+            self.SGID, self.DGID = self.DGID, self.SGID
+        return self
+
+    def copy(self) -> "UMADReplyPath":
+        import copy as _copy
+        return _copy.copy(self)
+
+    def __repr__(self) -> str:
+        return (f"UMADReplyPath(SLID={self.SLID}, DLID={self.DLID}, "
+                f"sqpn={self.sqpn}, dqpn={self.dqpn}, SL={self.SL})")
+
+    __str__ = __repr__
+
+
+class UMAD(MADTransactor):
+    """A umad port: python-rdma's MAD transactor over libibumad; a context
+    manager.
+
+    Every RPC of :class:`rdma.madtransactor.MADTransactor` works
+    (``SubnGet``/``SubnSet`` LID-routed or directed, ``PerformanceGet``,
+    ``SubnAdmGet``/``GetTable``/``Set``/``Delete``, ``BMGet``...).  The
+    wait for one reply and the number of re-sends come from the
+    ``timeout_ms``/``retries`` given here (or assigned later), else from
+    the path (``mad_timeout`` seconds, ``retries``), else 1000 ms and 2.
+    A dead target is reported after about ``timeout * (retries + 1)`` as
+    :class:`rdma.IBA.MADTimeoutError`.
+
+    SA agents are registered with the kernel's RMPP, so GetTable answers
+    of many MADs arrive reassembled.
     """
 
-    #: Default wait for one reply, in milliseconds.
-    timeout_ms = 1000
-    #: Default number of re-sends after a timeout.
-    retries = 2
+    #: Wait for one reply (ms) and re-sends; None: from the path.
+    timeout_ms: Optional[int] = None
+    retries: Optional[int] = None
+    #: Defaults when neither this object nor the path says.
+    DEFAULT_TIMEOUT_MS = 1000
+    DEFAULT_RETRIES = 2
 
-    def __init__(self, end_port: Any = None, *, timeout_ms: Optional[int] = None,
+    def __init__(self, end_port: Any = None, path: Any = None, *,
+                 timeout_ms: Optional[int] = None,
                  retries: Optional[int] = None):
         ca, port_id, ep = _resolve_port(end_port)
         #: The end port this umad is open on.
         self.end_port = ep
         self._port = _umad.Port(ca, port_id)
         self._agents: dict = {}
+        self._agent_dqpn: dict = {}
         self._tid = random.getrandbits(32)
-        self._sa_path: Optional[SAPath] = None
+        self._sa_path: Optional[Any] = path
+        self._pending: list = []
         if timeout_ms is not None:
             self.timeout_ms = timeout_ms
         if retries is not None:
@@ -290,7 +365,7 @@ class UMAD:
     def __repr__(self) -> str:
         return f"<rdma.umad.UMAD {self._port.ca_name}/{self._port.port_num}>"
 
-    # -- agents and raw MADs
+    # -- agents
 
     def register(self, mgmt_class: int, mgmt_version: int,
                  rmpp: bool = False, methods: Optional[List[int]] = None
@@ -298,7 +373,8 @@ class UMAD:
         """Register (once) an agent for a class; return its agent id.
 
         ``rmpp`` makes the kernel run RMPP for it (large SA replies arrive
-        reassembled); ``methods`` lists the request methods to receive.
+        reassembled); ``methods`` lists the request methods to receive
+        (a server agent).
         """
         key = (mgmt_class, mgmt_version, rmpp, tuple(methods or ()))
         agent = self._agents.get(key)
@@ -312,95 +388,163 @@ class UMAD:
             agent = self._port.register(mgmt_class, mgmt_version,
                                         1 if rmpp else 0, mask)
             self._agents[key] = agent
+            self._agent_dqpn[agent] = 0 if mgmt_class in _SMP_CLASSES else 1
         return agent
 
-    def next_tid(self) -> int:
-        """Return a new transaction ID (32 bits; the kernel adds the
-        upper half)."""
+    def register_client(self, mgmt_class: int, class_version: int,
+                        oui: int = 0) -> int:
+        """The agent that sends requests of a class (RMPP for the SA)."""
+        return self.register(mgmt_class, class_version,
+                             rmpp=mgmt_class == _IBA.MAD_SUBNET_ADMIN)
+
+    def register_server(self, mgmt_class: int, class_version: int,
+                        oui: int = 0, method_mask: int = 0) -> int:
+        """Receive requests of a class whose method bit is in
+        ``method_mask`` (python-rdma's server registration)."""
+        methods = [m for m in range(128) if method_mask >> m & 1]
+        return self.register(mgmt_class, class_version,
+                             rmpp=mgmt_class == _IBA.MAD_SUBNET_ADMIN,
+                             methods=methods or None)
+
+    def register_server_fmt(self, fmt: Any) -> int:
+        """:meth:`register_server` for a ``*Format`` class (Get and Set)."""
+        return self.register_server(fmt.MAD_CLASS, fmt.MAD_CLASS_VERSION,
+                                    getattr(fmt, "MAD_CLASS_OUI", 0),
+                                    getattr(fmt, "MAD_METHOD_MASK", 6))
+
+    def _get_new_TID(self) -> int:
         self._tid = (self._tid + 1) & 0xFFFFFFFF
         return self._tid
 
-    def sendto(self, agent: int, mad: bytes, path: Any,
+    next_tid = _get_new_TID
+
+    # -- raw MADs
+
+    def _timing(self, path: Any) -> Tuple[int, int]:
+        """(ms per try, re-sends) for a request on ``path``."""
+        ms = self.timeout_ms
+        if ms is None:
+            t = getattr(path, "mad_timeout", None)
+            ms = int(t * 1000) if t else self.DEFAULT_TIMEOUT_MS
+        r = self.retries
+        if r is None:
+            r = getattr(path, "retries", None)
+            if r is None:
+                r = self.DEFAULT_RETRIES
+        return max(1, ms), max(0, r)
+
+    def sendto(self, buf: Any, path: Any, agent_id: Optional[int] = None,
                timeout_ms: int = 0) -> None:
         """Send one MAD along ``path`` (``DLID``, ``dqpn``, ``SL``,
-        ``qkey``, ``pkey_index``; a GRH when ``has_grh`` is set)."""
+        ``qkey``, ``pkey_index``; a GRH when ``has_grh`` is set).  SMPs
+        go to QP0 with Q_Key 0, GMPs to QP1 with the well-known Q_Key
+        unless the path names another QP.  ``timeout_ms`` keeps the
+        kernel waiting for the response (needed for RMPP)."""
+        if agent_id is None:
+            agent_id = getattr(path, "umad_agent_id", None)
+        if agent_id is None:
+            agent_id = self.register_client(buf[1], buf[2])
+        if buf[1] in _SMP_CLASSES:
+            dqpn, qkey, pkey_index = 0, 0, 0
+        else:
+            dqpn = getattr(path, "dqpn", 1)
+            if dqpn is None:
+                dqpn = 1
+            qkey = (IB_DEFAULT_QP1_QKEY if dqpn == 1
+                    else getattr(path, "qkey", IB_DEFAULT_QP1_QKEY))
+            pkey_index = getattr(path, "pkey_index", 0) or 0
         grh = None
         if getattr(path, "has_grh", False):
-            grh = (bytes(GID(path.DGID)), getattr(path, "sgid_index", 0),
+            grh = (bytes(GID(path.DGID)), getattr(path, "SGID_index", 0),
                    getattr(path, "hop_limit", 0xFF) or 0xFF,
                    getattr(path, "traffic_class", 0),
                    getattr(path, "flow_label", 0))
-        self._port.send(agent, mad, dlid=path.DLID,
-                        dqpn=getattr(path, "dqpn", 1),
-                        sl=getattr(path, "SL", 0),
-                        qkey=getattr(path, "qkey", IB_DEFAULT_QP1_QKEY),
-                        pkey_index=getattr(path, "pkey_index", 0),
-                        timeout_ms=timeout_ms, retries=0, grh=grh)
+        self._port.send(agent_id, bytes(buf), dlid=path.DLID, dqpn=dqpn,
+                        sl=getattr(path, "SL", 0) or 0, qkey=qkey,
+                        pkey_index=pkey_index, timeout_ms=timeout_ms,
+                        retries=0, grh=grh)
 
-    def recvfrom(self, timeout_ms: int = -1
-                 ) -> Optional[Tuple[bytes, int, tuple, int]]:
-        """Wait for one MAD; return ``(mad, status, addr, agent_id)`` or
-        None after ``timeout_ms`` (-1: forever).  Ctrl-C interrupts."""
-        r = self._port.recv(timeout_ms)
+    def _recv(self, wakeat: Optional[float]
+              ) -> Optional[Tuple[bytes, int, tuple, int]]:
+        """One umad_recv until the monotonic time ``wakeat`` (None:
+        forever): ``(mad, status, addr, agent)`` or None."""
+        if wakeat is None:
+            ms = -1
+        else:
+            ms = int((wakeat - time.monotonic()) * 1000)
+            if ms <= 0:
+                return None
+        r = self._port.recv(ms)
         if r is None:
             return None
         agent, status, mad, addr = r
         return mad, status, addr, agent
 
-    def transact(self, agent: int, mad: bytes, path: Any,
-                 timeout_ms: Optional[int] = None,
-                 retries: Optional[int] = None) -> bytes:
-        """Send a request and return the reply with the same transaction ID
-        (low 32 bits) and class; re-send up to ``retries`` times.
+    def recvfrom(self, wakeat: Optional[float]
+                 ) -> Optional[Tuple[bytearray, UMADReplyPath]]:
+        """Receive one MAD before the monotonic time ``wakeat`` (None:
+        wait forever; Ctrl-C interrupts): ``(buf, path)`` or None.
 
-        Raises :class:`rdma.IBA.MADTimeoutError` when nothing matched.
-        """
-        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
-        tries = 1 + (self.retries if retries is None else retries)
-        req = MADHeader.unpack(mad)
-        tid = req.transactionID & 0xFFFFFFFF
-        last_status = 0
-        for _ in range(tries):
-            self.sendto(agent, mad, path, timeout_ms=timeout)
-            # The kernel reports its own timeout as a send status; the
-            # deadline covers transports that do not (the ibsim shim).
-            deadline = time.monotonic() + timeout * 1.25 / 1000
+        Sends the kernel gave back (our own timed-out requests) are
+        skipped; another failed send raises :class:`rdma.SysError`."""
+        while True:
+            got = self._recv(wakeat)
+            if got is None:
+                return None
+            mad, status, addr, agent = got
+            if status:
+                if status == errno.ETIMEDOUT:
+                    continue
+                raise SysError(status, "umad_send",
+                               f"a sent MAD came back failed "
+                               f"({_describe_raw(mad)})")
+            return (bytearray(mad),
+                    UMADReplyPath(self.end_port, agent, addr,
+                                  self._agent_dqpn.get(agent, 1)))
+
+    def _execute(self, buf: Any, path: Any, sendOnly: bool = False
+                 ) -> Optional[Tuple[bytearray, Any]]:
+        """Send ``buf`` and wait for the reply with the same class and
+        TID (low 32 bits); re-send on timeout.  None when every try timed
+        out (or ibsim/the kernel gave the request back undeliverable)."""
+        ms, retries = self._timing(path)
+        self._last_timing = (retries + 1, ms)
+        if sendOnly:
+            self.sendto(buf, path, timeout_ms=ms)
+            return None
+        match = _key(buf)
+        for _ in range(retries + 1):
+            self.sendto(buf, path, timeout_ms=ms)
+            deadline = time.monotonic() + ms / 1000
             while True:
-                left = int((deadline - time.monotonic()) * 1000)
-                if left <= 0:
-                    break
-                got = self.recvfrom(left)
+                got = self._recv(deadline)
                 if got is None:
                     break
-                data, status, _addr, _agent = got
-                if len(data) < 24:
+                mad, status, addr, agent = got
+                if len(mad) < 24 or _key(mad) != match:
                     self.unmatched += 1
-                    continue
-                rep = MADHeader.unpack(data)
-                if (rep.transactionID & 0xFFFFFFFF) != tid:
-                    self.unmatched += 1
+                    if self.trace_func is not None:
+                        self.trace_func(self, TRACE_UNEXPECTED, path=path,
+                                        ret=(mad, addr))
                     continue
                 if status:
-                    # The kernel (or the shim) gave our request back: it
-                    # timed out (ETIMEDOUT) or could not be sent.
-                    last_status = status
-                    break
-                if (rep.mgmtClass != req.mgmtClass
-                        or not rep.method & MAD_METHOD_RESPONSE):
+                    if status != errno.ETIMEDOUT:
+                        raise SysError(status, "umad_send",
+                                       f"{_describe_raw(buf)} to "
+                                       f"{_where(path)} failed")
+                    break       # given back undeliverable: next try
+                if not mad[3] & 0x80:
                     self.unmatched += 1
                     continue
-                return data
-        if last_status and last_status != errno.ETIMEDOUT:
-            raise SysError(last_status, "umad_send",
-                           f"{_describe(req)} to LID {path.DLID} failed")
-        raise MADTimeoutError(
-            f"no reply to {_describe(req)} from LID {path.DLID} after "
-            f"{tries} tries (timeout {timeout} ms each)", request=req)
+                return (bytearray(mad),
+                        UMADReplyPath(self.end_port, agent, addr,
+                                      self._agent_dqpn.get(agent, 1)))
+        return None
 
     # -- the SA
 
     @property
-    def sa_path(self) -> SAPath:
+    def sa_path(self) -> Any:
         """The path to the SA of this port (read when first needed)."""
         if self._sa_path is None:
             ep = self.end_port
@@ -408,97 +552,47 @@ class UMAD:
                 # Read the port again: the SM may have come up since.
                 ep = get_end_port(str(ep))
                 self.end_port = ep
-            self._sa_path = sa_path(ep)
+            sp = getattr(ep, "sa_path", None)
+            self._sa_path = sp if sp is not None and not callable(sp) \
+                else sa_path(ep)
         return self._sa_path
 
     def sa_rpc(self, method: int, payload: Union[BinStruct, Type[BinStruct]],
                path: Any = None, attributeModifier: int = 0,
-               comp_mask: Optional[int] = None, timeout_ms: Optional[int] = None,
-               retries: Optional[int] = None) -> SAReply:
-        """Run one SA RPC and return the decoded :class:`SAReply`.
-
-        Raises :class:`rdma.IBA.SAError` (status decoded) when the SA
-        answers with an error, :class:`~rdma.IBA.MADTimeoutError`,
-        :class:`~rdma.IBA.MADFormatError` for a malformed reply.
-        """
+               comp_mask: Optional[int] = None) -> SAReply:
+        """Run one SA RPC and return the whole decoded :class:`SAReply`
+        (header, records, data).  Errors as for the RPC methods."""
         if isinstance(payload, type):
             payload = payload()
         path = self.sa_path if path is None else path
-        agent = self.register(MAD_SUBNET_ADMIN, SA_CLASS_VERSION, rmpp=True)
-        tid = self.next_tid()
-        mad = encode_sa_request(method, payload, tid, comp_mask,
-                                attribute_modifier=attributeModifier)
-        data = self.transact(agent, mad, path, timeout_ms, retries)
-        rep = decode_sa_reply(data, type(payload))
-        m = rep.header
-        if m.status:
-            req = MADHeader.unpack(mad)
-            words = ", ".join(SAError("", m.status).words)
-            raise SAError(f"SA {_describe(req)}: status {m.status:#06x} "
-                          f"({words})", m.status, req, data)
-        # IBA 15.4: a Set is answered by a GetResp.
-        expect = (MAD_METHOD_GET_RESP if method == MAD_METHOD_SET
-                  else method | MAD_METHOD_RESPONSE)
-        if m.method != expect:
-            raise MADFormatError(f"SA replied with method {m.method:#x}, "
-                                 f"expected {expect:#x}", reply=data)
-        return rep
-
-    def SubnAdmGet(self, payload: Union[BinStruct, Type[BinStruct]],
-                   path: Any = None, attributeModifier: int = 0) -> BinStruct:
-        """SubnAdmGet: return the one record matching ``payload``."""
-        rep = self.sa_rpc(MAD_METHOD_GET, payload, path, attributeModifier)
-        if not rep.records:
-            raise MADFormatError("SubnAdmGetResp carries no record",
-                                 reply=rep.data)
-        return rep.records[0]
-
-    def SubnAdmGetTable(self, payload: Union[BinStruct, Type[BinStruct]],
-                        path: Any = None, attributeModifier: int = 0
-                        ) -> List[BinStruct]:
-        """SubnAdmGetTable: return every record matching ``payload``."""
-        return self.sa_rpc(MAD_METHOD_GET_TABLE, payload, path,
-                           attributeModifier).records
-
-    def SubnAdmSet(self, payload: BinStruct, path: Any = None,
-                   attributeModifier: int = 0) -> BinStruct:
-        """SubnAdmSet: create/update a record; return the SA's copy."""
-        rep = self.sa_rpc(MAD_METHOD_SET, payload, path, attributeModifier)
-        if not rep.records:
-            raise MADFormatError("SubnAdmSet reply carries no record",
-                                 reply=rep.data)
-        return rep.records[0]
-
-    def SubnAdmDelete(self, payload: BinStruct, path: Any = None,
-                      attributeModifier: int = 0) -> Optional[BinStruct]:
-        """SubnAdmDelete: remove a record; return the SA's copy."""
-        rep = self.sa_rpc(MAD_METHOD_DELETE, payload, path,
-                          attributeModifier)
-        return rep.records[0] if rep.records else None
+        self.register(MAD_SUBNET_ADMIN, SA_CLASS_VERSION, rmpp=True)
+        mad = bytearray(encode_sa_request(method, payload,
+                                          self._get_new_TID(), comp_mask,
+                                          attribute_modifier=
+                                          attributeModifier))
+        fmt = _IBA.SAFormat(mad)
+        ret = self._execute(mad, path)
+        self._completeMAD(ret, fmt, path, type(payload), None)
+        return decode_sa_reply(ret[0], type(payload))
 
 
-_METHODS = {MAD_METHOD_GET: "SubnAdmGet", MAD_METHOD_SET: "SubnAdmSet",
-            MAD_METHOD_GET_TABLE: "SubnAdmGetTable",
-            MAD_METHOD_DELETE: "SubnAdmDelete"}
+def _where(path: Any) -> str:
+    return str(path) if path is not None else "?"
 
 
-def _describe(req: MADHeader) -> str:
-    if req.mgmtClass == MAD_SUBNET_ADMIN:
-        from rdma._mad import _BY_ATTRIBUTE
-        cls = _BY_ATTRIBUTE.get(req.attributeID)
-        name = cls.__name__ if cls else f"attribute {req.attributeID:#x}"
-        return f"{_METHODS.get(req.method, hex(req.method))}({name})"
-    return (f"class {req.mgmtClass:#x} method {req.method:#x} attribute "
-            f"{req.attributeID:#x}")
+def _describe_raw(buf: Any) -> str:
+    try:
+        return describe(MADHeader(bytes(buf[:24])))
+    except MADError:
+        return f"{len(buf)}-byte MAD"
 
 
-def get_umad(end_port: Any = None, **kw: Any) -> UMAD:
+def get_umad(end_port: Any = None, path: Any = None, **kw: Any) -> UMAD:
     """Open a :class:`UMAD` on an end port (a :class:`UMADEndPort`, a verbs
     :class:`rdma.EndPort`, a name for :func:`get_end_port`, or None for the
-    first ACTIVE umad port).
+    first ACTIVE umad port); ``path`` is the SA path to use.
 
     Raises :class:`rdma.SysError` if libibumad is missing or the port
     cannot be opened, :class:`rdma.RDMAError` if there is no such port.
     """
-    return UMAD(end_port, **kw)
-
+    return UMAD(end_port, path, **kw)

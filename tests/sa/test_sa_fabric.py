@@ -298,7 +298,7 @@ def test_ctrl_c_interrupts_a_wait(fabric):
             "m.register(3, 2, rmpp=True)\n"
             "print('waiting', flush=True)\n"
             "try:\n"
-            "    m.recvfrom(-1)\n"
+            "    m.recvfrom(None)\n"
             "except KeyboardInterrupt:\n"
             "    print('interrupted', flush=True)\n"
             "    m.close()\n"
