@@ -140,7 +140,6 @@ class MADSchedule:
             self.timeout = timeout
         if retries is not None:
             self.retries = retries
-        self._agents: Dict[int, int] = {}
         self._reset()
         #: SMPs sent and replies that matched nothing (statistics).
         self.sent = 0
@@ -275,12 +274,6 @@ class MADSchedule:
             exc = TypeError(f"a coroutine yielded {item!r}: yield "
                             f"sched.SubnGet(...), a coroutine or a context")
 
-    def _agent(self, mgmt_class: int) -> int:
-        a = self._agents.get(mgmt_class)
-        if a is None:
-            a = self._agents[mgmt_class] = self._umad.register(mgmt_class, 1)
-        return a
-
     def _send(self, work: _Work) -> None:
         tid = self._umad.next_tid()
         work.buf = encode_smp(work.method, work.cls, work.payload,
@@ -294,7 +287,7 @@ class MADSchedule:
         heapq.heappush(self._timers, (deadline, tid))
         self.sent += 1
         try:
-            self._umad.sendto(self._agent(work.buf[1]), work.buf, work.path)
+            self._umad.sendto(work.buf, work.path)
         except Exception as e:          # noqa: BLE001 - to the coroutine
             del self._pending[tid]
             self._ready.appendleft((work.ctx, None, e))
@@ -331,9 +324,9 @@ class MADSchedule:
                 if self._ready or self._sendq:
                     continue
                 return
-            wait = self._timers[0][0] - time.monotonic()
-            got = umad.recvfrom(max(0, int(wait * 1000) + 1)) \
-                if wait > 0 else None
+            wakeat = self._timers[0][0]
+            got = umad.recvfrom(wakeat) if wakeat > time.monotonic() \
+                else None
             if got is None:
                 self._expire()
                 continue
