@@ -290,10 +290,13 @@ def _detail(check: str, case: str, params: Dict[str, Any],
 
 def run(hosts: Sequence[Host], rounds: List[List[Tuple[int, int]]],
         options: Options,
-        progress: Optional[Callable[[str], None]] = None) -> Result:
+        progress: Optional[Callable[[str], None]] = None,
+        deadline: Optional[float] = None) -> Result:
     """Run the checks on *hosts* (started with
     :func:`rdma.multihost.hosts.start_hosts`) over *rounds* of index
-    pairs; report progress lines to *progress*."""
+    pairs; report progress lines to *progress*.  Rounds that would start
+    after *deadline* (``time.monotonic()``) are not run: their pairs are
+    reported as errors."""
     say = progress or (lambda _msg: None)
     res = Result(hosts, rounds, options)
     t0 = time.monotonic()
@@ -317,6 +320,14 @@ def run(hosts: Sequence[Host], rounds: List[List[Tuple[int, int]]],
     lock = threading.Lock()
     for rno, rnd in enumerate(rounds, 1):
         names = " ".join(f"{hosts[a].name}-{hosts[b].name}" for a, b in rnd)
+        if deadline is not None and time.monotonic() > deadline:
+            say(f"round {rno}/{len(rounds)}: not run (out of time)")
+            for ia, ib in rnd:
+                res.cases.append(Case("not-run", (hosts[ia].name,
+                                                  hosts[ib].name), "ERROR",
+                                      "not run: the run's time limit "
+                                      "(--timeout) ran out"))
+            continue
         say(f"round {rno}/{len(rounds)}: {names}")
         threads = []
         for ia, ib in rnd:
@@ -338,6 +349,11 @@ def run(hosts: Sequence[Host], rounds: List[List[Tuple[int, int]]],
     return res
 
 
+#: Failures that mean the two ends cannot reach each other.
+_UNREACHABLE = ("RETRY_EXC_ERR", "no completion after", "did not answer",
+                "EHOSTUNREACH", "unreachable")
+
+
 def _run_one_pair(a: Host, b: Host, options: Options, res: Result,
                   lock: threading.Lock, say: Callable[[str], None]) -> None:
     pair = (a.name, b.name)
@@ -351,7 +367,13 @@ def _run_one_pair(a: Host, b: Host, options: Options, res: Result,
                                   f"host {h.name} is not usable: {why}"))
             break
     else:
+        stop = None
         for name, check, params in _pair_cases(options, a.info, b.info):
+            if stop is not None:
+                cases.append(Case(name, pair, "ERROR",
+                                  f"not run: {stop} could not reach the "
+                                  f"other end first"))
+                continue
             t0 = time.monotonic()
             ok, text, answers = run_pair(a, b, check, params, options)
             dt = time.monotonic() - t0
@@ -363,6 +385,11 @@ def _run_one_pair(a: Host, b: Host, options: Options, res: Result,
                 result, step, msg = text.split("|", 2)
                 cases.append(Case(name, pair, result,
                                   f"{msg} (step {step})", dt))
+                if result == "ERROR" or any(
+                        w in msg for w in _UNREACHABLE):
+                    # The pair cannot talk: every further check would
+                    # only wait for its timeout.
+                    stop = name
     with lock:
         res.cases.extend(cases)
         for c in cases:
@@ -442,10 +469,15 @@ def find_outliers(res: Result) -> Outliers:
         if count[best] < 2 or bad_total * 2 <= total:
             break
         mine = sorted(p for p in unexplained if best in p)
-        kinds = sorted({w.split(":")[0] for p in mine
-                        for w in o.bad_pairs[p]})
-        o.hosts[best] = (f"{bad_total} of its {total} pairs bad "
-                         f"({', '.join(kinds)})")
+        slow = sum(1 for p in mine
+                   if any(w.startswith("slow") for w in o.bad_pairs[p]))
+        failed = sum(1 for p in mine
+                     if any(not w.startswith("slow") for w in o.bad_pairs[p]))
+        what = ", ".join(x for x in (f"{failed} with failed checks"
+                                     if failed else "",
+                                     f"{slow} slow" if slow else "") if x)
+        o.hosts[best] = (f"{bad_total} of its {total} pairs bad ({what}): "
+                         + ", ".join(f"{x}-{y}" for x, y in mine))
         unexplained -= set(mine)
     for p in sorted(unexplained):
         o.links[p] = "; ".join(o.bad_pairs[p])
