@@ -94,6 +94,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     m.add_argument("--checks", default="transfer,atomics,perf",
                    metavar="LIST",
                    help="pair checks to run (default transfer,atomics,perf)")
+    m.add_argument("--slow-fraction", type=float, default=0.5,
+                   metavar="F",
+                   help="a pair direction whose bandwidth is below F times "
+                        "the median of all is slow (default 0.5)")
     m.add_argument("--pair-timeout", type=float, default=10.0, metavar="S",
                    help="seconds an agent waits for one completion "
                         "(default 10); a host that does not answer a step "

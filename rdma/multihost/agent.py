@@ -122,6 +122,15 @@ class Agent:
         exec(compile(textwrap.dedent(source), f"<call {name}>", "exec"), ns)
         return ns[name](self, **kwargs)
 
+    def op_call_end(self, key: int, source: str, name: str,
+                    kwargs: Dict[str, Any]) -> Any:
+        """Run *name* from *source* as ``fn(end, **kwargs)`` on the
+        :class:`rdma.pytest_plugin.QPEnd` of pair *key*."""
+        end = self.pairs[key].end
+        ns: Dict[str, Any] = {"__name__": "rdma_multihost_call"}
+        exec(compile(textwrap.dedent(source), f"<call {name}>", "exec"), ns)
+        return ns[name](end, **kwargs)
+
     def op_stats(self) -> Dict[str, Any]:
         import resource
         ru = resource.getrusage(resource.RUSAGE_SELF)

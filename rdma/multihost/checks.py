@@ -476,8 +476,8 @@ class _NoBeat:
 
 
 class Perf(PairEnd):
-    """Bandwidth (RDMA WRITE, each direction) and latency (SEND ping-pong)
-    measured by ``rdma perf``'s own loops (:mod:`rdma.cli.perf`): its
+    """Bandwidth (RDMA WRITE, each direction, the best of ``bw_reps`` runs)
+    and latency (SEND ping-pong) measured by ``rdma perf``'s own loops (:mod:`rdma.cli.perf`): its
     ``_Side`` (one RC QP, perf's QP parameters), ``_bw_client`` and
     ``_lat_run``; the address exchange is perf's ``hello`` dictionary."""
 
@@ -517,9 +517,15 @@ class Perf(PairEnd):
         if (direction == "ab") != (self.role == "a"):
             return {}          # WRITE: the target does nothing, as a NIC
         perf._prepare(self.bw, self.bw_args, self.bw_args.size, True)
-        row = perf._bw_client(self.bw, self.bw_args, self.bw_args.size,
-                              _NoBeat())
-        return {"row": row}
+        # The best of a few runs: a busy machine only ever slows a run
+        # down, while a slow link is slow every time.
+        best = None
+        for _ in range(max(1, int(self.params.get("bw_reps", 3)))):
+            row = perf._bw_client(self.bw, self.bw_args, self.bw_args.size,
+                                  _NoBeat())
+            if best is None or row["bw_avg_mb_s"] > best["bw_avg_mb_s"]:
+                best = row
+        return {"row": best}
 
     def bw_ab(self, _p):
         return self._bw("ab")
@@ -553,11 +559,25 @@ TRANSFER_CASES = [("RC", v) for v in ("SEND", "SEND_WITH_IMM", "RDMA_WRITE",
                          "RDMA_WRITE_WITH_IMM")] + \
     [("UD", v) for v in ("SEND", "SEND_WITH_IMM")]
 
+class UserQP(PairEnd):
+    """A connected QP pair for users' own cross-host tests (the remote
+    pair fixture): ``params`` ``qp_type``, ``size`` and ``depth``; no
+    steps of its own: user functions run on :attr:`end`."""
+
+    def __init__(self, agent, role, params):
+        super().__init__(agent, role, params)
+        self.qp_type = int(params.get("qp_type", 2))
+
+    def buffer_size(self) -> int:
+        return int(self.params.get("size", 4096))
+
+
 #: Check name -> the class of its ends.
-PAIR_CHECKS = {"transfer": Transfer, "atomics": Atomics, "perf": Perf}
+PAIR_CHECKS = {"transfer": Transfer, "atomics": Atomics, "perf": Perf,
+               "qp": UserQP}
 
 #: Every check, as named in reports.
-CHECKS = ("port",) + tuple(PAIR_CHECKS)
+CHECKS = ("port", "transfer", "atomics", "perf")
 
 
 def transfer_sizes(limit: int, mtu: int, transport: str,

@@ -43,7 +43,8 @@ def validate_hosts(args: argparse.Namespace) -> int:
                          "run between pairs of them)")
     checks = [c.strip() for c in args.checks.split(",") if c.strip()]
     options = engine.Options(checks=checks, quick=args.quick,
-                             timeout=args.pair_timeout)
+                             timeout=args.pair_timeout,
+                             slow_fraction=args.slow_fraction)
     names = [s.name for s in specs]
     rounds = schedule.pairs_for(args.pairs, names)
     if args.junitxml:

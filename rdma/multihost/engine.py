@@ -37,7 +37,8 @@ class Options:
     :param timeout: seconds an agent waits for one completion; a step's
         answer is awaited ``timeout + 30`` seconds
     :param bw_size: RDMA WRITE size of the bandwidth measure (bytes)
-    :param bw_iters: WRITEs per direction
+    :param bw_iters: WRITEs per direction and run
+    :param bw_reps: runs per direction (the best counts)
     :param lat_iters: SEND ping-pong round trips
     :param slow_fraction: a pair direction below this fraction of the
         median bandwidth is slow
@@ -48,7 +49,8 @@ class Options:
 
     def __init__(self, checks: Sequence[str] = PAIR_CHECK_NAMES,
                  quick: bool = False, timeout: float = 10.0,
-                 bw_size: int = 65536, bw_iters: int = 200,
+                 bw_size: int = 65536, bw_iters: int = 100,
+                 bw_reps: int = 3,
                  lat_size: int = 8, lat_iters: int = 200,
                  slow_fraction: float = 0.5, lat_factor: float = 5.0,
                  max_size: int = 1 << 20, seed: Optional[int] = None):
@@ -64,6 +66,7 @@ class Options:
         self.quick = quick
         self.timeout = timeout
         self.bw_size, self.bw_iters = bw_size, bw_iters
+        self.bw_reps = bw_reps
         self.lat_size, self.lat_iters = lat_size, lat_iters
         self.slow_fraction, self.lat_factor = slow_fraction, lat_factor
         self.max_size = max_size
@@ -251,6 +254,7 @@ def _pair_cases(options: Options, ia: Dict[str, Any],
     if "perf" in options.checks:
         out.append(("perf", "perf", {"bw_size": options.bw_size,
                                      "bw_iters": options.bw_iters,
+                                     "bw_reps": options.bw_reps,
                                      "lat_size": options.lat_size,
                                      "lat_iters": options.lat_iters}))
     return out
@@ -281,7 +285,8 @@ def _detail(check: str, case: str, params: Dict[str, Any],
     lat = answers["latency"][0]["row"]
     data = {"bw_ab": row_ab["bw_avg_mb_s"], "bw_ba": row_ba["bw_avg_mb_s"],
             "lat_us": lat["t_typical_us"]}
-    return (f"WRITE {fmt_size(params['bw_size'])} x{params['bw_iters']}: "
+    return (f"WRITE {fmt_size(params['bw_size'])} x{params['bw_iters']} "
+            f"(best of {params['bw_reps']}): "
             f"{a}->{b} {data['bw_ab']:.1f} MiB/s, {b}->{a} "
             f"{data['bw_ba']:.1f} MiB/s; SEND latency "
             f"{data['lat_us']:.1f} us (median of {lat['iterations']})",
@@ -318,26 +323,38 @@ def run(hosts: Sequence[Host], rounds: List[List[Tuple[int, int]]],
     say(f"{sum(h.usable for h in hosts)} of {len(hosts)} hosts ready; "
         f"{sum(len(r) for r in rounds)} pairs in {len(rounds)} rounds")
     lock = threading.Lock()
-    for rno, rnd in enumerate(rounds, 1):
-        names = " ".join(f"{hosts[a].name}-{hosts[b].name}" for a, b in rnd)
-        if deadline is not None and time.monotonic() > deadline:
-            say(f"round {rno}/{len(rounds)}: not run (out of time)")
-            for ia, ib in rnd:
-                res.cases.append(Case("not-run", (hosts[ia].name,
-                                                  hosts[ib].name), "ERROR",
-                                      "not run: the run's time limit "
-                                      "(--timeout) ran out"))
+    stops: Dict[Tuple[str, str], str] = {}
+    # Two passes over the rounds: the functional checks, then the
+    # measures, so that the pairs of a round measure at the same time
+    # (under the same load) and nothing else runs meanwhile.
+    phases = [("checks", [c for c in options.checks if c != "perf"]),
+              ("perf", [c for c in options.checks if c == "perf"])]
+    for phase, checks in phases:
+        if not checks:
             continue
-        say(f"round {rno}/{len(rounds)}: {names}")
-        threads = []
-        for ia, ib in rnd:
-            t = threading.Thread(target=_run_one_pair,
-                                 args=(hosts[ia], hosts[ib], options, res,
-                                       lock, say), daemon=True)
-            t.start()
-            threads.append(t)
-        for t in threads:
-            t.join()
+        for rno, rnd in enumerate(rounds, 1):
+            names = " ".join(f"{hosts[a].name}-{hosts[b].name}"
+                             for a, b in rnd)
+            label = f"{phase} round {rno}/{len(rounds)}"
+            if deadline is not None and time.monotonic() > deadline:
+                say(f"{label}: not run (out of time)")
+                for ia, ib in rnd:
+                    res.cases.append(Case(f"{phase}-not-run",
+                                          (hosts[ia].name, hosts[ib].name),
+                                          "ERROR", "not run: the run's time "
+                                          "limit (--timeout) ran out"))
+                continue
+            say(f"{label}: {names}")
+            threads = []
+            for ia, ib in rnd:
+                t = threading.Thread(target=_run_one_pair,
+                                     args=(hosts[ia], hosts[ib], options,
+                                           checks, res, stops, lock, say),
+                                     daemon=True)
+                t.start()
+                threads.append(t)
+            for t in threads:
+                t.join()
     for h in hosts:
         if h.usable:
             try:
@@ -354,21 +371,23 @@ _UNREACHABLE = ("RETRY_EXC_ERR", "no completion after", "did not answer",
                 "EHOSTUNREACH", "unreachable")
 
 
-def _run_one_pair(a: Host, b: Host, options: Options, res: Result,
+def _run_one_pair(a: Host, b: Host, options: Options, checks: List[str],
+                  res: Result, stops: Dict[Tuple[str, str], str],
                   lock: threading.Lock, say: Callable[[str], None]) -> None:
     pair = (a.name, b.name)
     cases: List[Case] = []
+    todo = [c for c in _pair_cases(options, a.info or {}, b.info or {})
+            if c[1] in checks]
     for h in (a, b):
         if not h.usable:
             why = h.dead or h.info.get("problem")
-            for name, _check, _p in _pair_cases(options, a.info or {},
-                                                b.info or {}):
+            for name, _check, _p in todo:
                 cases.append(Case(name, pair, "ERROR",
                                   f"host {h.name} is not usable: {why}"))
             break
     else:
-        stop = None
-        for name, check, params in _pair_cases(options, a.info, b.info):
+        stop = stops.get(pair)
+        for name, check, params in todo:
             if stop is not None:
                 cases.append(Case(name, pair, "ERROR",
                                   f"not run: {stop} could not reach the "
@@ -389,7 +408,7 @@ def _run_one_pair(a: Host, b: Host, options: Options, res: Result,
                         w in msg for w in _UNREACHABLE):
                     # The pair cannot talk: every further check would
                     # only wait for its timeout.
-                    stop = name
+                    stop = stops[pair] = name
     with lock:
         res.cases.extend(cases)
         for c in cases:
