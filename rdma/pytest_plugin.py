@@ -30,6 +30,12 @@ Markers
     the reason, when the device (or the peer device) lacks the capability;
     ``rdma_require``: as ``--rdma-require`` for one test or module.
 
+Remote hosts (``--rdma-hosts SPEC``, repeatable: execnet gateway specs)
+    ``rdma_hosts`` (every host, started once per session), ``rdma_remote_host``
+    (the first), ``rdma_remote_pair`` (a factory of QP pairs between two
+    hosts, :func:`rdma.multihost.remote.remote_pair`) and
+    ``rdma_remote_rc_pair``; skipped without ``--rdma-hosts``.
+
 Without a device a test that uses these fixtures or markers is skipped with
 a reason that names the device and provider that were looked for.
 """
@@ -93,6 +99,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=False,
                     help="fail, instead of skipping, tests whose device is "
                          "missing or whose port is not ACTIVE")
+    group.addoption("--rdma-hosts", dest="rdma_hosts", action="append",
+                    default=None, metavar="SPEC|FILE",
+                    help="a remote host as an execnet gateway spec "
+                         "(ssh=node1//python=/opt/venv/bin/python, "
+                         "popen//python=...), or a file of specs; repeat for "
+                         "more hosts (fixtures rdma_hosts, rdma_remote_host, "
+                         "rdma_remote_pair)")
 
 
 _MARKERS = {
@@ -870,3 +883,80 @@ def rdma_sa(request, rdma_setup, rdma_end_port):
                      Unavailable(f"cannot open a umad port on {ep}: {e}"))
     with umad:
         yield umad
+
+
+# ---------------------------------------------------------------------------
+# remote hosts (--rdma-hosts): rdma.multihost
+
+@pytest.fixture(scope="session")
+def rdma_hosts(pytestconfig, rdma_setup) -> list:
+    """Every host of ``--rdma-hosts`` as a
+    :class:`rdma.multihost.remote.RemoteHost`, each with its agent started
+    and its device open (``--rdma-device``/``--rdma-provider``/
+    ``--rdma-gid-index`` apply to every host; ``//device=`` in a spec to
+    one).  Skips without ``--rdma-hosts``; a host that cannot start fails
+    the test, naming it."""
+    values = pytestconfig.getoption("rdma_hosts", None)
+    if not values:
+        pytest.skip("no remote hosts: give --rdma-hosts SPEC (an execnet "
+                    "gateway spec) for each host")
+    from rdma.multihost.command import host_specs
+    from rdma.multihost.hosts import start_hosts, stop_hosts
+    from rdma.multihost.remote import RemoteHost
+    try:
+        specs = host_specs(values)
+    except (ValueError, OSError) as e:
+        raise pytest.UsageError(f"--rdma-hosts: {e}")
+    group, hosts = start_hosts(specs, device=rdma_setup.device,
+                               provider=rdma_setup.provider,
+                               gid_index=rdma_setup.gid_index_opt)
+    try:
+        bad = [f"{h.name}: {h.dead or h.info.get('problem')}"
+               for h in hosts if not h.usable]
+        if bad:
+            pytest.fail("remote hosts not usable: " + "; ".join(bad),
+                        pytrace=False)
+        yield [RemoteHost(h) for h in hosts]
+    finally:
+        stop_hosts(group, hosts)
+
+
+@pytest.fixture
+def rdma_remote_host(rdma_hosts):
+    """The first host of ``--rdma-hosts``
+    (:class:`rdma.multihost.remote.RemoteHost`: ``call(fn, **kw)``)."""
+    return rdma_hosts[0]
+
+
+@pytest.fixture
+def rdma_remote_pair(rdma_hosts):
+    """A factory: ``rdma_remote_pair(qp_type, size=4096, depth=16,
+    hosts=(0, 1))`` returns a :class:`rdma.multihost.remote.RemotePair`
+    at RTS between two of ``--rdma-hosts`` (by index or name); closed
+    afterwards.  Skips with fewer than two hosts."""
+    from rdma.multihost.remote import remote_pair
+    if len(rdma_hosts) < 2:
+        pytest.skip("needs two remote hosts (give --rdma-hosts twice)")
+    by_name = {h.name: h for h in rdma_hosts}
+    pairs = []
+
+    def factory(qp_type: int, size: int = 4096, depth: int = 16,
+                hosts=(0, 1)):
+        ends = [by_name[h] if isinstance(h, str) else rdma_hosts[h]
+                for h in hosts]
+        p = remote_pair(ends[0], ends[1], qp_type, size=size, depth=depth)
+        pairs.append(p)
+        return p
+    try:
+        yield factory
+    finally:
+        for p in reversed(pairs):
+            p.close()
+
+
+@pytest.fixture
+def rdma_remote_rc_pair(rdma_remote_pair):
+    """A connected RC :class:`rdma.multihost.remote.RemotePair` between
+    the first two remote hosts (4 KiB buffers)."""
+    import rdma.ibverbs as ibv
+    return rdma_remote_pair(ibv.IBV_QPT_RC)

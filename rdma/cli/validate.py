@@ -7,6 +7,11 @@ and print a summary table.
     ibtool validate --device rxe0 --gid-index 1
     ibtool validate --device rxe1 --peer-device rxe2 --junitxml out.xml
     ibtool validate --provider ucx --quick -- -k transfer -x
+    ibtool validate --hosts ssh=node1//python=/opt/venv/bin/python \\
+                    --hosts ssh=node2//python=/opt/venv/bin/python --plot m.png
+
+With ``--hosts`` the checks run between hosts reached through execnet
+gateways (:mod:`rdma.multihost`), not in a local pytest run.
 
 pytest runs in a child process (a crash or a hang of a verb cannot take
 the report with it; ``--timeout`` bounds the whole run), in a scratch
@@ -70,6 +75,33 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="stop the run after S seconds (default 1800)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show pytest's output (progress and tracebacks)")
+    m = p.add_argument_group(
+        "several hosts (execnet gateways; see docs/validation.rst)")
+    m.add_argument("--hosts", action="append", metavar="SPEC|FILE",
+                   help="a host as an execnet gateway spec (popen//python="
+                        "..., ssh=node1//python=..., socket=HOST:PORT; "
+                        "//device=NAME and //gid_index=N per host), or a "
+                        "file with one spec per line; repeat for each host. "
+                        "The checks that need two ends then run between "
+                        "host pairs")
+    m.add_argument("--pairs", default="all", metavar="all|ring|FILE",
+                   help="which host pairs: all (default, N-1 rounds of N/2 "
+                        "pairs at a time), ring, or a file of NAME NAME "
+                        "lines")
+    m.add_argument("--plot", metavar="FILE",
+                   help="save the bandwidth and latency matrices as a "
+                        "heatmap picture (matplotlib; PNG, SVG, PDF...)")
+    m.add_argument("--checks", default="transfer,atomics,perf",
+                   metavar="LIST",
+                   help="pair checks to run (default transfer,atomics,perf)")
+    m.add_argument("--slow-fraction", type=float, default=0.5,
+                   metavar="F",
+                   help="a pair direction whose bandwidth is below F times "
+                        "the median of all is slow (default 0.5)")
+    m.add_argument("--pair-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds an agent waits for one completion "
+                        "(default 10); a host that does not answer a step "
+                        "within S+30 s fails its pair")
     p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                    help="extra pytest arguments (after --)")
     p.set_defaults(func=validate)
@@ -291,6 +323,12 @@ def validate(args: argparse.Namespace) -> int:
         args.pytest_args = args.pytest_args[1:]
     if args.timeout <= 0:
         raise ValueError("--timeout must be positive")
+    if getattr(args, "hosts", None):
+        from rdma.multihost.command import validate_hosts
+        return validate_hosts(args)
+    for opt in ("plot",):
+        if getattr(args, opt, None):
+            raise ValueError(f"--{opt} needs --hosts")
     tmpdir = None
     if args.junitxml:
         junit = os.path.abspath(args.junitxml)
