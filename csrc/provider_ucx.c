@@ -1027,6 +1027,30 @@ cc_push(struct ucc *cc, struct ucq *cq)
     }
 }
 
+static struct uqp *qp_lookup(uint32_t qpn);
+static void qp_enter_err(struct uqp *q);
+
+/* A full CQ lost a completion of q: q goes to ERR with
+   IBV_EVENT_QP_FATAL, as a NIC's QP does (its outstanding WRs flush; the
+   caller, or the next ACK, completes them).  N.lock held. */
+static void
+qp_cq_lost(struct uqp *q)
+{
+    uint32_t i;
+    if (q == NULL || q->attr.qp_state == IBV_QPS_ERR)
+        return;
+    for (i = q->sq_head; i != q->sq_tail; i++) {
+        struct slot *s = &q->sq[i & q->sq_mask];
+        if (!s->done) {
+            s->done = 1;
+            s->status = IBV_WC_WR_FLUSH_ERR;
+        }
+    }
+    q->err_pending = 1;
+    qp_enter_err(q);
+    ctx_event(q->pd->ctx, IBV_EVENT_QP_FATAL, PYRDMA_EV_QP, q->qp_context);
+}
+
 /* Append a completion; raise the CQ's event if it is armed for it. */
 static void
 cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited)
@@ -1037,6 +1061,7 @@ cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited)
             ctx_event(cq->ctx, IBV_EVENT_CQ_ERR, PYRDMA_EV_CQ,
                       cq->cq_context);
         }
+        qp_cq_lost(qp_lookup(wc->qp_num));
         return;
     }
     cq->ring[cq->tail & cq->mask] = *wc;
@@ -2627,10 +2652,11 @@ same_host(const struct record *r)
 }
 
 /* Find or make the peer for (guid, lid); dgid_known: guid came from a
-   GID.  Return 0 or -1 with *st set.  Called without N.lock. */
+   GID.  Return 0 or -1 with *st set, naming func (the verb resolving the
+   address).  Called without N.lock. */
 static int
 peer_get(uint64_t guid, uint16_t lid, struct peer **out,
-         struct pyrdma_status *st)
+         struct pyrdma_status *st, const char *func)
 {
     struct peer *p = NULL;
     struct record rec;
@@ -2646,7 +2672,7 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         else
             guid = lid_owner(lid);
         if (guid == 0)
-            return pyrdma_fail(st, EHOSTUNREACH, "ibv_modify_qp",
+            return pyrdma_fail(st, EHOSTUNREACH, func,
                                "no fabric node has LID 0x%x on this host "
                                "(rendezvous directory %s); use the GID to "
                                "reach another host", lid, N.dir);
@@ -2692,7 +2718,7 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         if (port == 0 || ip == 0) {
             free(addr);
             free(p);
-            return pyrdma_fail(st, EHOSTUNREACH, "ibv_modify_qp",
+            return pyrdma_fail(st, EHOSTUNREACH, func,
                                "fabric node %016llx is not on this host and "
                                "has no listener (set RDMA_UCX_ADDR on both "
                                "hosts)", (unsigned long long)guid);
@@ -2762,12 +2788,12 @@ ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
         guid = be64toh(guid);
         if (guid == 0)
             return pyrdma_fail(st, EINVAL, func, "the DGID has no GUID");
-        return peer_get(guid, 0, out, st);
+        return peer_get(guid, 0, out, st, func);
     }
     if (a->dlid == 0 || a->dlid >= 0xC000)
         return pyrdma_fail(st, EINVAL, func, "dlid 0x%x is not a unicast "
                            "LID (and the ah_attr has no GRH)", a->dlid);
-    return peer_get(0, a->dlid, out, st);
+    return peer_get(0, a->dlid, out, st, func);
 }
 
 static void
