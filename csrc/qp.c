@@ -75,10 +75,17 @@ modify_args(pyrdma_obj *o, PyObject *args, PyObject *kw, PyTypeObject *tp,
                      Py_TYPE(*attr)->tp_name);
         return -1;
     }
-    *mask = mobj == Py_None ? (long)pyrdma_struct_mask(*attr)
-                            : PyLong_AsLong(mobj);
-    if (*mask == -1 && PyErr_Occurred())
-        return -1;
+    if (mobj == Py_None)
+        *mask = (long)pyrdma_struct_mask(*attr);
+    else {
+        /* the verbs take an int mask: never truncated into another one */
+        char fname[32];
+        struct pyrdma_uint m = {fname, "mask", INT32_MAX, 0};
+        PyOS_snprintf(fname, sizeof(fname), "%s.modify", owner);
+        if (!pyrdma_uint_conv(mobj, &m))
+            return -1;
+        *mask = (long)m.v;
+    }
     if (*mask == 0) {
         PyErr_Format(PyExc_ValueError, "%s.modify(): %s", owner, unset);
         return -1;
@@ -326,15 +333,19 @@ qp_query(PyObject *op, PyObject *args, PyObject *kw)
     pyrdma_QP *qp = (pyrdma_QP *)op;
     struct pyrdma_status st = {0};
     struct pyrdma_qp_attr a;
-    long mask = 0x3FFFFFF & ~PYRDMA_QP_RATE_LIMIT;
+    struct pyrdma_uint m = {"QP.query", "mask", INT32_MAX,
+                            0x3FFFFFF & ~PYRDMA_QP_RATE_LIMIT};
+    int mask;
     PyObject *res;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|l:query", kwlist, &mask))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&:query", kwlist,
+                                     pyrdma_uint_conv, &m))
         return NULL;
+    mask = (int)m.v;
     if (!pyrdma_obj_check(&qp->o))
         return NULL;
     memset(&a, 0, sizeof(a));
-    if (qp->o.prov->query_qp(qp->o.h, &a, (int)mask, &st) < 0)
+    if (qp->o.prov->query_qp(qp->o.h, &a, mask, &st) < 0)
         return pyrdma_raise_status(qp->o.state, &st);
     res = pyrdma_struct_new(qp->o.state->qp_attr, &a, sizeof(a));
     return res;

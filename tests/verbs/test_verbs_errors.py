@@ -537,6 +537,28 @@ def test_srq_attributes_out_of_range(ctx, field):
                 pd.srq(**{field: bad})
 
 
+def test_cq_and_mask_arguments_out_of_range(ctx):
+    """ctx.cq nelems/vec and QP.modify/QP.query masks are range-checked,
+    naming the argument (a mask of 2**40 | IBV_QP_STATE used to be
+    truncated to IBV_QP_STATE)."""
+    for kw in ({"nelems": 2**40}, {"nelems": -1}, {"vec": -1},
+               {"vec": 2**31}):
+        with pytest.raises((ValueError, OverflowError),
+                           match=next(iter(kw))):
+            ctx.cq(**kw)
+    with ctx.pd() as pd, pd.cq(4) as cq:
+        qp = pd.qp(RC, 4, cq, 4, cq)
+        attr = ibv.qp_attr(qp_state=ibv.IBV_QPS_INIT, port_num=1,
+                           pkey_index=0, qp_access_flags=0)
+        for bad in (-1, 2**40 | ibv.IBV_QP_STATE, 2**31):
+            with pytest.raises((ValueError, OverflowError), match="mask"):
+                qp.modify(attr, bad)
+            with pytest.raises((ValueError, OverflowError), match="mask"):
+                qp.query(bad)
+        assert qp.query(ibv.IBV_QP_STATE).qp_state == ibv.IBV_QPS_RESET
+        qp.close()
+
+
 def test_mcast_lid_out_of_range(pair_factory):
     """attach_mcast's lid is a 16-bit number: checked before the provider
     is asked (which may not support multicast)."""
