@@ -110,13 +110,16 @@ port_arg(pyrdma_Context *self, PyObject *v)
                          Py_TYPE(v)->tp_name);
             return -1;
         }
-        port = PyLong_AsLong(v);
+        int overflow = 0;
+        port = PyLong_AsLongAndOverflow(v, &overflow);
+        if (overflow)
+            port = 0;       /* out of range, reported below */
     }
     if (port == -1 && PyErr_Occurred())
         return -1;
     if (port < 1 || port > 255) {
-        PyErr_Format(PyExc_ValueError, "port_id must be in 1..255, not %ld",
-                     port);
+        PyErr_Format(PyExc_ValueError, "port_id must be in range 1..255, "
+                     "not %R", v != NULL && v != Py_None ? v : Py_None);
         return -1;
     }
     return (int)port;
@@ -126,6 +129,7 @@ port_arg(pyrdma_Context *self, PyObject *v)
 static int
 index_arg(PyObject *v, const char *what)
 {
+    int overflow = 0;
     long idx;
 
     if (!PyLong_Check(v)) {
@@ -133,11 +137,13 @@ index_arg(PyObject *v, const char *what)
                      Py_TYPE(v)->tp_name);
         return -1;
     }
-    idx = PyLong_AsLong(v);
+    idx = PyLong_AsLongAndOverflow(v, &overflow);
     if (idx == -1 && PyErr_Occurred())
         return -1;
-    if (idx < 0 || idx > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s must be >= 0, not %ld", what, idx);
+    if (overflow || idx < 0 || idx > INT32_MAX) {
+        /* the verbs take an int index */
+        PyErr_Format(PyExc_ValueError, "%s must be in range 0..%d, not %R",
+                     what, INT32_MAX, v);
         return -1;
     }
     return (int)idx;

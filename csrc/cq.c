@@ -209,13 +209,18 @@ pyrdma_cq_new(pyrdma_Context *ctx, PyObject *args, PyObject *kw)
     struct pyrdma_status st = {0};
     PyObject *ccobj = Py_None;
     pyrdma_CompChannel *cc = NULL;
-    int nelems = 100, vec = 0;
+    struct pyrdma_uint n = {"cq", "nelems", INT32_MAX, 100},
+                       v = {"cq", "vec", INT32_MAX, 0};
+    int nelems, vec;
     pyrdma_CQ *cq;
     void *h;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iOi:cq", kwlist, &nelems,
-                                     &ccobj, &vec))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&OO&:cq", kwlist,
+                                     pyrdma_uint_conv, &n, &ccobj,
+                                     pyrdma_uint_conv, &v))
         return NULL;
+    nelems = (int)n.v;
+    vec = (int)v.v;
     if (!pyrdma_obj_check(&ctx->o))
         return NULL;
     if (nelems < 1) {

@@ -25,21 +25,63 @@ static const struct pyrdma_objkind mr_kind = {
     "MR", PYRDMA_RANK_MR, mr_destroy, mr_release,
 };
 
+/* PyObject_GetBuffer(buf, flags) raised BufferError: say why in PD.mr's
+   terms -- the buffer is not contiguous, or the device may write and the
+   buffer is read-only -- else leave the exporter's error. */
+static void
+buffer_refused(PyObject *buf, unsigned int access, int flags)
+{
+    PyObject *type, *value, *tb;
+    Py_buffer v;
+    int contiguous, readonly;
+
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyObject_GetBuffer(buf, &v, PyBUF_FULL_RO) < 0) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return;
+    }
+    contiguous = PyBuffer_IsContiguous(&v, 'A');
+    readonly = v.readonly;
+    PyBuffer_Release(&v);
+    if (!contiguous) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        PyErr_Format(PyExc_BufferError, "PD.mr(): the %.100s buffer is not "
+                     "contiguous; the device needs one contiguous range "
+                     "(register the underlying object, or a contiguous "
+                     "copy)", Py_TYPE(buf)->tp_name);
+    }
+    else if (readonly && (flags & PyBUF_WRITABLE)) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        PyErr_Format(PyExc_TypeError, "PD.mr(): access 0x%x lets the "
+                     "device write, but the %.100s buffer is read-only",
+                     access, Py_TYPE(buf)->tp_name);
+    }
+    else
+        PyErr_Restore(type, value, tb);
+}
+
 PyObject *
 pyrdma_pd_mr(PyObject *op, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"buf", "access", NULL};
     pyrdma_obj *pd = (pyrdma_obj *)op;
     struct pyrdma_status st = {0};
-    unsigned int access = 0;
+    struct pyrdma_uint acc = {"PD.mr", "access", UINT32_MAX, 0};
+    unsigned int access;
     PyObject *buf;
     pyrdma_MR *mr;
     int flags;
     void *h;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:mr", kwlist, &buf,
-                                     &access))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&:mr", kwlist, &buf,
+                                     pyrdma_uint_conv, &acc))
         return NULL;
+    access = (unsigned int)acc.v;
     if (!pyrdma_obj_check(pd))
         return NULL;
     if (pd->prov->reg_mr == NULL)
@@ -59,13 +101,8 @@ pyrdma_pd_mr(PyObject *op, PyObject *args, PyObject *kw)
         flags |= PyBUF_WRITABLE;
     if (PyObject_GetBuffer(buf, &mr->view, flags) < 0) {
         Py_DECREF(mr);
-        if (PyErr_ExceptionMatches(PyExc_BufferError) &&
-            (flags & PyBUF_WRITABLE)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "PD.mr(): access 0x%x lets the "
-                         "device write, but the %.100s buffer is read-only",
-                         access, Py_TYPE(buf)->tp_name);
-        }
+        if (PyErr_ExceptionMatches(PyExc_BufferError))
+            buffer_refused(buf, access, flags);
         return NULL;
     }
     mr->have_view = 1;
@@ -93,14 +130,17 @@ pyrdma_pd_alloc_mr(PyObject *op, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"length", "access", NULL};
     pyrdma_obj *pd = (pyrdma_obj *)op;
     struct pyrdma_status st = {0};
-    unsigned int access = PYRDMA_ACCESS_LOCAL_WRITE;
+    struct pyrdma_uint acc = {"PD.alloc_mr", "access", UINT32_MAX,
+                              PYRDMA_ACCESS_LOCAL_WRITE};
+    unsigned int access;
     Py_ssize_t length;
     pyrdma_MR *mr;
     void *mem, *h;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|I:alloc_mr", kwlist,
-                                     &length, &access))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|O&:alloc_mr", kwlist,
+                                     &length, pyrdma_uint_conv, &acc))
         return NULL;
+    access = (unsigned int)acc.v;
     if (!pyrdma_obj_check(pd))
         return NULL;
     if (length < 1) {

@@ -505,6 +505,52 @@ pyrdma_fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
 }
 
 int
+pyrdma_uint_conv(PyObject *v, void *p)
+{
+    struct pyrdma_uint *u = p;
+    unsigned long long x;
+    PyObject *i;
+    int overflow = 0;
+    long long sx;
+
+    i = PyNumber_Index(v);
+    if (i == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s(): %s must be an int, not "
+                         "%.100s", u->fname, u->name, Py_TYPE(v)->tp_name);
+        }
+        return 0;
+    }
+    sx = PyLong_AsLongLongAndOverflow(i, &overflow);
+    if (sx == -1 && PyErr_Occurred()) {
+        Py_DECREF(i);
+        return 0;
+    }
+    if (overflow > 0) {
+        x = PyLong_AsUnsignedLongLong(i);
+        if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto range;
+        }
+    }
+    else if (overflow < 0 || sx < 0)
+        goto range;
+    else
+        x = (unsigned long long)sx;
+    if (x > u->max)
+        goto range;
+    Py_DECREF(i);
+    u->v = x;
+    return 1;
+range:
+    PyErr_Format(PyExc_ValueError, "%s(): %s must be in range 0..%llu, "
+                 "not %R", u->fname, u->name, u->max, i);
+    Py_DECREF(i);
+    return 0;
+}
+
+int
 pyrdma_timeout_arg(PyObject *v, double *timeout)
 {
     double t;

@@ -72,6 +72,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
@@ -84,9 +85,12 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,6 +165,7 @@ static struct {
 #define GRH_LEN 40
 #define PORT_MTU IBV_MTU_4096
 #define MAX_MSG (1u << 31)
+#define MAX_MR_SIZE (1ull << 47)    /* device_attr.max_mr_size */
 #define SALT_TRIES 64
 #define DEADLINE_UNSET 1        /* struct slot: the timer has not started */
 
@@ -1073,6 +1078,30 @@ cc_push(struct ucc *cc, struct ucq *cq)
     }
 }
 
+static struct uqp *qp_lookup(uint32_t qpn);
+static void qp_enter_err(struct uqp *q);
+
+/* A full CQ lost a completion of q: q goes to ERR with
+   IBV_EVENT_QP_FATAL, as a NIC's QP does (its outstanding WRs flush; the
+   caller, or the next ACK, completes them).  N.lock held. */
+static void
+qp_cq_lost(struct uqp *q)
+{
+    uint32_t i;
+    if (q == NULL || q->attr.qp_state == IBV_QPS_ERR)
+        return;
+    for (i = q->sq_head; i != q->sq_tail; i++) {
+        struct slot *s = &q->sq[i & q->sq_mask];
+        if (!s->done) {
+            s->done = 1;
+            s->status = IBV_WC_WR_FLUSH_ERR;
+        }
+    }
+    q->err_pending = 1;
+    qp_enter_err(q);
+    ctx_event(q->pd->ctx, IBV_EVENT_QP_FATAL, PYRDMA_EV_QP, q->qp_context);
+}
+
 /* Append a completion; raise the CQ's event if it is armed for it. */
 static void
 cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited)
@@ -1083,6 +1112,7 @@ cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited)
             ctx_event(cq->ctx, IBV_EVENT_CQ_ERR, PYRDMA_EV_CQ,
                       cq->cq_context);
         }
+        qp_cq_lost(qp_lookup(wc->qp_num));
         return;
     }
     cq->ring[cq->tail & cq->mask] = *wc;
@@ -2709,10 +2739,11 @@ same_host(const struct record *r)
 }
 
 /* Find or make the peer for (guid, lid); dgid_known: guid came from a
-   GID.  Return 0 or -1 with *st set.  Called without N.lock. */
+   GID.  Return 0 or -1 with *st set, naming func (the verb resolving the
+   address).  Called without N.lock. */
 static int
 peer_get(uint64_t guid, uint16_t lid, struct peer **out,
-         struct pyrdma_status *st)
+         struct pyrdma_status *st, const char *func)
 {
     struct peer *p = NULL;
     struct record rec;
@@ -2728,7 +2759,7 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         else
             guid = lid_owner(lid);
         if (guid == 0)
-            return pyrdma_fail(st, EHOSTUNREACH, "ibv_modify_qp",
+            return pyrdma_fail(st, EHOSTUNREACH, func,
                                "no fabric node has LID 0x%x on this host "
                                "(rendezvous directory %s); use the GID to "
                                "reach another host", lid, N.dir);
@@ -2782,7 +2813,7 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         if (port == 0 || ip == 0) {
             free(addr);
             free(p);
-            return pyrdma_fail(st, EHOSTUNREACH, "ibv_modify_qp",
+            return pyrdma_fail(st, EHOSTUNREACH, func,
                                "fabric node %016llx is not on this host and "
                                "has no listener (set RDMA_UCX_ADDR on both "
                                "hosts)", (unsigned long long)guid);
@@ -2852,12 +2883,12 @@ ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
         guid = be64toh(guid);
         if (guid == 0)
             return pyrdma_fail(st, EINVAL, func, "the DGID has no GUID");
-        return peer_get(guid, 0, out, st);
+        return peer_get(guid, 0, out, st, func);
     }
     if (a->dlid == 0 || a->dlid >= 0xC000)
         return pyrdma_fail(st, EINVAL, func, "dlid 0x%x is not a unicast "
                            "LID (and the ah_attr has no GRH)", a->dlid);
-    return peer_get(0, a->dlid, out, st);
+    return peer_get(0, a->dlid, out, st, func);
 }
 
 static void
@@ -3282,6 +3313,10 @@ node_up(struct pyrdma_status *st)
        tcp is faster with it).  UCX_RNDV_THRESH overrides. */
     if (getenv("UCX_RNDV_THRESH") == NULL)
         U.config_modify(cfg, "RNDV_THRESH", "256K");
+    /* alloc_mr memory: SysV shared memory (made mode 0600 there), else
+       anonymous memory; never a POSIX segment, whose allocation writes
+       every byte of it to /dev/shm first (see alloc_mr_mem) */
+    U.config_modify(cfg, "ALLOC_PRIO", "md:sysv,mmap");
     memset(&pp, 0, sizeof(pp));
     pp.field_mask = UCP_PARAM_FIELD_FEATURES;
     pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
@@ -3531,7 +3566,7 @@ query_device(void *vc, struct pyrdma_device_attr *a, struct pyrdma_status *st)
     snprintf(a->fw_ver, sizeof(a->fw_ver), "ucx-%u.%u.%u", maj, min, rel);
     a->node_guid = N.guid;
     a->sys_image_guid = N.guid;
-    a->max_mr_size = 1ull << 47;
+    a->max_mr_size = MAX_MR_SIZE;
     a->page_size_cap = 0xfffff000;
     a->vendor_id = 0;
     a->vendor_part_id = 0x5543;
@@ -3711,8 +3746,138 @@ mr_insert(struct umr *mr, struct pyrdma_mr_info *info,
     return 0;
 }
 
+/* Read the first number in file path into *v; return 0, or -1 if there
+   is none ("max", no file). */
+static int
+read_num(const char *path, unsigned long long *v)
+{
+    FILE *f = fopen(path, "re");
+    int n;
+    if (f == NULL)
+        return -1;
+    n = fscanf(f, "%llu", v);
+    fclose(f);
+    return n == 1 ? 0 : -1;
+}
+
+/* The smallest memory limit of the process's memory cgroup and its
+   ancestors (cgroup v2 memory.max, v1 memory.limit_in_bytes);
+   ULLONG_MAX if none. */
+static unsigned long long
+cgroup_mem_limit(void)
+{
+    unsigned long long lim = ULLONG_MAX, v;
+    char line[512], v1[1024] = "", v2[1024] = "", *path, *slash;
+    const char *file;
+    size_t root;
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (f == NULL)
+        return lim;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *c = strchr(line, ':'), *d = c ? strchr(c + 1, ':') : NULL;
+        if (d == NULL)
+            continue;
+        line[strcspn(line, "\n")] = 0;
+        *d = 0;
+        if (strcmp(line, "0") == 0 && c[1] == 0)            /* v2 */
+            snprintf(v2, sizeof(v2), "/sys/fs/cgroup%s", d + 1);
+        else if (strstr(c + 1, "memory") != NULL)          /* v1 */
+            snprintf(v1, sizeof(v1), "/sys/fs/cgroup/memory%s", d + 1);
+    }
+    fclose(f);
+    /* v1's memory controller if it has one (a hybrid layout), else v2 */
+    path = v1[0] ? v1 : v2;
+    file = v1[0] ? "memory.limit_in_bytes" : "memory.max";
+    root = strlen(v1[0] ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup");
+    while (path[0]) {           /* the cgroup, then each ancestor */
+        char fp[1100];
+        snprintf(fp, sizeof(fp), "%s/%s", path, file);
+        if (read_num(fp, &v) == 0 && v < lim)
+            lim = v;
+        slash = strrchr(path, '/');
+        if (slash == NULL || (size_t)(slash - path) < root)
+            break;
+        *slash = 0;
+    }
+    return lim;
+}
+
+/* The most a new allocation can have backed: RAM and swap, the memory
+   cgroup's limit (and swap), and the address space RLIMIT_AS leaves. */
+static unsigned long long
+mem_backable(void)
+{
+    unsigned long long lim = ULLONG_MAX, swap = 0, cg, vm;
+    struct sysinfo si;
+    struct rlimit rl;
+    if (sysinfo(&si) == 0) {
+        swap = (unsigned long long)si.totalswap * si.mem_unit;
+        lim = (unsigned long long)si.totalram * si.mem_unit + swap;
+    }
+    cg = cgroup_mem_limit();
+    if (cg < lim && cg + swap < lim)
+        lim = cg + swap;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        if (read_num("/proc/self/statm", &vm) < 0)
+            vm = 0;
+        vm *= (unsigned long long)sysconf(_SC_PAGESIZE);
+        vm = rl.rlim_cur > vm ? rl.rlim_cur - vm : 0;
+        if (vm < lim)
+            lim = vm;
+    }
+    return lim;
+}
+
+/* What UCX mapped at addr: 1 a SysV segment (its id in *shmid), 0
+   anonymous memory (mmap), -1 anything else or not found. */
+static int
+mem_kind(const void *addr, int *shmid)
+{
+    char line[4096];
+    int kind = -1;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long start, ino;
+        char name[4096] = "";
+        if (sscanf(line, "%llx-%*x %*s %*s %*s %llu %4095s", &start, &ino,
+                   name) < 2 || start != (uintptr_t)addr)
+            continue;
+        if (strncmp(name, "/SYSV", 5) == 0 && ino <= INT32_MAX) {
+            *shmid = (int)ino;  /* a SysV segment's inode is its id */
+            kind = 1;
+        }
+        else if (name[0] == 0 && ino == 0)
+            kind = 0;
+        break;
+    }
+    fclose(f);
+    return kind;
+}
+
+/* Make the SysV segment shmid, just created by this process and attached
+   once (here), private: mode 0600 instead of UCX's 0660.  Return 0, or -1
+   if it cannot be, or if another process attached it in the meantime. */
+static int
+shm_private(int shmid, size_t length)
+{
+    struct shmid_ds ds;
+    if (shmctl(shmid, IPC_STAT, &ds) < 0 || ds.shm_cpid != getpid() ||
+        ds.shm_segsz < length)
+        return -1;
+    ds.shm_perm.mode = (ds.shm_perm.mode & ~0777u) | 0600;
+    if (shmctl(shmid, IPC_SET, &ds) < 0 || shmctl(shmid, IPC_STAT, &ds) < 0)
+        return -1;
+    return (ds.shm_perm.mode & 0777) == 0600 && ds.shm_nattch == 1 ? 0 : -1;
+}
+
 /* PD.alloc_mr memory: UCX allocates it (shared memory a same-host peer
-   can map: the one-sided fast path). */
+   can map: the one-sided fast path).  UCX is asked only for what max_mr_size
+   allows and memory can back (it would otherwise fall back to a POSIX
+   segment and write every byte of it); only SysV segments (made private
+   to the user) or anonymous memory are used (ALLOC_PRIO at init), both
+   zero-filled by the kernel, so no page is touched here. */
 static int
 alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
              struct pyrdma_status *st)
@@ -3723,7 +3888,18 @@ alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     ucs_status_t s;
     size_t rlen = 0;
     void *rbuf = NULL;
+    unsigned long long can;
+    int kind, shmid = -1;
     (void)pd;
+    if (length > MAX_MR_SIZE)
+        return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "alloc_mr(): %zu bytes "
+                           "is more than max_mr_size (%llu)", length,
+                           MAX_MR_SIZE);
+    can = mem_backable();
+    if (length > can)
+        return pyrdma_fail(st, ENOMEM, "mmap", "alloc_mr(): %zu bytes "
+                           "cannot be backed: at most %llu (RAM and swap, "
+                           "the memory cgroup, RLIMIT_AS)", length, can);
     u = calloc(1, sizeof(*u));
     if (u == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");
@@ -3751,7 +3927,15 @@ alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     u->addr = a.address;
     u->len = length;
     u->maplen = (a.length + 4095) & ~(size_t)4095;
-    memset(u->addr, 0, length);
+    kind = mem_kind(u->addr, &shmid);
+    if (kind == 1 && shm_private(shmid, length) < 0) {
+        U.mem_unmap(N.uctx, u->memh);
+        free(u);
+        return pyrdma_fail(st, EACCES, "shmctl", "alloc_mr(): could not make "
+                           "the shared memory segment private (mode 0600)");
+    }
+    if (kind < 0)
+        memset(u->addr, 0, length);     /* not known to be zero-filled */
     if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
         if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
             memcpy(u->rkey, rbuf, rlen);

@@ -20,14 +20,21 @@ pyrdma_pd_srq(PyObject *op, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"max_wr", "max_sge", "srq_limit", NULL};
     pyrdma_obj *pd = (pyrdma_obj *)op;
-    struct pyrdma_srq_attr a = {100, 1, 0};
+    struct pyrdma_srq_attr a;
     struct pyrdma_status st = {0};
+    struct pyrdma_uint wr = {"PD.srq", "max_wr", UINT32_MAX, 100},
+                       sge = {"PD.srq", "max_sge", UINT32_MAX, 1},
+                       lim = {"PD.srq", "srq_limit", UINT32_MAX, 0};
     pyrdma_SRQ *srq;
     void *h;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|III:srq", kwlist, &a.max_wr,
-                                     &a.max_sge, &a.srq_limit))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O&O&:srq", kwlist,
+                                     pyrdma_uint_conv, &wr, pyrdma_uint_conv,
+                                     &sge, pyrdma_uint_conv, &lim))
         return NULL;
+    a.max_wr = (uint32_t)wr.v;
+    a.max_sge = (uint32_t)sge.v;
+    a.srq_limit = (uint32_t)lim.v;
     if (!pyrdma_obj_check(pd))
         return NULL;
     if (pd->prov->create_srq == NULL)
@@ -68,10 +75,17 @@ modify_args(pyrdma_obj *o, PyObject *args, PyObject *kw, PyTypeObject *tp,
                      Py_TYPE(*attr)->tp_name);
         return -1;
     }
-    *mask = mobj == Py_None ? (long)pyrdma_struct_mask(*attr)
-                            : PyLong_AsLong(mobj);
-    if (*mask == -1 && PyErr_Occurred())
-        return -1;
+    if (mobj == Py_None)
+        *mask = (long)pyrdma_struct_mask(*attr);
+    else {
+        /* the verbs take an int mask: never truncated into another one */
+        char fname[32];
+        struct pyrdma_uint m = {fname, "mask", INT32_MAX, 0};
+        PyOS_snprintf(fname, sizeof(fname), "%s.modify", owner);
+        if (!pyrdma_uint_conv(mobj, &m))
+            return -1;
+        *mask = (long)m.v;
+    }
     if (*mask == 0) {
         PyErr_Format(PyExc_ValueError, "%s.modify(): %s", owner, unset);
         return -1;
@@ -299,18 +313,24 @@ pyrdma_pd_qp(PyObject *op, PyObject *args, PyObject *kw)
     PyObject *qp_type, *send_cq = Py_None, *recv_cq = Py_None, *srq = Py_None;
     struct pyrdma_qp_init_attr ia;
     struct pyrdma_status st = {0};
-    unsigned int max_send_wr = 0, max_recv_wr = 0;
-    unsigned int max_send_sge = 1, max_recv_sge = 1, max_inline = 0;
+    struct pyrdma_uint max_send_wr = {"PD.qp", "max_send_wr", UINT32_MAX, 0},
+        max_recv_wr = {"PD.qp", "max_recv_wr", UINT32_MAX, 0},
+        max_send_sge = {"PD.qp", "max_send_sge", UINT32_MAX, 1},
+        max_recv_sge = {"PD.qp", "max_recv_sge", UINT32_MAX, 1},
+        max_inline = {"PD.qp", "max_inline_data", UINT32_MAX, 0};
+    int overflow = 0;
     int sq_sig_all = 1;
     pyrdma_QP *qp;
     long t;
     void *h;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|IOIOOpIII:qp", kwlist,
-                                     &qp_type, &max_send_wr, &send_cq,
-                                     &max_recv_wr, &recv_cq, &srq,
-                                     &sq_sig_all, &max_send_sge,
-                                     &max_recv_sge, &max_inline))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&OO&OOpO&O&O&:qp", kwlist,
+                                     &qp_type, pyrdma_uint_conv, &max_send_wr,
+                                     &send_cq, pyrdma_uint_conv, &max_recv_wr,
+                                     &recv_cq, &srq, &sq_sig_all,
+                                     pyrdma_uint_conv, &max_send_sge,
+                                     pyrdma_uint_conv, &max_recv_sge,
+                                     pyrdma_uint_conv, &max_inline))
         return NULL;
     if (!pyrdma_obj_check(pd))
         return NULL;
@@ -334,21 +354,23 @@ pyrdma_pd_qp(PyObject *op, PyObject *args, PyObject *kw)
         srq = slots[PYRDMA_INIT_SRQ] ? slots[PYRDMA_INIT_SRQ] : Py_None;
     }
     else {
-        t = PyLong_AsLong(qp_type);
+        t = PyLong_AsLongAndOverflow(qp_type, &overflow);
         if (t == -1 && PyErr_Occurred())
             return NULL;
-        ia.qp_type = (int32_t)t;
+        /* out of int32 range: not a QP type (never truncated into one) */
+        ia.qp_type = overflow || t < INT32_MIN || t > INT32_MAX
+                     ? -1 : (int32_t)t;
         ia.sq_sig_all = sq_sig_all;
-        ia.cap.max_send_wr = max_send_wr;
-        ia.cap.max_recv_wr = max_recv_wr;
-        ia.cap.max_send_sge = max_send_sge;
-        ia.cap.max_recv_sge = max_recv_sge;
-        ia.cap.max_inline_data = max_inline;
+        ia.cap.max_send_wr = (uint32_t)max_send_wr.v;
+        ia.cap.max_recv_wr = (uint32_t)max_recv_wr.v;
+        ia.cap.max_send_sge = (uint32_t)max_send_sge.v;
+        ia.cap.max_recv_sge = (uint32_t)max_recv_sge.v;
+        ia.cap.max_inline_data = (uint32_t)max_inline.v;
     }
     if (ia.qp_type != PYRDMA_QPT_RC && ia.qp_type != PYRDMA_QPT_UC &&
         ia.qp_type != PYRDMA_QPT_UD) {
         PyErr_Format(PyExc_ValueError, "PD.qp(): qp_type must be IBV_QPT_RC, "
-                     "IBV_QPT_UC or IBV_QPT_UD, not %d", (int)ia.qp_type);
+                     "IBV_QPT_UC or IBV_QPT_UD, not %R", qp_type);
         return NULL;
     }
     if (send_cq == Py_None || recv_cq == Py_None) {
@@ -415,15 +437,19 @@ qp_query(PyObject *op, PyObject *args, PyObject *kw)
     pyrdma_QP *qp = (pyrdma_QP *)op;
     struct pyrdma_status st = {0};
     struct pyrdma_qp_attr a;
-    long mask = 0x3FFFFFF & ~PYRDMA_QP_RATE_LIMIT;
+    struct pyrdma_uint m = {"QP.query", "mask", INT32_MAX,
+                            0x3FFFFFF & ~PYRDMA_QP_RATE_LIMIT};
+    int mask;
     PyObject *res;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|l:query", kwlist, &mask))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&:query", kwlist,
+                                     pyrdma_uint_conv, &m))
         return NULL;
+    mask = (int)m.v;
     if (!pyrdma_obj_check(&qp->o))
         return NULL;
     memset(&a, 0, sizeof(a));
-    if (qp->o.prov->query_qp(qp->o.h, &a, (int)mask, &st) < 0)
+    if (qp->o.prov->query_qp(qp->o.h, &a, mask, &st) < 0)
         return pyrdma_raise_status(qp->o.state, &st);
     res = pyrdma_struct_new(qp->o.state->qp_attr, &a, sizeof(a));
     return res;
@@ -438,15 +464,16 @@ qp_bind_mw(PyObject *op, PyObject *args, PyObject *kw)
     struct pyrdma_status st = {0};
     struct pyrdma_mw_bind_info bi;
     const struct pyrdma_py_mw_bind_info *d;
-    unsigned long long wr_id = 0;
-    unsigned int flags = PYRDMA_SEND_SIGNALED;
+    struct pyrdma_uint wr_id = {"QP.bind_mw", "wr_id", UINT64_MAX, 0},
+        flags = {"QP.bind_mw", "send_flags", UINT32_MAX, PYRDMA_SEND_SIGNALED};
     PyObject *mwo, *info, *mro;
     pyrdma_MW *mw;
     uint32_t rkey;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|KI:bind_mw", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|O&O&:bind_mw", kwlist,
                                      S->MWType, &mwo, S->mw_bind_info, &info,
-                                     &wr_id, &flags))
+                                     pyrdma_uint_conv, &wr_id,
+                                     pyrdma_uint_conv, &flags))
         return NULL;
     mw = (pyrdma_MW *)mwo;
     if (!pyrdma_obj_check(&qp->o) || !pyrdma_obj_check(&mw->o))
@@ -472,7 +499,8 @@ qp_bind_mw(PyObject *op, PyObject *args, PyObject *kw)
     bi.addr = d->addr;
     bi.length = d->length;
     bi.mw_access_flags = d->mw_access_flags;
-    if (qp->o.prov->bind_mw(qp->o.h, mw->o.h, wr_id, flags, &bi, &rkey,
+    if (qp->o.prov->bind_mw(qp->o.h, mw->o.h, wr_id.v,
+                              (unsigned int)flags.v, &bi, &rkey,
                             &st) < 0)
         return pyrdma_raise_status(S, &st);
     mw->rkey = rkey;
@@ -503,13 +531,17 @@ qp_mcast(PyObject *op, PyObject *args, int attach)
     pyrdma_QP *qp = (pyrdma_QP *)op;
     struct pyrdma_status st = {0};
     PyObject *gid;
-    unsigned short lid = 0;
+    struct pyrdma_uint lidarg = {attach ? "QP.attach_mcast" :
+                                 "QP.detach_mcast", "lid", UINT16_MAX, 0};
+    unsigned short lid;
     uint8_t raw[16];
     int rc;
 
-    if (!PyArg_ParseTuple(args, attach ? "O|H:attach_mcast" :
-                          "O|H:detach_mcast", &gid, &lid))
+    if (!PyArg_ParseTuple(args, attach ? "O|O&:attach_mcast" :
+                          "O|O&:detach_mcast", &gid, pyrdma_uint_conv,
+                          &lidarg))
         return NULL;
+    lid = (unsigned short)lidarg.v;
     if (!pyrdma_obj_check(&qp->o))
         return NULL;
     if (PyTuple_GET_SIZE(args) == 1 && PyObject_HasAttrString(gid, "DGID")) {
@@ -575,12 +607,15 @@ static PyObject *
 qp_modify_to_init(PyObject *op, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "qp_access_flags", NULL};
+    struct pyrdma_uint acc = {"QP.modify_to_init", "qp_access_flags", UINT32_MAX,
+                              0};
+    unsigned int access;
     PyObject *path;
-    unsigned int access = 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:modify_to_init", kwlist,
-                                     &path, &access))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&:modify_to_init", kwlist,
+                                     &path, pyrdma_uint_conv, &acc))
         return NULL;
+    access = (unsigned int)acc.v;
     if (modify_to((pyrdma_QP *)op, path, 1, access) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -606,12 +641,15 @@ static PyObject *
 qp_establish(PyObject *op, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "qp_access_flags", NULL};
+    struct pyrdma_uint acc = {"QP.establish", "qp_access_flags", UINT32_MAX,
+                              0};
+    unsigned int access;
     PyObject *path;
-    unsigned int access = 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:establish", kwlist,
-                                     &path, &access))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&:establish", kwlist,
+                                     &path, pyrdma_uint_conv, &acc))
         return NULL;
+    access = (unsigned int)acc.v;
     if (modify_to((pyrdma_QP *)op, path, 1, access) < 0 ||
         modify_to((pyrdma_QP *)op, path, 2, 0) < 0 ||
         modify_to((pyrdma_QP *)op, path, 3, 0) < 0)

@@ -284,6 +284,18 @@ pyrdma_obj *pyrdma_obj_new(PyTypeObject *tp, const struct pyrdma_objkind *kind,
 int pyrdma_fast_args(const char *fname, PyObject *const *args,
                      Py_ssize_t nargs, PyObject *kwnames,
                      const char *const *names, int nreq, PyObject **out);
+/* An unsigned integer argument, range-checked: PyArg_Parse's "I", "H",
+   "k" and "K" truncate silently (-1 becomes 0xffffffff), so methods take
+   such arguments with "O&", pyrdma_uint_conv and one of these. */
+struct pyrdma_uint {
+    const char *fname;          /* the method, for messages */
+    const char *name;           /* the argument, for messages */
+    unsigned long long max;     /* the largest value accepted (min: 0) */
+    unsigned long long v;       /* in: the default; out: the value */
+};
+/* "O&" converter for a struct pyrdma_uint: 1, or 0 with TypeError (not an
+   integer) or ValueError (out of range) naming the argument. */
+int pyrdma_uint_conv(PyObject *v, void *p);
 /* Parse a timeout (None: forever -> -1); return 0 or -1 with an error. */
 int pyrdma_timeout_arg(PyObject *v, double *timeout);
 /* Wait for *fdp to be readable with the GIL released, in short slices

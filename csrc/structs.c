@@ -805,12 +805,33 @@ s_traverse(PyObject *op, visitproc visit, void *arg)
     return 0;
 }
 
+/* Drop a send_wr/recv_wr next chain without recursing: each link only this
+   chain holds is emptied of its own next before it is released, so freeing
+   a million links takes a loop, not a million nested deallocs. */
+static void
+clear_next_chain(pyrdma_Struct *self)
+{
+    PyObject *n = sslots(self)[PYRDMA_WR_NEXT];
+
+    sslots(self)[PYRDMA_WR_NEXT] = NULL;
+    while (n != NULL && Py_REFCNT(n) == 1 &&
+           ((pyrdma_Struct *)n)->def == self->def) {
+        PyObject *after = sslots((pyrdma_Struct *)n)[PYRDMA_WR_NEXT];
+        sslots((pyrdma_Struct *)n)[PYRDMA_WR_NEXT] = NULL;
+        Py_DECREF(n);           /* its next is empty: no recursion */
+        n = after;
+    }
+    Py_XDECREF(n);              /* shared: someone else still holds it */
+}
+
 static int
 s_clear(PyObject *op)
 {
     pyrdma_Struct *self = (pyrdma_Struct *)op;
     int i;
 
+    if (self->def == &send_wr_def || self->def == &recv_wr_def)
+        clear_next_chain(self);
     for (i = 0; i < self->def->nslots; i++)
         Py_CLEAR(sslots(self)[i]);
     return 0;

@@ -1,5 +1,6 @@
 """PD.alloc_mr: library-owned registered memory, on the software fabric."""
 import gc
+import os
 
 import pytest
 
@@ -73,3 +74,92 @@ def test_alloc_mr_rdma_write_between_qps():
         wcs = list(rdma.vtools.CQPoller(cq).iterwc(count=1, timeout=10))
         assert wcs and wcs[0].status == ibv.IBV_WC_SUCCESS
         assert bytes(dst.buf[64:72]) == b"fabric!!"
+
+
+def _mapping_of(addr):
+    """(inode, path) of the mapping that starts at addr in this process."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if int(parts[0].split("-")[0], 16) == addr:
+                return int(parts[4]), parts[5].strip() if len(parts) > 5 else ""
+    raise AssertionError(f"no mapping starts at {addr:#x}")
+
+
+def _rss_kib():
+    """Resident anonymous + shared memory of this process, in KiB."""
+    with open("/proc/self/status") as f:
+        st = dict(line.split(":", 1) for line in f)
+    return sum(int(st[k].split()[0]) for k in ("RssAnon", "RssShmem"))
+
+
+def test_alloc_mr_touches_no_page():
+    """alloc_mr(256 MiB) maps zero-filled memory without writing it (it used
+    to memset every byte, so a huge alloc_mr filled RAM)."""
+    with rdma.get_verbs(_fabric_port()) as ctx:
+        pd = ctx.pd()
+        before = _rss_kib()
+        mr = pd.alloc_mr(256 << 20)
+        grown = _rss_kib() - before
+        assert grown < 32 << 10, f"alloc_mr made {grown} KiB resident"
+        view = mr.buf
+        assert view[0] == 0 and view[(128 << 20) + 5] == 0 and view[-1] == 0
+        del view
+        mr.close()
+
+
+def _attach_as(shmid, uid=None, gid=None):
+    """shmat(shmid) in a forked child, as uid/gid if given (no exec: the
+    interpreter need not be reachable by that user); "attached" or
+    "refused: <reason>"."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                        # the child: no Python teardown
+        code = 1
+        try:
+            os.close(r)
+            if gid is not None:
+                os.setgroups([gid])
+                os.setgid(gid)
+            if uid is not None:
+                os.setuid(uid)
+            a = libc.shmat(shmid, None, 0)
+            if a in (None, ctypes.c_void_p(-1).value):
+                msg = "refused: " + os.strerror(ctypes.get_errno())
+            else:
+                msg = "attached"
+            os.write(w, msg.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read().decode()
+    os.waitpid(pid, 0)
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch uid")
+def test_alloc_mr_memory_is_private_to_the_user():
+    """alloc_mr's shared memory segment is mode 0600: a process of another
+    user in the owner's group cannot attach it (UCX makes SysV segments
+    0660, which let that process read and write the memory)."""
+    with rdma.get_verbs(_fabric_port()) as ctx:
+        pd = ctx.pd()
+        mr = pd.alloc_mr(1 << 20, ibv.IBV_ACCESS_LOCAL_WRITE |
+                         ibv.IBV_ACCESS_REMOTE_WRITE)
+        ino, path = _mapping_of(mr.addr)
+        assert path.startswith("/SYSV"), path   # the one-sided fast path's
+        with open("/proc/sysvipc/shm") as f:
+            rows = {int(r.split()[1]): r.split() for r in f.read().splitlines()[1:]}
+        row = rows[ino]                          # a SysV segment's inode is its id
+        mode, gid = int(row[2], 8) & 0o777, int(row[8])
+        got = _attach_as(ino, uid=65534, gid=gid)
+        assert mode == 0o600 and got.startswith("refused"), (oct(mode), got)
+        # the owner (same uid) still attaches it: the fast path's peers
+        assert _attach_as(ino) == "attached"
+        mr.close()

@@ -485,3 +485,130 @@ def test_wcerror_decodes(pair_factory):
     assert e.qp is None and (e.wc is wc or e.wc == wc)
     e2 = ibv.WCError(ibv.wc(status=ibv.IBV_WC_RNR_RETRY_EXC_ERR))
     assert "IBV_WC_RNR_RETRY_EXC_ERR" in str(e2)
+
+
+# --------------------------------------------------------------------------
+# argument ranges and the names in error messages (issue 17 item 10)
+
+@pytest.mark.parametrize("bad", [-1, 2**32, 2**40, 2**70, -(2**70)])
+def test_access_flags_out_of_range(ctx, bad):
+    """pd.mr / pd.alloc_mr / qp.modify_to_init reject access flags outside
+    0..2**32-1, naming the argument, instead of truncating them (-1 used to
+    become 0xffffffff and 2**40 became 0)."""
+    buf = bytearray(64)
+    with ctx.pd() as pd:
+        with pytest.raises((ValueError, OverflowError), match="access"):
+            pd.mr(buf, bad)
+        with pytest.raises((ValueError, OverflowError), match="access"):
+            pd.mr(buf, access=bad)
+        with pytest.raises((ValueError, OverflowError), match="access"):
+            pd.alloc_mr(4096, bad)
+        with pytest.raises(TypeError, match="access"):
+            pd.mr(buf, 1.0)
+        cq = pd.cq(4)
+        qp = pd.qp(RC, 4, cq, 4, cq)
+        with pytest.raises((ValueError, OverflowError), match="access"):
+            qp.modify_to_init(None, bad)
+        with pytest.raises((ValueError, OverflowError), match="access"):
+            qp.establish(None, bad)
+        qp.close()
+        cq.close()
+        buf.extend(b"x")            # nothing was left registered
+
+
+@pytest.mark.parametrize("field", ["max_send_wr", "max_recv_wr",
+                                   "max_send_sge", "max_recv_sge",
+                                   "max_inline_data"])
+@pytest.mark.parametrize("bad", [-1, 2**32, 2**64])
+def test_qp_capacities_out_of_range(ctx, field, bad):
+    """pd.qp(...) capacities are range-checked, naming the argument."""
+    with ctx.pd() as pd, pd.cq(4) as cq:
+        kw = dict(max_send_wr=4, max_recv_wr=4)
+        kw[field] = bad
+        with pytest.raises((ValueError, OverflowError), match=field):
+            pd.qp(RC, send_cq=cq, recv_cq=cq, **kw)
+
+
+@pytest.mark.parametrize("field", ["max_wr", "max_sge", "srq_limit"])
+def test_srq_attributes_out_of_range(ctx, field):
+    with ctx.pd() as pd:
+        for bad in (-1, 2**32):
+            with pytest.raises((ValueError, OverflowError), match=field):
+                pd.srq(**{field: bad})
+
+
+def test_cq_and_mask_arguments_out_of_range(ctx):
+    """ctx.cq nelems/vec and QP.modify/QP.query masks are range-checked,
+    naming the argument (a mask of 2**40 | IBV_QP_STATE used to be
+    truncated to IBV_QP_STATE)."""
+    for kw in ({"nelems": 2**40}, {"nelems": -1}, {"vec": -1},
+               {"vec": 2**31}):
+        with pytest.raises((ValueError, OverflowError),
+                           match=next(iter(kw))):
+            ctx.cq(**kw)
+    with ctx.pd() as pd, pd.cq(4) as cq:
+        qp = pd.qp(RC, 4, cq, 4, cq)
+        attr = ibv.qp_attr(qp_state=ibv.IBV_QPS_INIT, port_num=1,
+                           pkey_index=0, qp_access_flags=0)
+        for bad in (-1, 2**40 | ibv.IBV_QP_STATE, 2**31):
+            with pytest.raises((ValueError, OverflowError), match="mask"):
+                qp.modify(attr, bad)
+            with pytest.raises((ValueError, OverflowError), match="mask"):
+                qp.query(bad)
+        assert qp.query(ibv.IBV_QP_STATE).qp_state == ibv.IBV_QPS_RESET
+        qp.close()
+
+
+def test_mcast_lid_out_of_range(pair_factory):
+    """attach_mcast's lid is a 16-bit number: checked before the provider
+    is asked (which may not support multicast)."""
+    a, b = pair_factory(UD)
+    for bad in (-1, 2**16):
+        with pytest.raises((ValueError, OverflowError), match="lid"):
+            a.qp.attach_mcast("ff12:401b::1", bad)
+
+
+def test_query_gid_index_out_of_range_message(ctx):
+    """query_gid/query_pkey with an index beyond int range say the range,
+    not "must be >= 0"."""
+    for call in (ctx.query_gid, ctx.query_pkey):
+        for bad in (2**31, 2**70, -1):
+            with pytest.raises((ValueError, OverflowError)) as ei:
+                call(1, bad)
+            msg = str(ei.value)
+            assert "index" in msg and "2147483647" in msg, msg
+
+
+def test_ah_unreachable_names_create_ah(ctx, provider):
+    """pd.ah() to an address nobody answers names ibv_create_ah (it named
+    ibv_modify_qp on the fabric); rxe may create the AH, which is fine."""
+    from rdma.IBA import GID
+    with ctx.pd() as pd:
+        for attr in (ibv.ah_attr(is_global=0, port_num=1, dlid=0xbeef),
+                     ibv.ah_attr(is_global=1, port_num=1, dlid=0,
+                                 grh=ibv.global_route(
+                                     dgid=GID("fe80::7:0:0:1"),
+                                     sgid_index=0, hop_limit=1))):
+            try:
+                pd.ah(attr).close()
+            except rdma.SysError as e:
+                assert e.func == "ibv_create_ah", e
+            else:
+                assert provider != "ucx", "the fabric created an AH to nowhere"
+
+
+def test_mr_non_contiguous_buffer_message(ctx):
+    """A non-contiguous memoryview is refused as not contiguous, not as
+    read-only (issue 14 item 7)."""
+    buf = bytearray(64)
+    view = memoryview(buf)[::2]
+    with ctx.pd() as pd:
+        for acc in (LW, ibv.IBV_ACCESS_REMOTE_READ):
+            with pytest.raises((BufferError, TypeError, ValueError)) as ei:
+                pd.mr(view, acc)
+            msg = str(ei.value)
+            assert "contiguous" in msg and "read-only" not in msg, msg
+        # a read-only buffer with write access still says read-only
+        with pytest.raises((BufferError, TypeError, ValueError),
+                           match="read-only"):
+            pd.mr(memoryview(bytes(8)), LW)

@@ -13,8 +13,8 @@ import pytest
 
 import rdma
 import rdma.ibverbs as ibv
-from verbs_fixtures import (Side, connect, check_ok, poll_cq,
-                            expect_no_completion, run_py, wait_for)
+from verbs_fixtures import (Side, connect, check_ok, differs, poll_cq,
+                            expect_no_completion, qp_state, run_py, wait_for)
 
 pytest_plugins = ["verbs_fixtures"]
 
@@ -394,6 +394,81 @@ def test_cq_overflow_event(ctx):
         assert ev is not None, "no async event for the CQ overrun"
         assert ev.event_type == ibv.IBV_EVENT_CQ_ERR, ev
         assert ev.element is a.send_cq
+    finally:
+        a.close()
+        b.close()
+
+
+def _events_until(ctx, want, timeout=10.0):
+    """Collect async events until every (event_type, element) of *want* has
+    been seen; return them all."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while not all(any(e.event_type == t and e.element is el for e in seen)
+                  for t, el in want):
+        left = deadline - time.monotonic()
+        ev = ctx.get_async_event(timeout=max(left, 0)) if left > 0 else None
+        if ev is None:
+            break
+        seen.append(ev)
+    return seen
+
+
+def test_recv_cq_overrun_moves_qp_to_error(ctx, provider):
+    """A receive CQ that overflows: IBV_EVENT_CQ_ERR on the CQ, and the QP
+    whose completion was lost goes to ERR (rxe's responder: RESPST_ERROR);
+    the fabric also raises IBV_EVENT_QP_FATAL on it, as a NIC does."""
+    a = Side(ctx, RC, max_send_wr=64)
+    b = Side(ctx, RC, cqe=4, max_recv_wr=64)
+    try:
+        n = b.recv_cq.cqe + 4
+        assert n <= 64, b.recv_cq.cqe
+        connect(a, b)
+        for i in range(n):
+            b.post_recv(wr_id=i, off=0, length=64)
+        a.qp.post_send([a.send_wr(b, wr_id=i) for i in range(n)])
+        want = [(ibv.IBV_EVENT_CQ_ERR, b.recv_cq)]
+        if differs(provider, "cq-overrun"):
+            want.append((ibv.IBV_EVENT_QP_FATAL, b.qp))
+        evs = _events_until(ctx, want)
+        got = [(e.event_type, e.element) for e in evs]
+        for t, el in want:
+            assert any(e.event_type == t and e.element is el for e in evs), \
+                (t, got)
+        wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR, 10,
+                 "the QP whose completion was lost to go to ERR")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_send_cq_overrun_qp_state(ctx, provider):
+    """A send CQ that overflows: IBV_EVENT_CQ_ERR; on the fabric the QP
+    goes to ERR with IBV_EVENT_QP_FATAL and later WRs flush, as on a NIC
+    (rxe, kernel 6.1, drops the completion and leaves the QP in RTS)."""
+    a = Side(ctx, RC, cqe=4, max_send_wr=64)
+    b = Side(ctx, RC)
+    try:
+        connect(a, b)
+        n = a.send_cq.cqe + 8
+        a.qp.post_send([a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=i)
+                        for i in range(n)])
+        want = [(ibv.IBV_EVENT_CQ_ERR, a.send_cq)]
+        fabric = differs(provider, "cq-overrun")
+        if fabric:
+            want.append((ibv.IBV_EVENT_QP_FATAL, a.qp))
+        evs = _events_until(ctx, want)
+        got = [(e.event_type, e.element) for e in evs]
+        for t, el in want:
+            assert any(e.event_type == t and e.element is el for e in evs), \
+                (t, got)
+        if not fabric:
+            return
+        assert qp_state(a.qp) == ibv.IBV_QPS_ERR
+        a.send_cq.poll(64)              # make room: later WRs flush
+        a.qp.post_send(a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=99))
+        wc = poll_cq(a.send_cq)[-1]
+        assert (wc.wr_id, wc.status) == (99, ibv.IBV_WC_WR_FLUSH_ERR)
     finally:
         a.close()
         b.close()

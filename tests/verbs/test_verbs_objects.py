@@ -6,6 +6,7 @@ import ctypes
 import errno
 import gc
 import mmap
+import os
 import random
 import warnings
 
@@ -711,3 +712,88 @@ def test_lifetime_and_data_path_under_asan(variant, provider):
     assert "AddressSanitizer" not in res.stderr, res.stderr[-6000:]
     assert res.returncode == 0 and "done" in res.stdout, res.stderr[-6000:]
     assert res.stdout.startswith(str(d)), res.stdout   # the ASan build ran
+
+
+# --------------------------------------------------------------------------
+# PD.alloc_mr larger than memory (issue 17 item 1)
+
+_ALLOC_HUGE = r"""
+import errno, os, resource, sys
+sys.path.insert(0, os.environ["TEST_DIR"])
+import rdma
+from verbs_fixtures import open_end_port
+
+ctx = rdma.get_verbs(open_end_port(os.environ["TEST_PROVIDER"]))
+pd = ctx.pd()
+page = os.sysconf("SC_PAGE_SIZE")
+with open("/proc/self/statm") as f:
+    vm = int(f.read().split()[0]) * page
+# safety belts: no file (a /dev/shm segment included) grows past 64 MiB
+# (SIGXFSZ kills the process instead), and 1 GiB more address space
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
+mr = pd.alloc_mr(16 << 20)
+assert bytes(mr.buf[:64]) == bytes(64) and bytes(mr.buf[-64:]) == bytes(64)
+mr.close()
+del mr
+for n in (2 << 30, 64 << 30, 1 << 40, 1 << 62):
+    try:
+        pd.alloc_mr(n)
+    except rdma.SysError as e:
+        print("RESULT", n, errno.errorcode.get(e.errno), e.func, flush=True)
+    else:
+        print("RESULT", n, "allocated -", flush=True)
+ctx.close()
+print("done", flush=True)
+"""
+
+
+def _shm_state():
+    """The ucx_shm_posix_* files in /dev/shm and the ids of SysV segments."""
+    posix = {n for n in os.listdir("/dev/shm") if n.startswith("ucx_shm_")}
+    with open("/proc/sysvipc/shm") as f:
+        rows = [line.split() for line in f.read().splitlines()[1:]]
+    return posix, {(int(r[1]), int(r[4])) for r in rows}
+
+
+def test_alloc_mr_larger_than_memory(provider):
+    """pd.alloc_mr(n) beyond what memory (here: RLIMIT_AS) or max_mr_size
+    can back fails with ENOMEM naming the call, at once, and leaves no
+    shared memory segment behind.  On the fabric it used to fall back to a
+    POSIX segment and write every byte of it (filling /dev/shm); the child
+    runs with RLIMIT_FSIZE so that would kill it, not the machine."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    posix0, sysv0 = _shm_state()
+    p = subprocess.Popen([sys.executable, "-P", "-c", _ALLOC_HUGE],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True,
+                         env=dict(os.environ, TEST_PROVIDER=provider,
+                                  TEST_DIR=str(Path(__file__).parent)))
+    try:
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    posix1, sysv1 = _shm_state()
+    left = posix1 - posix0
+    for n in left:                  # never leave them on the machine
+        try:
+            os.unlink(os.path.join("/dev/shm", n))
+        except OSError:
+            pass
+    assert p.returncode == 0 and out.endswith("done\n"), (
+        p.returncode, out, err[-3000:])
+    lines = [ln.split()[1:] for ln in out.splitlines()
+             if ln.startswith("RESULT ")]
+    assert len(lines) == 4, out
+    for n, errname, func in lines:
+        assert errname == "ENOMEM" and func in ("mmap", "ibv_reg_mr"), (
+            n, errname, func, out)
+    # the fabric refuses before UCX is asked: no POSIX segment was written
+    assert "mm_posix" not in out + err, out + err
+    assert not left, f"POSIX segments left behind: {left}"
+    leaked = [s for s in sysv1 - sysv0 if s[1] == p.pid]
+    assert not leaked, f"SysV segments of the exited child: {leaked}"

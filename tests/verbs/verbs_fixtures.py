@@ -166,6 +166,10 @@ DIFFERENCES = {
     "len-err-status": "a receive too small ends as LOC_LEN_ERR (RC "
                       "requester: REM_INV_REQ_ERR); rxe: LOC_QP_OP_ERR "
                       "(REM_OP_ERR)",
+    "cq-overrun": "a QP whose completion a full CQ lost goes to ERR with "
+                  "IBV_EVENT_QP_FATAL, send side too (rxe: the responder "
+                  "goes to ERR without the event; the requester stays in "
+                  "RTS)",
 }
 #: The providers that show each difference (every other one behaves as rxe).
 DIFFERENT_PROVIDERS = {"ucx"}
