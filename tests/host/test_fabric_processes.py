@@ -189,7 +189,7 @@ def test_files_of_killed_processes_are_swept(tmp_path):
     removes those of dead processes, keeps a live node's, and touches
     nothing that is not the fabric's."""
     d = tmp_path / "fabric"
-    d.mkdir()
+    d.mkdir(mode=0o700)         # a rendezvous directory is the user's alone
     env = dict(os.environ, **SHM, RDMA_UCX_DIR=str(d))
     live, live_pid = _node("wait", env)
     try:
