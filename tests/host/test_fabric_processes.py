@@ -213,6 +213,7 @@ def test_files_of_killed_processes_are_swept(tmp_path):
         ring = "ring-00000000deadbeef-00000000feedf00d"
         (d / ring).write_bytes(struct.pack("<IIi", 0x474E4952, 2, dead[0])
                                + bytes(64))
+        (d / ring).chmod(0o600)         # as a node makes it (else ignored)
         (d / f"notes.tmp{dead[0]}").write_text("mine")
         (d / "README").write_text("mine")
         checker, _ = _node("wait", env)
