@@ -145,7 +145,7 @@ def gil_check(ms):
     return ticks, waited
 
 
-def mad(op, *args, **kw):
+def madop(op, *args, **kw):
     """Run ``mad_ops.<op>`` (the transactor and scheduler tests)."""
     import mad_ops
     return getattr(mad_ops, op)(get(), *args, **kw)
