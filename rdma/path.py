@@ -24,7 +24,7 @@ import rdma.ibverbs as ibv
 from rdma import IBA
 from rdma.IBA import GID, GUID
 
-__all__ = ["Path", "IBPath", "fill_path", "resolve_path", "from_string",
+__all__ = ["Path", "IBPath", "IBDRPath", "fill_path", "resolve_path", "from_string",
            "from_spec_string", "WCPath", "get_mad_path"]
 
 
@@ -444,6 +444,189 @@ class IBPath(Path):
         return f"Path {res} SL={self.SL} PKey=0x{self.pkey:x} DQPN={self.dqpn}"
 
 
+
+#: The longest directed route: 63 hops (IBA 14.2.2: HopCount is 6 bits).
+DR_MAX_HOPS = 63
+
+
+def _dr_bytes(value: Any) -> bytes:
+    """Check and convert a directed route to bytes: element 0 is 0, then
+    one egress port (0..254) per hop, at most :data:`DR_MAX_HOPS` hops.
+    Accepts bytes-like objects, sequences of ints and ``"0,1,3"``."""
+    if isinstance(value, str):
+        return _parse_dr(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        b = bytes(value)
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            raise TypeError(f"drPath must be bytes or a sequence of port "
+                            f"numbers, not {type(value).__name__}") from None
+        for i in items:
+            if not isinstance(i, int) or isinstance(i, bool):
+                raise TypeError(f"drPath element {i!r} is not an int")
+            if not 0 <= i <= 254:
+                raise ValueError(f"drPath port {i} is not in 0..254")
+        b = bytes(items)
+    if not b:
+        raise ValueError("drPath is empty: it starts with 0 (the local "
+                         "port)")
+    if b[0] != 0:
+        raise ValueError(f"drPath must start with 0, not {b[0]}")
+    if len(b) - 1 > DR_MAX_HOPS:
+        raise ValueError(f"drPath has {len(b) - 1} hops; at most "
+                         f"{DR_MAX_HOPS}")
+    if 255 in b:
+        raise ValueError("drPath port 255 is not a port")
+    return b
+
+
+def _parse_dr(s: str, sep: str = ",") -> bytes:
+    """Parse ``"0,1,3"`` (a trailing separator is allowed)."""
+    parts = [p.strip() for p in s.strip().split(sep)]
+    if parts and parts[-1] == "" and len(parts) > 1:
+        parts.pop()
+    try:
+        ports = [int(p, 10) for p in parts]
+    except ValueError:
+        raise ValueError(f"invalid directed route {s!r}: ports are "
+                         f"decimal numbers separated by {sep!r}") from None
+    try:
+        return _dr_bytes(ports)
+    except ValueError as e:
+        raise ValueError(f"invalid directed route {s!r}: {e}") from None
+
+
+def _format_dr(v: bytes) -> str:
+    # python-rdma's repr form: "0:1:3:" (no commas, so that the path spec
+    # parser can split on them).
+    return "".join(f"{i}:" for i in v)
+
+
+def _lid_fmt(v: int) -> str:
+    return f"0x{v:x}" if v >= IBA.LID_MULTICAST else str(v)
+
+
+class IBDRPath(IBPath):
+    """A directed route to an SMP target (IBA 14.2.2): SMPs on VL15 to
+    QP0, the route given hop by hop in :attr:`drPath`.
+
+    ``drPath[0]`` is always 0; ``drPath[i]`` is the port the SMP leaves
+    through at hop *i* (for an HCA the first is its own port number).
+    ``IBDRPath(end_port)`` is the route to the local port (``drPath`` =
+    ``b"\\0"``).  A route can start with a LID-routed part (:attr:`DLID`
+    is the LID of the first node of the directed part and :attr:`drSLID`
+    our LID) and end with one (:attr:`drDLID`); both are the permissive
+    LID 0xFFFF for a route that is directed all the way.
+
+    ``str(path)`` is python-rdma's ``DR Path (0, 1, 3)``; the string form
+    of :func:`from_string` is ``0,1,3`` (infiniband-diags' ``-D``).
+    """
+
+    #: LRH.DLID: permissive unless the route starts LID-routed.
+    DLID = IBA.LID_PERMISSIVE
+    #: LRH.SLID: permissive unless the route starts LID-routed.
+    SLID = IBA.LID_PERMISSIVE
+    #: SMP DrSLID: the LID the reply is LID-routed to at its end.
+    drSLID = IBA.LID_PERMISSIVE
+    #: SMP DrDLID: the LID routed to after the directed part.
+    drDLID = IBA.LID_PERMISSIVE
+    #: SMP InitialPath: 0, then one egress port per hop (bytes);
+    #: ``len(drPath) - 1`` is the SMP's HopCount.
+    drPath = b"\0"
+    #: The ingress port at each hop (SMP ReturnPath of a reply), when
+    #: known: :meth:`reverse` needs it.  None, or bytes as long as
+    #: :attr:`drPath` (element 0 unused).
+    returnPath = None
+    #: SMPs go to QP0, from QP0, with the QP0 Q_Key.
+    dqpn = 0
+    sqpn = 0
+    qkey = IBA.IB_DEFAULT_QP0_QKEY
+
+    _format_drPath = staticmethod(_format_dr)
+    _format_returnPath = staticmethod(
+        lambda v: "None" if v is None else _format_dr(v))
+    _format_DLID = staticmethod(_lid_fmt)
+    _format_SLID = staticmethod(_lid_fmt)
+    _format_drSLID = staticmethod(_lid_fmt)
+    _format_drDLID = staticmethod(_lid_fmt)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "drPath":
+            value = _dr_bytes(value)
+        elif name == "returnPath" and value is not None:
+            value = (_parse_dr(value) if isinstance(value, str)
+                     else bytes(value))
+        elif name in ("DLID", "SLID", "drSLID", "drDLID"):
+            if not isinstance(value, int) or not 0 <= value <= 0xFFFF:
+                raise ValueError(f"{name} must be a LID (0..0xFFFF), not "
+                                 f"{value!r}")
+        IBPath.__setattr__(self, name, value)
+
+    @property
+    def has_grh(self) -> bool:
+        """Always False: SMPs on a directed route carry no GRH."""
+        return False
+
+    @property
+    def SGID_index(self) -> int:
+        """Raises :exc:`AttributeError`: a directed route has no GIDs."""
+        raise AttributeError("IBDRPath has no SGID_index: directed routes "
+                             "do not use GIDs")
+
+    @property
+    def hop_count(self) -> int:
+        """The SMP's HopCount: ``len(drPath) - 1``."""
+        return len(self.drPath) - 1
+
+    def complete(self) -> bool:
+        """True with an end port and a route."""
+        return self.end_port is not None and bool(self.drPath)
+
+    def reverse(self, for_reply: bool = True) -> "IBDRPath":
+        """Reverse the route in place and return it: the new route leaves
+        the target through its ingress ports (:attr:`returnPath`, read
+        from the reply of an SMP) and the new :attr:`returnPath` is the
+        old route's egress ports, so that reversing twice gives the
+        original.  Only routes that are directed all the way can be
+        reversed.
+
+        :raises ValueError: without :attr:`returnPath` or with a LID-routed
+            part."""
+        p = IBA.LID_PERMISSIVE
+        if (self.DLID, self.drSLID, self.drDLID) != (p, p, p):
+            raise ValueError(f"{self}: only a route directed all the way "
+                             f"can be reversed")
+        dr, ret = self.drPath, self.returnPath
+        if len(dr) > 1 and (ret is None or len(ret) != len(dr)):
+            raise ValueError(f"{self}: reversing a directed route needs "
+                             f"returnPath (the ingress port of each hop, as "
+                             f"long as drPath)")
+        if len(dr) > 1:
+            fwd = b"\0" + ret[:0:-1]
+            back = b"\0" + dr[:0:-1]
+            object.__setattr__(self, "drPath", _dr_bytes(fwd))
+            object.__setattr__(self, "returnPath", back)
+        self.drop_cache()
+        return self
+
+    def __str__(self) -> str:
+        dr = tuple(self.drPath)
+        p = IBA.LID_PERMISSIVE
+        if self.drDLID == p and self.drSLID == p:
+            return f"DR Path {dr!r}"
+        if self.drDLID == p:
+            return f"DR Path {self.DLID} -> {dr!r}"
+        if self.drSLID == p:
+            return f"DR Path {dr!r} -> {self.drDLID}"
+        return f"DR Path {self.DLID} -> {dr!r} -> {self.drDLID}"
+
+    def dr_string(self) -> str:
+        """The route as infiniband-diags writes it: ``0,1,3``."""
+        return ",".join(str(i) for i in self.drPath)
+
+
 # -- helpers ----------------------------------------------------------------
 
 def fill_path(qp: "ibv.QP", path: IBPath, max_rd_atomic: int = 255) -> IBPath:
@@ -628,7 +811,8 @@ def from_spec_string(s: str) -> Path:
     m = _SPEC.match(s)
     if m is None:
         raise ValueError(f"invalid path specification {s!r}")
-    cls = {"IBPath": IBPath, "Path": Path}.get(m.group(1))
+    cls = {"IBPath": IBPath, "IBDRPath": IBDRPath,
+           "Path": Path}.get(m.group(1))
     if cls is None:
         raise ValueError(f"invalid path specification {s!r}: unknown path "
                          f"type {m.group(1)!r}")
@@ -648,6 +832,8 @@ def from_spec_string(s: str) -> Path:
             kwargs[k] = None
         elif k == "end_port":
             kwargs[k] = _unquote(v)
+        elif k in ("drPath", "returnPath") and cls is IBDRPath:
+            kwargs[k] = _parse_dr(v, ":")
         elif v.startswith("GID(") and v.endswith(")"):
             kwargs[k] = GID(_unquote(v[4:-1].strip()))
         elif "GID" in k:
@@ -665,7 +851,10 @@ def from_spec_string(s: str) -> Path:
             ep = rdma.get_end_port(ep)
         except rdma.RDMAError as e:
             raise ValueError(f"could not find end port {ep!r}: {e}") from None
-    return cls(ep, **kwargs)
+    try:
+        return cls(ep, **kwargs)
+    except (AttributeError, TypeError) as e:
+        raise ValueError(f"invalid path specification {s!r}: {e}") from None
 
 
 def _check_ep(ep, require_dev=None, require_ep=None) -> None:
@@ -686,6 +875,7 @@ def from_string(s: str, default_end_port=None, require_dev=None,
     Scoped GID            ``fe80::2:c903:0:1491%rxe0/1``   ``DGID``, end_port
     Port GUID             ``0002:c903:0000:1491``          ``DGID`` (fe80::)
     LID                   ``12`` or ``0xc``                ``DLID``
+    Directed route        ``0,1,3`` (trailing ``,`` ok)    ``IBDRPath.drPath``
     Path spec (``repr``)  ``IBPath(DLID=2, SL=2)``         those attributes
     ====================  ===============================  ==================
 
@@ -725,7 +915,7 @@ def from_string(s: str, default_end_port=None, require_dev=None,
         return IBPath(ep, DGID=GID.from_parts(0xFE80000000000000,
                                               int(GUID(s))))
     if "," in s:
-        raise ValueError(f"directed-route paths ({s!r}) are not supported")
+        return IBDRPath(ep, drPath=_parse_dr(s))
     return IBPath(ep, DGID=GID(s))   # raises ValueError for bad GIDs
 
 

@@ -103,7 +103,7 @@ def test_from_string_forms(text, attrs):
     "IBPath(", "IBPath(DLID)", "IBPath(DLID=)", "IBPath(DLID=x)",
     "IBPath(nope=1)", "IBPath(_cached_ah=1)", "IBPath(copy=1)",
     "Bogus(DLID=1)", "IBPath(DLID=1, DLID=2)", "IBPath(DGID=GID('zz'))",
-    "IBPath(end_port=rxe0)", "0,1,", "fe80::1%nosuchdev0",
+    "IBPath(end_port=rxe0)", "1,1,", "fe80::1%nosuchdev0",
     "IBPath(DLID=__import__('os'))",
 ])
 def test_from_string_rejects(bad):

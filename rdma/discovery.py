@@ -1,0 +1,477 @@
+"""Discover a subnet with SMPs and fill a :class:`rdma.subnet.Subnet`.
+
+python-rdma's ``rdma.discovery``: the functions are coroutines for the MAD
+scheduler (:class:`rdma.sched.MADSchedule`): they ``yield
+sched.SubnGet(...)`` and get the reply back, ``yield`` another coroutine
+to run it, and ``yield sched.mqueue(...)`` to run many in parallel, so
+that many SMPs are in flight at once.  :func:`load` runs what a caller
+asks for::
+
+    umad = rdma.get_umad(end_port)
+    sched = rdma.sched.MADSchedule(umad)
+    sbn = rdma.subnet.Subnet()
+    rdma.discovery.load(sched, sbn, ["all_NodeInfo", "all_topology",
+                                     "all_SwitchInfo", "all_LFDB"])
+
+The topology is walked breadth first by directed route from the local
+port (as ``ibnetdiscover`` does), one hop count at a time, so every node
+is recorded with a shortest route (``sbn.paths``).  An SMP that fails
+(a node that does not answer, a link that went down) is recorded in
+``sbn.errors`` and discovery goes on without what lay behind it; only a
+failure to read the local port itself raises.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable, List, Optional, Set, Tuple
+
+import rdma
+from rdma import IBA
+from rdma._mad import MADError
+from rdma._errors import RDMAError
+from rdma.subnet import (CA, PORT_STATE_DOWN, Node, Port, Subnet, Switch)
+
+__all__ = ["load", "topo_SMP", "subnet_ninf_SMP", "subnet_pinf_SMP",
+           "subnet_swinf_SMP", "subnet_lfdb_SMP", "topo_peer_SMP",
+           "topo_surround_SMP", "subnet_fill_port", "subnet_get_port",
+           "subnet_ninf_LIDS_SMP", "LOADABLE", "scheduler_class",
+           "subnet_summary", "main"]
+
+#: What :func:`load` knows how to load.
+LOADABLE = ("all_NodeInfo", "all_NodeDescription", "all_PortInfo",
+            "all_LIDs", "all_topology", "all_SwitchInfo", "all_LFDB")
+
+
+def _errors_of(sbn: Subnet) -> list:
+    errs = getattr(sbn, "errors", None)
+    if errs is None:
+        errs = sbn.errors = []
+    return errs
+
+
+def _lid_path(sched: Any, lid: int) -> Any:
+    import rdma.path
+    ep = sched.end_port
+    return rdma.path.IBPath(ep, SLID=ep.lid, DLID=lid, dqpn=0, sqpn=0,
+                            qkey=IBA.IB_DEFAULT_QP0_QKEY)
+
+
+# -- single queries ------------------------------------------------------------
+
+def subnet_pinf_SMP(sched: Any, sbn: Subnet, sel: int, path: Any):
+    """Coroutine: read the PortInfo of port *sel* through *path* into
+    *sbn*; its result (``sched.result``) is the :class:`~rdma.subnet.Port`."""
+    pinf = yield sched.SubnGet(IBA.SMPPortInfo, path, sel)
+    sched.result = sbn.get_port_pinf(pinf, port_select=sel, path=path)
+    return sched.result
+
+
+def subnet_ninf_SMP(sched: Any, sbn: Subnet, path: Any,
+                    get_desc: bool = True, use_sa: Optional[bool] = None,
+                    done_desc: Optional[Set[Node]] = None):
+    """Coroutine: read the NodeInfo (and NodeDescription) of the node at
+    the end of *path* into *sbn*; its result is ``(node, port)`` as
+    :meth:`~rdma.subnet.Subnet.get_node_ninf` returns."""
+    if use_sa:
+        raise NotImplementedError("discovery through the SA is not "
+                                  "supported: use SMPs")
+    ninf = yield sched.SubnGet(IBA.SMPNodeInfo, path)
+    result = sbn.get_node_ninf(ninf, path)
+    node = result[0]
+    if get_desc and node.desc is None and \
+            (done_desc is None or node not in done_desc):
+        if done_desc is not None:
+            done_desc.add(node)
+        yield node.get_desc(sched, path)
+    sched.result = result
+    return result
+
+
+def subnet_ninf_LIDS_SMP(sched: Any, sbn: Subnet, LIDs: List[int],
+                         get_desc: bool = True):
+    """Coroutine: read NodeInfo (and NodeDescription) by LID-routed SMPs
+    for every LID in *LIDs* whose node is not known yet, in parallel."""
+    if not LIDs:
+        return
+    sbn.set_max_lid(max(LIDs))
+    done_desc: Optional[Set[Node]] = set() if get_desc else None
+
+    def one(lid):
+        port = sbn.lids[lid]
+        if port is not None and port.parent.ninf is not None:
+            if get_desc and port.parent.desc is None and \
+                    port.parent not in done_desc:
+                done_desc.add(port.parent)
+                yield port.parent.get_desc(sched, _lid_path(sched, lid))
+            return
+        yield subnet_ninf_SMP(sched, sbn, _lid_path(sched, lid), get_desc,
+                              False, done_desc)
+
+    yield sched.mqueue(one(lid) for lid in sorted(set(LIDs)))
+
+
+def subnet_swinf_SMP(sched: Any, sbn: Subnet):
+    """Coroutine: read the SwitchInfo of every switch that lacks it, in
+    parallel (a switch that does not answer goes to ``sbn.errors``)."""
+    errors = _errors_of(sbn)
+
+    def one(sw):
+        path = None
+        try:
+            path = sbn.get_path_smp(sched, sw.get_port(0))
+            yield sw.get_switch_inf(sched, path)
+        except (MADError, RDMAError) as e:
+            errors.append((path, e))
+
+    yield sched.mqueue(one(sw) for sw in list(sbn.iterswitches())
+                       if sw.swinf is None)
+    sbn.loaded.add("all_SwitchInfo")
+
+
+def subnet_lfdb_SMP(sched: Any, sbn: Subnet):
+    """Coroutine: read the linear forwarding table of every switch (its
+    SwitchInfo first if needed), every block of every switch in parallel.
+    A switch that fails goes to ``sbn.errors`` with ``lfdb`` None."""
+    errors = _errors_of(sbn)
+
+    def one(sw):
+        path = None
+        try:
+            path = sbn.get_path_smp(sched, sw.get_port(0))
+            yield sw.get_switch_fdb(sched, True, False, path)
+        except (MADError, RDMAError) as e:
+            sw.lfdb = None
+            errors.append((path, e))
+
+    yield sched.mqueue(one(sw) for sw in list(sbn.iterswitches()))
+    sbn.loaded.add("all_LFDB")
+
+
+# -- the topology walk -----------------------------------------------------------
+
+class _TopoWalk:
+    """A breadth-first walk by directed route: hop count *n* is read (all
+    its SMPs in parallel) before any node at *n + 1*, so the first route
+    to reach a node is a shortest one."""
+
+    def __init__(self, sched: Any, sbn: Subnet, get_desc: bool):
+        self.sched = sched
+        self.sbn = sbn
+        self.get_desc = get_desc
+        self.errors = _errors_of(sbn)
+        #: Nodes whose ports were read.
+        self.scanned: Set[Node] = set()
+        #: (route, port it leaves through) for the next hop count.
+        self.next: List[Tuple[Any, Port]] = []
+        self.NodeInfo = IBA.SMPNodeInfo
+        self.PortInfo = IBA.SMPPortInfo
+
+    def run(self, root: Any):
+        yield self.do_node(root, None, must=True)
+        while self.next:
+            level, self.next = self.next, []
+            topo = self.sbn.topology
+            yield self.sched.mqueue(self.do_node(path, peer)
+                                    for path, peer in level
+                                    if peer not in topo)
+
+    def do_node(self, path: Any, peer: Optional[Port], must: bool = False):
+        sbn = self.sbn
+        try:
+            ninf = yield self.sched.SubnGet(self.NodeInfo, path)
+        except MADError as e:
+            if must:
+                raise
+            self.errors.append((path, e))
+            return
+        node, port = sbn.get_node_ninf(ninf, path)
+        if peer is not None:
+            here = node.get_port(ninf.localPortNum)
+            old = sbn.topology.get(here)
+            if old is not None and old is not peer:
+                # A second cable into the same port: the subnet changed
+                # under us, or two nodes share a GUID.
+                self.errors.append((path, RDMAError(
+                    f"port {ninf.localPortNum} of {node!r} is linked to "
+                    f"{old!r} and {peer!r}")))
+            else:
+                sbn.topology[here] = peer
+                sbn.topology[peer] = here
+        if isinstance(node, Switch):
+            if node in self.scanned:
+                return
+            sels = range(0, ninf.numPorts + 1)
+        else:
+            # A CA is read port by port, through the port each route
+            # arrives at (its other ports are reached from their peers).
+            if node.get_port(ninf.localPortNum).pinf is not None:
+                return
+            sels = (ninf.localPortNum,)
+        first = node not in self.scanned
+        self.scanned.add(node)
+        yield self.sched.mqueue(self.do_port(node, path, i) for i in sels)
+        if first and self.get_desc and node.desc is None:
+            try:
+                yield node.get_desc(self.sched, path)
+            except MADError as e:
+                self.errors.append((path, e))
+
+    def do_port(self, node: Node, path: Any, sel: int):
+        sbn = self.sbn
+        try:
+            pinf = yield self.sched.SubnGet(self.PortInfo, path, sel)
+        except MADError as e:
+            self.errors.append((path, e))
+            return
+        if sel != 0 and isinstance(node, Switch):
+            # External switch ports share port 0's LID; do not let one
+            # that says otherwise move the switch's LID.
+            port = node.get_port(sel)
+            port.pinf = pinf
+        else:
+            port = sbn.get_port_pinf(pinf, portIdx=sel, path=path)
+        if sel == 0 or pinf.portState == PORT_STATE_DOWN or \
+                port in sbn.topology:
+            return
+        try:
+            nxt = sbn.advance_dr(path, sel)
+        except RDMAError as e:
+            self.errors.append((path, e))
+            return
+        self.next.append((nxt, port))
+
+
+def topo_SMP(sched: Any, sbn: Subnet, get_desc: bool = True):
+    """Coroutine: discover every node, port, link and LID reachable from
+    ``sched.end_port`` by directed-route SMPs (NodeInfo, PortInfo and,
+    with *get_desc*, NodeDescription), breadth first.  Replaces the
+    topology and the PortInfos known before."""
+    import rdma.path
+    sbn.topology = {}
+    sbn.paths = {}
+    for port, _ in list(sbn.iterports()):
+        port.pinf = None
+    walk = _TopoWalk(sched, sbn, get_desc)
+    yield walk.run(rdma.path.IBDRPath(sched.end_port))
+    sbn.loaded.update(("all_LIDs", "all_NodeInfo", "all_topology",
+                       "all_PortInfo"))
+    if get_desc:
+        sbn.loaded.add("all_NodeDescription")
+
+
+def topo_peer_SMP(sched: Any, sbn: Subnet, port: Port, get_desc: bool = True,
+                  path: Any = None, peer_path: Any = None):
+    """Coroutine: find what is cabled to *port* (a known port) and link it
+    in ``sbn.topology``; nothing to do if the link is known."""
+    peer = sbn.topology.get(port)
+    if peer is not None:
+        return
+    idx = port.port_id
+    if path is None:
+        path = sbn.get_path_smp(sched, port.to_end_port())
+    if port.pinf is None:
+        yield subnet_pinf_SMP(sched, sbn, idx, path)
+    if idx == 0 or port.pinf.portState == PORT_STATE_DOWN:
+        return
+    if peer_path is None:
+        peer_path = sbn.advance_dr(path, idx)
+    ninf = yield sched.SubnGet(IBA.SMPNodeInfo, peer_path)
+    node, _ = sbn.get_node_ninf(ninf, peer_path)
+    here = node.get_port(ninf.localPortNum)
+    sbn.topology[here] = port
+    sbn.topology[port] = here
+    if get_desc and node.desc is None:
+        yield node.get_desc(sched, peer_path)
+
+
+def topo_surround_SMP(sched: Any, sbn: Subnet, node: Node,
+                      get_desc: bool = True):
+    """Coroutine: link everything cabled to the ports of *node* (a known
+    node), in parallel."""
+    ports = [p for p, i in node.iterports() if i != 0] \
+        if isinstance(node, Switch) else list(node.iterend_ports())
+    yield sched.mqueue(topo_peer_SMP(sched, sbn, p, get_desc)
+                       for p in ports)
+
+
+def subnet_fill_port(sched: Any, sbn: Subnet, port: Port, path: Any = None,
+                     get_desc: bool = True):
+    """Coroutine: fill the NodeInfo, NodeDescription and PortInfo (of
+    *port* and of its end port) that are missing."""
+    node = port.parent
+    end = port.to_end_port()
+    if path is None:
+        path = sbn.get_path_smp(sched, end)
+    if node.ninf is None:
+        yield subnet_ninf_SMP(sched, sbn, path, get_desc)
+        get_desc = False
+    if get_desc and node.desc is None:
+        yield node.get_desc(sched, path)
+    if port.pinf is None:
+        yield subnet_pinf_SMP(sched, sbn, port.port_id, path)
+    if end is not port and end.pinf is None:
+        yield subnet_pinf_SMP(sched, sbn, end.port_id, path)
+
+
+def subnet_get_port(sched: Any, sbn: Subnet, path: Any,
+                    get_desc: bool = True):
+    """Coroutine: make sure the end port *path* leads to is in *sbn* with
+    its NodeInfo, NodeDescription and PortInfo
+    (:meth:`~rdma.subnet.Subnet.path_to_port` then finds it)."""
+    port = sbn.path_to_port(path)
+    if port is None:
+        yield subnet_ninf_SMP(sched, sbn, path, get_desc)
+        port = sbn.path_to_port(path)
+        get_desc = False
+    yield subnet_fill_port(sched, sbn, port, path, get_desc)
+
+
+# -- load ----------------------------------------------------------------------
+
+def scheduler_class() -> type:
+    """The MAD scheduler class: :class:`rdma.sched.MADSchedule`, or the
+    interim one of :mod:`rdma._smp_interim` where that is missing."""
+    try:
+        from rdma.sched import MADSchedule
+    except ImportError:
+        from rdma._smp_interim import MADSchedule
+    return MADSchedule
+
+
+def _as_sched(sched: Any) -> Any:
+    if hasattr(sched, "mqueue") and hasattr(sched, "run"):
+        return sched
+    return scheduler_class()(sched)
+
+
+def load(sched: Any, sbn: Subnet, stuff: Iterable[str]) -> Subnet:
+    """Fill *sbn* with the items of *stuff* that it lacks (see
+    ``sbn.loaded``), by SMPs through *sched* (a
+    :class:`rdma.sched.MADSchedule`; a UMAD is wrapped in one):
+
+    - ``all_NodeInfo``, ``all_NodeDescription``, ``all_PortInfo``,
+      ``all_LIDs``, ``all_topology``: the directed-route walk of
+      :func:`topo_SMP` (one walk loads them all);
+    - ``all_SwitchInfo``: every switch's SwitchInfo;
+    - ``all_LFDB`` (ours): every switch's linear forwarding table
+      (``Switch.lfdb``).
+
+    Returns *sbn*.  What could not be read is in ``sbn.errors``.
+
+    :raises ValueError: for an unknown item.
+    :raises rdma.MADError: if the local port itself cannot be read."""
+    if isinstance(stuff, str):
+        stuff = [stuff]
+    want = set()
+    for item in stuff:
+        base = item.split(" ")[0]
+        if base not in LOADABLE:
+            raise ValueError(f"cannot load {item!r}; known: "
+                             f"{', '.join(LOADABLE)}")
+        want.add(base)
+    sched = _as_sched(sched)
+    _errors_of(sbn)
+    if "all_LFDB" in want:
+        want.add("all_SwitchInfo")
+    if "all_SwitchInfo" in want:
+        want.add("all_NodeInfo")
+    want -= sbn.loaded
+    walk = {"all_NodeInfo", "all_NodeDescription", "all_PortInfo",
+            "all_LIDs", "all_topology"}
+    if want & walk:
+        sched.run(queue=topo_SMP(sched, sbn,
+                                 "all_NodeDescription" in want))
+    if "all_SwitchInfo" in want:
+        sched.run(queue=subnet_swinf_SMP(sched, sbn))
+    if "all_LFDB" in want:
+        sched.run(queue=subnet_lfdb_SMP(sched, sbn))
+    return sbn
+
+
+# -- a dump for scripts and tests ------------------------------------------------
+
+def subnet_summary(sbn: Subnet) -> dict:
+    """A JSON-friendly summary of *sbn*: ``nodes`` (type, GUIDs, ports
+    with LID, LMC, port GUID and state), ``links`` (``[guid, port, guid,
+    port]``, each once) and ``errors`` (text)."""
+    nodes = []
+    for n in sorted(sbn.iternodes(), key=lambda n: n.ninf.nodeGUID
+                    if n.ninf is not None else -1):
+        if n.ninf is None:
+            continue
+        ports = {}
+        for p, i in n.iterports():
+            ep = p.to_end_port()
+            d = {}
+            if p.pinf is not None:
+                d["state"] = p.pinf.portState
+                d["width"] = p.pinf.linkWidthActive
+                d["speed"] = p.pinf.linkSpeedActive
+            if ep is p:
+                d["lid"] = p.LID
+                d["lmc"] = p.pinf.LMC if p.pinf is not None else None
+                d["guid"] = f"{int(p.portGUID):#x}" \
+                    if p.portGUID is not None else None
+            ports[i] = d
+        entry = {"type": type(n).__name__, "guid": f"{n.ninf.nodeGUID:#x}",
+                 "numPorts": n.ninf.numPorts, "desc": n.desc,
+                 "ports": ports}
+        if isinstance(n, Switch) and n.lfdb is not None:
+            entry["lfdb"] = list(n.lfdb)
+        nodes.append(entry)
+    links = set()
+    for a, b in sbn.topology.items():
+        if a.parent.ninf is None or b.parent.ninf is None:
+            continue
+        x = (a.parent.ninf.nodeGUID, a.port_id)
+        y = (b.parent.ninf.nodeGUID, b.port_id)
+        links.add((min(x, y), max(x, y)))
+    return {"nodes": nodes,
+            "links": [[f"{x[0]:#x}", x[1], f"{y[0]:#x}", y[1]]
+                      for x, y in sorted(links)],
+            "errors": [f"{p}: {e}" for p, e in sbn.errors]}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m rdma.discovery [--lfdb] [--outstanding N] [end_port]``:
+    discover the subnet and print :func:`subnet_summary` as JSON (with
+    the time it took and the number of SMPs)."""
+    import argparse
+    import json
+    import time
+    ap = argparse.ArgumentParser(prog="python -m rdma.discovery",
+                                 description=main.__doc__.split("\n")[0])
+    ap.add_argument("end_port", nargs="?", default=None)
+    ap.add_argument("--lfdb", action="store_true",
+                    help="also read SwitchInfo and the forwarding tables")
+    ap.add_argument("--outstanding", type=int, default=None,
+                    help="SMPs in flight at most")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="discover this many times (print the last)")
+    a = ap.parse_args(argv)
+    umad = rdma.get_umad(a.end_port)
+    try:
+        sched = scheduler_class()(umad)
+        if a.outstanding:
+            sched.max_outstanding = a.outstanding
+        stuff = ["all_NodeInfo", "all_NodeDescription", "all_topology"]
+        if a.lfdb:
+            stuff.append("all_LFDB")
+        times = []
+        for _ in range(a.repeat):
+            sbn = Subnet()
+            t0 = time.monotonic()
+            load(sched, sbn, stuff)
+            times.append(time.monotonic() - t0)
+        out = subnet_summary(sbn)
+        out["times"] = times
+        out["smps"] = getattr(sched, "sent", None)
+        json.dump(out, sys.stdout)
+        sys.stdout.write("\n")
+    finally:
+        umad.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

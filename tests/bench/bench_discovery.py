@@ -1,0 +1,115 @@
+"""Subnet discovery: ``rdma.discovery`` against ``ibnetdiscover``.
+
+For each fat-tree size (``tests/sa/topologies/gen_fattree.py``; the
+largest, radix 62, is 1922 HCAs and 93 switches, the most ibsim takes)
+this starts ibsim + opensm, waits for the client port to be ACTIVE, then
+alternates, ``--repeat`` times, ``ibnetdiscover`` and ``python -m
+rdma.discovery`` (NodeInfo, NodeDescription, PortInfo: what
+ibnetdiscover reads) on the same node of the same fabric, and prints the
+medians side by side:
+
+- ``ibnetdiscover``: the wall time of the process;
+- ``ours``: the time of the discovery inside our process (``load()``);
+- ``ours+start``: the wall time of our process, Python start and imports
+  included (ibnetdiscover's start is in its figure).
+
+Ratios are ours / ibnetdiscover (below 1: we are faster).  Not a test:
+pytest does not collect it.  Run::
+
+    .venv/bin/python tests/bench/bench_discovery.py [--radix 8,16,36,62]
+        [--repeat 5] [--outstanding 16]
+"""
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "sa"))
+sys.path.insert(0, str(ROOT / "tests" / "sa" / "topologies"))
+
+from fabric import Fabric  # noqa: E402
+from gen_fattree import Tree  # noqa: E402
+
+CLIENT = "Hca2"
+
+
+def wait_active(f, node=CLIENT, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while "State: Active" not in f.run(["ibstat"], node).stdout:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{node} did not become ACTIVE")
+        time.sleep(0.1)
+
+
+def one_size(radix, repeat, outstanding, scratch):
+    tree = Tree(radix)
+    topo = scratch / f"fattree{radix}"
+    topo.write_text(tree.text())
+    f = Fabric(topo, scratch / f"run{radix}")
+    try:
+        f.start()
+        up = f.startup_s
+        wait_active(f)
+        theirs, mine, mine_wall, smps = [], [], [], None
+        argv = [sys.executable, "-m", "rdma.discovery"]
+        if outstanding:
+            argv += ["--outstanding", str(outstanding)]
+        for _ in range(repeat):
+            t0 = time.monotonic()
+            out = f.run(["ibnetdiscover"], CLIENT, timeout=300).stdout
+            theirs.append(time.monotonic() - t0)
+            assert out.count("\nCa\t") + out.count("\nSwitch\t") == \
+                tree.num_hcas + tree.num_switches, "ibnetdiscover missed nodes"
+            t0 = time.monotonic()
+            res = json.loads(f.run(argv, CLIENT, timeout=300).stdout)
+            mine_wall.append(time.monotonic() - t0)
+            mine.append(res["times"][-1])
+            smps = res["smps"]
+            if res["errors"] or len(res["nodes"]) != \
+                    tree.num_hcas + tree.num_switches:
+                raise RuntimeError(f"discovery incomplete: "
+                                   f"{len(res['nodes'])} nodes, errors "
+                                   f"{res['errors'][:3]}")
+        return {"radix": radix, "hcas": tree.num_hcas,
+                "switches": tree.num_switches, "sm_up_s": up, "smps": smps,
+                "ibnetdiscover": statistics.median(theirs),
+                "ours": statistics.median(mine),
+                "ours_start": statistics.median(mine_wall),
+                "all": {"ibnetdiscover": theirs, "ours": mine,
+                        "ours_start": mine_wall}}
+    finally:
+        f.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--radix", default="8,16,24,36,48,62",
+                    help="fat-tree radixes, comma separated")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--outstanding", type=int, default=0,
+                    help="SMPs in flight (default: the scheduler's)")
+    ap.add_argument("--json", action="store_true",
+                    help="also print one RESULT {json} line per size")
+    a = ap.parse_args()
+    print(f"{'radix':>5} {'HCAs':>5} {'sw':>4} {'SMPs':>6} {'SM up':>6} "
+          f"{'ibnetdisc':>9} {'ours':>7} {'ours+start':>10} "
+          f"{'ratio':>6} {'ratio+start':>11}")
+    with tempfile.TemporaryDirectory(prefix="bench-disc-") as tmp:
+        for r in (int(x) for x in a.radix.split(",")):
+            res = one_size(r, a.repeat, a.outstanding, Path(tmp))
+            t = res["ibnetdiscover"]
+            print(f"{r:>5} {res['hcas']:>5} {res['switches']:>4} "
+                  f"{res['smps'] or '-':>6} {res['sm_up_s']:>5.2f}s "
+                  f"{t:>8.3f}s {res['ours']:>6.3f}s "
+                  f"{res['ours_start']:>9.3f}s {res['ours'] / t:>6.2f} "
+                  f"{res['ours_start'] / t:>11.2f}", flush=True)
+            if a.json:
+                print("RESULT " + json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()

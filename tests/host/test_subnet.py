@@ -1,0 +1,114 @@
+"""rdma.subnet.Subnet: the database discovery fills, built here from real
+NodeInfo/PortInfo structures (what SMP replies decode to): joining, LIDs,
+links, BFS, directed routes from the topology, pickling."""
+import pickle
+
+import pytest
+
+import rdma
+from rdma import IBA
+from rdma.path import IBDRPath, IBPath
+from rdma.subnet import CA, Switch, Subnet
+
+
+class _EndPort:
+    """The local end port as discovery sees it (GUID and LID)."""
+    port_guid = IBA.GUID(0x100001)
+    lid = 1
+    port_id = 1
+
+
+def ninf(guid, ntype, nports, local, port_guid=None):
+    return IBA.SMPNodeInfo(nodeGUID=guid, nodeType=ntype, numPorts=nports,
+                           localPortNum=local,
+                           portGUID=port_guid if port_guid else guid)
+
+
+def pinf(lid, local, state=4, lmc=0):
+    return IBA.SMPPortInfo(LID=lid, localPortNum=local, portState=state,
+                           LMC=lmc)
+
+
+def build():
+    """HCA A (port 1) - switch S port 1; S port 2 - HCA B port 1;
+    S port 3 - HCA C port 2 (C's port 1 unconnected)."""
+    s = Subnet()
+    ep = _EndPort()
+    root = IBDRPath(ep)
+    a, ap = s.get_node_ninf(ninf(0x100000, 1, 1, 1, 0x100001), root)
+    s.get_port_pinf(pinf(1, 1), portIdx=1, path=root)
+    to_s = s.advance_dr(root, 1)
+    sw, sp0 = s.get_node_ninf(ninf(0x200000, 2, 3, 1), to_s)
+    s.get_port_pinf(pinf(2, 0), portIdx=0, path=to_s)
+    s.topology[sw.get_port(1)] = ap
+    s.topology[ap] = sw.get_port(1)
+    for idx, guid, lid, rport in ((2, 0x100002, 3, 1), (3, 0x100004, 4, 2)):
+        path = s.advance_dr(to_s, idx)
+        n, p = s.get_node_ninf(ninf(guid, 1, 2, rport, guid + 1), path)
+        s.get_port_pinf(pinf(lid, rport, lmc=1 if lid == 4 else 0),
+                        portIdx=rport, path=path)
+        s.topology[sw.get_port(idx)] = p
+        s.topology[p] = sw.get_port(idx)
+    return s, ep
+
+
+def test_nodes_ports_and_lids():
+    s, _ = build()
+    assert len(s.all_nodes) == 4
+    sw = s.nodes[0x200000]
+    assert isinstance(sw, Switch) and sw.ports[0].LID == 2
+    assert s.lids[2] is sw.get_port(0)
+    c = s.nodes[0x100004]
+    assert isinstance(c, CA) and c.get_port_nc(1) is None
+    assert s.lids[4] is c.ports[2] and s.lids[5] is c.ports[2]   # LMC 1
+    assert s.ports[0x100005] is c.ports[2]
+    assert sorted(p.LID for p in s.iterend_ports()) == [1, 2, 3, 4]
+    assert len(list(s.iterswitches())) == 1
+    assert sw.ports[3].to_end_port() is sw.ports[0]
+
+
+def test_type_change_is_an_error():
+    s, _ = build()
+    with pytest.raises(rdma.RDMAError, match="type"):
+        s.get_node_ninf(ninf(0x200000, 1, 3, 1))
+
+
+def test_paths_bfs_and_dr_cache():
+    s, ep = build()
+    c_port = s.nodes[0x100004].ports[2]
+    dr = IBDRPath(ep, drPath=b"\0\1\3")
+    assert s.path_to_port(IBDRPath(ep, drPath=b"\0\1\3")) is c_port
+    assert s.path_to_port(IBDRPath(ep, drPath=b"\0\1\7")) is None
+    assert s.path_to_port(IBDRPath(ep, drPath=b"\0\2")) is None
+    assert s.path_to_port(IBPath(ep, DLID=3)) is s.lids[3]
+    order = list(s.iterbfs(s.ports[0x100001]))
+    assert order[0] is s.ports[0x100001] and len(order) == 4
+    cache = s.get_dr_cache(ep)
+    assert cache.get_path(c_port).drPath == dr.drPath
+    assert cache.get_path(s.ports[0x100001]).drPath == b"\0"
+    s.lid_routed = True
+    p = s.get_path_smp(type("Sched", (), {"end_port": ep})(), c_port)
+    assert type(p) is IBPath and p.DLID == 4 and p.dqpn == 0
+
+
+def test_advance_dr_limits():
+    s, ep = build()
+    path = IBDRPath(ep, drPath=[0] + [1] * 63)
+    with pytest.raises(rdma.RDMAError, match="63 hops"):
+        s.advance_dr(path, 2)
+    lid = IBPath(ep, SLID=1, DLID=7)
+    nxt = s.advance_dr(lid, 4)
+    assert (nxt.DLID, nxt.drSLID, nxt.drPath) == (7, 1, b"\0\4")
+
+
+def test_pickle_round_trip():
+    s, ep = build()
+    t = pickle.loads(pickle.dumps(s))
+    assert {n.ninf.nodeGUID for n in t.all_nodes} == \
+        {n.ninf.nodeGUID for n in s.all_nodes}
+    assert sorted(i for i, p in enumerate(t.lids) if p) == [1, 2, 3, 4, 5]
+    sw = t.nodes[0x200000]
+    peer = t.topology[sw.ports[3]]
+    assert peer.parent is t.nodes[0x100004] and peer.port_id == 2
+    assert t.path_to_port(IBDRPath(ep, drPath=b"\0\1\2")) is \
+        t.nodes[0x100002].ports[1]
