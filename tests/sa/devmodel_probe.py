@@ -80,6 +80,21 @@ def lookups():
     return res
 
 
+def lazy_fabric():
+    """Whether UCX (libucp) is loaded after each step: finding the
+    simulated CA must not bring the software fabric up."""
+    def ucx():
+        with open("/proc/self/maps") as f:
+            return "libucp" in f.read()
+    steps = {"import": ucx()}
+    ep = rdma.get_end_port()
+    steps["get_end_port"] = (str(ep), ucx())
+    devs = rdma.get_devices()
+    steps["first"] = (str(devs.first()), ucx())
+    steps["all"] = ([d.name for d in devs], ucx())
+    return steps
+
+
 def seed_ud(dgid):
     """The seed's UD example up to the path: get_end_port(), get_umad(),
     resolve_path() through the SA."""

@@ -111,6 +111,17 @@ def test_default_end_port_is_the_simulated_ca(fabric):
     assert res["gmp"] == "UMAD"
 
 
+def test_software_fabric_is_brought_up_only_when_reached(fabric):
+    """With a simulated CA present, get_end_port() and devices.first() do
+    not load UCX; listing every device does (ucx0 last)."""
+    res = probe(fabric, "Hca2", "lazy_fabric")
+    ca = next(iter(ibstat(fabric, "Hca2")))
+    assert res["import"] is False
+    assert res["get_end_port"] == [f"{ca}/1", False]
+    assert res["first"] == [ca, False]
+    assert res["all"] == [[ca, "ucx0"], True]
+
+
 def test_provider_selection_in_a_shimmed_process(fabric):
     """provider= and RDMA_PROVIDER still select: "ucx" only the fabric,
     "umad" only the simulated CA, "verbs" nothing (libibverbs sees no
