@@ -407,6 +407,17 @@ class EndPort:
                 f"({lanes}X {name})")
 
     @property
+    def rate_gbps(self) -> float:
+        """The port's rate in Gb/s (what ``ibstat`` prints as ``Rate``):
+        lanes times the lane speed, or libibumad's figure for a simulated
+        port."""
+        if not self.parent.has_verbs and self._umad is not None:
+            return float(self._umad["rate"])
+        a = self.attr
+        per_lane = _SPEEDS.get(a.active_speed, (25, "SDR"))[0]
+        return per_lane * _WIDTHS.get(a.active_width, 0) / 10
+
+    @property
     def default_gid(self) -> GID:
         """GID index 0 of the port."""
         if self._attr is None:

@@ -69,6 +69,7 @@ def test_end_port_and_device_attributes(ep):
         == (a.lid, a.lmc, a.sm_lid, a.sm_sl, a.state, a.phys_state)
     assert ep.state == 4 and ep.phys_state == 5
     assert ep.rate == "2.5 Gb/sec (1X SDR)"   # active_width 1, speed SDR
+    assert ep.rate_gbps == 2.5
     assert ep.default_gid == ep.gids[0]
     assert ep.port_guid == GUID(ep.default_gid.guid)
     assert ep.pkeys[0] == 0xFFFF and ep.pkey_index(0xFFFF) == 0

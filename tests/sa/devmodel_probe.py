@@ -16,6 +16,7 @@ def _port(p):
     return {"name": str(p), "port_id": p.port_id, "lid": p.lid,
             "lmc": p.lmc, "sm_lid": p.sm_lid, "sm_sl": p.sm_sl,
             "state": p.state, "phys_state": p.phys_state, "rate": p.rate,
+            "rate_gbps": p.rate_gbps,
             "cap_mask": p.cap_mask, "port_guid": int(p.port_guid),
             "gids": [str(g) for g in p.gids], "pkeys": list(p.pkeys),
             "link_layer": p.link_layer, "has_umad": p.has_umad,

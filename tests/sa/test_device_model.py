@@ -84,6 +84,7 @@ def test_devices_match_ibstat(fabric, node):
             assert p["cap_mask"] == int(rp["Capability mask"], 16)
             assert p["port_guid"] == int(rp["Port GUID"], 16)
             assert p["rate"] == f"{rp['Rate']} Gb/sec"
+            assert p["rate_gbps"] == float(rp["Rate"])
             assert rp["Link layer"] == "IB" and p["link_layer"] == "InfiniBand"
             assert p["default_gid"] == p["gids"][0]
             assert guid_of(p["default_gid"]) == p["port_guid"]
