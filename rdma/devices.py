@@ -78,7 +78,7 @@ def _sysfs(path: str) -> Optional[str]:
         return None
 
 
-# -- the collection type -------------------------------------------------------
+# -- the collection type ------------------------------------------------------
 
 class DemandList:
     """python-rdma's collection: an ordered list whose index is a key.
@@ -232,7 +232,7 @@ class DemandList:
         return "[" + ", ".join(repr(v) for v in self) + "]"
 
 
-# -- end ports -----------------------------------------------------------------
+# -- end ports ----------------------------------------------------------------
 
 class EndPort:
     """One port of a :class:`Device`: ``parent``, ``port_id`` and what the
@@ -478,7 +478,7 @@ def _end_port_by_name(name: str, provider: str) -> EndPort:
     return get_end_port(name, provider=provider)
 
 
-# -- devices -------------------------------------------------------------------
+# -- devices ------------------------------------------------------------------
 
 class Device:
     """An RDMA device: ``name``, ``node_guid``, ``provider``, ``end_ports``
@@ -663,7 +663,7 @@ class Device:
 RDMADevice = Device
 
 
-# -- listing -------------------------------------------------------------------
+# -- listing ------------------------------------------------------------------
 
 def select_providers(provider: Optional[str] = None) -> List[str]:
     """Return the providers to look at, in order.
@@ -672,7 +672,8 @@ def select_providers(provider: Optional[str] = None) -> List[str]:
     or ``"auto"``: verbs devices, then devices only libibumad reports
     (``"umad"``), then the software fabric.
     """
-    name = provider if provider is not None else os.environ.get(PROVIDER_ENV, "")
+    name = provider if provider is not None else \
+        os.environ.get(PROVIDER_ENV, "")
     name = name.strip() or "auto"
     built = list(_ibverbs._providers())
     order = [p for p in built if p != SOFTWARE] + [UMAD] + \
@@ -805,8 +806,9 @@ def _describe(devices: Iterable[Device]) -> str:
     ports = [p for d in devices for p in d.end_ports]
     if not ports:
         return "no RDMA ports"
-    return ", ".join(f"{p} ({'ACTIVE' if p.state == _ACTIVE else 'state ' + str(p.state)})"
-                     for p in ports)
+    return ", ".join(
+        f"{p} ({'ACTIVE' if p.state == _ACTIVE else f'state {p.state}'})"
+        for p in ports)
 
 
 def _no_devices(provider: Optional[str]) -> RDMAError:
@@ -894,8 +896,8 @@ def find_port_name(devices: DemandList, name: str) -> EndPort:
     dev_name, sep, port = name.partition("/")
     d = devices.get(dev_name) if dev_name else None
     if not isinstance(d, Device):
-        raise RDMAError(f"no RDMA end port {name!r}; have: "
-                        f"{', '.join(str(p) for d in devices for p in d.end_ports)}")
+        have = ", ".join(str(p) for d in devices for p in d.end_ports)
+        raise RDMAError(f"no RDMA end port {name!r}; have: {have}")
     if not sep:
         if not len(d.end_ports):
             raise RDMAError(f"device {d.name} has no ports")
@@ -906,8 +908,9 @@ def find_port_name(devices: DemandList, name: str) -> EndPort:
         raise ValueError(f"invalid port number in {name!r}") from None
     p = d.end_ports.get(port_id)
     if p is None:
+        have = ", ".join(str(p.port_id) for p in d.end_ports)
         raise RDMAError(f"device {d.name} has no port {port_id} "
-                        f"(ports: {', '.join(str(p.port_id) for p in d.end_ports)})")
+                        f"(ports: {have})")
     return p
 
 

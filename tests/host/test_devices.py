@@ -59,7 +59,7 @@ def test_devices_collection_and_lookups(ep):
     assert dev.end_ports[1] == ep == dev.end_ports.first()
     assert dev.end_ports[ep.port_guid] == ep
     assert isinstance(dev, rdma.RDMADevice) and rdma.Device is rdma.RDMADevice
-    assert rdma.get_devices(True) == devs     # python-rdma: get_devices(refresh)
+    assert rdma.get_devices(True) == devs     # python-rdma: (refresh)
 
 
 def test_end_port_and_device_attributes(ep):
@@ -103,7 +103,8 @@ def test_get_device(ep):
     d = ep.parent
     assert rdma.get_device(provider="ucx") == d
     assert rdma.get_device("ucx0") == d
-    assert rdma.get_device(d.node_guid) == d == rdma.get_device(str(d.node_guid))
+    assert rdma.get_device(d.node_guid) == d
+    assert rdma.get_device(str(d.node_guid)) == d
     with pytest.raises(rdma.RDMAError, match="nosuch0"):
         rdma.get_device("nosuch0")
     with pytest.raises(rdma.RDMAError):
@@ -138,7 +139,8 @@ def test_missing_libibumad_is_skipped_in_auto_mode():
             "    rdma.get_devices('umad')\n"
             "except rdma.SysError as e:\n"
             "    print('ERR', e.func, e)\n")
-    res = run_py(code, env={"RDMA_UMAD_LIBRARY": "/nonexistent/libibumad.so.3"})
+    res = run_py(code,
+                 env={"RDMA_UMAD_LIBRARY": "/nonexistent/libibumad.so.3"})
     assert res.returncode == 0, res.stderr
     assert "'ucx0'" in res.stdout
     assert "ERR dlopen" in res.stdout and "libibumad3" in res.stdout

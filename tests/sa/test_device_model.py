@@ -15,8 +15,9 @@ import pytest
 from fabric import HERE
 
 STATES = {"Down": 1, "Initializing": 2, "Armed": 3, "Active": 4}
-PHYS = {"Sleep": 1, "Polling": 2, "Disabled": 3, "PortConfigurationTraining": 4,
-        "LinkUp": 5, "LinkErrorRecovery": 6, "Phy Test": 7}
+PHYS = {"Sleep": 1, "Polling": 2, "Disabled": 3,
+        "PortConfigurationTraining": 4, "LinkUp": 5, "LinkErrorRecovery": 6,
+        "Phy Test": 7}
 
 
 def guid_of(gid):
@@ -100,8 +101,8 @@ def test_default_end_port_is_the_simulated_ca(fabric):
     ref = ibstat(fabric, "Hca3")
     ca = next(iter(ref))
     for k in ("none", "device", "device/port", "port_guid", "port_guid_str",
-              "gid", "gid_str", "node_guid", "umad_get_end_port", "first", "by_name",
-              "by_guid"):
+              "gid", "gid_str", "node_guid", "umad_get_end_port", "first",
+              "by_name", "by_guid"):
         assert res[k] == f"{ca}/1", k
     assert res["get_device"] == res["device_by_guid"] == \
         res["device_by_guid_str"] == ca
