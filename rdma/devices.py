@@ -773,16 +773,20 @@ def get_devices(provider: Union[str, bool, None] = None,
     names = select_providers(provider)
     strict = names[0] if len(names) == 1 else None
     scan = list(names)
+    # verbs and umad are read together so that the two sides of a device
+    # meet; the one not asked for only completes the other.
+    built = _ibverbs._providers()
     if "verbs" in scan and UMAD not in scan:
-        # umad is read with verbs so that the two sides of a device meet.
         scan.insert(scan.index("verbs") + 1, UMAD)
+    elif UMAD in scan and "verbs" not in scan and "verbs" in built:
+        scan.insert(scan.index(UMAD), "verbs")
     # The software fabric comes last: when other devices are found in auto
     # mode, it is listed (and its node brought up) only when reached.
     lazy = SOFTWARE in scan and len(names) > 1
     devices, errors = _list([n for n in scan if not (lazy and n == SOFTWARE)],
                             strict)
-    if UMAD not in names:
-        devices = [d for d in devices if d.provider != UMAD]
+    devices = [d for d in devices if d.provider in names or
+               (UMAD in names and d.has_umad)]
     more = None
     if lazy and devices:
         def more() -> List[Tuple[str, Device]]:
