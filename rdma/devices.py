@@ -425,6 +425,11 @@ class EndPort:
         return self.gids[0] if self.gids else GID(0)
 
     @property
+    def gid_prefix(self) -> int:
+        """The subnet prefix of the default GID (an int)."""
+        return self.default_gid.prefix
+
+    @property
     def port_guid(self) -> GUID:
         """The port GUID (the lower half of the default GID)."""
         if self._umad is not None:
@@ -562,6 +567,9 @@ class Device:
         if not self.has_verbs:
             return GUID(self._umad["system_guid"])
         return GUID(self.attr.sys_image_guid)
+
+    #: The name ``rdma.umad.UMADDevice`` had for :attr:`sys_image_guid`.
+    system_guid = sys_image_guid
 
     @property
     def hw_ver(self) -> str:

@@ -76,7 +76,8 @@ def test_end_port_and_device_attributes(ep):
     assert ep.cap_mask == a.port_cap_flags and not ep.has_umad
     d = ep.parent
     assert d.fw_ver == d.attr.fw_ver and d.phys_port_cnt == 1
-    assert d.sys_image_guid == GUID(d.attr.sys_image_guid)
+    assert d.sys_image_guid == GUID(d.attr.sys_image_guid) == d.system_guid
+    assert ep.gid_prefix == ep.default_gid.prefix
     assert d.has_verbs and not d.has_umad and d.node_desc is None
     assert str(ep) == "ucx0/1"
 
