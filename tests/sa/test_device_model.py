@@ -55,11 +55,15 @@ def ibstat(fabric, node):
     return cas
 
 
-@pytest.mark.parametrize("node", ["Hca1", "Hca2", "Hca4"])
-def test_devices_match_ibstat(fabric, node):
+@pytest.mark.parametrize("topology,node", [
+    ("2sw4hca", "Hca1"), ("2sw4hca", "Hca2"), ("2sw4hca", "Hca4"),
+    ("2sw2hca2port", "Hca2"), ("1sw4hca", "Hca3")])
+def test_devices_match_ibstat(fabrics, topology, node):
     """get_devices() on a shimmed node: the simulated CA first (umad only,
     no verbs), the software fabric last; node and port fields equal
-    ibstat's on the same node."""
+    ibstat's on the same node (the SM's node too: its capability mask
+    has IsSM)."""
+    fabric = fabrics(topology)
     ref = ibstat(fabric, node)
     ours = probe(fabric, node, "devices")
     assert [d["name"] for d in ours][-1] == "ucx0"
