@@ -33,41 +33,107 @@ ctx_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     return (PyObject *)self;
 }
 
+/* Context(EndPort or Device), python-rdma's form: set *name (a new
+   reference to the device name), *provname (from its provider unless one
+   was given) and *end_port (borrowed; the end port or None).  Return 0, or
+   -1 with an error set. */
+static int
+device_arg(PyObject *dev, PyObject **name, PyObject **prov,
+           PyObject **end_port)
+{
+    PyObject *node;
+
+    if (PyObject_HasAttrString(dev, "end_ports")) {
+        node = Py_NewRef(dev);              /* a Device */
+        *end_port = Py_None;
+    }
+    else if (PyObject_HasAttrString(dev, "parent") &&
+             PyObject_HasAttrString(dev, "port_id")) {
+        node = PyObject_GetAttrString(dev, "parent");   /* an EndPort */
+        *end_port = dev;
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "Context() needs a device name, an "
+                     "rdma.devices.Device or an EndPort, not %.100s",
+                     Py_TYPE(dev)->tp_name);
+        return -1;
+    }
+    if (node == NULL)
+        return -1;
+    *name = PyObject_GetAttrString(node, "name");
+    if (*name != NULL && *prov == NULL &&
+        PyObject_HasAttrString(node, "provider"))
+        *prov = PyObject_GetAttrString(node, "provider");
+    Py_DECREF(node);
+    if (*name == NULL || !PyUnicode_Check(*name)) {
+        if (*name != NULL)
+            PyErr_SetString(PyExc_TypeError, "Context(): the device's name "
+                            "must be a str");
+        return -1;
+    }
+    return 0;
+}
+
 static int
 ctx_init(PyObject *op, PyObject *args, PyObject *kw)
 {
     pyrdma_Context *self = (pyrdma_Context *)op;
     static char *kwlist[] = {"name", "provider", "end_port", NULL};
     const char *name, *provname = "verbs";
-    PyObject *end_port = Py_None;
+    PyObject *nobj, *pobj = NULL, *end_port = Py_None, *owned_name = NULL;
     const struct pyrdma_provider *prov;
     struct pyrdma_status st = {0};
     void *h = NULL;
+    int rc = -1;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$sO:Context", kwlist,
-                                     &name, &provname, &end_port))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$UO:Context", kwlist,
+                                     &nobj, &pobj, &end_port))
         return -1;
+    Py_XINCREF(pobj);
+    if (PyUnicode_Check(nobj))
+        owned_name = Py_NewRef(nobj);
+    else if (device_arg(nobj, &owned_name, &pobj, &end_port) < 0)
+        goto out;
+    if ((name = PyUnicode_AsUTF8(owned_name)) == NULL)
+        goto out;
+    if (pobj != NULL && pobj != Py_None) {
+        if (!PyUnicode_Check(pobj)) {
+            PyErr_SetString(PyExc_TypeError, "Context(): provider must be "
+                            "a str");
+            goto out;
+        }
+        if ((provname = PyUnicode_AsUTF8(pobj)) == NULL)
+            goto out;
+    }
     if (self->o.h != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Context is already open");
-        return -1;
+        goto out;
     }
     prov = pyrdma_find_provider(provname);
     if (prov == NULL) {
-        PyErr_Format(PyExc_ValueError, "unknown RDMA provider '%s'", provname);
-        return -1;
+        if (strcmp(provname, "umad") == 0)
+            PyErr_Format(PyExc_ValueError, "%s has no verbs device: only "
+                         "libibumad reports it (rdma.get_umad() works on "
+                         "it)", name);
+        else
+            PyErr_Format(PyExc_ValueError, "unknown RDMA provider '%s'",
+                         provname);
+        goto out;
     }
     if (prov->load(&st) < 0 || prov->open_device(name, &h, &st) < 0) {
         pyrdma_raise_status(self->o.state, &st);
-        return -1;
+        goto out;
     }
     self->o.prov = prov;
     self->o.h = h;
-    Py_XSETREF(self->name, PyUnicode_FromString(name));
+    Py_XSETREF(self->name, Py_NewRef(owned_name));
     Py_INCREF(end_port);
     Py_XSETREF(self->end_port, end_port);
-    if (self->name == NULL)
-        return -1;
-    return 0;
+    rc = 0;
+out:
+    Py_XDECREF(owned_name);
+    Py_XDECREF(pobj);
+    return rc;
 }
 
 static int
@@ -670,8 +736,10 @@ pyrdma_context_init(PyObject *module, pyrdma_state *st)
         module, "rdma.ibverbs.Context", sizeof(pyrdma_Context),
         "Context(name, *, provider='verbs', end_port=None)\n--\n\n"
         "An open RDMA device (ibv_open_device).  Usually made with "
-        "rdma.get_verbs(end_port).  A context manager; close() releases it "
-        "and everything created from it.",
+        "rdma.get_verbs(end_port).  name may also be an "
+        "rdma.devices.EndPort or Device (python-rdma's Context(port)): its "
+        "device, provider and end port are used.  A context manager; "
+        "close() releases it and everything created from it.",
         ctx_methods, ctx_getset, ctx_slots, 1);
 
     if (tp == NULL)

@@ -14,13 +14,16 @@ def main():
               "examples/list_devices.py)")
         return 1
     for dev in devices:
-        print(f"{dev.name} ({dev.provider}) node GUID {dev.node_guid}")
+        print(f"{dev.name} ({dev.provider}) node GUID {dev.node_guid}"
+              f"{', umad' if dev.has_umad else ''}")
         for port in dev.end_ports:
             print(f"  {port}: {STATES.get(port.state, port.state)} "
                   f"{port.link_layer} LID {port.lid}")
             for i, gid in enumerate(port.gids):
                 if gid:
                     print(f"    GID[{i}] {gid}")
+        if not dev.has_verbs:         # a CA only libibumad reports (ibsim)
+            continue
         with rdma.get_verbs(dev) as ctx:
             attr = ctx.query_device()
             print(f"  max_qp {attr.max_qp}, max_cqe {attr.max_cqe}, "

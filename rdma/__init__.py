@@ -22,12 +22,14 @@ __version__ = "0.1.0"
 def get_umad(end_port: Any = None, path: Any = None, **kwargs: Any):
     """Open a :class:`rdma.umad.UMAD` (SMPs and GMPs through libibumad) on
     *end_port* (an :class:`EndPort`, a name for :func:`get_end_port`, or
-    None for the default end port).  *path* is python-rdma's unused
-    argument; *kwargs* go to :class:`rdma.umad.UMAD`.
+    None for the default end port).  *path* (python-rdma's argument) and
+    *kwargs* go to :class:`rdma.umad.UMAD` when given.
 
     :raises RDMAError: if the port's device has no umad (the software
         fabric, or ib_umad not loaded)."""
     from rdma.umad import get_umad as _get_umad
+    if path is not None:
+        kwargs["path"] = path
     return _get_umad(end_port, **kwargs)
 
 
@@ -49,7 +51,7 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
             not hasattr(port, "parent"):
         port = get_end_port(port)
     if verbs is None and getattr(port, "has_umad", False):
-        return get_umad(port, **kwargs)
+        return get_umad(port, path, **kwargs)
     try:
         import rdma.vmad as vmad
     except ImportError:
@@ -58,7 +60,7 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
         if verbs is not None:
             raise RDMAError("get_gmp_mad(verbs=...): this build has no "
                             "rdma.vmad (MADs through a verbs QP)")
-        return get_umad(port, **kwargs)     # raises, naming what is missing
+        return get_umad(port, path, **kwargs)   # raises, naming what lacks
     if path is None:
         path = port.sa_path
     if verbs is not None:

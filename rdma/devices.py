@@ -78,7 +78,7 @@ def _sysfs(path: str) -> Optional[str]:
         return None
 
 
-# -- the collection type -------------------------------------------------------
+# -- the collection type ------------------------------------------------------
 
 class DemandList:
     """python-rdma's collection: an ordered list whose index is a key.
@@ -86,29 +86,59 @@ class DemandList:
     Iterating yields the values (devices, end ports) in order;
     ``dl[key]`` looks one up by its key (a device name, a port number), by
     :class:`rdma.IBA.GUID` (the node GUID of a device, the port GUID of an
-    end port) or, for device lists, by position (``devices[0]``).  Values
-    are made on demand by *conv* (``conv(key)``) the first time they are
-    needed.  A missing key raises :exc:`KeyError`.  ``len()``, ``in`` (a
-    value or a key), :meth:`first`, :meth:`index` and comparison with a
-    list of the same values work as for a list.
+    end port) or, for device lists, by position (``devices[0]``,
+    ``devices[:2]`` gives a list).  Values are made on demand by *conv*
+    (``conv(key)``) the first time they are needed; *more*, if given,
+    returns ``(key, value)`` pairs that end the list and is called only
+    when the list is looked at past its known keys (the software fabric is
+    brought up only when it is reached).  A missing key raises
+    :exc:`KeyError`.  ``len()``, ``in`` (a value or a key), :meth:`first`,
+    :meth:`index` and comparison with a list of the same values work as
+    for a list.
     """
 
     def __init__(self, keys: Iterable[Hashable],
                  conv: Callable[[Any], Any],
                  guid_attr: Optional[str] = None,
-                 positional: bool = False):
+                 positional: bool = False,
+                 more: Optional[Callable[[], List[Tuple[Hashable, Any]]]]
+                 = None):
         self._okeys: Tuple[Hashable, ...] = tuple(keys)
         self._data: Dict[Hashable, Any] = dict.fromkeys(self._okeys)
         self._conv = conv
         self._guid_attr = guid_attr
         self._positional = positional
+        self._more = more
+
+    def _expand(self) -> None:
+        """Append what *more* gives (once)."""
+        more, self._more = self._more, None
+        if more is None:
+            return
+        for k, v in more():
+            if k not in self._data:
+                self._okeys += (k,)
+                self._data[k] = v
+
+    def _keys(self) -> Tuple[Hashable, ...]:
+        self._expand()
+        return self._okeys
 
     def __len__(self) -> int:
-        return len(self._okeys)
+        return len(self._keys())
+
+    def __bool__(self) -> bool:
+        return bool(self._okeys) or bool(len(self))
 
     def __iter__(self) -> Iterator[Any]:
-        for k in self._okeys:
-            yield self[k]
+        i = 0
+        while True:
+            if i == len(self._okeys):
+                self._expand()
+                if i == len(self._okeys):
+                    return
+            yield self[self._okeys[i]]
+            i += 1
 
     def itervalues(self) -> Iterator[Any]:
         """The values in order (python-rdma's name)."""
@@ -120,18 +150,20 @@ class DemandList:
 
     def iterkeys(self) -> Iterator[Hashable]:
         """The keys in order (python-rdma's name)."""
-        return iter(self._okeys)
+        return iter(self._keys())
 
     def keys(self) -> List[Hashable]:
         """The keys in order."""
-        return list(self._okeys)
+        return list(self._keys())
 
     def items(self) -> List[Tuple[Hashable, Any]]:
         """``(key, value)`` pairs in order."""
-        return [(k, self[k]) for k in self._okeys]
+        return [(k, self[k]) for k in self._keys()]
 
     def first(self) -> Any:
         """The first value.  :raises IndexError: if the list is empty."""
+        if not self._okeys:
+            self._expand()
         if not self._okeys:
             raise IndexError("first() of an empty list")
         return self[self._okeys[0]]
@@ -146,6 +178,9 @@ class DemandList:
             hit = idx in self._data
         except TypeError:
             hit = False
+        if not hit and self._more is not None and not isinstance(idx, slice):
+            self._expand()
+            hit = idx in self._data
         if hit:
             v = self._data[idx]
             if v is None:
@@ -153,9 +188,9 @@ class DemandList:
             return v
         if self._positional and isinstance(idx, int) and \
                 not isinstance(idx, bool):
-            return self[self._okeys[idx]]          # IndexError if out
+            return self[self._keys()[idx]]         # IndexError if out
         if self._positional and isinstance(idx, slice):
-            return [self[k] for k in self._okeys[idx]]
+            return [self[k] for k in self._keys()[idx]]
         raise KeyError(idx)
 
     def get(self, idx: Any, default: Any = None) -> Any:
@@ -169,14 +204,14 @@ class DemandList:
         """The key ``k`` with ``self[k] == value``.
 
         :raises ValueError: if no value is equal."""
-        for k in self._okeys:
+        for k in self._keys():
             if self[k] == value:
                 return k
         raise ValueError(f"{value!r} is not in the list")
 
     def clear(self) -> None:
         """Forget the values made so far; they are made again on demand."""
-        self._data = dict.fromkeys(self._okeys)
+        self._data = dict.fromkeys(self._keys())
 
     def __contains__(self, x: Any) -> bool:
         try:
@@ -197,7 +232,7 @@ class DemandList:
         return "[" + ", ".join(repr(v) for v in self) + "]"
 
 
-# -- end ports -----------------------------------------------------------------
+# -- end ports ----------------------------------------------------------------
 
 class EndPort:
     """One port of a :class:`Device`: ``parent``, ``port_id`` and what the
@@ -372,11 +407,27 @@ class EndPort:
                 f"({lanes}X {name})")
 
     @property
+    def rate_gbps(self) -> float:
+        """The port's rate in Gb/s (what ``ibstat`` prints as ``Rate``):
+        lanes times the lane speed, or libibumad's figure for a simulated
+        port."""
+        if not self.parent.has_verbs and self._umad is not None:
+            return float(self._umad["rate"])
+        a = self.attr
+        per_lane = _SPEEDS.get(a.active_speed, (25, "SDR"))[0]
+        return per_lane * _WIDTHS.get(a.active_width, 0) / 10
+
+    @property
     def default_gid(self) -> GID:
         """GID index 0 of the port."""
         if self._attr is None:
             self.refresh()
         return self.gids[0] if self.gids else GID(0)
+
+    @property
+    def gid_prefix(self) -> int:
+        """The subnet prefix of the default GID (an int)."""
+        return self.default_gid.prefix
 
     @property
     def port_guid(self) -> GUID:
@@ -432,7 +483,7 @@ def _end_port_by_name(name: str, provider: str) -> EndPort:
     return get_end_port(name, provider=provider)
 
 
-# -- devices -------------------------------------------------------------------
+# -- devices ------------------------------------------------------------------
 
 class Device:
     """An RDMA device: ``name``, ``node_guid``, ``provider``, ``end_ports``
@@ -516,6 +567,9 @@ class Device:
         if not self.has_verbs:
             return GUID(self._umad["system_guid"])
         return GUID(self.attr.sys_image_guid)
+
+    #: The name ``rdma.umad.UMADDevice`` had for :attr:`sys_image_guid`.
+    system_guid = sys_image_guid
 
     @property
     def hw_ver(self) -> str:
@@ -617,7 +671,7 @@ class Device:
 RDMADevice = Device
 
 
-# -- listing -------------------------------------------------------------------
+# -- listing ------------------------------------------------------------------
 
 def select_providers(provider: Optional[str] = None) -> List[str]:
     """Return the providers to look at, in order.
@@ -626,7 +680,8 @@ def select_providers(provider: Optional[str] = None) -> List[str]:
     or ``"auto"``: verbs devices, then devices only libibumad reports
     (``"umad"``), then the software fabric.
     """
-    name = provider if provider is not None else os.environ.get(PROVIDER_ENV, "")
+    name = provider if provider is not None else \
+        os.environ.get(PROVIDER_ENV, "")
     name = name.strip() or "auto"
     built = list(_ibverbs._providers())
     order = [p for p in built if p != SOFTWARE] + [UMAD] + \
@@ -726,28 +781,46 @@ def get_devices(provider: Union[str, bool, None] = None,
     names = select_providers(provider)
     strict = names[0] if len(names) == 1 else None
     scan = list(names)
+    # verbs and umad are read together so that the two sides of a device
+    # meet; the one not asked for only completes the other.
+    built = _ibverbs._providers()
     if "verbs" in scan and UMAD not in scan:
-        # umad is read with verbs so that the two sides of a device meet.
         scan.insert(scan.index("verbs") + 1, UMAD)
-    devices, errors = _list(scan, strict)
-    if UMAD not in names:
-        devices = [d for d in devices if d.provider != UMAD]
+    elif UMAD in scan and "verbs" not in scan and "verbs" in built:
+        scan.insert(scan.index(UMAD), "verbs")
+    # The software fabric comes last: when other devices are found in auto
+    # mode, it is listed (and its node brought up) only when reached.
+    lazy = SOFTWARE in scan and len(names) > 1
+    devices, errors = _list([n for n in scan if not (lazy and n == SOFTWARE)],
+                            strict)
+    devices = [d for d in devices if d.provider in names or
+               (UMAD in names and d.has_umad)]
+    more = None
+    if lazy and devices:
+        def more() -> List[Tuple[str, Device]]:
+            found, _ = _list([SOFTWARE], None)
+            return [(d.name, d) for d in found]
+    elif lazy:
+        found, errs = _list([SOFTWARE], None)
+        devices += found
+        errors += errs
     failed = [e for n, e in errors if n in names]
     if not devices and failed and len(failed) == len(names):
         raise failed[0]
     by_name: Dict[str, Device] = {}
     for d in devices:
         by_name.setdefault(d.name, d)    # a name twice: the first wins
-    return DemandList([d.name for d in devices], by_name.__getitem__,
-                      guid_attr="node_guid", positional=True)
+    return DemandList(list(by_name), by_name.__getitem__,
+                      guid_attr="node_guid", positional=True, more=more)
 
 
 def _describe(devices: Iterable[Device]) -> str:
     ports = [p for d in devices for p in d.end_ports]
     if not ports:
         return "no RDMA ports"
-    return ", ".join(f"{p} ({'ACTIVE' if p.state == _ACTIVE else 'state ' + str(p.state)})"
-                     for p in ports)
+    return ", ".join(
+        f"{p} ({'ACTIVE' if p.state == _ACTIVE else f'state {p.state}'})"
+        for p in ports)
 
 
 def _no_devices(provider: Optional[str]) -> RDMAError:
@@ -763,7 +836,10 @@ def _default_port(devices: DemandList) -> EndPort:
     devices exist but none is ACTIVE, the first of their ports whose link
     is up, else their first port (python-rdma's default); without them, an
     ACTIVE port of the software fabric."""
-    hw = [d for d in devices if d.provider != SOFTWARE]
+    # The devices listed so far are the real and simulated ones (the
+    # software fabric is appended when the list is looked at further).
+    hw = [d for d in (devices[k] for k in devices._okeys)
+          if d.provider != SOFTWARE]
     for d in hw:
         for p in d.end_ports:
             if p.state == _ACTIVE:
@@ -832,8 +908,8 @@ def find_port_name(devices: DemandList, name: str) -> EndPort:
     dev_name, sep, port = name.partition("/")
     d = devices.get(dev_name) if dev_name else None
     if not isinstance(d, Device):
-        raise RDMAError(f"no RDMA end port {name!r}; have: "
-                        f"{', '.join(str(p) for d in devices for p in d.end_ports)}")
+        have = ", ".join(str(p) for d in devices for p in d.end_ports)
+        raise RDMAError(f"no RDMA end port {name!r}; have: {have}")
     if not sep:
         if not len(d.end_ports):
             raise RDMAError(f"device {d.name} has no ports")
@@ -844,8 +920,9 @@ def find_port_name(devices: DemandList, name: str) -> EndPort:
         raise ValueError(f"invalid port number in {name!r}") from None
     p = d.end_ports.get(port_id)
     if p is None:
+        have = ", ".join(str(p.port_id) for p in d.end_ports)
         raise RDMAError(f"device {d.name} has no port {port_id} "
-                        f"(ports: {', '.join(str(p.port_id) for p in d.end_ports)})")
+                        f"(ports: {have})")
     return p
 
 
@@ -880,7 +957,7 @@ def get_end_port(name: Union[str, GID, GUID, None] = None,
     :raises rdma.RDMAError: when nothing matches.
     """
     devices = get_devices(provider)
-    if not len(devices):
+    if not devices:
         raise _no_devices(provider)
     if name is None:
         return _default_port(devices)
@@ -892,7 +969,7 @@ def get_end_port(name: Union[str, GID, GUID, None] = None,
         raise TypeError(f"end port name must be a str, GID or GUID, not "
                         f"{type(name).__name__}")
     name = name.strip()
-    if name.partition("/")[0] in devices._data:
+    if name.partition("/")[0] in devices._data:     # a listed device
         return find_port_name(devices, name)
     guid = _guid_text(name)
     if guid is not None and "::" not in name and \
@@ -928,7 +1005,7 @@ def get_device(name: Union[str, GUID, None] = None,
 
     :raises rdma.RDMAError: when nothing matches."""
     devices = get_devices(provider)
-    if not len(devices):
+    if not devices:
         raise _no_devices(provider)
     if name is None:
         return devices.first()
@@ -937,8 +1014,9 @@ def get_device(name: Union[str, GUID, None] = None,
     if not isinstance(name, str):
         raise TypeError(f"device name must be a str or GUID, not "
                         f"{type(name).__name__}")
-    if name in devices._data:
-        return devices[name]
+    d = devices.get(name)
+    if isinstance(d, Device):
+        return d
     guid = _guid_text(name)
     if guid is not None:
         return find_node_guid(devices, guid)

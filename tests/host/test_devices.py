@@ -59,7 +59,7 @@ def test_devices_collection_and_lookups(ep):
     assert dev.end_ports[1] == ep == dev.end_ports.first()
     assert dev.end_ports[ep.port_guid] == ep
     assert isinstance(dev, rdma.RDMADevice) and rdma.Device is rdma.RDMADevice
-    assert rdma.get_devices(True) == devs     # python-rdma: get_devices(refresh)
+    assert rdma.get_devices(True) == devs     # python-rdma: (refresh)
 
 
 def test_end_port_and_device_attributes(ep):
@@ -69,13 +69,15 @@ def test_end_port_and_device_attributes(ep):
         == (a.lid, a.lmc, a.sm_lid, a.sm_sl, a.state, a.phys_state)
     assert ep.state == 4 and ep.phys_state == 5
     assert ep.rate == "2.5 Gb/sec (1X SDR)"   # active_width 1, speed SDR
+    assert ep.rate_gbps == 2.5
     assert ep.default_gid == ep.gids[0]
     assert ep.port_guid == GUID(ep.default_gid.guid)
     assert ep.pkeys[0] == 0xFFFF and ep.pkey_index(0xFFFF) == 0
     assert ep.cap_mask == a.port_cap_flags and not ep.has_umad
     d = ep.parent
     assert d.fw_ver == d.attr.fw_ver and d.phys_port_cnt == 1
-    assert d.sys_image_guid == GUID(d.attr.sys_image_guid)
+    assert d.sys_image_guid == GUID(d.attr.sys_image_guid) == d.system_guid
+    assert ep.gid_prefix == ep.default_gid.prefix
     assert d.has_verbs and not d.has_umad and d.node_desc is None
     assert str(ep) == "ucx0/1"
 
@@ -102,7 +104,8 @@ def test_get_device(ep):
     d = ep.parent
     assert rdma.get_device(provider="ucx") == d
     assert rdma.get_device("ucx0") == d
-    assert rdma.get_device(d.node_guid) == d == rdma.get_device(str(d.node_guid))
+    assert rdma.get_device(d.node_guid) == d
+    assert rdma.get_device(str(d.node_guid)) == d
     with pytest.raises(rdma.RDMAError, match="nosuch0"):
         rdma.get_device("nosuch0")
     with pytest.raises(rdma.RDMAError):
@@ -137,7 +140,8 @@ def test_missing_libibumad_is_skipped_in_auto_mode():
             "    rdma.get_devices('umad')\n"
             "except rdma.SysError as e:\n"
             "    print('ERR', e.func, e)\n")
-    res = run_py(code, env={"RDMA_UMAD_LIBRARY": "/nonexistent/libibumad.so.3"})
+    res = run_py(code,
+                 env={"RDMA_UMAD_LIBRARY": "/nonexistent/libibumad.so.3"})
     assert res.returncode == 0, res.stderr
     assert "'ucx0'" in res.stdout
     assert "ERR dlopen" in res.stdout and "libibumad3" in res.stdout

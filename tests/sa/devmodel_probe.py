@@ -16,6 +16,7 @@ def _port(p):
     return {"name": str(p), "port_id": p.port_id, "lid": p.lid,
             "lmc": p.lmc, "sm_lid": p.sm_lid, "sm_sl": p.sm_sl,
             "state": p.state, "phys_state": p.phys_state, "rate": p.rate,
+            "rate_gbps": p.rate_gbps,
             "cap_mask": p.cap_mask, "port_guid": int(p.port_guid),
             "gids": [str(g) for g in p.gids], "pkeys": list(p.pkeys),
             "link_layer": p.link_layer, "has_umad": p.has_umad,
@@ -78,6 +79,21 @@ def lookups():
     with rdma.get_gmp_mad(ep) as g:
         res["gmp"] = type(g).__name__
     return res
+
+
+def lazy_fabric():
+    """Whether UCX (libucp) is loaded after each step: finding the
+    simulated CA must not bring the software fabric up."""
+    def ucx():
+        with open("/proc/self/maps") as f:
+            return "libucp" in f.read()
+    steps = {"import": ucx()}
+    ep = rdma.get_end_port()
+    steps["get_end_port"] = (str(ep), ucx())
+    devs = rdma.get_devices()
+    steps["first"] = (str(devs.first()), ucx())
+    steps["all"] = ([d.name for d in devs], ucx())
+    return steps
 
 
 def seed_ud(dgid):

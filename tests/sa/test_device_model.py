@@ -15,8 +15,9 @@ import pytest
 from fabric import HERE
 
 STATES = {"Down": 1, "Initializing": 2, "Armed": 3, "Active": 4}
-PHYS = {"Sleep": 1, "Polling": 2, "Disabled": 3, "PortConfigurationTraining": 4,
-        "LinkUp": 5, "LinkErrorRecovery": 6, "Phy Test": 7}
+PHYS = {"Sleep": 1, "Polling": 2, "Disabled": 3,
+        "PortConfigurationTraining": 4, "LinkUp": 5, "LinkErrorRecovery": 6,
+        "Phy Test": 7}
 
 
 def guid_of(gid):
@@ -54,11 +55,15 @@ def ibstat(fabric, node):
     return cas
 
 
-@pytest.mark.parametrize("node", ["Hca1", "Hca2", "Hca4"])
-def test_devices_match_ibstat(fabric, node):
+@pytest.mark.parametrize("topology,node", [
+    ("2sw4hca", "Hca1"), ("2sw4hca", "Hca2"), ("2sw4hca", "Hca4"),
+    ("2sw2hca2port", "Hca2"), ("1sw4hca", "Hca3")])
+def test_devices_match_ibstat(fabrics, topology, node):
     """get_devices() on a shimmed node: the simulated CA first (umad only,
     no verbs), the software fabric last; node and port fields equal
-    ibstat's on the same node."""
+    ibstat's on the same node (the SM's node too: its capability mask
+    has IsSM)."""
+    fabric = fabrics(topology)
     ref = ibstat(fabric, node)
     ours = probe(fabric, node, "devices")
     assert [d["name"] for d in ours][-1] == "ucx0"
@@ -84,6 +89,7 @@ def test_devices_match_ibstat(fabric, node):
             assert p["cap_mask"] == int(rp["Capability mask"], 16)
             assert p["port_guid"] == int(rp["Port GUID"], 16)
             assert p["rate"] == f"{rp['Rate']} Gb/sec"
+            assert p["rate_gbps"] == float(rp["Rate"])
             assert rp["Link layer"] == "IB" and p["link_layer"] == "InfiniBand"
             assert p["default_gid"] == p["gids"][0]
             assert guid_of(p["default_gid"]) == p["port_guid"]
@@ -99,8 +105,8 @@ def test_default_end_port_is_the_simulated_ca(fabric):
     ref = ibstat(fabric, "Hca3")
     ca = next(iter(ref))
     for k in ("none", "device", "device/port", "port_guid", "port_guid_str",
-              "gid", "gid_str", "node_guid", "umad_get_end_port", "first", "by_name",
-              "by_guid"):
+              "gid", "gid_str", "node_guid", "umad_get_end_port", "first",
+              "by_name", "by_guid"):
         assert res[k] == f"{ca}/1", k
     assert res["get_device"] == res["device_by_guid"] == \
         res["device_by_guid_str"] == ca
@@ -109,6 +115,17 @@ def test_default_end_port_is_the_simulated_ca(fabric):
     assert "no verbs device" in res["verbs"]
     assert res["umad"] == f"<rdma.umad.UMAD {ca}/1>"
     assert res["gmp"] == "UMAD"
+
+
+def test_software_fabric_is_brought_up_only_when_reached(fabric):
+    """With a simulated CA present, get_end_port() and devices.first() do
+    not load UCX; listing every device does (ucx0 last)."""
+    res = probe(fabric, "Hca2", "lazy_fabric")
+    ca = next(iter(ibstat(fabric, "Hca2")))
+    assert res["import"] is False
+    assert res["get_end_port"] == [f"{ca}/1", False]
+    assert res["first"] == [ca, False]
+    assert res["all"] == [[ca, "ucx0"], True]
 
 
 def test_provider_selection_in_a_shimmed_process(fabric):

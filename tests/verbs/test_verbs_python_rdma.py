@@ -186,3 +186,25 @@ def test_context_node_and_port_event_dispatch(ctx, end_port):
         ctx.handle_async_event(5)
     with pytest.raises(TypeError):
         ctx.handle_async_event(("x", None))
+
+
+def test_context_from_an_end_port_or_device(end_port):
+    """python-rdma's ibv.Context(end_port) and ibv.Context(device): the
+    device's name and provider are used, end_port/node are set."""
+    with ibv.Context(end_port) as c:
+        assert c.end_port is end_port and c.node == end_port.parent
+        assert c.name == end_port.parent.name
+        assert c.provider == end_port.provider
+        assert c.query_port().state == end_port.state
+    with ibv.Context(end_port.parent) as c:
+        assert c.end_port is None and c.node is None
+        assert c.query_device().phys_port_cnt >= 1
+    with pytest.raises(TypeError, match="device name"):
+        ibv.Context(42)
+
+    class UmadOnly:                 # what a simulated CA looks like
+        name = "ibsim9"
+        provider = "umad"
+        end_ports = ()
+    with pytest.raises(ValueError, match="no verbs device"):
+        ibv.Context(UmadOnly())

@@ -139,3 +139,23 @@ def test_demo_runs():
     res = run([sys.executable, "-m", "rdma", "demo"])
     assert res.returncode == 0, res.stderr
     assert "rxe0" in res.stdout and "ACTIVE" in res.stdout
+
+
+def test_rxe_is_one_device_for_verbs_and_umad(device, end_port):
+    """With ib_umad loaded, libibumad reports rxe0 too: it is the same
+    Device (provider verbs, has_umad), and one end port opens both a verbs
+    Context and a UMAD; ibstat's port GUID and state agree."""
+    from conftest import run
+    d = rdma.get_devices()[device]
+    assert d.provider == "verbs" and d.has_verbs and d.has_umad
+    assert [x.name for x in rdma.get_devices("umad")].count(device) == 1
+    assert rdma.get_devices("umad")[device] == d
+    ep = d.end_ports[1]
+    assert ep == end_port and ep.has_umad
+    with rdma.get_verbs(ep) as ctx, rdma.get_umad(ep) as umad:
+        assert ctx.end_port == ep and umad.end_port == ep
+    out = run(["ibstat", device, "1"], check=True).stdout
+    assert f"Port GUID: 0x{int(ep.port_guid):016x}" in out
+    assert "State: Active" in out and ep.state == ibv.IBV_PORT_ACTIVE
+    assert rdma.get_devices()[-1].name == "ucx0" or \
+        "ucx" not in rdma.devices.select_providers()
