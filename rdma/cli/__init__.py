@@ -1,4 +1,8 @@
-"""The ``rdma`` command line: ``rdma devices``, ``rdma devinfo``, ``rdma demo``.
+"""The ``ibtool`` command line (also ``python -m rdma``): verbs tools
+(``devices``, ``devinfo``, ``pingpong``, ``perf``, ``validate``, ``demo``)
+and InfiniBand management tools named and shaped like infiniband-diags'
+(``ibstat``, ``smpquery``, ``saquery``).  The script is not called ``rdma``: that is
+iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
 exits non-zero: 1 for an RDMA error, 2 for bad usage.
@@ -24,7 +28,7 @@ def _add_provider(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rdma", description="RDMA tools built on the rdma package.")
+        prog="ibtool", description="RDMA tools built on the rdma package.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -57,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     _pingpong.add_parser(sub)
     from rdma.cli import perf as _perf
     _perf.add_parser(sub)
+    # InfiniBand management (python-rdma's ibtool; infiniband-diags' output)
+    from rdma.cli import ibstat as _ibstat
+    _ibstat.add_parser(sub)
+    from rdma.cli import smpquery as _smpquery
+    _smpquery.add_parser(sub)
     return parser
 
 
@@ -89,13 +98,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return args.func(args)
     except RDMAError as e:
-        print(f"rdma {args.command}: {e}", file=sys.stderr)
+        print(f"ibtool {args.command}: {e}", file=sys.stderr)
         return 1
     except (ValueError, TypeError) as e:
-        print(f"rdma {args.command}: {e}", file=sys.stderr)
+        print(f"ibtool {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"rdma {args.command}: interrupted", file=sys.stderr)
+        print(f"ibtool {args.command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

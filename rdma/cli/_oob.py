@@ -1,4 +1,4 @@
-"""Shared helpers of ``rdma pingpong`` and ``rdma perf``: the out-of-band
+"""Shared helpers of ``ibtool pingpong`` and ``ibtool perf``: the out-of-band
 TCP connection, deadlines, exit codes, picking the end port and GID, and
 the :class:`rdma.path.IBPath` that connects a QP to what the peer sent.
 
@@ -110,7 +110,7 @@ def run_command(name: str, fn: Callable[[argparse.Namespace], int],
 
 def _fail(name: str, msg: str) -> None:
     sys.stdout.flush()
-    print(f"rdma {name}: {msg}", file=sys.stderr)
+    print(f"ibtool {name}: {msg}", file=sys.stderr)
 
 
 # -- the TCP connection -------------------------------------------------------
@@ -353,7 +353,7 @@ def connect_path(end_port, qp_type: int, remote: Dest, my_psn: int, *,
 
 class _Intermixed(argparse.ArgumentParser):
     """A parser that takes positionals between options, as getopt does
-    (``rdma pingpong rc -g 1 HOST``)."""
+    (``ibtool pingpong rc -g 1 HOST``)."""
 
     _busy = False
 

@@ -1,4 +1,4 @@
-"""``rdma demo``: find the devices, then move data over a real RC connection.
+"""``ibtool demo``: find the devices, then move data over a real RC connection.
 
 The demo lists the devices and ports, opens the first active port, connects
 two RC queue pairs to each other with :mod:`rdma.path` (the python-rdma way:

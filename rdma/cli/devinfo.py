@@ -1,4 +1,4 @@
-"""``rdma devinfo``: what ``ibv_devinfo`` prints, from rdma's own queries.
+"""``ibtool devinfo``: what ``ibv_devinfo`` prints, from rdma's own queries.
 
 The output uses ibv_devinfo's layout (``name:<tabs>value`` lines, ports
 indented under the device) so that the two can be compared line by line.

@@ -1,11 +1,11 @@
-"""``rdma perf``: perftest-style bandwidth and latency of RDMA WRITE, RDMA
+"""``ibtool perf``: perftest-style bandwidth and latency of RDMA WRITE, RDMA
 READ, SEND and atomics between two processes.
 
 ::
 
-    rdma perf write --bw                       # server
-    rdma perf write --bw -a --max-size 65536 SERVER
-    rdma perf send --lat -n 1000 --output json SERVER
+    ibtool perf write --bw                       # server
+    ibtool perf write --bw -a --max-size 65536 SERVER
+    ibtool perf send --lat -n 1000 --output json SERVER
 
 The client drives the test; the server answers and prints the same
 results.  It does not talk to perftest's ``ib_*_bw``/``ib_*_lat``: its
@@ -139,7 +139,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def perf(args: argparse.Namespace) -> int:
-    """Run ``rdma perf``; return the exit status."""
+    """Run ``ibtool perf``; return the exit status."""
     return _oob.run_command("perf", _run, args)
 
 

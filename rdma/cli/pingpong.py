@@ -1,12 +1,12 @@
-"""``rdma pingpong``: libibverbs' ``ibv_rc_pingpong``, ``ibv_uc_pingpong``,
+"""``ibtool pingpong``: libibverbs' ``ibv_rc_pingpong``, ``ibv_uc_pingpong``,
 ``ibv_ud_pingpong`` and ``ibv_srq_pingpong``, on the wire compatible with
 them.
 
 ::
 
-    rdma pingpong rc                 # server: wait for a client
-    rdma pingpong rc SERVER -g 1     # client
-    rdma pingpong srq SERVER -q 4 -n 200 -e
+    ibtool pingpong rc                 # server: wait for a client
+    ibtool pingpong rc SERVER -g 1     # client
+    ibtool pingpong srq SERVER -q 4 -n 200 -e
 
 How the C tools (and this command) talk, so that any pair interoperates:
 
@@ -70,8 +70,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "client.",
         epilog="exit status: 0 ok, 1 RDMA/runtime failure, 2 bad usage, "
                "3 data validation failed (-c), 124 a step timed out "
-               "(--timeout).  Example (Soft-RoCE): rdma pingpong rc -g 1 & "
-               "rdma pingpong rc -g 1 --wait 5 127.0.0.1")
+               "(--timeout).  Example (Soft-RoCE): ibtool pingpong rc -g 1 & "
+               "ibtool pingpong rc -g 1 --wait 5 127.0.0.1")
     p.add_argument("mode", choices=MODES,
                    help="rc, uc, ud or srq (RC QPs sharing a receive queue)")
     p.add_argument("servername", nargs="?", default=None,
@@ -102,7 +102,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def pingpong(args: argparse.Namespace) -> int:
-    """Run ``rdma pingpong``; return the exit status."""
+    """Run ``ibtool pingpong``; return the exit status."""
     return _oob.run_command("pingpong", _run, args)
 
 

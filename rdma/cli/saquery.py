@@ -1,16 +1,16 @@
-"""``rdma saquery``: query the Subnet Administrator like infiniband-diags'
+"""``ibtool saquery``: query the Subnet Administrator like infiniband-diags'
 ``saquery``, for the records path tools need.
 
 ::
 
-    rdma saquery PR --src-to-dst 1:3        # PathRecord by LIDs
-    rdma saquery PR --sgid-to-dgid A-B      # PathRecord by GIDs
-    rdma saquery NR [lid]                   # NodeRecords
-    rdma saquery PIR [lid[/port]]           # PortInfoRecords
-    rdma saquery SR                         # ServiceRecords
-    rdma saquery MCMR [--mgid G] [--mlid L] # MCMemberRecords (also -g)
-    rdma saquery LR [lid[/port]] [lid[/port]]  # LinkRecords
-    rdma saquery --json ...                 # one JSON list of records
+    ibtool saquery PR --src-to-dst 1:3        # PathRecord by LIDs
+    ibtool saquery PR --sgid-to-dgid A-B      # PathRecord by GIDs
+    ibtool saquery NR [lid]                   # NodeRecords
+    ibtool saquery PIR [lid[/port]]           # PortInfoRecords
+    ibtool saquery SR                         # ServiceRecords
+    ibtool saquery MCMR [--mgid G] [--mlid L] # MCMemberRecords (also -g)
+    ibtool saquery LR [lid[/port]] [lid[/port]]  # LinkRecords
+    ibtool saquery --json ...                 # one JSON list of records
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def _query(args: argparse.Namespace) -> Tuple[str, Any, bool]:
 
 
 def saquery(args: argparse.Namespace) -> int:
-    """Run ``rdma saquery``; return the exit code."""
+    """Run ``ibtool saquery``; return the exit code."""
     import rdma.umad
     kind, rec, table = _query(args)
     name = args.ca

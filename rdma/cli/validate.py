@@ -1,12 +1,12 @@
-"""``rdma validate``: run the fabric validation suite (:mod:`rdma.validation`)
+"""``ibtool validate``: run the fabric validation suite (:mod:`rdma.validation`)
 and print a summary table.
 
 ::
 
-    rdma validate                              # first ACTIVE port, loopback
-    rdma validate --device rxe0 --gid-index 1
-    rdma validate --device rxe1 --peer-device rxe2 --junitxml out.xml
-    rdma validate --provider ucx --quick -- -k transfer -x
+    ibtool validate                              # first ACTIVE port, loopback
+    ibtool validate --device rxe0 --gid-index 1
+    ibtool validate --device rxe1 --peer-device rxe2 --junitxml out.xml
+    ibtool validate --provider ucx --quick -- -k transfer -x
 
 pytest runs in a child process (a crash or a hang of a verb cannot take
 the report with it; ``--timeout`` bounds the whole run), in a scratch
@@ -309,14 +309,14 @@ def validate(args: argparse.Namespace) -> int:
         elapsed = time.monotonic() - t0
         if not os.path.exists(junit):
             print(output.rstrip(), file=sys.stderr)
-            print(f"rdma validate: pytest wrote no report (exit status {rc})",
+            print(f"ibtool validate: pytest wrote no report (exit status {rc})",
                   file=sys.stderr)
             return 3
         rows, props = read_junit(junit)
         if args.verbose:
             print()
         target = props.get("rdma_end_port") or args.device or "first ACTIVE port"
-        head = f"rdma validate: {target}"
+        head = f"ibtool validate: {target}"
         if props.get("rdma_provider"):
             head += (f" ({props['rdma_provider']}, "
                      f"{props.get('rdma_link_layer', '?')}, GID index "
@@ -333,11 +333,11 @@ def validate(args: argparse.Namespace) -> int:
         print()
         failed = counts.get("FAILED", 0) + counts.get("ERROR", 0)
         if rc < 0:
-            print(f"rdma validate: the run was stopped ({_tail(output, 1)})")
+            print(f"ibtool validate: the run was stopped ({_tail(output, 1)})")
             return 3
         if rc not in (0, 1) and not failed:
             print(_tail(output), file=sys.stderr)
-            print(f"rdma validate: pytest exit status {rc}", file=sys.stderr)
+            print(f"ibtool validate: pytest exit status {rc}", file=sys.stderr)
             return 3
         verdict = "FAILED" if failed or rc == 1 else "PASSED"
         print(f"{verdict}: {summary or 'no tests ran'} in {elapsed:.1f} s"

@@ -1,4 +1,4 @@
-"""The fabric validation suite: ``rdma validate`` or
+"""The fabric validation suite: ``ibtool validate`` or
 ``pytest --pyargs rdma.validation``.
 
 It checks one end port (``--rdma-device``/``--rdma-port``) and, with

@@ -96,7 +96,7 @@ def test_ud_multicast(rdma_setup, rdma_pair, rdma_end_port,
     fabric, which a basic check should not demand)."""
     if not rdma_setup.multicast:
         pytest.skip("multicast delivery is checked only on request "
-                    "(--rdma-multicast; rdma validate --multicast): it "
+                    "(--rdma-multicast; ibtool validate --multicast): it "
                     "needs multicast routing in the fabric")
     if rdma_end_port.link_layer != "Ethernet":
         pytest.skip("multicast on InfiniBand needs an SA MCMemberRecord join, "

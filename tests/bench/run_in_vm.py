@@ -140,7 +140,7 @@ def _perftest_row(out: str, size: int):
 
 
 def pingpong_pair(dev: str, gidx: str) -> list[dict]:
-    """ibv_rc_pingpong, then ``rdma pingpong rc`` (ours, the same
+    """ibv_rc_pingpong, then ``ibtool pingpong rc`` (ours, the same
     two-process protocol and wire exchange): round trip per iteration."""
     out = []
     # ibv_rc_pingpong: round trip per iteration, 8 B
@@ -155,7 +155,7 @@ def pingpong_pair(dev: str, gidx: str) -> list[dict]:
     s = client_server(ours + common, ours + common)
     m = s and re.search(r"= ([\d.]+) usec/iter", s)
     if m:
-        out.append({"impl": "rdma pingpong rc", "mode": "pingpong", "api": "-",
+        out.append({"impl": "ibtool pingpong rc", "mode": "pingpong", "api": "-",
                     "usec": float(m.group(1))})
     return out
 
@@ -312,7 +312,7 @@ def render(results, reps) -> str:
                     vp = "n/a" if r is None else f"{r:.2f}x"
                 lines.append(f"| {impl} | {api} | {fmt(v, key)} | "
                              f"{'n/a' if vc is None else f'{vc:.2f}x'} | {vp} |")
-        for impl in ("ibv_rc_pingpong", "rdma pingpong rc", "ib_send_lat",
+        for impl in ("ibv_rc_pingpong", "ibtool pingpong rc", "ib_send_lat",
                      "ib_write_bw"):
             rows = [r for r in results if r["impl"] == impl and r["mode"] == mode]
             if rows:
@@ -320,9 +320,9 @@ def render(results, reps) -> str:
                 vc = (v / c_all if higher else c_all / v) if (c_all and v) else None
                 lines.append(f"| {impl} (2 processes) | {rows[0]['api']} | "
                              f"{fmt(v, key)} | {'n/a' if vc is None else f'{vc:.2f}x'} | |")
-        vc = _pair_ratio(results, mode, "rdma pingpong rc", "ibv_rc_pingpong")
+        vc = _pair_ratio(results, mode, "ibtool pingpong rc", "ibv_rc_pingpong")
         if vc is not None:
-            lines.append(f"| rdma pingpong rc vs ibv_rc_pingpong (2 processes,"
+            lines.append(f"| ibtool pingpong rc vs ibv_rc_pingpong (2 processes,"
                          f" run back to back) | - | | {vc:.2f}x | |")
         lines.append("")
     lines += ["Ratios are 'how many times as good' (>1 better): rate and bandwidth "

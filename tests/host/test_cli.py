@@ -30,7 +30,7 @@ def test_errors_are_one_line_without_traceback():
     res = rdma_cli("devinfo", "--provider", "nope")
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
-    assert res.stderr.startswith("rdma devinfo: unknown RDMA provider")
+    assert res.stderr.startswith("ibtool devinfo: unknown RDMA provider")
     res = rdma_cli("devinfo", "-d", "rxe9", "--provider", "verbs")
     assert res.returncode == 1 and "rxe9" in res.stderr
 
@@ -41,3 +41,15 @@ def test_bad_usage_exit_2():
 
 def test_main_returns_code(capsys):
     assert main(["devices", "-q", "--provider", "verbs"]) == 1
+
+
+def test_console_script_is_ibtool_not_rdma():
+    """The console script is ``ibtool``: a script called ``rdma`` would
+    shadow iproute2's ``rdma`` (``rdma link add rxe0 ...``) on PATH."""
+    from importlib.metadata import entry_points
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")
+               if ep.value.startswith("rdma.")}
+    assert scripts == {"ibtool": "rdma.cli:main"}
+    res = subprocess.run([sys.executable, "-m", "rdma", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.stdout.startswith("usage: ibtool ")

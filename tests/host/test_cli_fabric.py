@@ -1,4 +1,4 @@
-"""``rdma pingpong`` and ``rdma perf`` between two processes on the host,
+"""``ibtool pingpong`` and ``ibtool perf`` between two processes on the host,
 over the software fabric (the UCX provider).  Skipped, with the reason,
 while this build has no UCX provider or it lists no device."""
 import csv

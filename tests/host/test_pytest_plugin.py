@@ -1,4 +1,4 @@
-"""The pytest plugin (rdma.pytest_plugin) and ``rdma validate`` on a host
+"""The pytest plugin (rdma.pytest_plugin) and ``ibtool validate`` on a host
 without RDMA hardware.
 
 Each test runs pytest in a child process on a temporary test file (the
@@ -243,7 +243,7 @@ def test_fixtures_and_markers_on_the_software_fabric(tmp_path):
     assert "no subnet administrator" in rows["test_sa"][1]
 
 
-# -- rdma validate --------------------------------------------------------------
+# -- ibtool validate --------------------------------------------------------------
 
 def rdma_validate(*args, timeout=600, cwd=None):
     e = dict(os.environ)

@@ -1,4 +1,4 @@
-"""`rdma validate` on the software fabric: the whole shipped suite passes,
+"""`ibtool validate` on the software fabric: the whole shipped suite passes,
 and a wrong GID index fails with a message naming it."""
 import subprocess
 import sys

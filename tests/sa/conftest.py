@@ -4,7 +4,7 @@ One fabric per topology and test session, started on first use and torn
 down at the end of the session even when tests fail.  Tests talk to it
 through shimmed subprocesses only (the shim must be preloaded before a
 process starts): ``fabric.worker(node)`` for our library, ``fabric.run``
-for infiniband-diags' ``saquery`` and our ``rdma saquery``.
+for infiniband-diags' ``saquery`` and our ``ibtool saquery``.
 """
 import shutil
 import sys

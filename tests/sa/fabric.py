@@ -7,7 +7,9 @@ waits for "SUBNET UP" in its log and stops everything on :meth:`close`
 wrapped in coreutils ``timeout`` so that nothing outlives a crashed test
 run by more than ``lifetime`` seconds.
 
-Clients run through the shim in the fabric's scratch directory (each
+The shim is the fixed one that ``.ci/setup`` builds (``SHIM_FIXED``; see
+``tests/sa/umad2sim/README.md``), or Debian's with a warning when that is
+missing.  Clients run through the shim in the fabric's scratch directory (each
 shimmed process creates ``./sys-<pid>/`` there):
 
 - :meth:`Fabric.run` runs a command (``saquery``, ``python -m rdma ...``)
@@ -29,13 +31,41 @@ import struct
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-SHIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
 NET_EXAMPLES = Path("/usr/share/doc/ibsim-utils/net-examples")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+
+#: Debian's shim (ibsim-utils): it cuts an RMPP answer to its first MAD and
+#: loses the last 32 bytes of every MAD it receives.
+STOCK_SHIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
+#: The shim .ci/setup builds from ibsim's source with
+#: tests/sa/umad2sim/rmpp-and-full-mad.patch (RMPP and whole MADs).
+FIXED_SHIM = ROOT / "build" / "umad2sim" / "libumad2sim.so"
+
+
+def _pick_shim() -> Path:
+    """The shim every shimmed process preloads: ``$RDMA_UMAD2SIM`` if set,
+    else the fixed one, else (loudly) Debian's."""
+    if os.environ.get("RDMA_UMAD2SIM"):
+        return Path(os.environ["RDMA_UMAD2SIM"])
+    if FIXED_SHIM.exists():
+        return FIXED_SHIM
+    msg = (f"{FIXED_SHIM} is missing (run .ci/setup; see "
+           f"tests/sa/umad2sim/README.md): falling back to Debian's "
+           f"{STOCK_SHIM}, which cuts RMPP answers (SA GetTable) to one MAD "
+           f"and loses the last 32 bytes of every MAD")
+    sys.stderr.write(f"\n*** WARNING: {msg}\n")
+    warnings.warn(msg, RuntimeWarning, stacklevel=2)
+    return STOCK_SHIM
+
+
+SHIM = _pick_shim()
+#: True when SHIM is the fixed shim (RMPP and whole MADs work).
+SHIM_FIXED = SHIM == FIXED_SHIM
 
 _counter = itertools.count()
 
@@ -138,16 +168,19 @@ class Worker:
 
 
 class Fabric:
-    """ibsim on ``topology`` and (unless ``sm_node`` is None) opensm."""
+    """ibsim on ``topology`` and (unless ``sm_node`` is None) opensm;
+    shimmed processes preload ``shim`` (default :data:`SHIM`)."""
 
     def __init__(self, topology: Path, scratch: Path,
                  sm_node: Optional[str] = "Hca1", lifetime: int = 900,
-                 console: bool = False):
+                 shim: Optional[Path] = None, console: bool = False):
         self.topology = Path(topology)
         self.scratch = Path(scratch)
         self.scratch.mkdir(parents=True, exist_ok=True)
         self.sm_node = sm_node
         self.lifetime = lifetime
+        #: The umad2sim shim this fabric's processes preload.
+        self.shim = SHIM if shim is None else Path(shim)
         self.sockname = f"rdma-sa-{os.getpid()}-{next(_counter)}"
         self.ibsim: Optional[subprocess.Popen] = None
         self.opensm: Optional[subprocess.Popen] = None
@@ -165,7 +198,7 @@ class Fabric:
             [str(ROOT), str(HERE)] + ([e["PYTHONPATH"]]
                                       if e.get("PYTHONPATH") else []))
         if node is not None:
-            e["LD_PRELOAD"] = str(SHIM)
+            e["LD_PRELOAD"] = str(self.shim)
             e["SIM_HOST"] = node
         return e
 

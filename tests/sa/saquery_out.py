@@ -69,6 +69,14 @@ _PHYS_STATE = {"Sleep": 1, "Polling": 2, "Disabled": 3,
                "LinkErrorRecovery": 6, "PhyTest": 7}
 _MTU = {"256": 1, "512": 2, "1024": 3, "2048": 4, "4096": 5}
 
+
+def _mtu(v: str) -> int:
+    """An MTU as libibmad prints it: ``2048``, or ``?(0)`` for a value
+    with no name (a down port's zero PortInfo in a whole ``PIR`` table)."""
+    if v.startswith("?(") and v.endswith(")"):
+        return int(v[2:-1], 0)
+    return _MTU[v]
+
 #: saquery PortInfo key -> (our SMPPortInfo field, converter)
 _PORTINFO = {
     "GidPrefix": ("GIDPrefix", _i), "Lid": ("LID", _i),
@@ -78,11 +86,11 @@ _PORTINFO = {
     "LinkState": ("portState", _LINK_STATE.__getitem__),
     "PhysLinkState": ("portPhysicalState", _PHYS_STATE.__getitem__),
     "ProtectBits": ("MKeyProtectBits", _i), "LMC": ("LMC", _i),
-    "NeighborMTU": ("neighborMTU", _MTU.__getitem__),
+    "NeighborMTU": ("neighborMTU", _mtu),
     "SMSL": ("masterSMSL", _i), "VLHighLimit": ("VLHighLimit", _i),
     "VLArbHighCap": ("VLArbitrationHighCap", _i),
     "VLArbLowCap": ("VLArbitrationLowCap", _i),
-    "MtuCap": ("MTUCap", _MTU.__getitem__),
+    "MtuCap": ("MTUCap", _mtu),
     "VLStallCount": ("VLStallCount", _i), "HoqLife": ("HOQLife", _i),
     "PartEnforceInb": ("partitionEnforcementInbound", _i),
     "PartEnforceOutb": ("partitionEnforcementOutbound", _i),

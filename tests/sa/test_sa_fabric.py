@@ -265,7 +265,7 @@ def test_path_query_cost(worker, hcas):
 
 
 def test_cli_saquery_json_matches_saquery(fabric, hcas):
-    """``rdma saquery PR --src-to-dst --json`` equals saquery's output."""
+    """``ibtool saquery PR --src-to-dst --json`` equals saquery's output."""
     s, d = sorted(hcas)[:2]
     res = fabric.run([sys.executable, "-m", "rdma", "saquery", "PR",
                       "--src-to-dst", f"{s}:{d}", "--json"], "Hca4")

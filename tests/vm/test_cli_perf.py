@@ -1,4 +1,4 @@
-"""``rdma perf`` on Soft-RoCE: every test in bandwidth and latency mode,
+"""``ibtool perf`` on Soft-RoCE: every test in bandwidth and latency mode,
 with the machine-readable outputs parsed, and its errors."""
 import csv
 import io
@@ -92,7 +92,7 @@ def test_perf_json_lat_server_prints_same_rows():
 
 def test_perf_no_server():
     rc, _, err = run(perf("write", free_port(), "127.0.0.1"))
-    assert rc == 1 and err.startswith("rdma perf: couldn't connect")
+    assert rc == 1 and err.startswith("ibtool perf: couldn't connect")
     assert len(err.strip().splitlines()) == 1
 
 
@@ -111,7 +111,7 @@ def test_perf_rejects_a_foreign_client():
             s.sendall(b'{"cmd":"hello","proto":"nope","version":9}\n')
             s.recv(4096)
         rc, _, err = srv.finish()
-    assert rc == 1 and err.startswith("rdma perf: ")
+    assert rc == 1 and err.startswith("ibtool perf: ")
 
 
 def test_perf_client_killed_mid_run(tmp_path):
@@ -139,7 +139,7 @@ def test_perf_client_killed_mid_run(tmp_path):
         t0 = time.monotonic()
         _, err = srv.communicate(timeout=T)
         assert srv.returncode in (1, 124), err
-        assert err.startswith("rdma perf: ") and "Traceback" not in err
+        assert err.startswith("ibtool perf: ") and "Traceback" not in err
         assert time.monotonic() - t0 < 60
     finally:
         if srv.poll() is None:

@@ -1,4 +1,4 @@
-"""``rdma pingpong`` on Soft-RoCE: against libibverbs' C ``ibv_*_pingpong``
+"""``ibtool pingpong`` on Soft-RoCE: against libibverbs' C ``ibv_*_pingpong``
 in both directions, against itself, across two hosts, and its errors.
 
 Servers are started in the background; a client starts only once the
@@ -163,7 +163,7 @@ def ok(res, what):
 @pytest.mark.parametrize("ours_as", ["server", "client"])
 @pytest.mark.parametrize("mode", MODES)
 def test_interop_with_c_tool(mode, ours_as):
-    """rdma pingpong MODE with ibv_MODE_pingpong as the other side, both
+    """ibtool pingpong MODE with ibv_MODE_pingpong as the other side, both
     validating (-c): same exchange, sizes, counting and summary lines."""
     port = free_port()
     extra = ["-q", "4"] if mode == "srq" else []
@@ -240,7 +240,7 @@ def test_two_host_rc_with_c_tool(ours_as):
 
 def one_line_error(err):
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("rdma pingpong: "), err
+    assert len(lines) == 1 and lines[0].startswith("ibtool pingpong: "), err
     assert "Traceback" not in err
 
 

@@ -1,4 +1,4 @@
-"""rdma devinfo and the Python queries, field by field against ibv_devinfo -v."""
+"""ibtool devinfo and the Python queries, field by field against ibv_devinfo -v."""
 import re
 import sys
 

@@ -1,4 +1,4 @@
-"""``rdma validate`` on Soft-RoCE: it passes on rxe0 (loopback) and on the
+"""``ibtool validate`` on Soft-RoCE: it passes on rxe0 (loopback) and on the
 rxe1/rxe2 pair, and fails, saying what is wrong, on a broken setup (a GID
 index that holds no GID, a port whose network interface is down).
 
@@ -37,7 +37,7 @@ def test_validate_passes_on_rxe0(tmp_path):
     r = validate("--device", DEVICE, "--junitxml", str(xml))
     elapsed = time.monotonic() - t0
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "PASSED:" in r.stdout and "rdma validate: rxe0/1" in r.stdout
+    assert "PASSED:" in r.stdout and "ibtool validate: rxe0/1" in r.stdout
     rows, props = results(xml)
     assert props["rdma_end_port"] == f"{DEVICE}/1"
     assert props["rdma_link_layer"] == "Ethernet"
@@ -54,7 +54,7 @@ def test_validate_passes_on_rxe0(tmp_path):
     # RoCE has no SA: skipped, with the reason.
     sa = rows["test_paths::test_sa_path_record"]
     assert sa["result"] == "SKIPPED" and "no subnet administrator" in sa["detail"]
-    print(f"rdma validate on {DEVICE}: {elapsed:.1f} s")
+    print(f"ibtool validate on {DEVICE}: {elapsed:.1f} s")
 
 
 def test_validate_passes_on_the_two_host_pair(tmp_path):

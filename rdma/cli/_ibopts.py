@@ -1,0 +1,106 @@
+"""Options shared by ``ibtool``'s InfiniBand management commands.
+
+They follow infiniband-diags (and python-rdma's ``ibtool``, which
+emulated them): ``-C/--Ca`` and ``-P/--Port`` pick the local end port, a
+target is a LID by default, ``-G/--Guid`` makes it a port GUID (hex, as
+infiniband-diags prints them) and ``-D/--Direct`` a directed route
+(``0,1,3``; a bare ``0`` or ``3`` is the one-element route ``0,`` / ``3,``),
+``-L/--Lid`` insists on a LID.  :func:`parse_target` turns one target
+argument into an :class:`rdma.path.IBPath` or :class:`rdma.path.IBDRPath`
+through :func:`rdma.path.from_string`, so every form ``from_string``
+knows (GIDs, ``IBPath(...)``) works too.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Optional
+
+__all__ = ["add_device_options", "add_target_options", "get_end_port",
+           "parse_target", "CmdError"]
+
+
+class CmdError(ValueError):
+    """Bad command line input; ``ibtool`` prints it and exits with 2."""
+
+
+def add_device_options(p: argparse.ArgumentParser) -> None:
+    """``-C/--Ca`` and ``-P/--Port``: the local end port."""
+    p.add_argument("-C", "--Ca", dest="CA", default=None,
+                   help="the RDMA device to use (name)")
+    p.add_argument("-P", "--Port", dest="port", default=None,
+                   help="the port of the device (number, or DEVICE/PORT)")
+
+
+def add_target_options(p: argparse.ArgumentParser) -> None:
+    """``-D``, ``-G``, ``-L``: how the target argument is written."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-D", "--Direct", dest="addr_direct", action="store_true",
+                   help="the target is a directed route: port numbers "
+                        "separated by commas, starting with 0")
+    g.add_argument("-G", "--Guid", dest="addr_guid", action="store_true",
+                   help="the target is a port GUID (hex)")
+    g.add_argument("-L", "--Lid", dest="addr_lid", action="store_true",
+                   help="the target is a LID (the default)")
+
+
+def get_end_port(args: argparse.Namespace) -> Any:
+    """The local umad end port that ``-C``/``-P`` name (default: the first
+    ACTIVE one).  Raises :class:`rdma.RDMAError` when there is none."""
+    import rdma.umad
+    ca, port = getattr(args, "CA", None), getattr(args, "port", None)
+    if ca is None and port is None:
+        return rdma.umad.get_end_port()
+    if ca is None:
+        if "/" in str(port):
+            return rdma.umad.get_end_port(str(port))
+        devices = rdma.umad.get_umad_devices()
+        if not devices:
+            return rdma.umad.get_end_port()     # raises: no devices
+        ca = devices[0].name
+    if port is None:
+        return rdma.umad.get_end_port(ca)
+    return rdma.umad.get_end_port(f"{ca}/{port}")
+
+
+def parse_target(value: str, args: Optional[argparse.Namespace] = None,
+                 end_port: Any = None) -> Any:
+    """Parse one target argument as infiniband-diags would read it under
+    ``args``' ``-D``/``-G``/``-L``; return the path.
+
+    :raises CmdError: naming the argument and what is wrong with it.
+    """
+    import rdma.path
+    direct = bool(getattr(args, "addr_direct", False))
+    guid = bool(getattr(args, "addr_guid", False))
+    lid = bool(getattr(args, "addr_lid", False))
+    text = value.strip()
+    if direct:
+        try:
+            text = f"{int(text, 0)},"        # -D 0 is the route "0,"
+        except ValueError:
+            pass
+    elif guid:
+        try:
+            n = int(text, 16)
+        except ValueError:
+            raise CmdError(f"{value!r} is not a GUID (hex)") from None
+        if not 0 < n < 1 << 64:
+            raise CmdError(f"{value!r} is not a 64-bit GUID")
+        text = ":".join(f"{n:016x}"[i:i + 4] for i in range(0, 16, 4))
+    try:
+        path = rdma.path.from_string(text, end_port)
+    except (ValueError, TypeError) as e:
+        raise CmdError(f"bad target {value!r}: {e}") from None
+    is_dr = isinstance(path, rdma.path.IBDRPath)
+    if direct and not is_dr:
+        raise CmdError(f"{value!r} is not a directed route (-D): "
+                       f"write it as 0,PORT,PORT...")
+    if guid and getattr(path, "DGID", None) is None:
+        raise CmdError(f"{value!r} is not a GUID (-G)")
+    if (lid or not (direct or guid)) and not is_dr and \
+            getattr(path, "DGID", None) is None and \
+            not getattr(path, "DLID", 0):
+        raise CmdError(f"{value!r} is not a LID")
+    if lid and (is_dr or not getattr(path, "DLID", 0)):
+        raise CmdError(f"{value!r} is not a LID (-L)")
+    return path

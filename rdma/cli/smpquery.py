@@ -1,0 +1,149 @@
+"""``ibtool smpquery``: read SMP attributes of a node, printed as
+infiniband-diags' ``smpquery`` prints them.
+
+::
+
+    ibtool smpquery nodeinfo 3          # by LID
+    ibtool smpquery -D nodedesc 0,1     # by directed route
+    ibtool smpquery nodeinfo            # the local port
+
+Implemented operations: ``nodeinfo`` (``NI``) and ``nodedesc`` (``ND``).
+The SMPs go through the MAD transactor (``umad.SubnGet``) where the umad
+object has one, else through :mod:`rdma.discovery`'s scheduler.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable, Dict, List, Tuple
+
+from rdma.cli._ibopts import (CmdError, add_device_options,
+                              add_target_options, get_end_port, parse_target)
+
+__all__ = ["add_parser", "smpquery", "smp_get", "format_fields"]
+
+_NODE_TYPES = {1: "Channel Adapter", 2: "Switch", 3: "Router"}
+
+
+def format_fields(rows: List[Tuple[str, str]], width: int = 33) -> List[str]:
+    """``Key:.....value`` lines, the key and its dots ``width`` wide."""
+    return [f"{k}:".ljust(width, ".") + v for k, v in rows]
+
+
+def _nodeinfo(ni: Any) -> List[str]:
+    return format_fields([
+        ("BaseVers", str(ni.baseVersion)),
+        ("ClassVers", str(ni.classVersion)),
+        ("NodeType", _NODE_TYPES.get(ni.nodeType, "???")),
+        ("NumPorts", str(ni.numPorts)),
+        ("SystemGuid", f"0x{int(ni.systemImageGUID):016x}"),
+        ("Guid", f"0x{int(ni.nodeGUID):016x}"),
+        ("PortGuid", f"0x{int(ni.portGUID):016x}"),
+        ("PartCap", str(ni.partitionCap)),
+        ("DevId", f"0x{ni.deviceID:04x}"),
+        ("Revision", f"0x{ni.revision:08x}"),
+        ("LocalPort", str(ni.localPortNum)),
+        ("VendorId", f"0x{ni.vendorID:06x}"),
+    ])
+
+
+def _nodedesc(nd: Any) -> List[str]:
+    raw = nd.nodeString
+    text = raw if isinstance(raw, str) else bytes(raw).decode(
+        "utf-8", "replace")
+    # smpquery right-aligns the description in 32 columns of dots
+    return ["Node Description:" + text.split("\0", 1)[0].rjust(32, ".")]
+
+
+#: operation -> (attribute name in rdma.IBA, header title, formatter)
+_OPS: Dict[str, Tuple[str, str, Callable[[Any], List[str]]]] = {
+    "nodeinfo": ("SMPNodeInfo", "Node info", _nodeinfo),
+    "nodedesc": ("SMPNodeDescription", "Node Description", _nodedesc),
+}
+_ALIASES = {"NI": "nodeinfo", "ND": "nodedesc"}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``smpquery`` to ``ibtool``'s subparsers."""
+    p = subparsers.add_parser(
+        "smpquery", help="read a node's SMP attributes (like smpquery)",
+        description="Query SMP attributes: " + ", ".join(
+            f"{op} ({a})" for a, op in _ALIASES.items()))
+    p.add_argument("op", metavar="OP", help="nodeinfo (NI) or nodedesc (ND)")
+    p.add_argument("target", nargs="?", default=None,
+                   help="LID (default), -G port GUID or -D route; "
+                        "default: the local port")
+    add_device_options(p)
+    add_target_options(p)
+    p.add_argument("-t", "--timeout", type=int, default=None, metavar="MS",
+                   help="timeout of each SMP in ms")
+    p.set_defaults(func=smpquery)
+    return p
+
+
+def smp_get(umad: Any, cls: type, path: Any, amod: int = 0) -> Any:
+    """One SubnGet of ``cls`` over ``path``; return the decoded attribute.
+
+    Uses python-rdma's transactor method ``umad.SubnGet`` when the umad
+    object has it, else one coroutine on :mod:`rdma.discovery`'s MAD
+    scheduler."""
+    if hasattr(umad, "SubnGet"):
+        return umad.SubnGet(cls, path, amod)
+    from rdma.discovery import scheduler_class
+    sched = scheduler_class()(umad)
+    out: List[Any] = []
+
+    def one() -> Any:
+        out.append((yield sched.SubnGet(cls, path, amod)))
+
+    sched.run(queue=one())
+    return out[0]
+
+
+def _smp_path(args: argparse.Namespace, end_port: Any, umad: Any) -> Any:
+    import rdma.IBA as IBA
+    import rdma.path
+    if args.target is None:
+        return rdma.path.IBDRPath(end_port)
+    path = parse_target(args.target, args, end_port)
+    if isinstance(path, rdma.path.IBDRPath):
+        return path
+    if not getattr(path, "DLID", 0):
+        try:
+            rdma.path.resolve_path(umad, path)
+        except Exception as e:        # noqa: BLE001 - reported as usage
+            raise CmdError(f"cannot resolve {args.target!r} to a LID "
+                           f"through the SA: {e}") from None
+    path.dqpn = 0
+    path.sqpn = 0
+    path.qkey = IBA.IB_DEFAULT_QP0_QKEY
+    path.SLID = end_port.lid
+    return path
+
+
+def _header(title: str, path: Any) -> str:
+    import rdma.path
+    if isinstance(path, rdma.path.IBDRPath):
+        route = ",".join(str(b) for b in bytes(path.drPath))
+        return (f"# {title}: DR path slid {path.drSLID}; "
+                f"dlid {path.drDLID}; {route}")
+    return f"# {title}: Lid {path.DLID}"
+
+
+def smpquery(args: argparse.Namespace) -> int:
+    """Run ``ibtool smpquery``; return the exit status."""
+    import rdma.IBA as IBA
+    import rdma.umad
+    op = _ALIASES.get(args.op, args.op)
+    if op not in _OPS:
+        raise CmdError(f"unknown operation {args.op!r} (implemented: "
+                       f"{', '.join(_OPS)})")
+    attr, title, fmt = _OPS[op]
+    end_port = get_end_port(args)
+    kw = {} if args.timeout is None else {"timeout_ms": args.timeout}
+    with rdma.umad.UMAD(end_port, **kw) as umad:
+        path = _smp_path(args, end_port, umad)
+        value = smp_get(umad, getattr(IBA, attr), path)
+    if op != "nodedesc":
+        print(_header(title, path))
+    print("\n".join(fmt(value)))
+    return 0

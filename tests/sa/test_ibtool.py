@@ -1,0 +1,88 @@
+"""``ibtool``'s InfiniBand management commands against infiniband-diags on
+the same ibsim fabric: each command runs both tools with the same
+arguments on the same node and compares the outputs field by field."""
+import sys
+
+import pytest
+
+import diags
+
+NODES = ("Hca1", "Hca2", "Hca4")
+
+
+def both(fabric, argv, node):
+    """(infiniband-diags' output, ours) for the same command line."""
+    theirs = fabric.run(list(argv), node).stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", *argv], node).stdout
+    return theirs, ours
+
+
+def colon_fields(text):
+    """``Key: value`` lines (ibstat's format) as (indent, key, value)."""
+    out = []
+    for line in text.splitlines():
+        if ":" in line and line.strip():
+            key, _, value = line.partition(":")
+            out.append((len(key) - len(key.lstrip("\t")), key.strip(),
+                        value.strip()))
+    return out
+
+
+@pytest.mark.parametrize("node", NODES)
+@pytest.mark.parametrize("argv", [["ibstat"], ["ibstat", "-s"],
+                                  ["ibstat", "-l"], ["ibstat", "-p"],
+                                  ["ibstat", "ibsim0", "1"]],
+                         ids=lambda a: " ".join(a))
+def test_ibstat(fabric, node, argv):
+    """ibstat: every field, in order, as infiniband-diags prints it."""
+    theirs, ours = both(fabric, argv, node)
+    if argv[1:] in (["-l"], ["-p"]):
+        assert ours.split() == theirs.split() and ours.split()
+    else:
+        assert colon_fields(ours) == colon_fields(theirs)
+        assert len(colon_fields(ours)) >= 6
+
+
+def test_ibstat_bad_ca(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "ibstat", "mlx9"],
+                     "Hca2", check=False)
+    assert res.returncode == 2 and "mlx9" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.fixture(scope="module")
+def all_lids(fabric):
+    """Every LID of the fabric (from saquery's NodeRecords)."""
+    out = fabric.run(["saquery", "-N"], "Hca2").stdout
+    lids = sorted({diags.as_int(r["lid"])
+                   for r in diags.blocks(out, "NodeRecord dump")})
+    assert len(lids) == 6
+    return lids
+
+
+@pytest.mark.parametrize("op", ["nodeinfo", "nodedesc", "NI", "ND"])
+def test_smpquery_by_lid(fabric, all_lids, op):
+    """smpquery OP LID: the same lines for every node of the fabric."""
+    for lid in all_lids:
+        theirs, ours = both(fabric, ["smpquery", op, str(lid)], "Hca2")
+        assert ours.splitlines() == theirs.splitlines(), lid
+        assert len(diags.fields(ours)) in (1, 12)
+
+
+@pytest.mark.parametrize("route", ["0", "0,1", "0,1,2", "0,1,3,1"])
+@pytest.mark.parametrize("op", ["nodeinfo", "nodedesc"])
+def test_smpquery_directed_route(fabric, route, op):
+    """smpquery -D OP ROUTE: the same lines, header included."""
+    theirs, ours = both(fabric, ["smpquery", "-D", op, route], "Hca2")
+    assert ours.splitlines() == theirs.splitlines()
+
+
+def test_smpquery_errors_are_clear(fabric):
+    for argv, words in ((["smpquery", "nodeinfo", "zz"], "zz"),
+                        (["smpquery", "bogus", "1"], "bogus"),
+                        (["smpquery", "-D", "nodeinfo", "3,1"],
+                         "directed route")):
+        res = fabric.run([sys.executable, "-m", "rdma", *argv], "Hca2",
+                         check=False)
+        assert res.returncode == 2, res.stderr
+        assert words in res.stderr and "Traceback" not in res.stderr
