@@ -328,14 +328,21 @@ def subnet_get_port(sched: Any, sbn: Subnet, path: Any,
 
 # -- load ----------------------------------------------------------------------
 
-def scheduler_class() -> type:
-    """The MAD scheduler class: :class:`rdma.sched.MADSchedule`, or the
-    interim one of :mod:`rdma._smp_interim` where that is missing."""
-    try:
+def scheduler_class(name: Optional[str] = None) -> type:
+    """The MAD scheduler class: :class:`rdma.sched.MADSchedule` (*name*
+    None or ``"sched"``), or ``"interim"``: the scheduler of
+    :mod:`rdma._smp_interim`, written before ``rdma.sched`` existed, with
+    a SubnGet fast path (about half the CPU per SMP; see
+    ``tests/bench/bench_discovery.py``).
+
+    :raises ValueError: for another name."""
+    if name in (None, "sched"):
         from rdma.sched import MADSchedule
-    except ImportError:
-        from rdma._smp_interim import MADSchedule
-    return MADSchedule
+        return MADSchedule
+    if name == "interim":
+        from rdma._smp_interim import MADSchedule as Interim
+        return Interim
+    raise ValueError(f"unknown scheduler {name!r}: 'sched' or 'interim'")
 
 
 def _as_sched(sched: Any) -> Any:
@@ -448,10 +455,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="SMPs in flight at most")
     ap.add_argument("--repeat", type=int, default=1,
                     help="discover this many times (print the last)")
+    ap.add_argument("--sched", choices=("sched", "interim"),
+                    default="sched", help="the MAD scheduler (see "
+                    "scheduler_class)")
     a = ap.parse_args(argv)
     umad = rdma.get_umad(a.end_port)
     try:
-        sched = scheduler_class()(umad)
+        sched = scheduler_class(a.sched)(umad)
         if a.outstanding:
             sched.max_outstanding = a.outstanding
         stuff = ["all_NodeInfo", "all_NodeDescription", "all_topology"]
