@@ -202,6 +202,18 @@ def test_lfdb_equals_ibroute(started):
     f.close()
 
 
+def test_lfdb_by_directed_route(started):
+    """With ``lid_routed`` off every SMP after the walk (SwitchInfo, the
+    forwarding table blocks) goes by directed route: same tables."""
+    f = started("2sw4hca")
+    by_lid = discover(f, "--lfdb")
+    by_dr = discover(f, "--lfdb", "--dr", "--sched", "interim")
+    assert by_dr["errors"] == []
+    assert by_dr["nodes"] == by_lid["nodes"]
+    assert all(n.get("lfdb") for n in by_dr["nodes"]
+               if n["type"] == "Switch")
+
+
 def test_unlinked_port_and_relink(started):
     """A port unlinked on ibsim's console is DOWN: the node behind it is
     not in the subnet and nothing is reported as an error; linked again,
