@@ -149,6 +149,24 @@ def subnet_lfdb_SMP(sched: Any, sbn: Subnet):
 
 # -- the topology walk -----------------------------------------------------------
 
+def _bad_ninf(ninf: Any) -> Optional[str]:
+    """Why a NodeInfo cannot be used (a broken or hostile node), or
+    None."""
+    if ninf.nodeType not in (1, 2, 3):
+        return f"unknown node type {ninf.nodeType}"
+    if not 1 <= ninf.numPorts <= 254:
+        return f"{ninf.numPorts} ports"
+    if ninf.nodeType == 2:
+        if ninf.localPortNum > ninf.numPorts:
+            return (f"arrived at port {ninf.localPortNum} of "
+                    f"{ninf.numPorts}")
+    elif not 1 <= ninf.localPortNum <= ninf.numPorts:
+        return f"arrived at port {ninf.localPortNum} of {ninf.numPorts}"
+    if not ninf.nodeGUID:
+        return "node GUID 0"
+    return None
+
+
 class _TopoWalk:
     """A breadth-first walk by directed route: hop count *n* is read (all
     its SMPs in parallel) before any node at *n + 1*, so the first route
@@ -184,7 +202,22 @@ class _TopoWalk:
                 raise
             self.errors.append((path, e))
             return
-        node, port = sbn.get_node_ninf(ninf, path)
+        bad = _bad_ninf(ninf)
+        if bad:
+            if must:
+                raise MADError(path=path, msg=f"NodeInfo of {path}: {bad}")
+            self.errors.append((path, MADError(
+                path=path, msg=f"NodeInfo of {path}: {bad}")))
+            return
+        try:
+            node, port = sbn.get_node_ninf(ninf, path)
+        except RDMAError as e:
+            # Contradicts what other replies said (a GUID seen with two
+            # node types...): keep the first story.
+            if must:
+                raise
+            self.errors.append((path, e))
+            return
         if peer is not None:
             here = node.get_port(ninf.localPortNum)
             old = sbn.topology.get(here)
@@ -229,7 +262,11 @@ class _TopoWalk:
             port = node.get_port(sel)
             port.pinf = pinf
         else:
-            port = sbn.get_port_pinf(pinf, portIdx=sel, path=path)
+            try:
+                port = sbn.get_port_pinf(pinf, portIdx=sel, path=path)
+            except (RDMAError, ValueError) as e:
+                self.errors.append((path, e))
+                return
         if sel == 0 or pinf.portState == PORT_STATE_DOWN or \
                 port in sbn.topology:
             return
@@ -328,14 +365,21 @@ def subnet_get_port(sched: Any, sbn: Subnet, path: Any,
 
 # -- load ----------------------------------------------------------------------
 
-def scheduler_class() -> type:
-    """The MAD scheduler class: :class:`rdma.sched.MADSchedule`, or the
-    interim one of :mod:`rdma._smp_interim` where that is missing."""
-    try:
+def scheduler_class(name: Optional[str] = None) -> type:
+    """The MAD scheduler class: :class:`rdma.sched.MADSchedule` (*name*
+    None or ``"sched"``), or ``"interim"``: the scheduler of
+    :mod:`rdma._smp_interim`, written before ``rdma.sched`` existed, with
+    a SubnGet fast path (about half the CPU per SMP; see
+    ``tests/bench/bench_discovery.py``).
+
+    :raises ValueError: for another name."""
+    if name in (None, "sched"):
         from rdma.sched import MADSchedule
-    except ImportError:
-        from rdma._smp_interim import MADSchedule
-    return MADSchedule
+        return MADSchedule
+    if name == "interim":
+        from rdma._smp_interim import MADSchedule as Interim
+        return Interim
+    raise ValueError(f"unknown scheduler {name!r}: 'sched' or 'interim'")
 
 
 def _as_sched(sched: Any) -> Any:
@@ -433,9 +477,9 @@ def subnet_summary(sbn: Subnet) -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m rdma.discovery [--lfdb] [--outstanding N] [end_port]``:
+    """``python -m rdma.discovery [--lfdb] [--dr] [--sched S] [end_port]``:
     discover the subnet and print :func:`subnet_summary` as JSON (with
-    the time it took and the number of SMPs)."""
+    the wall and CPU time ``load()`` took and the number of SMPs)."""
     import argparse
     import json
     import time
@@ -448,23 +492,32 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="SMPs in flight at most")
     ap.add_argument("--repeat", type=int, default=1,
                     help="discover this many times (print the last)")
+    ap.add_argument("--dr", action="store_true",
+                    help="directed routes only, also after the walk "
+                         "(Subnet.lid_routed False)")
+    ap.add_argument("--sched", choices=("sched", "interim"),
+                    default="sched", help="the MAD scheduler (see "
+                    "scheduler_class)")
     a = ap.parse_args(argv)
     umad = rdma.get_umad(a.end_port)
     try:
-        sched = scheduler_class()(umad)
+        sched = scheduler_class(a.sched)(umad)
         if a.outstanding:
             sched.max_outstanding = a.outstanding
         stuff = ["all_NodeInfo", "all_NodeDescription", "all_topology"]
         if a.lfdb:
             stuff.append("all_LFDB")
-        times = []
+        times, cpu = [], []
         for _ in range(a.repeat):
             sbn = Subnet()
-            t0 = time.monotonic()
+            sbn.lid_routed = not a.dr
+            t0, c0 = time.monotonic(), time.process_time()
             load(sched, sbn, stuff)
             times.append(time.monotonic() - t0)
+            cpu.append(time.process_time() - c0)
         out = subnet_summary(sbn)
         out["times"] = times
+        out["cpu_times"] = cpu
         out["smps"] = getattr(sched, "sent", None)
         json.dump(out, sys.stdout)
         sys.stdout.write("\n")
