@@ -94,7 +94,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the ``rdma`` command; return its exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Commands with a "rest" list take positionals after options too
+        # (smpquery -D nodeinfo 0,1 and smpquery nodeinfo -D 0,1), as the
+        # C tools' getopt does; anything else is an error as before.
+        if not isinstance(getattr(args, "rest", None), list) or \
+                any(e.startswith("-") and len(e) > 1 and
+                    not e[1:2].isdigit() for e in extra):
+            parser.parse_args(argv)         # exits 2 naming the argument
+        args.rest.extend(extra)
     try:
         return args.func(args)
     except RDMAError as e:

@@ -7,7 +7,10 @@ infiniband-diags' ``smpquery`` prints them.
     ibtool smpquery -D nodedesc 0,1     # by directed route
     ibtool smpquery nodeinfo            # the local port
 
-Implemented operations: ``nodeinfo`` (``NI``) and ``nodedesc`` (``ND``).
+Implemented operations: ``nodeinfo`` (``NI``), ``nodedesc`` (``ND``),
+``portinfo`` (``PI``, optional port number after the target) and
+``switchinfo`` (``SI``).  The capability bit names under ``CapMask`` are
+the IBA specification's.
 The SMPs go through the MAD transactor (``umad.SubnGet``) where the umad
 object has one, else through :mod:`rdma.discovery`'s scheduler.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable, Dict, List, Tuple
 
+from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
                               add_target_options, get_end_port, parse_target)
 
@@ -54,12 +58,18 @@ def _nodedesc(nd: Any) -> List[str]:
     return ["Node Description:" + text.split("\0", 1)[0].rjust(32, ".")]
 
 
-#: operation -> (attribute name in rdma.IBA, header title, formatter)
-_OPS: Dict[str, Tuple[str, str, Callable[[Any], List[str]]]] = {
-    "nodeinfo": ("SMPNodeInfo", "Node info", _nodeinfo),
-    "nodedesc": ("SMPNodeDescription", "Node Description", _nodedesc),
+#: operation -> (attribute name in rdma.IBA, header title, formatter,
+#: whether the attribute modifier is a port number)
+_OPS: Dict[str, Tuple[str, str, Callable[[Any], List[str]], bool]] = {
+    "nodeinfo": ("SMPNodeInfo", "Node info", _nodeinfo, False),
+    "nodedesc": ("SMPNodeDescription", "Node Description", _nodedesc,
+                 False),
+    "portinfo": ("SMPPortInfo", "Port info", _ibfmt.portinfo_lines, True),
+    "switchinfo": ("SMPSwitchInfo", "Switch info", _ibfmt.switchinfo_lines,
+                   False),
 }
-_ALIASES = {"NI": "nodeinfo", "ND": "nodedesc"}
+_ALIASES = {"NI": "nodeinfo", "ND": "nodedesc", "PI": "portinfo",
+            "SI": "switchinfo"}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -68,10 +78,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "smpquery", help="read a node's SMP attributes (like smpquery)",
         description="Query SMP attributes: " + ", ".join(
             f"{op} ({a})" for a, op in _ALIASES.items()))
-    p.add_argument("op", metavar="OP", help="nodeinfo (NI) or nodedesc (ND)")
-    p.add_argument("target", nargs="?", default=None,
-                   help="LID (default), -G port GUID or -D route; "
-                        "default: the local port")
+    p.add_argument("op", metavar="OP",
+                   help="nodeinfo (NI), nodedesc (ND), portinfo (PI) or "
+                        "switchinfo (SI)")
+    p.add_argument("rest", nargs="*", metavar="TARGET",
+                   help="LID (default), -G port GUID or -D route "
+                        "(default: the local port); portinfo: the port "
+                        "(default 0: the port the SMP arrives on)")
     add_device_options(p)
     add_target_options(p)
     p.add_argument("-t", "--timeout", type=int, default=None, metavar="MS",
@@ -137,13 +150,31 @@ def smpquery(args: argparse.Namespace) -> int:
     if op not in _OPS:
         raise CmdError(f"unknown operation {args.op!r} (implemented: "
                        f"{', '.join(_OPS)})")
-    attr, title, fmt = _OPS[op]
+    if len(args.rest) > 2:
+        raise CmdError(f"too many arguments: {' '.join(args.rest)}")
+    args.target = args.rest[0] if args.rest else None
+    try:
+        args.portnum = int(args.rest[1], 0) if len(args.rest) > 1 else None
+    except ValueError:
+        raise CmdError(f"bad port number {args.rest[1]!r}") from None
+    attr, title, fmt, by_port = _OPS[op]
+    if args.portnum is not None and not by_port:
+        raise CmdError(f"{op} takes no port number")
+    amod = args.portnum or 0
+    if not 0 <= amod <= 255:
+        raise CmdError(f"port {amod} is out of range 0-255")
     end_port = get_end_port(args)
     kw = {} if args.timeout is None else {"timeout_ms": args.timeout}
     with rdma.umad.UMAD(end_port, **kw) as umad:
         path = _smp_path(args, end_port, umad)
-        value = smp_get(umad, getattr(IBA, attr), path)
+        value = smp_get(umad, getattr(IBA, attr), path, amod)
+        lines = fmt(value)
+        if op == "portinfo" and value.capabilityMask == 0 and amod:
+            # a switch's external port: its capabilities are port 0's
+            port0 = smp_get(umad, IBA.SMPPortInfo, path, 0)
+            lines = fmt(value, port0.capabilityMask)
     if op != "nodedesc":
-        print(_header(title, path))
-    print("\n".join(fmt(value)))
+        head = _header(title, path)
+        print(f"{head} port {amod}" if by_port else head)
+    print("\n".join(lines))
     return 0

@@ -60,13 +60,14 @@ def all_lids(fabric):
     return lids
 
 
-@pytest.mark.parametrize("op", ["nodeinfo", "nodedesc", "NI", "ND"])
+@pytest.mark.parametrize("op", ["nodeinfo", "nodedesc", "NI", "ND",
+                                "portinfo", "PI"])
 def test_smpquery_by_lid(fabric, all_lids, op):
     """smpquery OP LID: the same lines for every node of the fabric."""
     for lid in all_lids:
         theirs, ours = both(fabric, ["smpquery", op, str(lid)], "Hca2")
         assert ours.splitlines() == theirs.splitlines(), lid
-        assert len(diags.fields(ours)) in (1, 12)
+        assert len(diags.fields(ours)) in (1, 12, 51)
 
 
 @pytest.mark.parametrize("route", ["0", "0,1", "0,1,2", "0,1,3,1"])
@@ -86,3 +87,41 @@ def test_smpquery_errors_are_clear(fabric):
                          check=False)
         assert res.returncode == 2, res.stderr
         assert words in res.stderr and "Traceback" not in res.stderr
+
+
+def test_smpquery_portinfo_every_port(fabric, all_lids):
+    """smpquery portinfo LID PORT: every port of both switches (linked and
+    not) and of the HCAs, line for line (capability names included)."""
+    for lid in all_lids:
+        info = diags.fields(fabric.run(["smpquery", "nodeinfo", str(lid)],
+                                       "Hca2").stdout)
+        for port in range(diags.as_int(info["NumPorts"]) + 1):
+            if info["NodeType"] != "Switch" and port == 0:
+                continue
+            theirs, ours = both(fabric, ["smpquery", "portinfo", str(lid),
+                                         str(port)], "Hca2")
+            assert ours.splitlines() == theirs.splitlines(), (lid, port)
+
+
+def test_smpquery_switchinfo(fabric, all_lids):
+    switches = 0
+    for lid in all_lids:
+        theirs = fabric.run(["smpquery", "switchinfo", str(lid)], "Hca2",
+                            check=False)
+        if theirs.returncode != 0:
+            continue                    # an HCA has no SwitchInfo
+        switches += 1
+        ours = fabric.run([sys.executable, "-m", "rdma", "smpquery", "SI",
+                           str(lid)], "Hca2").stdout
+        assert ours.splitlines() == theirs.stdout.splitlines()
+    assert switches == 2
+
+
+@pytest.mark.parametrize("argv", [["smpquery", "-D", "switchinfo", "0,1"],
+                                  ["smpquery", "switchinfo", "-D", "0,1"],
+                                  ["smpquery", "portinfo", "-D", "0,1", "3"],
+                                  ["smpquery", "-D", "portinfo", "0"]])
+def test_smpquery_options_anywhere(fabric, argv):
+    """Options before or after the positionals, as with getopt."""
+    theirs, ours = both(fabric, argv, "Hca2")
+    assert ours.splitlines() == theirs.splitlines()
