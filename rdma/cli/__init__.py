@@ -1,7 +1,8 @@
 """The ``ibtool`` command line (also ``python -m rdma``): verbs tools
 (``devices``, ``devinfo``, ``pingpong``, ``perf``, ``validate``, ``demo``)
 and InfiniBand management tools named and shaped like infiniband-diags'
-(``ibstat``, ``smpquery``, ``saquery``).  The script is not called ``rdma``: that is
+(``ibstat``, ``smpquery``, ``ibaddr``, ``sminfo``, ``perfquery``,
+``saquery``).  The script is not called ``rdma``: that is
 iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     _ibstat.add_parser(sub)
     from rdma.cli import smpquery as _smpquery
     _smpquery.add_parser(sub)
+    from rdma.cli import inquiry as _inquiry
+    _inquiry.add_parsers(sub)
     return parser
 
 

@@ -11,8 +11,7 @@ Implemented operations: ``nodeinfo`` (``NI``), ``nodedesc`` (``ND``),
 ``portinfo`` (``PI``, optional port number after the target) and
 ``switchinfo`` (``SI``).  The capability bit names under ``CapMask`` are
 the IBA specification's.
-The SMPs go through the MAD transactor (``umad.SubnGet``) where the umad
-object has one, else through :mod:`rdma.discovery`'s scheduler.
+The SMPs go through the MAD transactor (:meth:`rdma.umad.UMAD.SubnGet`).
 """
 from __future__ import annotations
 
@@ -21,9 +20,10 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
-                              add_target_options, get_end_port, parse_target)
+                              add_target_options, get_end_port, smp_get,
+                              smp_path)
 
-__all__ = ["add_parser", "smpquery", "smp_get", "format_fields"]
+__all__ = ["add_parser", "smpquery", "format_fields"]
 
 _NODE_TYPES = {1: "Channel Adapter", 2: "Switch", 3: "Router"}
 
@@ -93,46 +93,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def smp_get(umad: Any, cls: type, path: Any, amod: int = 0) -> Any:
-    """One SubnGet of ``cls`` over ``path``; return the decoded attribute.
-
-    Uses python-rdma's transactor method ``umad.SubnGet`` when the umad
-    object has it, else one coroutine on :mod:`rdma.discovery`'s MAD
-    scheduler."""
-    if hasattr(umad, "SubnGet"):
-        return umad.SubnGet(cls, path, amod)
-    from rdma.discovery import scheduler_class
-    sched = scheduler_class()(umad)
-    out: List[Any] = []
-
-    def one() -> Any:
-        out.append((yield sched.SubnGet(cls, path, amod)))
-
-    sched.run(queue=one())
-    return out[0]
-
-
-def _smp_path(args: argparse.Namespace, end_port: Any, umad: Any) -> Any:
-    import rdma.IBA as IBA
-    import rdma.path
-    if args.target is None:
-        return rdma.path.IBDRPath(end_port)
-    path = parse_target(args.target, args, end_port)
-    if isinstance(path, rdma.path.IBDRPath):
-        return path
-    if not getattr(path, "DLID", 0):
-        try:
-            rdma.path.resolve_path(umad, path)
-        except Exception as e:        # noqa: BLE001 - reported as usage
-            raise CmdError(f"cannot resolve {args.target!r} to a LID "
-                           f"through the SA: {e}") from None
-    path.dqpn = 0
-    path.sqpn = 0
-    path.qkey = IBA.IB_DEFAULT_QP0_QKEY
-    path.SLID = end_port.lid
-    return path
-
-
 def _header(title: str, path: Any) -> str:
     import rdma.path
     if isinstance(path, rdma.path.IBDRPath):
@@ -166,7 +126,7 @@ def smpquery(args: argparse.Namespace) -> int:
     end_port = get_end_port(args)
     kw = {} if args.timeout is None else {"timeout_ms": args.timeout}
     with rdma.umad.UMAD(end_port, **kw) as umad:
-        path = _smp_path(args, end_port, umad)
+        path = smp_path(args.target, args, end_port, umad)
         value = smp_get(umad, getattr(IBA, attr), path, amod)
         lines = fmt(value)
         if op == "portinfo" and value.capabilityMask == 0 and amod:

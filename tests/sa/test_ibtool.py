@@ -125,3 +125,90 @@ def test_smpquery_options_anywhere(fabric, argv):
     """Options before or after the positionals, as with getopt."""
     theirs, ours = both(fabric, argv, "Hca2")
     assert ours.splitlines() == theirs.splitlines()
+
+
+def _sminfo_fields(text):
+    """sminfo's one line without the activity count (it ticks)."""
+    line = text.strip()
+    head, _, tail = line.partition(", activity count ")
+    return head, tail.split(" ", 1)[1]
+
+
+@pytest.mark.parametrize("argv", [["sminfo"], ["sminfo", "1"],
+                                  ["sminfo", "-D", "0,1,3,1"]])
+def test_sminfo(fabric, argv):
+    theirs, ours = both(fabric, argv, "Hca2")
+    assert _sminfo_fields(ours) == _sminfo_fields(theirs)
+    assert "SMINFO_MASTER" in ours
+
+
+@pytest.mark.parametrize("argv", [["ibaddr"], ["ibaddr", "4"],
+                                  ["ibaddr", "-l", "2"], ["ibaddr", "-g", "4"],
+                                  ["ibaddr", "-D", "0,1"],
+                                  ["ibaddr", "-D", "0,1,3,1"]])
+@pytest.mark.parametrize("node", ["Hca2", "Hca4"])
+def test_ibaddr(fabric, argv, node):
+    theirs, ours = both(fabric, argv, node)
+    assert ours == theirs and ours.strip()
+
+
+def test_ibaddr_by_guid(fabric):
+    """-G: the port GUID is resolved to a LID through the SA (the
+    installed ibaddr cannot: its SA path query fails on ibsim)."""
+    want = fabric.run(["ibaddr", "4"], "Hca2").stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", "ibaddr", "-G",
+                       "0x100004"], "Hca2").stdout
+    assert ours == want
+
+
+TRAFFIC = {"PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts",
+           "PortUnicastXmitPkts", "PortUnicastRcvPkts",
+           "PortMulticastXmitPkts", "PortMulticastRcvPkts", "PortXmitWait"}
+
+
+@pytest.mark.parametrize("argv", [["perfquery"], ["perfquery", "2", "3"],
+                                  ["perfquery", "4", "1"],
+                                  ["perfquery", "-x", "2", "3"],
+                                  ["perfquery", "-x"]])
+def test_perfquery(fabric, argv):
+    """perfquery: the same header and fields; error counters equal,
+    traffic counters no lower than the reference read just before (the
+    queries themselves are traffic)."""
+    theirs, ours = both(fabric, argv, "Hca2")
+    assert ours.splitlines()[0] == theirs.splitlines()[0]
+    t, o = diags.fields(theirs), diags.fields(ours)
+    assert list(o) == list(t) and len(o) >= 10
+    for k in t:
+        if k in TRAFFIC:
+            assert diags.as_int(o[k]) >= diags.as_int(t[k]), k
+        else:
+            assert o[k] == t[k], k
+
+
+@pytest.mark.parametrize("ext", [False, True])
+def test_perfquery_reset(fabric, ext):
+    """-R resets the port's counters (read back with perfquery); -r reads,
+    then resets."""
+    x = ["-x"] if ext else []
+    ref = ["perfquery", *x, "2", "3"]
+    fabric.run(ref, "Hca2")
+    before = diags.fields(fabric.run(ref, "Hca2").stdout)
+    assert diags.as_int(before["PortXmitPkts"]) > 3
+    res = fabric.run([sys.executable, "-m", "rdma", "perfquery", *x, "-R",
+                      "2", "3"], "Hca2")
+    assert res.stdout == ""
+    after = diags.fields(fabric.run(ref, "Hca2").stdout)
+    assert diags.as_int(after["PortXmitPkts"]) <= 3
+    mine = fabric.run([sys.executable, "-m", "rdma", "perfquery", *x, "-r",
+                       "2", "3"], "Hca2").stdout
+    assert diags.as_int(diags.fields(mine)["PortXmitPkts"]) >= \
+        diags.as_int(after["PortXmitPkts"])
+    again = diags.fields(fabric.run(ref, "Hca2").stdout)
+    assert diags.as_int(again["PortXmitPkts"]) <= 3
+
+
+def test_gmp_over_directed_route_is_refused(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "perfquery", "-D",
+                      "0,1"], "Hca2", check=False)
+    assert res.returncode == 2 and "directed route" in res.stderr
+    assert "Traceback" not in res.stderr
