@@ -515,7 +515,10 @@ class UMAD(MADTransactor):
         match = _key(buf)
         for _ in range(retries + 1):
             self.sendto(buf, path, timeout_ms=ms)
-            deadline = time.monotonic() + ms / 1000
+            # The kernel gives a request back (ETIMEDOUT) when its own
+            # timer of ms ends; ours is the backstop for transports that
+            # do not.
+            deadline = time.monotonic() + ms * 1.25 / 1000
             while True:
                 got = self._recv(deadline)
                 if got is None:

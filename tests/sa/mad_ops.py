@@ -1,4 +1,4 @@
-"""Transactor operations run in a shimmed worker (see sa_ops.mad): each
+"""Transactor operations run in a shimmed worker (see sa_ops.madop): each
 takes the worker's UMAD first and returns plain picklable values."""
 import time
 

@@ -145,7 +145,10 @@ def gil_check(ms):
     return ticks, waited
 
 
-def mad(op, *args, **kw):
-    """Run ``mad_ops.<op>`` (the transactor and scheduler tests)."""
+def madop(op, *args, **kw):
+    """Run ``mad_ops.<op>`` or ``sched_ops.<op>`` (the transactor and
+    scheduler tests) on the worker's UMAD."""
     import mad_ops
-    return getattr(mad_ops, op)(get(), *args, **kw)
+    import sched_ops
+    mod = sched_ops if hasattr(sched_ops, op) else mad_ops
+    return getattr(mod, op)(get(), *args, **kw)

@@ -90,7 +90,7 @@ def lids(worker):
 
 def test_node_info_lid_routed_matches_smpquery(fabric, worker, lids):
     for lid in lids:
-        ours, hops, fmt = worker.call("mad", "smp_get", "SMPNodeInfo",
+        ours, hops, fmt = worker.call("madop", "smp_get", "SMPNodeInfo",
                                       lid=lid)
         assert fmt == "SMPFormat"
         want = node_info_want(diag(fabric, "Hca2", "smpquery", "nodeinfo",
@@ -101,7 +101,7 @@ def test_node_info_lid_routed_matches_smpquery(fabric, worker, lids):
 def test_port_info_lid_routed_matches_smpquery(fabric, worker, lids):
     for lid, rec in lids.items():
         for port in range(1, rec.nodeInfo.numPorts + 1):
-            ours, _, _ = worker.call("mad", "smp_get", "SMPPortInfo",
+            ours, _, _ = worker.call("madop", "smp_get", "SMPPortInfo",
                                      lid=lid, mod=port)
             want = port_info_want(diag(fabric, "Hca2", "smpquery",
                                        "portinfo", str(lid), str(port)))
@@ -114,19 +114,19 @@ def test_directed_route_matches_smpquery_D(fabric, worker, hops):
     (D bit set, hop pointer at the end) with the same NodeInfo, PortInfo
     and NodeDescription smpquery -D reads."""
     route = ",".join(["0"] + [str(h) for h in hops])
-    ours, (d, hp, hc), fmt = worker.call("mad", "smp_get", "SMPNodeInfo",
+    ours, (d, hp, hc), fmt = worker.call("madop", "smp_get", "SMPNodeInfo",
                                          dr=hops)
     assert fmt == "SMPFormatDirected" and d == 1 and hc == len(hops)
     want = node_info_want(diag(fabric, "Hca2", "smpquery", "-D",
                                "nodeinfo", route))
     assert _sub(ours, want) == want
     port = want["localPortNum"] or 1
-    ours, _, _ = worker.call("mad", "smp_get", "SMPPortInfo", dr=hops,
+    ours, _, _ = worker.call("madop", "smp_get", "SMPPortInfo", dr=hops,
                              mod=port)
     want = port_info_want(diag(fabric, "Hca2", "smpquery", "-D",
                                "portinfo", route, str(port)))
     assert _sub(ours, want) == want
-    ours, _, _ = worker.call("mad", "smp_get", "SMPNodeDescription",
+    ours, _, _ = worker.call("madop", "smp_get", "SMPNodeDescription",
                              dr=hops)
     res = fabric.run(["smpquery", "-D", "nodedesc", route], "Hca2")
     assert res.stdout.split("....")[-1].strip(". \n") == ours["nodeString"]
@@ -136,7 +136,7 @@ def test_switch_info_matches_smpquery(fabric, worker, lids):
     switches = [lid for lid, r in lids.items() if r.nodeInfo.nodeType == 2]
     assert switches
     for lid in switches:
-        ours, _, _ = worker.call("mad", "smp_get", "SMPSwitchInfo", lid=lid)
+        ours, _, _ = worker.call("madop", "smp_get", "SMPSwitchInfo", lid=lid)
         d = diag(fabric, "Hca2", "smpquery", "switchinfo", str(lid))
         want = {"linearFDBCap": _i(d["LinearFdbCap"]),
                 "randomFDBCap": _i(d["RandomFdbCap"]),
@@ -150,7 +150,7 @@ def test_switch_info_matches_smpquery(fabric, worker, lids):
         assert _sub(ours, want) == want
         # The LFT block 0 as the SM programmed it: every HCA LID maps to
         # a port of the switch (ibroute's view).
-        lft, _, _ = worker.call("mad", "smp_get",
+        lft, _, _ = worker.call("madop", "smp_get",
                                 "SMPLinearForwardingTable", lid=lid, mod=0)
         for hca in (x for x, r in lids.items() if r.nodeInfo.nodeType == 1):
             assert 1 <= lft["portBlock"][hca] <= ours["linearFDBTop"] + 8
@@ -175,7 +175,7 @@ def test_port_counters_match_perfquery(fabric, worker, lids):
     perfquery readings taken around ours (each query is traffic)."""
     for lid in sorted(lids)[:3]:
         before = _pq(fabric, str(lid), "1")
-        ours = worker.call("mad", "pm_get", "PMPortCounters", lid, 1)
+        ours = worker.call("madop", "pm_get", "PMPortCounters", lid, 1)
         after = _pq(fabric, str(lid), "1")
         assert ours["portSelect"] == 1
         for k in _ERRORS:
@@ -184,7 +184,7 @@ def test_port_counters_match_perfquery(fabric, worker, lids):
         for k in ("portXmitData", "portRcvData", "portXmitPkts",
                   "portRcvPkts"):
             assert before[k] <= ours[k] <= after[k], k
-        ext = worker.call("mad", "pm_get", "PMPortCountersExt", lid, 1)
+        ext = worker.call("madop", "pm_get", "PMPortCountersExt", lid, 1)
         after = _pq(fabric, "-x", str(lid), "1")
         assert 0 < ext["portXmitPkts"] <= after["portXmitPkts"]
 
@@ -194,13 +194,13 @@ def test_port_counters_reset_like_perfquery_R(fabric, worker, lids):
     perfquery -R does); perfquery reads them small afterwards."""
     lid = max(lid for lid, r in lids.items() if r.nodeInfo.nodeType == 1)
     assert _pq(fabric, str(lid), "1")["portXmitPkts"] > 10
-    worker.call("mad", "pm_reset", lid, 1)
+    worker.call("madop", "pm_reset", lid, 1)
     after = _pq(fabric, str(lid), "1")
     assert after["portXmitPkts"] <= 4 and after["portRcvPkts"] <= 4
 
 
 def test_sa_the_python_rdma_way(worker, lids):
-    rec, n, mask = worker.call("mad", "sa_component_mask", min(lids))
+    rec, n, mask = worker.call("madop", "sa_component_mask", min(lids))
     assert mask == 1 and rec["LID"] == min(lids)
     assert 1 <= n <= len(lids)     # the stock shim delivers one MAD only
 
@@ -210,13 +210,13 @@ def test_sa_records_wrapping_smp_attributes(fabric, worker, lids):
     SMInfoRecord... each decoded from opensm's answer, compared with what
     the SMP to the node itself says."""
     sw = min(lid for lid, r in lids.items() if r.nodeInfo.nodeType == 2)
-    got = worker.call("mad", "sa_record_types", sw)
+    got = worker.call("madop", "sa_record_types", sw)
     si = got["SASwitchInfoRecord"]
     assert len(si) == 1 and si[0]["LID"] == sw
-    smp, _, _ = worker.call("mad", "smp_get", "SMPSwitchInfo", lid=sw)
+    smp, _, _ = worker.call("madop", "smp_get", "SMPSwitchInfo", lid=sw)
     assert si[0]["switchInfo"]["linearFDBTop"] == smp["linearFDBTop"]
     lft = got["SALinearForwardingTableRecord"]
-    smp, _, _ = worker.call("mad", "smp_get", "SMPLinearForwardingTable",
+    smp, _, _ = worker.call("madop", "smp_get", "SMPLinearForwardingTable",
                             lid=sw, mod=0)
     assert lft and lft[0]["linearForwardingTable"]["portBlock"] == \
         smp["portBlock"]
@@ -231,7 +231,7 @@ def test_sa_records_wrapping_smp_attributes(fabric, worker, lids):
 def test_timeout_names_the_rpc_and_the_path(worker):
     """A LID nobody has: MADTimeoutError (also a TimeoutError) naming the
     RPC, the attribute and the path, after every try."""
-    err, elapsed = worker.call("mad", "rpc_error", "SubnGet", "SMPNodeInfo",
+    err, elapsed = worker.call("madop", "rpc_error", "SubnGet", "SMPNodeInfo",
                                lid=0x77, timeout_ms=100, retries=1)
     assert isinstance(err, IBA.MADTimeoutError), err
     assert isinstance(err, TimeoutError)
@@ -244,17 +244,17 @@ def test_timeout_names_the_rpc_and_the_path(worker):
 def test_wrong_directed_route_times_out(worker):
     """A DR path through a port that leads nowhere: the SMP is lost; the
     error names the route."""
-    err, _ = worker.call("mad", "rpc_error", "SubnGet", "SMPNodeInfo",
+    err, _ = worker.call("madop", "rpc_error", "SubnGet", "SMPNodeInfo",
                          dr=(1, 8, 8), timeout_ms=100, retries=0)
     assert isinstance(err, IBA.MADTimeoutError), err
     assert "DR Path (0, 1, 8, 8)" in str(err)
 
 
 def test_bad_requests_raise_before_sending(worker):
-    err, _ = worker.call("mad", "rpc_error", "SubnSet", "SMPNodeInfo",
+    err, _ = worker.call("madop", "rpc_error", "SubnSet", "SMPNodeInfo",
                          lid=1)
     assert isinstance(err, TypeError) and "SubnSet" in str(err)
-    err, _ = worker.call("mad", "rpc_error", "SubnGet", "SMPNodeInfo",
+    err, _ = worker.call("madop", "rpc_error", "SubnGet", "SMPNodeInfo",
                          dr=tuple(range(1, 70)))
     assert isinstance(err, ValueError) and "drPath" in str(err)
 
@@ -263,7 +263,7 @@ def test_error_status_is_a_mad_error(worker, lids):
     """PortInfo of a port the HCA does not have: the SMA answers with
     status 'invalid attribute or modifier'; MADError says so."""
     hca = min(lid for lid, r in lids.items() if r.nodeInfo.nodeType == 1)
-    err, _ = worker.call("mad", "rpc_error", "SubnGet", "SMPPortInfo",
+    err, _ = worker.call("madop", "rpc_error", "SubnGet", "SMPPortInfo",
                          lid=hca, mod=77, timeout_ms=300, retries=0)
     if isinstance(err, IBA.MADTimeoutError):
         pytest.skip("ibsim does not answer an invalid port number")

@@ -1,0 +1,414 @@
+"""Many MADs in flight at once: python-rdma's coroutine scheduler.
+
+A coroutine is a generator that yields work and is sent back its result:
+
+- ``yield sched.SubnGet(IBA.SMPNodeInfo, path)`` (any RPC of
+  :class:`rdma.madtransactor.MADTransactor` called on the scheduler
+  returns the work instead of doing it) resumes with the decoded reply,
+  or with the exception (:class:`rdma.IBA.MADTimeoutError`...) thrown at
+  the ``yield``;
+- ``yield other_coroutine()`` runs it to its end first (its return value,
+  or :attr:`MADSchedule.result` if it set one, is sent back);
+- ``yield context`` (what :meth:`MADSchedule.queue`/:meth:`~MADSchedule.mqueue`
+  return, or what a parallel parent is sent) waits for that work to end.
+
+:meth:`MADSchedule.run` runs coroutines until every one has ended, with up
+to :attr:`MADSchedule.max_outstanding` MADs outstanding; ``run(mqueue=g)``
+takes a generator of coroutines that all run in parallel (a discovery
+walk yields a coroutine per node as it finds them).  An exception a
+coroutine does not catch ends :meth:`~MADSchedule.run` with it.
+
+::
+
+    sched = rdma.sched.MADSchedule(umad)
+    def get_node(path):
+        ni = yield sched.SubnGet(IBA.SMPNodeInfo, path)
+        nodes[path.DLID] = ni
+    sched.run(mqueue=(get_node(p) for p in paths))
+
+The loop waits on the umad port itself (``umad_recv`` with a timeout):
+the ibsim shim intercepts ``poll()`` only, not the epoll an asyncio event
+loop uses, so the scheduler does not sit on asyncio; :meth:`arun` runs it
+from asyncio code in a worker thread.
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import heapq
+import inspect
+import itertools
+import sys
+import time
+from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
+
+from rdma.madtransactor import MADTransactor, _Busy, _Redirect, _key
+
+__all__ = ["MADSchedule", "Context"]
+
+
+class Context:
+    """The running state of one coroutine (opaque to users: yield it to
+    wait for the coroutine to end)."""
+
+    __slots__ = ("_op", "_opstack", "_parent", "_children", "_gengen",
+                 "_done", "_result", "_exc", "_work", "_retries", "_busy",
+                 "_redirects", "_key", "_gen", "_first")
+
+    def __init__(self, op: Any, gengen: bool,
+                 parent: Optional["Context"] = None):
+        self._op = op                   # the generator being advanced
+        self._opstack: List[Any] = []   # callers of a nested coroutine
+        self._parent = parent           # the mqueue context that made us
+        self._children: set = set()     # running children (mqueue)
+        self._gengen = gengen           # True: op yields coroutines
+        self._done = False              # ended (waiters were woken)
+        self._result: Any = None        # value to send at the next step
+        self._exc: Any = None           # exc_info to throw instead
+        self._work: Any = None          # the MAD in flight
+        self._retries = 0               # re-sends left on timeout
+        self._busy = 0                  # BUSY answers seen
+        self._redirects = 0             # redirects followed
+        self._key: Optional[int] = None  # match key of the MAD in flight
+        self._gen = 0                   # send generation (stale timers)
+        self._first = True              # not started yet
+        if parent is not None:
+            parent._children.add(self)
+
+    def __repr__(self) -> str:
+        return (f"<rdma.sched.Context {getattr(self._op, '__name__', '?')}"
+                f"{' done' if self._done else ''}>")
+
+
+Work = collections.namedtuple("Work", "buf fmt path newer completer")
+
+
+class MADSchedule(MADTransactor):
+    """A :class:`~rdma.madtransactor.MADTransactor` for coroutines over a
+    :class:`rdma.umad.UMAD`: RPC calls return work to ``yield``.
+
+    Timeouts and retries are the umad's (``timeout_ms``/``retries``, or
+    the path's); BUSY answers are sent again after a pause and REDIRECT
+    answers are followed, as the synchronous transactor does.
+    """
+
+    #: MADs outstanding at most (python-rdma's default is 4; a discovery
+    #: of a large fabric wants more).
+    max_outstanding = 16
+    #: Set by a coroutine to return a value from a nested coroutine.
+    result: Any = None
+
+    def __init__(self, umad: Any):
+        self.end_port = umad.end_port
+        self._umad = umad
+        self.trace_func = umad.trace_func
+        self._keys: Dict[int, Context] = {}
+        self._timers: List[Tuple[float, int, int, Context]] = []
+        self._seq = itertools.count()
+        self._runq: Deque[Context] = collections.deque()
+        self._blocked: Deque[Context] = collections.deque()
+        self._waiters: Dict[Context, List[Context]] = \
+            collections.defaultdict(list)
+        #: The most MADs that were outstanding at once in the last run.
+        self.peak_outstanding = 0
+        #: MADs sent (re-sends included) and replies that matched nothing.
+        self.sent = 0
+        self.unmatched = 0
+
+    @property
+    def is_async(self) -> bool:
+        return True
+
+    def _get_new_TID(self) -> int:
+        return self._umad._get_new_TID()
+
+    @property
+    def sa_path(self) -> Any:
+        return self._umad.sa_path
+
+    # -- RPCs return work
+
+    def _doMAD(self, fmt: Any, payload: Any, path: Any,
+               attributeModifier: int, method: int,
+               completer: Any = None) -> Work:
+        key = self._redirect_key(fmt, path)
+        redirects = getattr(self._umad, "_redirects", None)
+        if key is not None and redirects and key in redirects:
+            path = redirects[key]
+        buf = self._prepareMAD(fmt, payload, attributeModifier, method, path)
+        newer = payload if isinstance(payload, type) else type(payload)
+        return Work(buf, fmt, path, newer, completer)
+
+    # -- contexts
+
+    def queue(self, work: Any) -> Optional[Context]:
+        """Start a coroutine (or each of a tuple of them); return its
+        context."""
+        if isinstance(work, tuple):
+            for w in work:
+                self.queue(w)
+            return None
+        if not inspect.isgenerator(work):
+            raise TypeError(f"queue() takes a coroutine (a generator), not "
+                            f"{type(work).__name__}")
+        ctx = Context(work, False)
+        self._runq.append(ctx)
+        return ctx
+
+    def mqueue(self, works: Any) -> Context:
+        """Start a generator of coroutines that all run in parallel; its
+        context ends when the generator and every coroutine have."""
+        if not inspect.isgenerator(works):
+            raise TypeError(f"mqueue() takes a generator of coroutines, not "
+                            f"{type(works).__name__}")
+        ctx = Context(works, True)
+        self._runq.append(ctx)
+        return ctx
+
+    def _finish(self, ctx: Context) -> None:
+        if ctx._gengen and ctx._children:
+            ctx._done = True        # generator over; children still run
+            return
+        ctx._done = True
+        for w in self._waiters.pop(ctx, ()):
+            w._result = None
+            self._runq.append(w)
+        parent = ctx._parent
+        if parent is not None:
+            parent._children.discard(ctx)
+            if parent._done and not parent._children:
+                self._finish(parent)
+
+    def _step(self, ctx: Context) -> None:
+        """Advance ``ctx`` until it waits for a MAD or a context, or
+        ends."""
+        while True:
+            exc, ctx._exc = ctx._exc, None
+            res, ctx._result = ctx._result, None
+            try:
+                if exc is not None:
+                    work = ctx._op.throw(exc[1].with_traceback(exc[2]))
+                elif ctx._first:
+                    ctx._first = False
+                    work = next(ctx._op)
+                else:
+                    work = ctx._op.send(res)
+            except StopIteration as stop:
+                if ctx._opstack:
+                    ctx._op = ctx._opstack.pop()
+                    ctx._result = stop.value
+                    if self.result is not None:
+                        ctx._result, self.result = self.result, None
+                    continue
+                self._finish(ctx)
+                return
+            except BaseException:
+                if ctx._opstack:
+                    ctx._op = ctx._opstack.pop()
+                    ctx._exc = sys.exc_info()
+                    continue
+                self._finish(ctx)
+                raise
+            if isinstance(work, Work):
+                ctx._work = work
+                ctx._busy = ctx._redirects = 0
+                if len(self._keys) >= self.max_outstanding:
+                    self._blocked.append(ctx)
+                    return
+                try:
+                    self._send(ctx, first=True)
+                except Exception:       # noqa: BLE001 - to the coroutine
+                    ctx._exc = sys.exc_info()
+                    continue
+                return
+            if isinstance(work, Context):
+                if work._done and not work._children:
+                    continue
+                self._waiters[work].append(ctx)
+                return
+            if work is None:
+                ctx._result, self.result = self.result, None
+                continue
+            if inspect.isgenerator(work):
+                if ctx._gengen:
+                    child = Context(work, False, ctx)
+                    ctx._result = child
+                    self._runq.append(ctx)
+                    ctx = child
+                else:
+                    ctx._opstack.append(ctx._op)
+                    ctx._op = work
+                    ctx._first = True
+                continue
+            ctx._exc = (TypeError, TypeError(
+                f"a coroutine yielded {type(work).__name__}: yield an RPC "
+                f"of the scheduler, a coroutine or a context"), None)
+
+    # -- MADs
+
+    def _send(self, ctx: Context, first: bool = False) -> None:
+        work = ctx._work
+        ms, retries = self._umad._timing(work.path)
+        if first:
+            ctx._retries = retries
+        self._umad.sendto(work.buf, work.path, timeout_ms=ms)
+        self.sent += 1
+        ctx._key = _key(work.buf)
+        ctx._gen += 1
+        self._keys[ctx._key] = ctx
+        self.peak_outstanding = max(self.peak_outstanding, len(self._keys))
+        heapq.heappush(self._timers, (time.monotonic() + ms * 1.25 / 1000,
+                                      next(self._seq), ctx._gen, ctx))
+
+    def _release(self, ctx: Context) -> None:
+        """The MAD of ``ctx`` is over: free its slot for a blocked one."""
+        self._keys.pop(ctx._key, None)
+        ctx._key = None
+        ctx._gen += 1
+        while self._blocked and len(self._keys) < self.max_outstanding:
+            nxt = self._blocked.popleft()
+            try:
+                self._send(nxt, first=True)
+            except Exception:           # noqa: BLE001 - to the coroutine
+                nxt._exc = sys.exc_info()
+                self._runq.append(nxt)
+
+    def _timed_out(self, ctx: Context) -> None:
+        """The try of ``ctx`` is over without an answer: re-send or fail."""
+        if ctx._retries > 0:
+            ctx._retries -= 1
+            self._keys.pop(ctx._key, None)
+            self._send(ctx)
+            return
+        work = ctx._work
+        self._release(ctx)
+        ms, retries = self._umad._timing(work.path)
+        self._last_timing = (retries + 1, ms)
+        try:
+            self._completeMAD(None, work.fmt, work.path, work.newer,
+                              work.completer)
+        except Exception:               # noqa: BLE001 - to the coroutine
+            ctx._exc = sys.exc_info()
+        self._runq.append(ctx)
+
+    def _answer(self, ctx: Context, mad: bytes, path: Any) -> None:
+        work = ctx._work
+        self._release(ctx)
+        try:
+            ctx._result = self._completeMAD((bytearray(mad), path), work.fmt,
+                                            work.path, work.newer,
+                                            work.completer)
+        except _Busy as e:
+            ctx._busy += 1
+            if ctx._busy > self.busy_retries:
+                ctx._exc = (type(e), e, None)
+            else:
+                # Sent again after the pause (a timer with no MAD out).
+                heapq.heappush(self._timers, (
+                    time.monotonic() + self.busy_delay * (1 << (ctx._busy
+                                                               - 1)),
+                    next(self._seq), -1, ctx))
+                return
+        except _Redirect as e:
+            ctx._redirects += 1
+            if ctx._redirects > self.max_redirects:
+                ctx._exc = (type(e), e, None)
+            else:
+                path = self._redirected_path(work.path, e.cpi)
+                key = self._redirect_key(work.fmt, work.path)
+                if key is not None:
+                    if getattr(self._umad, "_redirects", None) is None:
+                        self._umad._redirects = {}
+                    self._umad._redirects[key] = path
+                work.fmt.transactionID = self._get_new_TID()
+                work.fmt.pack_into(work.buf)
+                ctx._work = work._replace(path=path)
+                self._resend_later(ctx)
+                return
+        except Exception:               # noqa: BLE001 - to the coroutine
+            ctx._exc = sys.exc_info()
+        self._runq.append(ctx)
+
+    def _resend_later(self, ctx: Context) -> None:
+        heapq.heappush(self._timers, (time.monotonic(), next(self._seq), -1,
+                                      ctx))
+
+    def _fire_timers(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, gen, ctx = heapq.heappop(self._timers)
+            if gen == -1:
+                # A delayed (re-)send: BUSY pause over, or a redirect.
+                if len(self._keys) >= self.max_outstanding:
+                    self._blocked.append(ctx)
+                    continue
+                try:
+                    self._send(ctx, first=True)
+                except Exception:       # noqa: BLE001 - to the coroutine
+                    ctx._exc = sys.exc_info()
+                    self._runq.append(ctx)
+            elif gen == ctx._gen and ctx._key is not None:
+                self._timed_out(ctx)
+
+    # -- the loop
+
+    def run(self, queue: Any = None, mqueue: Any = None) -> None:
+        """Run coroutines until all have ended (``queue`` and ``mqueue``
+        go to :meth:`queue` and :meth:`mqueue` first)."""
+        self._keys.clear()
+        self._timers.clear()
+        self._blocked.clear()
+        self._waiters.clear()
+        self.peak_outstanding = 0
+        if queue is not None:
+            self.queue(queue)
+        if mqueue is not None:
+            self.mqueue(mqueue)
+        umad = self._umad
+        while True:
+            while self._runq:
+                self._step(self._runq.popleft())
+            timers = self._timers
+            while timers and timers[0][2] != -1 and (
+                    timers[0][2] != timers[0][3]._gen
+                    or timers[0][3]._key is None):
+                heapq.heappop(timers)       # stale: answered or re-sent
+            if not self._keys and not timers and not self._blocked:
+                break
+            wake = timers[0][0] if timers else None
+            got = umad._recv(wake)
+            if got is None:
+                self._fire_timers()
+                continue
+            mad, status, addr, agent = got
+            ctx = self._keys.get(_key(mad)) if len(mad) >= 24 else None
+            if ctx is None:
+                self.unmatched += 1
+                continue
+            if status:
+                if status == errno.ETIMEDOUT:
+                    # Given back undeliverable: this try is over.
+                    self._timed_out(ctx)
+                    continue
+                work = ctx._work
+                self._release(ctx)
+                from rdma._errors import SysError
+                ctx._exc = (SysError, SysError(
+                    status, "umad_send", f"{work.path}: the MAD came back "
+                                         f"failed"), None)
+                self._runq.append(ctx)
+                continue
+            if not mad[3] & 0x80:
+                self.unmatched += 1
+                continue
+            from rdma.umad import UMADReplyPath
+            self._answer(ctx, mad, UMADReplyPath(
+                umad.end_port, agent, addr, umad._agent_dqpn.get(agent, 1)))
+        self._fire_timers()
+
+    async def arun(self, queue: Any = None, mqueue: Any = None) -> None:
+        """:meth:`run` from asyncio code (in a worker thread, so the event
+        loop keeps running)."""
+        import asyncio
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.run, queue, mqueue)
