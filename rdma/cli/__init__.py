@@ -2,7 +2,7 @@
 (``devices``, ``devinfo``, ``pingpong``, ``perf``, ``validate``, ``demo``)
 and InfiniBand management tools named and shaped like infiniband-diags'
 (``ibstat``, ``smpquery``, ``ibaddr``, ``sminfo``, ``perfquery``,
-``saquery``).  The script is not called ``rdma``: that is
+``ibnetdiscover``, ``ibswitches``, ``ibhosts``, ``saquery``).  The script is not called ``rdma``: that is
 iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     _smpquery.add_parser(sub)
     from rdma.cli import inquiry as _inquiry
     _inquiry.add_parsers(sub)
+    from rdma.cli import topology as _topology
+    _topology.add_parsers(sub)
     return parser
 
 

@@ -212,3 +212,33 @@ def test_gmp_over_directed_route_is_refused(fabric):
                       "0,1"], "Hca2", check=False)
     assert res.returncode == 2 and "directed route" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def _topology_blocks(text):
+    """ibnetdiscover output as a set of node blocks (the header with its
+    date dropped; the order of nodes is discovery order, not compared)."""
+    blocks = [b.strip("\n") for b in text.split("\n\n")]
+    assert blocks[0].startswith("#\n# Topology file: generated on ")
+    head = blocks[0].splitlines()[-1]
+    return head, sorted(b for b in blocks[1:] if b)
+
+
+@pytest.mark.parametrize("topology", ["2sw4hca", "2sw2hca2port", "1sw4hca",
+                                      "net"])
+def test_ibnetdiscover(fabrics, topology):
+    """ibnetdiscover: every node block (GUIDs, descriptions, LIDs, links,
+    widths and speeds) equal to infiniband-diags'."""
+    fabric = fabrics(topology)
+    theirs, ours = both(fabric, ["ibnetdiscover"], "Hca1")
+    th, tb = _topology_blocks(theirs)
+    oh, ob = _topology_blocks(ours)
+    assert oh == th and ob == tb and len(ob) >= 3
+
+
+@pytest.mark.parametrize("cmd", ["ibswitches", "ibhosts"])
+@pytest.mark.parametrize("topology", ["2sw4hca", "2sw2hca2port"])
+def test_ibswitches_ibhosts(fabrics, topology, cmd):
+    theirs, ours = both(fabrics(topology), [cmd], "Hca1")
+    assert sorted(ours.splitlines()) == sorted(theirs.splitlines())
+    assert ours.strip()
+
