@@ -2,7 +2,8 @@
 (``devices``, ``devinfo``, ``pingpong``, ``perf``, ``validate``, ``demo``)
 and InfiniBand management tools named and shaped like infiniband-diags'
 (``ibstat``, ``smpquery``, ``ibaddr``, ``sminfo``, ``perfquery``,
-``ibnetdiscover``, ``ibswitches``, ``ibhosts``, ``saquery``).  The script is not called ``rdma``: that is
+``ibnetdiscover``, ``ibswitches``, ``ibhosts``, ``ibroute``,
+``ibtracert``, ``saquery``).  The script is not called ``rdma``: that is
 iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
@@ -71,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     _inquiry.add_parsers(sub)
     from rdma.cli import topology as _topology
     _topology.add_parsers(sub)
+    from rdma.cli import routes as _routes
+    _routes.add_parsers(sub)
     return parser
 
 

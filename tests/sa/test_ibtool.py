@@ -242,3 +242,39 @@ def test_ibswitches_ibhosts(fabrics, topology, cmd):
     assert sorted(ours.splitlines()) == sorted(theirs.splitlines())
     assert ours.strip()
 
+
+
+@pytest.mark.parametrize("argv", [["ibroute", "2"], ["ibroute", "3"],
+                                  ["ibroute", "-n", "2"],
+                                  ["ibroute", "-a", "3", "0", "8"],
+                                  ["ibroute", "3", "4"],
+                                  ["ibroute", "2", "1", "3"],
+                                  ["ibroute", "-D", "0,1"],
+                                  ["ibroute", "-D", "0,1,3"]])
+def test_ibroute(fabric, argv):
+    """ibroute: the header, every forwarding entry and destination."""
+    theirs, ours = both(fabric, argv, "Hca2")
+    assert ours.splitlines() == theirs.splitlines()
+    assert "dumped" in ours
+
+
+def test_ibroute_not_a_switch(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "ibroute", "4"], "Hca2",
+                     check=False)
+    assert res.returncode == 2 and "not a switch" in res.stderr
+
+
+def test_ibtracert_every_pair(fabric, all_lids):
+    """ibtracert SLID DLID for every ordered pair of LIDs: the same hops."""
+    for s in all_lids:
+        for d in all_lids:
+            theirs, ours = both(fabric, ["ibtracert", str(s), str(d)],
+                                "Hca2")
+            assert ours.splitlines() == theirs.splitlines(), (s, d)
+
+
+def test_ibtracert_unknown_lid(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "ibtracert", "4", "99"],
+                     "Hca2", check=False)
+    assert res.returncode == 2 and "99" in res.stderr
+    assert "Traceback" not in res.stderr
