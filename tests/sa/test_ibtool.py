@@ -278,3 +278,77 @@ def test_ibtracert_unknown_lid(fabric):
                      "Hca2", check=False)
     assert res.returncode == 2 and "99" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def _error_report(text):
+    """ibqueryerrors output as (set of per-node blocks, summary lines)."""
+    body, _, summary = text.partition("\n## Summary")
+    blocks, cur = [], []
+    for line in body.splitlines():
+        if line.startswith("Errors for "):
+            cur = [line]
+            blocks.append(cur)
+        elif line.strip() and cur:
+            cur.append(line)
+    return sorted(tuple(b) for b in blocks), summary
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    """2sw4hca with error counters set through ibsim's console."""
+    from conftest import TOPOLOGIES
+    from fabric import Fabric
+    f = Fabric(TOPOLOGIES["2sw4hca"], tmp_path_factory.mktemp("faulty"),
+               console=True)
+    try:
+        f.start()
+        for c in ('PerformanceSet "Switch2"[5] PortCounters.PortRcvErrors=3',
+                  'PerformanceSet "Hca4"[1] '
+                  'PortCounters.SymbolErrorCounter=7',
+                  'PerformanceSet "Switch1"[2] '
+                  'PortCounters.PortRcvSwitchRelayErrors=2'):
+            f.console(c)
+        yield f
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("argv", [["ibqueryerrors"], ["ibqueryerrors", "-c"],
+                                  ["ibqueryerrors", "--switch"],
+                                  ["ibqueryerrors", "--ca"]])
+def test_ibqueryerrors(faulty, argv):
+    """Counters set in ibsim are reported node by node as ibqueryerrors
+    reports them (port ALL included), with the same summary and status."""
+    theirs = faulty.run(argv, "Hca2", check=False)
+    ours = faulty.run([sys.executable, "-m", "rdma", *argv], "Hca2",
+                      check=False)
+    assert ours.returncode == theirs.returncode == 1
+    assert _error_report(ours.stdout) == _error_report(theirs.stdout)
+    assert "[SymbolErrorCounter == 7]" in ours.stdout or \
+        argv[-1] == "--switch"
+
+
+def test_ibqueryerrors_clean_fabric(fabric):
+    theirs = fabric.run(["ibqueryerrors"], "Hca2", check=False)
+    ours = fabric.run([sys.executable, "-m", "rdma", "ibqueryerrors"],
+                      "Hca2", check=False)
+    assert ours.returncode == theirs.returncode == 0
+    assert ours.stdout == theirs.stdout
+
+
+def test_ibqueryerrors_threshold_and_clear(faulty):
+    """--threshold hides a counter at or under it; -k clears what it read
+    (read back with perfquery)."""
+    res = faulty.run([sys.executable, "-m", "rdma", "ibqueryerrors",
+                      "--ca", "--threshold", "SymbolErrorCounter=7"],
+                     "Hca2", check=False)
+    assert res.returncode == 0 and "Hca4" not in res.stdout
+    assert "SymbolErrorCounter=7" in res.stdout
+    res = faulty.run([sys.executable, "-m", "rdma", "ibqueryerrors", "--ca",
+                      "-k"], "Hca2", check=False)
+    assert res.returncode == 1 and "SymbolErrorCounter == 7" in res.stdout
+    pc = diags.fields(faulty.run(["perfquery", "6", "1"], "Hca2").stdout)
+    assert pc["SymbolErrorCounter"] == "0"
+    bad = faulty.run([sys.executable, "-m", "rdma", "ibqueryerrors",
+                      "--threshold", "Bogus=1"], "Hca2", check=False)
+    assert bad.returncode == 2 and "Bogus" in bad.stderr
