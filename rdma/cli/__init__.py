@@ -3,7 +3,7 @@
 and InfiniBand management tools named and shaped like infiniband-diags'
 (``ibstat``, ``smpquery``, ``ibaddr``, ``sminfo``, ``perfquery``,
 ``ibnetdiscover``, ``ibswitches``, ``ibhosts``, ``ibroute``,
-``ibtracert``, ``ibqueryerrors``, ``saquery``).  The script is not called ``rdma``: that is
+``ibtracert``, ``ibqueryerrors``, ``ibportstate``, ``saquery``).  The script is not called ``rdma``: that is
 iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     _routes.add_parsers(sub)
     from rdma.cli import errors as _errors
     _errors.add_parser(sub)
+    from rdma.cli import portstate as _portstate
+    _portstate.add_parser(sub)
     return parser
 
 

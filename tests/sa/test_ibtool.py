@@ -352,3 +352,46 @@ def test_ibqueryerrors_threshold_and_clear(faulty):
     bad = faulty.run([sys.executable, "-m", "rdma", "ibqueryerrors",
                       "--threshold", "Bogus=1"], "Hca2", check=False)
     assert bad.returncode == 2 and "Bogus" in bad.stderr
+
+
+def _first_block(text):
+    """ibportstate's output up to its peer query (which infiniband-diags
+    sends by a LID-then-DR route that ibsim does not forward)."""
+    return text.split("ibportstate: iberror")[0].rstrip().splitlines()
+
+
+@pytest.mark.parametrize("argv", [["ibportstate", "4", "1"],
+                                  ["ibportstate", "2", "1"],
+                                  ["ibportstate", "3", "5"],
+                                  ["ibportstate", "-D", "0", "1"],
+                                  ["ibportstate", "3", "7", "query"]])
+def test_ibportstate_query(fabric, argv):
+    theirs = fabric.run(argv, "Hca2", check=False).stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", *argv], "Hca2").stdout
+    assert _first_block(ours) == _first_block(theirs)
+    assert "PortInfo:" in ours
+
+
+def test_ibportstate_disable_enable(tmp_path):
+    """disable takes a switch port's link down (PhysLinkState Disabled
+    read back with smpquery), enable brings it back to Polling/LinkUp.
+    On a fabric of its own: the others stay intact."""
+    from conftest import TOPOLOGIES
+    from fabric import Fabric
+    with Fabric(TOPOLOGIES["1sw4hca"], tmp_path) as f:
+        _disable_enable(f)
+
+
+def _disable_enable(f):
+    ours = [sys.executable, "-m", "rdma", "ibportstate"]
+    out = f.run(ours + ["2", "4", "disable"], "Hca1").stdout
+    assert "Disable may be irreversible" in out and "After PortInfo set" in out
+    pi = diags.fields(f.run(["smpquery", "portinfo", "2", "4"],
+                            "Hca1").stdout)
+    assert pi["PhysLinkState"] == "Disabled"
+    f.run(ours + ["2", "4", "enable"], "Hca1")
+    pi = diags.fields(f.run(["smpquery", "portinfo", "2", "4"],
+                            "Hca1").stdout)
+    assert pi["PhysLinkState"] in ("Polling", "LinkUp")
+    bad = f.run(ours + ["2", "4", "explode"], "Hca1", check=False)
+    assert bad.returncode == 2 and "explode" in bad.stderr
