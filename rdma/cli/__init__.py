@@ -3,7 +3,8 @@
 and InfiniBand management tools named and shaped like infiniband-diags'
 (``ibstat``, ``smpquery``, ``ibaddr``, ``sminfo``, ``perfquery``,
 ``ibnetdiscover``, ``ibswitches``, ``ibhosts``, ``ibroute``,
-``ibtracert``, ``ibqueryerrors``, ``ibportstate``, ``saquery``).  The script is not called ``rdma``: that is
+``ibtracert``, ``ibqueryerrors``, ``ibportstate``, ``set_nodedesc``,
+``saquery``).  The script is not called ``rdma``: that is
 iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
@@ -78,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     _errors.add_parser(sub)
     from rdma.cli import portstate as _portstate
     _portstate.add_parser(sub)
+    from rdma.cli import nodedesc as _nodedesc
+    _nodedesc.add_parser(sub)
     return parser
 
 
