@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     _portstate.add_parser(sub)
     from rdma.cli import nodedesc as _nodedesc
     _nodedesc.add_parser(sub)
+    from rdma.cli import ibvalidate as _ibvalidate
+    _ibvalidate.add_parser(sub)
     return parser
 
 
