@@ -395,3 +395,29 @@ def _disable_enable(f):
     assert pi["PhysLinkState"] in ("Polling", "LinkUp")
     bad = f.run(ours + ["2", "4", "explode"], "Hca1", check=False)
     assert bad.returncode == 2 and "explode" in bad.stderr
+
+
+@pytest.mark.parametrize("op", ["pkeys", "sl2vl", "vlarb"])
+def test_smpquery_tables(fabric, all_lids, op):
+    """pkeys, sl2vl, vlarb: switch ports 0, 1, 3 and 8 and every CA port,
+    line for line."""
+    for lid in all_lids:
+        info = diags.fields(fabric.run(["smpquery", "nodeinfo", str(lid)],
+                                       "Hca2").stdout)
+        ports = (0, 1, 3, 8) if info["NodeType"] == "Switch" else (1,)
+        for port in ports:
+            theirs, ours = both(fabric, ["smpquery", op, str(lid),
+                                         str(port)], "Hca2")
+            assert ours.splitlines() == theirs.splitlines(), (lid, port)
+
+
+def test_smpquery_guids(fabric):
+    """guids (GUIDInfo, which the installed smpquery does not have): entry
+    0 is the port GUID smpquery nodeinfo reports."""
+    ours = fabric.run([sys.executable, "-m", "rdma", "smpquery", "guids",
+                       "4", "1"], "Hca2").stdout.splitlines()
+    info = diags.fields(fabric.run(["smpquery", "nodeinfo", "4"],
+                                   "Hca2").stdout)
+    assert ours[0] == "# GUIDInfo: Lid 4"
+    assert ours[1].split()[1] == info["PortGuid"]
+    assert ours[-1] == "32 guids capacity for this port"
