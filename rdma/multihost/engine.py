@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import sys
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -147,7 +146,7 @@ class Result:
         return not self.failed and self.outliers.clean
 
 
-# -- one pair -------------------------------------------------------------------
+# -- one pair -----------------------------------------------------------------
 
 def _both(fa: Callable[[], Any], fb: Callable[[], Any]):
     """Run fa and fb at the same time; return ((ok, value), (ok, value))."""
@@ -233,7 +232,7 @@ def run_pair(a: Host, b: Host, check: str, params: Dict[str, Any],
                 pass
 
 
-# -- the run ---------------------------------------------------------------------
+# -- the run ------------------------------------------------------------------
 
 def _pair_cases(options: Options, ia: Dict[str, Any],
                 ib: Dict[str, Any]) -> List[Tuple[str, str, Dict[str, Any]]]:
@@ -425,7 +424,7 @@ def _run_one_pair(a: Host, b: Host, options: Options, checks: List[str],
         say(f"  {a.name}-{b.name}: {len(cases)} passed")
 
 
-# -- outliers --------------------------------------------------------------------
+# -- outliers -----------------------------------------------------------------
 
 def find_outliers(res: Result) -> Outliers:
     """Find the slow and broken pairs and the hosts that explain them.
@@ -501,7 +500,3 @@ def find_outliers(res: Result) -> Outliers:
     for p in sorted(unexplained):
         o.links[p] = "; ".join(o.bad_pairs[p])
     return o
-
-
-def _stderr(msg: str) -> None:
-    print(f"[rdma validate] {msg}", file=sys.stderr, flush=True)
