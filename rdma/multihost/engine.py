@@ -13,13 +13,15 @@ import itertools
 import statistics
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 from rdma.multihost.checks import TRANSFER_CASES, transfer_sizes
 from rdma.multihost.hosts import CheckError, Host, HostError
 from rdma.validation import fmt_size, volume
 
-__all__ = ["Options", "Case", "Outliers", "Result", "run", "run_pair",
+__all__ = ["Options", "Case", "Outliers", "Result", "PairOutcome", "run",
+           "run_pair",
            "find_outliers", "PAIR_CHECK_NAMES"]
 
 #: The pair checks ``--checks`` may name.
@@ -186,12 +188,25 @@ def _blame(errors: List[BaseException]) -> Tuple[str, str]:
     return result, "; ".join(parts[:2])
 
 
+class PairOutcome(NamedTuple):
+    """What :func:`run_pair` found."""
+
+    #: PASSED, FAILED (a check failed on a host) or ERROR (a host failed)
+    result: str
+    #: the step that failed ("" when it passed)
+    step: str
+    #: why, naming the host(s) ("" when it passed)
+    message: str
+    #: ``{step: (answer of a, answer of b)}`` of the steps that passed
+    answers: Dict[str, Any]
+
+
 def run_pair(a: Host, b: Host, check: str, params: Dict[str, Any],
-             options: Options) -> Tuple[bool, str, Dict[str, Any]]:
+             options: Options) -> PairOutcome:
     """Run the pair check *check* between *a* and *b*: ``hello`` on both,
     ``connect`` with the other's hello, then each step of the check in
-    lockstep.  Returns (passed, result text or error, the answers of
-    the steps: ``{step: (answer of a, answer of b)}``)."""
+    lockstep, each end getting what the other returned from the step
+    before."""
     from rdma.multihost.checks import PAIR_CHECKS
     key = next(_keys)
     t = options.step_timeout
@@ -220,10 +235,10 @@ def run_pair(a: Host, b: Host, check: str, params: Dict[str, Any],
                     if not isinstance(e, (HostError, CheckError)):
                         raise e
                 result, msg = _blame(errors)
-                return False, f"{result}|{step}|{msg}", answers
+                return PairOutcome(result, step, msg, answers)
             prev = (ra[1], rb[1])
             answers[step] = prev
-        return True, "PASSED", answers
+        return PairOutcome("PASSED", "", "", answers)
     finally:
         for h in (a, b):
             try:
@@ -259,8 +274,9 @@ def _pair_cases(options: Options, ia: Dict[str, Any],
     return out
 
 
-def _detail(check: str, case: str, params: Dict[str, Any],
+def _detail(check: str, params: Dict[str, Any],
             answers: Dict[str, Any], a: str, b: str) -> Tuple[str, Dict]:
+    """The one-line detail of a passed check, and its measurements."""
     if check == "transfer":
         sizes = params["sizes"]
         moved, secs = 0, 0.0
@@ -393,18 +409,17 @@ def _run_one_pair(a: Host, b: Host, options: Options, checks: List[str],
                                   f"other end first"))
                 continue
             t0 = time.monotonic()
-            ok, text, answers = run_pair(a, b, check, params, options)
+            out = run_pair(a, b, check, params, options)
             dt = time.monotonic() - t0
-            if ok:
-                detail, data = _detail(check, name, params, answers,
+            if out.result == "PASSED":
+                detail, data = _detail(check, params, out.answers,
                                        a.name, b.name)
                 cases.append(Case(name, pair, "PASSED", detail, dt, data))
             else:
-                result, step, msg = text.split("|", 2)
-                cases.append(Case(name, pair, result,
-                                  f"{msg} (step {step})", dt))
-                if result == "ERROR" or any(
-                        w in msg for w in _UNREACHABLE):
+                cases.append(Case(name, pair, out.result,
+                                  f"{out.message} (step {out.step})", dt))
+                if out.result == "ERROR" or any(
+                        w in out.message for w in _UNREACHABLE):
                     # The pair cannot talk: every further check would
                     # only wait for its timeout.
                     stop = stops[pair] = name

@@ -200,3 +200,22 @@ def test_bad_usage(tmp_path):
                            timeout=60, env=run_env())
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert text in r.stderr, (args, r.stderr)
+
+
+def test_ring_and_pairs_file(make_cluster, tmp_path):
+    """--pairs ring checks h0-h1, h1-h2, h2-h3, h3-h0 (2 rounds); --pairs
+    FILE exactly the pairs of the file."""
+    c = make_cluster(N)
+    xml = tmp_path / "ring.xml"
+    rc, out, err = validate(c, "--checks", "atomics", "--pairs", "ring",
+                            "--junitxml", str(xml))
+    assert rc == 0, out + err
+    assert {w for w, _ in junit_cases(xml) if "-" in w} == \
+        {"h0-h1", "h1-h2", "h2-h3", "h0-h3"}
+    assert "4 pairs (ring) in 2 rounds" in out
+    f = tmp_path / "pairs"
+    f.write_text("h3 h1\n")
+    rc, out, err = validate(c, "--checks", "atomics", "--pairs", str(f),
+                            "--junitxml", str(xml))
+    assert rc == 0, out + err
+    assert {w for w, _ in junit_cases(xml) if "-" in w} == {"h1-h3"}
