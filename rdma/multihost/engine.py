@@ -62,7 +62,9 @@ class Options:
         if timeout <= 0:
             raise ValueError("the timeout must be positive")
         if not 0 < slow_fraction < 1:
-            raise ValueError("slow_fraction must be between 0 and 1")
+            raise ValueError("the slow fraction must be between 0 and 1")
+        if lat_factor <= 1:
+            raise ValueError("the latency factor must be above 1")
         self.checks = tuple(checks)
         self.quick = quick
         self.timeout = timeout
@@ -264,7 +266,13 @@ def _pair_cases(options: Options, ia: Dict[str, Any],
                         {"transport": tr, "verb": verb, "sizes": sizes,
                          "seed": seed + k, "depth": max(16, len(sizes) + 2)}))
     if "atomics" in options.checks:
-        out.append(("atomics", "atomics", {"seed": seed + 101}))
+        p: Dict[str, Any] = {"seed": seed + 101}
+        lacking = [i.get("end_port", "?") for i in (ia, ib)
+                   if not i.get("atomics", True)]
+        if lacking:
+            p["skip"] = (f"{' and '.join(lacking)} has no atomic operations "
+                         f"(atomic_cap IBV_ATOMIC_NONE)")
+        out.append(("atomics", "atomics", p))
     if "perf" in options.checks:
         out.append(("perf", "perf", {"bw_size": options.bw_size,
                                      "bw_iters": options.bw_iters,
@@ -403,6 +411,9 @@ def _run_one_pair(a: Host, b: Host, options: Options, checks: List[str],
     else:
         stop = stops.get(pair)
         for name, check, params in todo:
+            if params.get("skip"):
+                cases.append(Case(name, pair, "SKIPPED", params["skip"]))
+                continue
             if stop is not None:
                 cases.append(Case(name, pair, "ERROR",
                                   f"not run: {stop} could not reach the "

@@ -213,7 +213,12 @@ def start_hosts(specs: Sequence[HostSpec], *, timeout: float = 60.0,
     set; it is still returned, so that reports can name it.
 
     :returns: (the execnet group, the hosts in the order given)"""
-    import execnet
+    try:
+        import execnet
+    except ImportError:
+        raise RDMAError("validation across hosts needs execnet on this "
+                        "machine (pip install execnet; the hosts need "
+                        "only rdma)") from None
     names = [s.name for s in specs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -59,12 +59,13 @@ def test_healthy_run(make_cluster, tmp_path):
     c = make_cluster(N)
     before = [c.counters(i) for i in range(N)]
     xml, png = tmp_path / "v.xml", tmp_path / "m.png"
-    # The bandwidth threshold is lowered from 0.5 to 0.2: pairs measured
-    # at the same time share 2 cores with whatever else runs (healthy pairs
-    # were seen at 45 % of the median under load); the rate-limited host
-    # of test_slow_host_is_named is at 2 %.
+    # The thresholds are relaxed (bandwidth 0.5 -> 0.2 of the median,
+    # latency 5x -> 10x): pairs measured at the same time share 2 cores
+    # with whatever else runs (healthy pairs were seen at 45 % of the
+    # median bandwidth and 3.3x the median latency under load); the
+    # rate-limited host of test_slow_host_is_named is at 2 %.
     rc, out, err = validate(c, "--junitxml", str(xml), "--plot", str(png),
-                            "--slow-fraction", "0.2")
+                            "--slow-fraction", "0.2", "--lat-factor", "10")
     assert rc == 0, out + err
     cases = junit_cases(xml)
     pairs = {f"h{a}-h{b}" for a in range(N) for b in range(a + 1, N)}
