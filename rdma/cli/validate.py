@@ -98,6 +98,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    metavar="F",
                    help="a pair direction whose bandwidth is below F times "
                         "the median of all is slow (default 0.5)")
+    m.add_argument("--lat-factor", type=float, default=5.0, metavar="X",
+                   help="a pair whose latency is above X times the median "
+                        "is slow (default 5)")
     m.add_argument("--pair-timeout", type=float, default=10.0, metavar="S",
                    help="seconds an agent waits for one completion "
                         "(default 10); a host that does not answer a step "

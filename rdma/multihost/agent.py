@@ -117,7 +117,7 @@ class Agent:
 
     def op_call(self, source: str, name: str,
                 kwargs: Dict[str, Any]) -> Any:
-        """Run function *name* defined by *source* as ``fn(agent, **kwargs)``."""
+        """Run function *name* of *source* as ``fn(agent, **kwargs)``."""
         ns: Dict[str, Any] = {"__name__": "rdma_multihost_call"}
         exec(compile(textwrap.dedent(source), f"<call {name}>", "exec"), ns)
         return ns[name](self, **kwargs)
@@ -198,8 +198,7 @@ def serve(channel) -> None:
                 channel.send(("error", "AssertionError", str(e)))
             except Exception as e:
                 tb = traceback.format_exc(limit=6)
-                channel.send(("error", type(e).__name__,
-                              f"{e}" if str(e) else tb.strip().splitlines()[-1],
-                              tb))
+                text = str(e) or tb.strip().splitlines()[-1]
+                channel.send(("error", type(e).__name__, text, tb))
     finally:
         agent.close()

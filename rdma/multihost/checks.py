@@ -24,7 +24,7 @@ import time
 from typing import Any, Dict, List, Tuple
 
 from rdma.validation import (GUARD, POISON, check_data, check_wc, fmt_size,
-                             message_sizes, mib_per_s, volume, wait_data)
+                             message_sizes, wait_data)
 
 __all__ = ["CHECKS", "PAIR_CHECKS", "payload", "complete_path", "half_path",
            "PairEnd"]
@@ -413,7 +413,8 @@ class Atomics(PairEnd):
                 opcode, want_wc = (ibv.IBV_WR_ATOMIC_CMP_AND_SWP,
                                    ibv.IBV_WC_COMP_SWAP)
                 new = swap if arg == "hit" else value
-                name = f"compare-and-swap ({'equal' if arg == 'hit' else 'different'})"
+                name = ("compare-and-swap (" +
+                        ("equal" if arg == "hit" else "different") + ")")
             what = f"{name} {self.me} -> {self.other}"
             end.qp.post_send(end.send_wr(opcode, 8, off=loff, remote=peer,
                                          remote_off=roff, wr_id=i, **kw))
@@ -477,7 +478,8 @@ class _NoBeat:
 
 class Perf(PairEnd):
     """Bandwidth (RDMA WRITE, each direction, the best of ``bw_reps`` runs)
-    and latency (SEND ping-pong) measured by ``rdma perf``'s own loops (:mod:`rdma.cli.perf`): its
+    and latency (SEND ping-pong) measured by ``rdma perf``'s own loops
+    (:mod:`rdma.cli.perf`): its
     ``_Side`` (one RC QP, perf's QP parameters), ``_bw_client`` and
     ``_lat_run``; the address exchange is perf's ``hello`` dictionary."""
 
@@ -499,11 +501,12 @@ class Perf(PairEnd):
                 bytes(a.end_port.gids[gidx])):
             gidx = -1
         mtu = a.end_port.attr.active_mtu
+        if gidx is None:
+            gidx = -1
         self.bw = perf._Side(a.ctx, a.end_port, self.bw_args,
-                             self.bw_args.size, gidx if gidx is not None else -1)
+                             self.bw_args.size, gidx)
         self.lat = perf._Side(a.ctx, a.end_port, self.lat_args,
-                              self.lat_args.size,
-                              gidx if gidx is not None else -1)
+                              self.lat_args.size, gidx)
         self.mtu = mtu
         return {"bw": self.bw.describe(mtu), "lat": self.lat.describe(mtu)}
 
@@ -586,11 +589,3 @@ def transfer_sizes(limit: int, mtu: int, transport: str,
     if transport == "UD":
         limit = mtu
     return message_sizes(limit, mtu, quick)
-
-
-def describe_transfer(transport: str, sizes: List[int], moved: int,
-                      seconds: float) -> str:
-    lim = " (UD max = MTU)" if transport == "UD" else ""
-    return (f"{fmt_size(sizes[0])}..{fmt_size(sizes[-1])}{lim}, "
-            f"{len(sizes)} sizes x2 directions, {volume(moved)} verified, "
-            f"{mib_per_s(moved, seconds)}")

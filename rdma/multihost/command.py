@@ -44,7 +44,8 @@ def validate_hosts(args: argparse.Namespace) -> int:
     checks = [c.strip() for c in args.checks.split(",") if c.strip()]
     options = engine.Options(checks=checks, quick=args.quick,
                              timeout=args.pair_timeout,
-                             slow_fraction=args.slow_fraction)
+                             slow_fraction=args.slow_fraction,
+                             lat_factor=args.lat_factor)
     names = [s.name for s in specs]
     rounds = schedule.pairs_for(args.pairs, names)
     if args.junitxml:

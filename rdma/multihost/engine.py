@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 from rdma.multihost.checks import TRANSFER_CASES, transfer_sizes
 from rdma.multihost.hosts import CheckError, Host, HostError
 from rdma.validation import fmt_size, volume
 
-__all__ = ["Options", "Case", "Outliers", "Result", "run", "run_pair",
+__all__ = ["Options", "Case", "Outliers", "Result", "PairOutcome", "run",
+           "run_pair",
            "find_outliers", "PAIR_CHECK_NAMES"]
 
 #: The pair checks ``--checks`` may name.
@@ -61,7 +62,9 @@ class Options:
         if timeout <= 0:
             raise ValueError("the timeout must be positive")
         if not 0 < slow_fraction < 1:
-            raise ValueError("slow_fraction must be between 0 and 1")
+            raise ValueError("the slow fraction must be between 0 and 1")
+        if lat_factor <= 1:
+            raise ValueError("the latency factor must be above 1")
         self.checks = tuple(checks)
         self.quick = quick
         self.timeout = timeout
@@ -147,7 +150,7 @@ class Result:
         return not self.failed and self.outliers.clean
 
 
-# -- one pair -------------------------------------------------------------------
+# -- one pair -----------------------------------------------------------------
 
 def _both(fa: Callable[[], Any], fb: Callable[[], Any]):
     """Run fa and fb at the same time; return ((ok, value), (ok, value))."""
@@ -187,12 +190,25 @@ def _blame(errors: List[BaseException]) -> Tuple[str, str]:
     return result, "; ".join(parts[:2])
 
 
+class PairOutcome(NamedTuple):
+    """What :func:`run_pair` found."""
+
+    #: PASSED, FAILED (a check failed on a host) or ERROR (a host failed)
+    result: str
+    #: the step that failed ("" when it passed)
+    step: str
+    #: why, naming the host(s) ("" when it passed)
+    message: str
+    #: ``{step: (answer of a, answer of b)}`` of the steps that passed
+    answers: Dict[str, Any]
+
+
 def run_pair(a: Host, b: Host, check: str, params: Dict[str, Any],
-             options: Options) -> Tuple[bool, str, Dict[str, Any]]:
+             options: Options) -> PairOutcome:
     """Run the pair check *check* between *a* and *b*: ``hello`` on both,
     ``connect`` with the other's hello, then each step of the check in
-    lockstep.  Returns (passed, result text or error, the answers of
-    the steps: ``{step: (answer of a, answer of b)}``)."""
+    lockstep, each end getting what the other returned from the step
+    before."""
     from rdma.multihost.checks import PAIR_CHECKS
     key = next(_keys)
     t = options.step_timeout
@@ -221,10 +237,10 @@ def run_pair(a: Host, b: Host, check: str, params: Dict[str, Any],
                     if not isinstance(e, (HostError, CheckError)):
                         raise e
                 result, msg = _blame(errors)
-                return False, f"{result}|{step}|{msg}", answers
+                return PairOutcome(result, step, msg, answers)
             prev = (ra[1], rb[1])
             answers[step] = prev
-        return True, "PASSED", answers
+        return PairOutcome("PASSED", "", "", answers)
     finally:
         for h in (a, b):
             try:
@@ -233,7 +249,7 @@ def run_pair(a: Host, b: Host, check: str, params: Dict[str, Any],
                 pass
 
 
-# -- the run ---------------------------------------------------------------------
+# -- the run ------------------------------------------------------------------
 
 def _pair_cases(options: Options, ia: Dict[str, Any],
                 ib: Dict[str, Any]) -> List[Tuple[str, str, Dict[str, Any]]]:
@@ -250,7 +266,13 @@ def _pair_cases(options: Options, ia: Dict[str, Any],
                         {"transport": tr, "verb": verb, "sizes": sizes,
                          "seed": seed + k, "depth": max(16, len(sizes) + 2)}))
     if "atomics" in options.checks:
-        out.append(("atomics", "atomics", {"seed": seed + 101}))
+        p: Dict[str, Any] = {"seed": seed + 101}
+        lacking = [i.get("end_port", "?") for i in (ia, ib)
+                   if not i.get("atomics", True)]
+        if lacking:
+            p["skip"] = (f"{' and '.join(lacking)} has no atomic operations "
+                         f"(atomic_cap IBV_ATOMIC_NONE)")
+        out.append(("atomics", "atomics", p))
     if "perf" in options.checks:
         out.append(("perf", "perf", {"bw_size": options.bw_size,
                                      "bw_iters": options.bw_iters,
@@ -260,8 +282,9 @@ def _pair_cases(options: Options, ia: Dict[str, Any],
     return out
 
 
-def _detail(check: str, case: str, params: Dict[str, Any],
+def _detail(check: str, params: Dict[str, Any],
             answers: Dict[str, Any], a: str, b: str) -> Tuple[str, Dict]:
+    """The one-line detail of a passed check, and its measurements."""
     if check == "transfer":
         sizes = params["sizes"]
         moved, secs = 0, 0.0
@@ -388,24 +411,26 @@ def _run_one_pair(a: Host, b: Host, options: Options, checks: List[str],
     else:
         stop = stops.get(pair)
         for name, check, params in todo:
+            if params.get("skip"):
+                cases.append(Case(name, pair, "SKIPPED", params["skip"]))
+                continue
             if stop is not None:
                 cases.append(Case(name, pair, "ERROR",
                                   f"not run: {stop} could not reach the "
                                   f"other end first"))
                 continue
             t0 = time.monotonic()
-            ok, text, answers = run_pair(a, b, check, params, options)
+            out = run_pair(a, b, check, params, options)
             dt = time.monotonic() - t0
-            if ok:
-                detail, data = _detail(check, name, params, answers,
+            if out.result == "PASSED":
+                detail, data = _detail(check, params, out.answers,
                                        a.name, b.name)
                 cases.append(Case(name, pair, "PASSED", detail, dt, data))
             else:
-                result, step, msg = text.split("|", 2)
-                cases.append(Case(name, pair, result,
-                                  f"{msg} (step {step})", dt))
-                if result == "ERROR" or any(
-                        w in msg for w in _UNREACHABLE):
+                cases.append(Case(name, pair, out.result,
+                                  f"{out.message} (step {out.step})", dt))
+                if out.result == "ERROR" or any(
+                        w in out.message for w in _UNREACHABLE):
                     # The pair cannot talk: every further check would
                     # only wait for its timeout.
                     stop = stops[pair] = name
@@ -425,7 +450,7 @@ def _run_one_pair(a: Host, b: Host, options: Options, checks: List[str],
         say(f"  {a.name}-{b.name}: {len(cases)} passed")
 
 
-# -- outliers --------------------------------------------------------------------
+# -- outliers -----------------------------------------------------------------
 
 def find_outliers(res: Result) -> Outliers:
     """Find the slow and broken pairs and the hosts that explain them.
@@ -501,7 +526,3 @@ def find_outliers(res: Result) -> Outliers:
     for p in sorted(unexplained):
         o.links[p] = "; ".join(o.bad_pairs[p])
     return o
-
-
-def _stderr(msg: str) -> None:
-    print(f"[rdma validate] {msg}", file=sys.stderr, flush=True)

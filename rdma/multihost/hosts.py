@@ -148,7 +148,12 @@ class Host:
             ch = self.channel
             # Answers to requests that timed out come first: drop them.
             while self._late:
-                self._receive(ch, timeout, f"a late answer before {op}")
+                try:
+                    self._receive(ch, timeout, "an earlier request")
+                except HostError as e:
+                    if self.dead is None:
+                        self._die(f"stopped answering ({e.msg})")
+                    raise
                 self._late -= 1
             try:
                 ch.send((op, kw))
@@ -172,8 +177,8 @@ class Host:
             raise HostError(self.name, f"did not answer {what} within "
                                        f"{timeout:g} s") from None
         except (EOFError, OSError) as e:
-            self._die(f"the agent's channel closed during {what} ({e or 'EOF'}):"
-                      f" the agent or its host died")
+            self._die(f"the agent's channel closed during {what} "
+                      f"({e or 'EOF'}): the agent or its host died")
         except ch.RemoteError as e:
             self._die(f"the agent died during {what}: "
                       f"{str(e).strip().splitlines()[-1] if str(e) else e}")
@@ -208,7 +213,12 @@ def start_hosts(specs: Sequence[HostSpec], *, timeout: float = 60.0,
     set; it is still returned, so that reports can name it.
 
     :returns: (the execnet group, the hosts in the order given)"""
-    import execnet
+    try:
+        import execnet
+    except ImportError:
+        raise RDMAError("validation across hosts needs execnet on this "
+                        "machine (pip install execnet; the hosts need "
+                        "only rdma)") from None
     names = [s.name for s in specs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -47,7 +47,6 @@ def write_junit(res: Result, path: str) -> None:
             ET.SubElement(tc, "error", message=c.detail).text = c.detail
         elif c.result == "SKIPPED":
             ET.SubElement(tc, "skipped", message=c.detail)
-    ET.ElementTree(ET.Element("testsuites")).getroot().append(suite)
     root = ET.Element("testsuites")
     root.append(suite)
     ET.indent(root)
@@ -115,8 +114,8 @@ def outlier_text(res: Result) -> str:
         lines.append(f"SUSPECT LINK {a}-{b}: {why}")
     explained = [p for p in o.bad_pairs if p not in o.links]
     if explained:
-        lines.append("bad pairs: " + ", ".join(f"{a}-{b}"
-                                               for a, b in sorted(o.bad_pairs)))
+        lines.append("bad pairs: " + ", ".join(
+            f"{a}-{b}" for a, b in sorted(o.bad_pairs)))
     return "\n".join(lines)
 
 

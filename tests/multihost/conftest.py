@@ -38,3 +38,15 @@ def make_cluster():
     for c in made:
         c.close()
         assert c.leftovers() == [], f"not cleaned up: {c.leftovers()}"
+
+
+@pytest.fixture
+def unprivileged_skip_message(monkeypatch, request):
+    """The skip message make_cluster gives an unprivileged process."""
+    import netns
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    try:
+        request.getfixturevalue("make_cluster")
+    except pytest.skip.Exception as e:
+        return str(e)
+    raise AssertionError("make_cluster did not skip")

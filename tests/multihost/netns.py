@@ -45,7 +45,8 @@ def _ip(*args: str, ns: Optional[str] = None, check: bool = True,
     cmd = ["ip"] + (["netns", "exec", ns, "ip"] if ns else []) + list(args)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip() or r.returncode}")
+        raise RuntimeError(f"{' '.join(cmd)}: "
+                           f"{r.stderr.strip() or r.returncode}")
     return r
 
 
@@ -145,11 +146,25 @@ class Cluster:
         _ip("link", "set", "eth0", "down", ns=self.namespaces[i])
 
     def slow(self, i: int, rate: str = "10mbit") -> None:
-        """Rate-limit host *i* both ways with tbf (egress of both veth ends)."""
+        """Rate-limit host *i* both ways: tbf on both ends of its veth."""
         for ns, dev in ((self.namespaces[i], "eth0"),
                         (None, self.host_veths[i])):
             cmd = ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
                    rate, "burst", "32kbit", "latency", "400ms"]
+            if ns:
+                cmd = ["ip", "netns", "exec", ns] + cmd
+            r = subprocess.run(cmd, capture_output=True, text=True,
+                               timeout=20)
+            if r.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+
+    def netem(self, i: int, *args: str) -> None:
+        """netem on both ends of host *i*'s veth (``delay 10ms``, ``loss
+        100%``...).  netem is absent from the development host's kernel
+        and present in the test VM's (FACTS section 5)."""
+        for ns, dev in ((self.namespaces[i], "eth0"),
+                        (None, self.host_veths[i])):
+            cmd = ["tc", "qdisc", "add", "dev", dev, "root", "netem", *args]
             if ns:
                 cmd = ["ip", "netns", "exec", ns] + cmd
             r = subprocess.run(cmd, capture_output=True, text=True,
@@ -166,8 +181,8 @@ class Cluster:
         self._closed = True
         for ns in self.namespaces:
             # Processes still inside would keep the namespace alive.
-            r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                               text=True, timeout=20)
+            r = subprocess.run(["ip", "netns", "pids", ns],
+                               capture_output=True, text=True, timeout=20)
             for pid in r.stdout.split():
                 try:
                     os.kill(int(pid), 9)

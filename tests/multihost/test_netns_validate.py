@@ -59,12 +59,13 @@ def test_healthy_run(make_cluster, tmp_path):
     c = make_cluster(N)
     before = [c.counters(i) for i in range(N)]
     xml, png = tmp_path / "v.xml", tmp_path / "m.png"
-    # The bandwidth threshold is lowered from 0.5 to 0.2: pairs measured
-    # at the same time share 2 cores with whatever else runs (healthy pairs
-    # were seen at 45 % of the median under load); the rate-limited host
-    # of test_slow_host_is_named is at 2 %.
+    # The thresholds are relaxed (bandwidth 0.5 -> 0.2 of the median,
+    # latency 5x -> 10x): pairs measured at the same time share 2 cores
+    # with whatever else runs (healthy pairs were seen at 45 % of the
+    # median bandwidth and 3.3x the median latency under load); the
+    # rate-limited host of test_slow_host_is_named is at 2 %.
     rc, out, err = validate(c, "--junitxml", str(xml), "--plot", str(png),
-                            "--slow-fraction", "0.2")
+                            "--slow-fraction", "0.2", "--lat-factor", "10")
     assert rc == 0, out + err
     cases = junit_cases(xml)
     pairs = {f"h{a}-h{b}" for a in range(N) for b in range(a + 1, N)}
@@ -200,3 +201,22 @@ def test_bad_usage(tmp_path):
                            timeout=60, env=run_env())
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert text in r.stderr, (args, r.stderr)
+
+
+def test_ring_and_pairs_file(make_cluster, tmp_path):
+    """--pairs ring checks h0-h1, h1-h2, h2-h3, h3-h0 (2 rounds); --pairs
+    FILE exactly the pairs of the file."""
+    c = make_cluster(N)
+    xml = tmp_path / "ring.xml"
+    rc, out, err = validate(c, "--checks", "atomics", "--pairs", "ring",
+                            "--junitxml", str(xml))
+    assert rc == 0, out + err
+    assert {w for w, _ in junit_cases(xml) if "-" in w} == \
+        {"h0-h1", "h1-h2", "h2-h3", "h0-h3"}
+    assert "4 pairs (ring) in 2 rounds" in out
+    f = tmp_path / "pairs"
+    f.write_text("h3 h1\n")
+    rc, out, err = validate(c, "--checks", "atomics", "--pairs", str(f),
+                            "--junitxml", str(xml))
+    assert rc == 0, out + err
+    assert {w for w, _ in junit_cases(xml) if "-" in w} == {"h1-h3"}
