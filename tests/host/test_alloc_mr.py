@@ -82,7 +82,8 @@ def _mapping_of(addr):
         for line in f:
             parts = line.split(maxsplit=5)
             if int(parts[0].split("-")[0], 16) == addr:
-                return int(parts[4]), parts[5].strip() if len(parts) > 5 else ""
+                path = parts[5].strip() if len(parts) > 5 else ""
+                return int(parts[4]), path
     raise AssertionError(f"no mapping starts at {addr:#x}")
 
 
@@ -155,8 +156,8 @@ def test_alloc_mr_memory_is_private_to_the_user():
         ino, path = _mapping_of(mr.addr)
         assert path.startswith("/SYSV"), path   # the one-sided fast path's
         with open("/proc/sysvipc/shm") as f:
-            rows = {int(r.split()[1]): r.split() for r in f.read().splitlines()[1:]}
-        row = rows[ino]                          # a SysV segment's inode is its id
+            rows = [r.split() for r in f.read().splitlines()[1:]]
+        row = {int(r[1]): r for r in rows}[ino]  # inode = segment id
         mode, gid = int(row[2], 8) & 0o777, int(row[8])
         got = _attach_as(ino, uid=65534, gid=gid)
         assert mode == 0o600 and got.startswith("refused"), (oct(mode), got)
