@@ -3672,10 +3672,11 @@ cgroup_mem_limit(void)
     return lim;
 }
 
-/* The most a new allocation can have backed: RAM and swap, the memory
-   cgroup's limit (and swap), and the address space RLIMIT_AS leaves. */
+/* The memory the process can have backed: RAM and swap, the memory
+   cgroup's limit (and swap); *as_left: the address space RLIMIT_AS leaves
+   (ULLONG_MAX: no limit). */
 static unsigned long long
-mem_backable(void)
+mem_backable(unsigned long long *as_left)
 {
     unsigned long long lim = ULLONG_MAX, swap = 0, cg, vm;
     struct sysinfo si;
@@ -3687,13 +3688,12 @@ mem_backable(void)
     cg = cgroup_mem_limit();
     if (cg < lim && cg + swap < lim)
         lim = cg + swap;
+    *as_left = ULLONG_MAX;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
         if (read_num("/proc/self/statm", &vm) < 0)
             vm = 0;
         vm *= (unsigned long long)sysconf(_SC_PAGESIZE);
-        vm = rl.rlim_cur > vm ? rl.rlim_cur - vm : 0;
-        if (vm < lim)
-            lim = vm;
+        *as_left = rl.rlim_cur > vm ? rl.rlim_cur - vm : 0;
     }
     return lim;
 }
@@ -3758,18 +3758,26 @@ alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     ucs_status_t s;
     size_t rlen = 0;
     void *rbuf = NULL;
-    unsigned long long can;
+    unsigned long long can, as_left, held = 0;
     int kind, shmid = -1;
     (void)pd;
     if (length > MAX_MR_SIZE)
         return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "alloc_mr(): %zu bytes "
                            "is more than max_mr_size (%llu)", length,
                            MAX_MR_SIZE);
-    can = mem_backable();
-    if (length > can)
+    /* what a NIC would pin: the live alloc_mr memory of this process
+       holds part of what memory can back */
+    can = mem_backable(&as_left);
+    LOCK();
+    for (u = N.umems; u != NULL; u = u->next)
+        held += u->len;
+    UNLOCK();
+    if (length > as_left || length > can || held > can - length)
         return pyrdma_fail(st, ENOMEM, "mmap", "alloc_mr(): %zu bytes "
-                           "cannot be backed: at most %llu (RAM and swap, "
-                           "the memory cgroup, RLIMIT_AS)", length, can);
+                           "cannot be backed: RAM and swap or the memory "
+                           "cgroup allow %llu (alloc_mr memory holds %llu), "
+                           "RLIMIT_AS leaves %llu", length, can, held,
+                           as_left);
     u = calloc(1, sizeof(*u));
     if (u == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");

@@ -1,4 +1,5 @@
 """PD.alloc_mr: library-owned registered memory, on the software fabric."""
+import errno
 import gc
 import os
 
@@ -164,3 +165,27 @@ def test_alloc_mr_memory_is_private_to_the_user():
         # the owner (same uid) still attaches it: the fast path's peers
         assert _attach_as(ino) == "attached"
         mr.close()
+
+
+def test_alloc_mr_counts_memory_already_held():
+    """Like registration on a NIC (which pins), live alloc_mr memory counts
+    against what memory can back: two allocations of 60 % of RAM + swap
+    cannot both succeed (each alone could; nothing is touched, so trying is
+    harmless)."""
+    with open("/proc/meminfo") as f:
+        info = {k: int(v.split()[0]) * 1024 for k, v in
+                (line.split(":", 1) for line in f)}
+    n = int((info["MemTotal"] + info["SwapTotal"]) * 0.6) // 4096 * 4096
+    with rdma.get_verbs(_fabric_port()) as ctx:
+        pd = ctx.pd()
+        held = []
+        with pytest.raises(rdma.SysError) as ei:
+            for _ in range(2):
+                held.append(pd.alloc_mr(n))
+        assert ei.value.errno == errno.ENOMEM and ei.value.func == "mmap"
+        assert len(held) <= 1
+        if held:
+            held.pop().close()          # the last reference: memory freed
+            gc.collect()
+            # once released, the memory is available again
+            pd.alloc_mr(n).close()
