@@ -3709,12 +3709,15 @@ mem_kind(const void *addr, int *shmid)
     if (f == NULL)
         return -1;
     while (fgets(line, sizeof(line), f) != NULL) {
-        unsigned long long start, ino;
+        unsigned long long start, end, ino;
         char name[4096] = "";
-        if (sscanf(line, "%llx-%*x %*s %*s %*s %llu %4095s", &start, &ino,
-                   name) < 2 || start != (uintptr_t)addr)
+        /* anonymous mappings may have merged with a neighbour */
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %4095s", &start, &end,
+                   &ino, name) < 3 || start > (uintptr_t)addr ||
+            end <= (uintptr_t)addr)
             continue;
-        if (strncmp(name, "/SYSV", 5) == 0 && ino <= INT32_MAX) {
+        if (strncmp(name, "/SYSV", 5) == 0 && ino <= INT32_MAX &&
+            start == (uintptr_t)addr) {
             *shmid = (int)ino;  /* a SysV segment's inode is its id */
             kind = 1;
         }
