@@ -101,7 +101,9 @@ pyrdma_pd_mr(PyObject *op, PyObject *args, PyObject *kw)
         flags |= PyBUF_WRITABLE;
     if (PyObject_GetBuffer(buf, &mr->view, flags) < 0) {
         Py_DECREF(mr);
-        if (PyErr_ExceptionMatches(PyExc_BufferError))
+        /* BufferError, or ValueError from numpy */
+        if (PyErr_ExceptionMatches(PyExc_BufferError) ||
+            PyErr_ExceptionMatches(PyExc_ValueError))
             buffer_refused(buf, access, flags);
         return NULL;
     }

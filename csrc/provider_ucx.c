@@ -3802,10 +3802,11 @@ cgroup_mem_limit(void)
     return lim;
 }
 
-/* The most a new allocation can have backed: RAM and swap, the memory
-   cgroup's limit (and swap), and the address space RLIMIT_AS leaves. */
+/* The memory the process can have backed: RAM and swap, the memory
+   cgroup's limit (and swap); *as_left: the address space RLIMIT_AS leaves
+   (ULLONG_MAX: no limit). */
 static unsigned long long
-mem_backable(void)
+mem_backable(unsigned long long *as_left)
 {
     unsigned long long lim = ULLONG_MAX, swap = 0, cg, vm;
     struct sysinfo si;
@@ -3817,13 +3818,12 @@ mem_backable(void)
     cg = cgroup_mem_limit();
     if (cg < lim && cg + swap < lim)
         lim = cg + swap;
+    *as_left = ULLONG_MAX;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
         if (read_num("/proc/self/statm", &vm) < 0)
             vm = 0;
         vm *= (unsigned long long)sysconf(_SC_PAGESIZE);
-        vm = rl.rlim_cur > vm ? rl.rlim_cur - vm : 0;
-        if (vm < lim)
-            lim = vm;
+        *as_left = rl.rlim_cur > vm ? rl.rlim_cur - vm : 0;
     }
     return lim;
 }
@@ -3839,12 +3839,15 @@ mem_kind(const void *addr, int *shmid)
     if (f == NULL)
         return -1;
     while (fgets(line, sizeof(line), f) != NULL) {
-        unsigned long long start, ino;
+        unsigned long long start, end, ino;
         char name[4096] = "";
-        if (sscanf(line, "%llx-%*x %*s %*s %*s %llu %4095s", &start, &ino,
-                   name) < 2 || start != (uintptr_t)addr)
+        /* anonymous mappings may have merged with a neighbour */
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %4095s", &start, &end,
+                   &ino, name) < 3 || start > (uintptr_t)addr ||
+            end <= (uintptr_t)addr)
             continue;
-        if (strncmp(name, "/SYSV", 5) == 0 && ino <= INT32_MAX) {
+        if (strncmp(name, "/SYSV", 5) == 0 && ino <= INT32_MAX &&
+            start == (uintptr_t)addr) {
             *shmid = (int)ino;  /* a SysV segment's inode is its id */
             kind = 1;
         }
@@ -3888,18 +3891,26 @@ alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     ucs_status_t s;
     size_t rlen = 0;
     void *rbuf = NULL;
-    unsigned long long can;
+    unsigned long long can, as_left, held = 0;
     int kind, shmid = -1;
     (void)pd;
     if (length > MAX_MR_SIZE)
         return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "alloc_mr(): %zu bytes "
                            "is more than max_mr_size (%llu)", length,
                            MAX_MR_SIZE);
-    can = mem_backable();
-    if (length > can)
+    /* what a NIC would pin: the live alloc_mr memory of this process
+       holds part of what memory can back */
+    can = mem_backable(&as_left);
+    LOCK();
+    for (u = N.umems; u != NULL; u = u->next)
+        held += u->len;
+    UNLOCK();
+    if (length > as_left || length > can || held > can - length)
         return pyrdma_fail(st, ENOMEM, "mmap", "alloc_mr(): %zu bytes "
-                           "cannot be backed: at most %llu (RAM and swap, "
-                           "the memory cgroup, RLIMIT_AS)", length, can);
+                           "cannot be backed: RAM and swap or the memory "
+                           "cgroup allow %llu (alloc_mr memory holds %llu), "
+                           "RLIMIT_AS leaves %llu", length, can, held,
+                           as_left);
     u = calloc(1, sizeof(*u));
     if (u == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");

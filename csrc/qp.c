@@ -607,8 +607,8 @@ static PyObject *
 qp_modify_to_init(PyObject *op, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "qp_access_flags", NULL};
-    struct pyrdma_uint acc = {"QP.modify_to_init", "qp_access_flags", UINT32_MAX,
-                              0};
+    struct pyrdma_uint acc = {"QP.modify_to_init", "qp_access_flags",
+                              UINT32_MAX, 0};
     unsigned int access;
     PyObject *path;
 

@@ -521,6 +521,51 @@ port_unregister(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* An unsigned integer argument for "O&" and uint_conv: PyArg_Parse's "I"
+ * and "k" wrap silently (2**64 + 5 becomes 5). */
+struct uint_arg {
+    const char *name;           /* the argument, for the message */
+    unsigned long long max;     /* the largest value accepted (min: 0) */
+    unsigned long long v;       /* in: the default; out: the value */
+};
+
+/* "O&" converter for a struct uint_arg: 1, or 0 with TypeError or
+ * ValueError naming the argument. */
+static int
+uint_conv(PyObject *v, void *p)
+{
+    struct uint_arg *u = p;
+    unsigned long long x = 0;
+    int overflow = 0;
+    long long sx;
+    PyObject *i = PyNumber_Index(v);
+
+    if (i == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s",
+                         u->name, Py_TYPE(v)->tp_name);
+        }
+        return 0;
+    }
+    sx = PyLong_AsLongLongAndOverflow(i, &overflow);
+    if (sx == -1 && PyErr_Occurred()) {
+        Py_DECREF(i);
+        return 0;
+    }
+    if (overflow == 0 && sx >= 0 && (unsigned long long)sx <= u->max)
+        x = (unsigned long long)sx;
+    else {
+        PyErr_Format(PyExc_ValueError, "%s must be in range 0..%llu, not %R",
+                     u->name, u->max, i);
+        Py_DECREF(i);
+        return 0;
+    }
+    Py_DECREF(i);
+    u->v = x;
+    return 1;
+}
+
 /* Fill the GRH of a umad from a tuple (dgid, sgid_index, hop_limit,
  * traffic_class, flow_label); return 0, or -1 with an error set. */
 static int
@@ -528,14 +573,16 @@ set_grh(void *umad, PyObject *grh)
 {
     ib_mad_addr_t addr;
     Py_buffer gid;
-    unsigned int sgid_index, hop_limit, tclass;
-    unsigned long flow;
+    struct uint_arg sgid_index = {"grh sgid_index", 255, 0},
+        hop_limit = {"grh hop_limit", 255, 0},
+        tclass = {"grh traffic_class", 255, 0},
+        flow = {"grh flow_label", 0xFFFFF, 0};
 
-    if (!PyArg_ParseTuple(grh, "y*IIIk:grh", &gid, &sgid_index, &hop_limit,
-                          &tclass, &flow))
+    if (!PyArg_ParseTuple(grh, "y*O&O&O&O&:grh", &gid, uint_conv,
+                          &sgid_index, uint_conv, &hop_limit, uint_conv,
+                          &tclass, uint_conv, &flow))
         return -1;
-    if (gid.len != 16 || sgid_index > 255 || hop_limit > 255 ||
-        tclass > 255 || flow > 0xFFFFF) {
+    if (gid.len != 16) {
         PyBuffer_Release(&gid);
         PyErr_SetString(PyExc_ValueError,
                         "grh is (16-byte dgid, sgid_index, hop_limit, "
@@ -546,10 +593,10 @@ set_grh(void *umad, PyObject *grh)
     memcpy(addr.gid, gid.buf, 16);
     PyBuffer_Release(&gid);
     addr.grh_present = 1;
-    addr.gid_index = (uint8_t)sgid_index;
-    addr.hop_limit = (uint8_t)hop_limit;
-    addr.traffic_class = (uint8_t)tclass;
-    addr.flow_label = htobe32((uint32_t)flow);
+    addr.gid_index = (uint8_t)sgid_index.v;
+    addr.hop_limit = (uint8_t)hop_limit.v;
+    addr.traffic_class = (uint8_t)tclass.v;
+    addr.flow_label = htobe32((uint32_t)flow.v);
     U.set_grh(umad, &addr);
     return 0;
 }
@@ -563,15 +610,16 @@ port_send(PyObject *op, PyObject *args, PyObject *kw)
                              NULL};
     int agent, dlid = -1, dqpn = 1, sl = 0, pkey_index = 0, timeout_ms = 0;
     int retries = 0, rc, portid;
-    unsigned long qkey = 0x80010000UL;
+    struct uint_arg qkey = {"qkey", 0xFFFFFFFFUL, 0x80010000UL};
     PyObject *grh = Py_None;
     Py_buffer mad;
     void *umad;
     size_t hdr;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*|$iiikiiiO:send", kwlist,
-                                     &agent, &mad, &dlid, &dqpn, &sl, &qkey,
-                                     &pkey_index, &timeout_ms, &retries, &grh))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*|$iiiO&iiiO:send", kwlist,
+                                     &agent, &mad, &dlid, &dqpn, &sl,
+                                     uint_conv, &qkey, &pkey_index,
+                                     &timeout_ms, &retries, &grh))
         return NULL;
     if (dlid == -1) {
         PyErr_SetString(PyExc_TypeError, "send() needs the keyword dlid");
@@ -585,11 +633,11 @@ port_send(PyObject *op, PyObject *args, PyObject *kw)
         goto fail;
     }
     if (dlid < 0 || dlid > 0xFFFF || dqpn < 0 || dqpn > 0xFFFFFF || sl < 0 ||
-        sl > 15 || qkey > 0xFFFFFFFFUL || pkey_index < 0 ||
+        sl > 15 || pkey_index < 0 ||
         pkey_index > 0xFFFF || timeout_ms < 0 || retries < 0) {
         PyErr_SetString(PyExc_ValueError,
                         "send: dlid (16 bit), dqpn (24 bit), sl (4 bit), "
-                        "qkey (32 bit), pkey_index, timeout_ms, retries "
+                        "pkey_index (16 bit), timeout_ms, retries "
                         "out of range");
         goto fail;
     }
@@ -600,7 +648,7 @@ port_send(PyObject *op, PyObject *args, PyObject *kw)
         goto fail;
     }
     memcpy((char *)umad + hdr, mad.buf, (size_t)mad.len);
-    U.set_addr(umad, dlid, dqpn, sl, (int)qkey);
+    U.set_addr(umad, dlid, dqpn, sl, (int)qkey.v);
     U.set_pkey(umad, pkey_index);
     if (grh != Py_None && set_grh(umad, grh) < 0) {
         free(umad);

@@ -1,4 +1,5 @@
 """PD.alloc_mr: library-owned registered memory, on the software fabric."""
+import errno
 import gc
 import os
 
@@ -82,7 +83,8 @@ def _mapping_of(addr):
         for line in f:
             parts = line.split(maxsplit=5)
             if int(parts[0].split("-")[0], 16) == addr:
-                return int(parts[4]), parts[5].strip() if len(parts) > 5 else ""
+                path = parts[5].strip() if len(parts) > 5 else ""
+                return int(parts[4]), path
     raise AssertionError(f"no mapping starts at {addr:#x}")
 
 
@@ -155,11 +157,35 @@ def test_alloc_mr_memory_is_private_to_the_user():
         ino, path = _mapping_of(mr.addr)
         assert path.startswith("/SYSV"), path   # the one-sided fast path's
         with open("/proc/sysvipc/shm") as f:
-            rows = {int(r.split()[1]): r.split() for r in f.read().splitlines()[1:]}
-        row = rows[ino]                          # a SysV segment's inode is its id
+            rows = [r.split() for r in f.read().splitlines()[1:]]
+        row = {int(r[1]): r for r in rows}[ino]  # inode = segment id
         mode, gid = int(row[2], 8) & 0o777, int(row[8])
         got = _attach_as(ino, uid=65534, gid=gid)
         assert mode == 0o600 and got.startswith("refused"), (oct(mode), got)
         # the owner (same uid) still attaches it: the fast path's peers
         assert _attach_as(ino) == "attached"
         mr.close()
+
+
+def test_alloc_mr_counts_memory_already_held():
+    """Like registration on a NIC (which pins), live alloc_mr memory counts
+    against what memory can back: two allocations of 60 % of RAM + swap
+    cannot both succeed (each alone could; nothing is touched, so trying is
+    harmless)."""
+    with open("/proc/meminfo") as f:
+        info = {k: int(v.split()[0]) * 1024 for k, v in
+                (line.split(":", 1) for line in f)}
+    n = int((info["MemTotal"] + info["SwapTotal"]) * 0.6) // 4096 * 4096
+    with rdma.get_verbs(_fabric_port()) as ctx:
+        pd = ctx.pd()
+        held = []
+        with pytest.raises(rdma.SysError) as ei:
+            for _ in range(2):
+                held.append(pd.alloc_mr(n))
+        assert ei.value.errno == errno.ENOMEM and ei.value.func == "mmap"
+        assert len(held) <= 1
+        if held:
+            held.pop().close()          # the last reference: memory freed
+            gc.collect()
+            # once released, the memory is available again
+            pd.alloc_mr(n).close()

@@ -142,7 +142,8 @@ def test_deep_next_chain_frees_without_recursion():
     and pickle of it may raise RecursionError but must not crash."""
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-c", _DEEP_CHAIN_SCRIPT, "1000000"],
+    r = subprocess.run([sys.executable, "-P", "-c", _DEEP_CHAIN_SCRIPT,
+                        "1000000"],
                        capture_output=True, text=True, timeout=240)
     assert r.returncode == 0 and r.stdout.strip() == "freed", (
         r.returncode, r.stdout[-2000:], r.stderr[-2000:])

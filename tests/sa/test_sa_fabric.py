@@ -349,3 +349,34 @@ def test_no_sm_at_all(fabrics):
         w.call("path_query", DLID=1)
     elapsed, err = w.call("timed_query", 1, 100, 1)
     assert isinstance(err, mad.MADTimeoutError) and elapsed < 0.7
+
+
+def test_send_arguments_are_range_checked(fabric):
+    """umad send's qkey and GRH fields are range-checked, naming the field
+    (PyArg_Parse's "k"/"I" used to wrap: qkey=2**64+5 sent qkey 5)."""
+    code = ("import rdma.umad as u\n"
+            "m = u.get_umad()\n"
+            "agent = m.register(3, 2, rmpp=True)\n"
+            "mad = bytes(256)\n"
+            "gid = bytes(16)\n"
+            "cases = [dict(qkey=2**64 + 5), dict(qkey=-1), dict(qkey=2**32),\n"
+            "         dict(grh=(gid, 2**32 + 1, 64, 0, 0)),\n"
+            "         dict(grh=(gid, 0, 2**64 + 64, 0, 0)),\n"
+            "         dict(grh=(gid, 0, 64, 0, 2**64 + 1)),\n"
+            "         dict(grh=(gid, 0, 64, -1, 0))]\n"
+            "for kw in cases:\n"
+            "    try:\n"
+            "        m._port.send(agent, mad, dlid=1, **kw)\n"
+            "    except (ValueError, OverflowError) as e:\n"
+            "        print('refused', e, flush=True)\n"
+            "    else:\n"
+            "        print('sent', kw, flush=True)\n"
+            "m.close()\n")
+    res = fabric.run([sys.executable, "-c", code], "Hca3")
+    lines = res.stdout.splitlines()
+    assert len(lines) == 7 and all(ln.startswith("refused") for ln in lines), \
+        res.stdout
+    for ln, field in zip(lines, ["qkey"] * 3 + ["sgid_index", "hop_limit",
+                                                "flow_label",
+                                                "traffic_class"]):
+        assert field in ln, ln

@@ -612,3 +612,8 @@ def test_mr_non_contiguous_buffer_message(ctx):
         with pytest.raises((BufferError, TypeError, ValueError),
                            match="read-only"):
             pd.mr(memoryview(bytes(8)), LW)
+        np = pytest.importorskip("numpy")
+        for acc in (LW, ibv.IBV_ACCESS_REMOTE_READ):
+            with pytest.raises((BufferError, TypeError, ValueError),
+                               match="not contiguous"):
+                pd.mr(np.zeros((4, 4))[:, 1], acc)
