@@ -1816,7 +1816,6 @@ inq_append(struct uqp *q, struct inmsg *m)
     q->inq_tail = m;
 }
 
-static void fa_dbg(const char *fmt, ...) { char path[64]; FILE *f; va_list ap; snprintf(path, sizeof(path), "/tmp/fa_dbg.%d", (int)getpid()); f = fopen(path, "a"); if (!f) return; va_start(ap, fmt); vfprintf(f, fmt, ap); va_end(ap); fprintf(f, " t=%llu\n", (unsigned long long)now_ns()); fclose(f); }
 struct auth;
 static struct auth *auth_find(uint64_t guid);
 static int auth_ok(uint64_t guid, uint64_t sid);
@@ -1944,7 +1943,6 @@ on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
                                  q->peer->guid != h->src_guid ||
                                  q->peer->rx_sid != h->sid)) {
         rx_denied();
-        if (getenv("FA_DEBUG")) fa_dbg("REQ denied %p", (void*)q->peer);
         return;
     }
     ok = q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS;
@@ -2004,14 +2002,15 @@ on_resp(const struct wire *h, const uint8_t *pl, size_t plen)
     struct slot *s;
     uint32_t i;
 
-    if (q == NULL || h->epoch != q->epoch || q->type != IBV_QPT_RC)
+    if (q == NULL || q->type != IBV_QPT_RC)
         return;
     if (q->peer == NULL || q->peer->guid != h->src_guid ||
         q->peer->rx_sid != h->sid) {
         rx_denied();            /* only the node it is connected to */
-        if (getenv("FA_DEBUG")) fa_dbg("RESP denied %p %llx %llx %llx %llx", (void*)q->peer, q->peer?(unsigned long long)q->peer->guid:0ull, (unsigned long long)h->src_guid, q->peer?(unsigned long long)q->peer->rx_sid:0ull,(unsigned long long)h->sid);
         return;
     }
+    if (h->epoch != q->epoch)
+        return;                 /* for an earlier incarnation */
     if (h->op == R_ACK) {
         for (i = q->sq_head; i != q->sq_tail; i++) {
             s = &q->sq[i & q->sq_mask];
@@ -2780,7 +2779,6 @@ hello_rx(const struct wire *h, ucp_ep_h ep)
         if (!gone)
             ok = 0;
     }
-    if (getenv("FA_DEBUG")) fa_dbg("HELLO %d from %llx mode %d ep %p ref %u a %p", ok, (unsigned long long)h->src_guid, h->op, (void*)ep, ref, (void*)a);
     if (!ok) {
         rx_denied();
         N.log_denied++;
@@ -3109,7 +3107,6 @@ sock_scan(uint64_t t)
             }
             /* UCX sees the connection end and closes its fd; not seen
                again unless UCX keeps it (then it is shut down again) */
-            if (getenv("FA_DEBUG")) fa_dbg("shutdown fd %d cm %d peer %x:%d seen %llu", c->fd, c->cm, ntohl(c->peer.sin_addr.s_addr), ntohs(c->peer.sin_port), (unsigned long long)c->seen);
             shutdown(c->fd, SHUT_RDWR);
             c->ok = -1;
             rx_denied();
@@ -3155,7 +3152,6 @@ guard_pass(uint64_t t)
                     N.log_closed++;
                 }
             }
-            if (getenv("FA_DEBUG")) fa_dbg("close acc %u dead %d authed %d", i, a->dead, a->authed);
             auth_drop_acc(acc_ref(i));
             eps[n++] = a->ep;
             a->ep = NULL;
