@@ -208,7 +208,7 @@ struct wire {
 /* the key page: what a same-host initiator checks before a one-sided op */
 
 #define SH_MAGIC 0x4b435855u    /* "UXCK" */
-#define SH_VERSION 2
+#define SH_VERSION 3            /* 3: struct wire has a session id (rings) */
 #define SH_MR 4096              /* MR keys with an index below this can be
                                    the target of a one-sided op */
 #define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
@@ -3322,7 +3322,7 @@ struct record {
                               0600, so only the same user reads it */
     uint32_t alen;         /* worker address bytes that follow */
 };
-#define REC_MAGIC 0x52554358u
+#define REC_MAGIC 0x52554359u   /* ...59: the record has the HELLO key */
 
 static int
 pid_alive(pid_t pid)
