@@ -60,6 +60,15 @@
  * nothing yields the CPU once per 64 empty polls: on a small machine the
  * peer it waits for may need this CPU.
  *
+ * Security: every endpoint's first message is a HELLO that proves the
+ * sender's key (same host: the receiver's, from its 0600 node record;
+ * other hosts: RDMA_UCX_SECRET) and gives a session id that every later
+ * message carries; a message counts only under its sender's session and
+ * reaches only the QPs connected to that sender; malformed ones are
+ * dropped and counted.  A guard bounds what unauthenticated connections
+ * to the listener (and to UCX's TCP transport) may hold, and for how
+ * long.  See "authentication and the listener's guard".
+ *
  * Addressing: the port GID is fe80::<GUID> where the GUID holds the IPv4
  * address (4 bytes) and TCP port (2 bytes) of the node's sockaddr listener
  * and a 2-byte salt; the LID is unique among the nodes of one host (claimed
