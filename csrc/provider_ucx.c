@@ -3094,12 +3094,14 @@ sock_scan(uint64_t t)
                         c->peer.sin_addr.s_addr;
         }
         else {
-            /* the tcp transport: a peer's UCX speaks at once */
+            /* the tcp transport: a peer's UCX sends its connection
+               request at once and ours answers it; a byte or two that
+               UCX waits to complete does not count */
             struct tcp_info ti;
             socklen_t tl = sizeof(ti);
             memset(&ti, 0, sizeof(ti));
             c->ok = getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0
-                    && ti.tcpi_bytes_received > 0;
+                    && ti.tcpi_bytes_received > 0 && ti.tcpi_bytes_acked > 0;
         }
     }
     /* the unproven: the oldest MAX_PENDING wait for their deadline */

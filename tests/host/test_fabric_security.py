@@ -448,3 +448,58 @@ def test_idle_connections_cannot_exhaust_fds():
         if a is not None:
             a.close()
         b.close()
+
+
+def _ucx_tcp_ports(pid, skip):
+    """The 127.0.0.1 TCP ports process *pid* listens on, but *skip*."""
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True,
+                         timeout=20).stdout
+    ports = set()
+    for line in out.splitlines():
+        f = line.split()
+        if f"pid={pid}," in line and f[3].startswith("127.0.0.1:"):
+            ports.add(int(f[3].rsplit(":", 1)[1]))
+    return sorted(ports - {skip})
+
+
+def test_connections_to_ucx_tcp_transport_are_bounded():
+    """UCX's TCP transport listens on ports of its own (not in the GID,
+    but anyone can list them): connections that send a byte and then
+    nothing (UCX waits for the rest of its header) are closed after the
+    deadline as well, and their number stays bounded meanwhile."""
+    if shutil.which("ss") is None or shutil.which("prlimit") is None:
+        pytest.skip("needs ss (iproute2) and prlimit (util-linux)")
+    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
+           "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    b = fh.PeerProcess(HELPER, "responder", env=env, timeout=30)
+    socks = []
+    try:
+        ib = b.read()
+        base = _fds(b.pid)
+        ports = _ucx_tcp_ports(b.pid, _listener_port(ib["gid"]))
+        if not ports:
+            pytest.skip("UCX's tcp transport does not listen on 127.0.0.1")
+        for i in range(200):
+            s = socket.create_connection(("127.0.0.1", ports[0]), timeout=2)
+            s.sendall(b"\x01")
+            socks.append(s)
+        time.sleep(0.5)
+        assert _fds(b.pid) <= base + MAX_PENDING + 16, (_fds(b.pid), base)
+        end = time.monotonic() + DEADLINE + 5
+        left = list(socks)
+        while left and time.monotonic() < end:
+            r, _, _ = select.select(left, [], [], 0.2)
+            for s in r:
+                try:
+                    data = s.recv(1)
+                except OSError:
+                    data = b""
+                if not data:
+                    left.remove(s)
+        assert not left, f"{len(left)} of {len(socks)} still open"
+        assert fh.node_stats(b.pid)["rx_denied"] >= len(socks)
+        b.send({"op": "exit"})
+    finally:
+        for s in socks:
+            s.close()
+        b.close()
