@@ -2549,7 +2549,6 @@ struct auth {
     uint64_t guid;         /* its GUID */
     uint64_t sid;          /* its session id (never 0) */
     pid_t pid;             /* its pid, as it says (checked on this host) */
-    uint16_t lid;          /* its LID, as it says (UD completions' slid) */
     int same_host;         /* HELLO_NODE: its pid tells whether it lives */
     uint32_t acc;          /* acc_ref of the endpoint it came on, 0: not
                               one the listener accepted */
@@ -2797,6 +2796,21 @@ hello_rx(const struct wire *h, ucp_ep_h ep)
         UNLOCK();
         return;
     }
+    if (a == NULL && N.nauth == N.cauth) {
+        /* full: first forget the nodes of this host that ended (those of
+           other hosts go with their endpoint) */
+        int j;
+        for (j = 0; j < N.nauth;) {
+            if (N.auth[j].same_host && !pid_alive(N.auth[j].pid)) {
+                for (k = 0; k < N.npeers; k++)
+                    if (N.peers[k]->guid == N.auth[j].guid)
+                        N.peers[k]->rx_sid = 0;
+                N.auth[j] = N.auth[--N.nauth];
+            }
+            else
+                j++;
+        }
+    }
     if (a == NULL) {
         if (N.nauth == N.cauth) {
             int nc = N.cauth ? N.cauth * 2 : 16;
@@ -2813,7 +2827,6 @@ hello_rx(const struct wire *h, ucp_ep_h ep)
     a->guid = h->src_guid;
     a->sid = h->sid;
     a->pid = (pid_t)h->imm;
-    a->lid = h->src_lid;
     a->same_host = h->op == HELLO_NODE;
     a->acc = ref;
     if (ref != 0 && !acc_tab[(ref - 1) & (MAX_ACC - 1)].authed) {
