@@ -60,6 +60,15 @@
  * nothing yields the CPU once per 64 empty polls: on a small machine the
  * peer it waits for may need this CPU.
  *
+ * Security: every endpoint's first message is a HELLO that proves the
+ * sender's key (same host: the receiver's, from its 0600 node record;
+ * other hosts: RDMA_UCX_SECRET) and gives a session id that every later
+ * message carries; a message counts only under its sender's session and
+ * reaches only the QPs connected to that sender; malformed ones are
+ * dropped and counted.  A guard bounds what unauthenticated connections
+ * to the listener (and to UCX's TCP transport) may hold, and for how
+ * long.  See "authentication and the listener's guard".
+ *
  * Addressing: the port GID is fe80::<GUID> where the GUID holds the IPv4
  * address (4 bytes) and TCP port (2 bytes) of the node's sockaddr listener
  * and a 2-byte salt; the LID is unique among the nodes of one host (claimed
@@ -74,6 +83,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -82,6 +92,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/tcp.h>   /* struct tcp_info with tcpi_bytes_received */
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -129,6 +140,9 @@ static struct {
     ucs_status_t (*listener_reject)(ucp_listener_h, ucp_conn_request_h);
     ucs_status_t (*ep_create)(ucp_worker_h, const ucp_ep_params_t *,
                               ucp_ep_h *);
+    ucs_status_ptr_t (*ep_close_nbx)(ucp_ep_h, const ucp_request_param_t *);
+    ucs_status_t (*conn_request_query)(ucp_conn_request_h,
+                                       ucp_conn_request_attr_t *);
     ucs_status_ptr_t (*am_send_nbx)(ucp_ep_h, unsigned, const void *, size_t,
                                     const void *, size_t,
                                     const ucp_request_param_t *);
@@ -201,13 +215,16 @@ struct wire {
     uint64_t swap;       /* atomic swap */
     uint32_t ack_epoch;  /*   carries for the sender's own QP (piggyback) */
     uint32_t pad;
+    uint64_t sid;        /* the sender's session with the receiver (its
+                            HELLO): binds the message to src_guid */
 };
 
 /* ------------------------------------------------------------------ */
 /* the key page: what a same-host initiator checks before a one-sided op */
 
 #define SH_MAGIC 0x4b435855u    /* "UXCK" */
-#define SH_VERSION 2
+#define SH_VERSION 4            /* 3: struct wire has a session id (rings);
+                                   4: three more counters */
 #define SH_MR 4096              /* MR keys with an index below this can be
                                    the target of a one-sided op */
 #define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
@@ -258,7 +275,12 @@ struct sh_page {
                                 rendezvous protocol */
     uint64_t st_revoked;     /* alloc_mr memory it made private because
                                 an initiator outstayed a dereg_mr */
-    uint64_t pad1[1];
+    uint64_t st_rx_bad;      /* malformed messages dropped */
+    uint64_t st_rx_denied;   /* messages dropped: sender not authenticated,
+                                forged source, or a QP not connected to
+                                it; HELLOs refused; connections closed
+                                unauthenticated */
+    uint64_t pad1[7];        /* the QP table starts on a cache line */
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -266,7 +288,7 @@ struct sh_page {
 /* The layout is read by peers (and tests): keep it fixed. */
 _Static_assert(sizeof(struct sh_qp) == 32, "struct sh_qp layout");
 _Static_assert(sizeof(struct sh_mr) == 240, "struct sh_mr layout");
-_Static_assert(offsetof(struct sh_page, qp) == 128, "struct sh_page layout");
+_Static_assert(offsetof(struct sh_page, qp) == 192, "struct sh_page layout");
 
 /* ------------------------------------------------------------------ */
 /* request rings: same-host RC requests without UCP                    */
@@ -488,6 +510,10 @@ struct peer {
     struct ring *tx;       /* request ring to it (usable once tx->open) */
     uint64_t tx_head;      /* tx->head as last read (N.lock) */
     uint64_t tx_tail;      /* entries written to tx (N.lock) */
+    uint64_t tx_sid;       /* our session with it (our HELLO; in every
+                              message we send it) */
+    uint64_t rx_sid;       /* its session with us (its HELLO), 0: none:
+                              its messages must carry it */
 };
 
 /* A queue pair. */
@@ -590,8 +616,24 @@ static struct node {
     uint32_t nmr;
     struct peer **peers;
     int npeers, cpeers;
-    ucp_ep_h *accepted;
-    int nacc, cacc;
+    /* authentication and the listener's guard (see "authentication") */
+    uint64_t secret[2];    /* this node's key (in its 0600 node record) */
+    uint64_t shared[2];    /* the key of RDMA_UCX_SECRET */
+    int have_shared;       /* RDMA_UCX_SECRET is set */
+    int open_mode;         /* no secret and a non-loopback listener: a
+                              HELLO without a key is accepted */
+    struct auth *auth;     /* senders that said HELLO */
+    int nauth, cauth;
+    struct acc *acc;       /* endpoints the listener accepted */
+    int npending;          /* of them, not authenticated yet */
+    int lsn_fd[8];         /* UCX's listening sockets (fds) */
+    uint16_t lsn_port[8];  /* and their ports (host order) */
+    int nlsn;
+    struct tsock *ts;      /* connections accepted on them, as seen */
+    int nts, cts;
+    uint64_t guard_at;     /* next guard pass (ns), 0: none due */
+    uint64_t log_at;       /* the guard's next log line (ns) */
+    uint64_t log_closed, log_denied; /* not logged yet */
     struct obox *ob_head, *ob_tail, *ob_free;
     unsigned ob_pending;   /* outbox sends UCP has not finished */
     unsigned ob_plain;     /* queued items a request did not carry
@@ -697,6 +739,8 @@ load(struct pyrdma_status *st)
     REQ(listener_query, "ucp_listener_query");
     REQ(listener_reject, "ucp_listener_reject");
     REQ(ep_create, "ucp_ep_create");
+    REQ(ep_close_nbx, "ucp_ep_close_nbx");
+    REQ(conn_request_query, "ucp_conn_request_query");
     REQ(am_send_nbx, "ucp_am_send_nbx");
     REQ(am_recv_data_nbx, "ucp_am_recv_data_nbx");
     REQ(request_free, "ucp_request_free");
@@ -1184,6 +1228,7 @@ resp_header(struct wire *r, struct uqp *q, const struct wire *h, int code)
     r->epoch = h->epoch;
     r->src_guid = N.guid;
     r->src_lid = N.lid;
+    r->sid = q->peer != NULL ? q->peer->tx_sid : 0;
 }
 
 /* Set while the application's own poll_cq makes progress: an ACK queued
@@ -1858,6 +1903,12 @@ inq_append(struct uqp *q, struct inmsg *m)
     q->inq_tail = m;
 }
 
+struct auth;
+static struct auth *auth_find(uint64_t guid);
+static int auth_ok(uint64_t guid, uint64_t sid);
+static void rx_bad(void);
+static void rx_denied(void);
+
 static struct uqp *
 qp_lookup(uint32_t qpn)
 {
@@ -1944,16 +1995,23 @@ on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
 
     if (N.sh != NULL)
         N.sh->st_am_req++;
-    if ((h->op == OP_SEND || h->op == OP_WRITE) && plen != h->len)
+    if ((h->op == OP_SEND || h->op == OP_WRITE) && plen != h->len) {
+        rx_bad();
         return;                 /* malformed */
+    }
     if (q == NULL || q->type != h->qp_type) {
         /* no such QP: an RC requester learns it at once (hardware would
            let it time out) */
         int i;
+        if (!auth_ok(h->src_guid, h->sid)) {
+            rx_denied();
+            return;
+        }
         if (h->qp_type != IBV_QPT_RC)
             return;
         for (i = 0; i < N.npeers; i++)
-            if (N.peers[i]->guid == h->src_guid && !N.peers[i]->failed) {
+            if (N.peers[i]->guid == h->src_guid && !N.peers[i]->failed &&
+                N.peers[i]->rx_sid == h->sid) {
                 struct uqp fake;
                 memset(&fake, 0, sizeof(fake));
                 fake.peer = N.peers[i];
@@ -1965,14 +2023,20 @@ on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
             }
         return;
     }
+    /* the sender is who it says (its session), and an RC/UC QP takes
+       requests from the node it is connected to only */
+    if (q->type == IBV_QPT_UD ? !auth_ok(h->src_guid, h->sid)
+                              : (q->peer == NULL ||
+                                 q->peer->guid != h->src_guid ||
+                                 q->peer->rx_sid != h->sid)) {
+        rx_denied();
+        return;
+    }
     ok = q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS;
-    if (ok && q->type != IBV_QPT_UD &&
-        (q->attr.dest_qp_num != h->src_qpn || q->peer == NULL ||
-         q->peer->guid != h->src_guid))
+    if (ok && q->type != IBV_QPT_UD && q->attr.dest_qp_num != h->src_qpn)
         ok = 0;
     if (!ok) {
-        if (h->qp_type == IBV_QPT_RC && q->peer != NULL &&
-            q->peer->guid == h->src_guid)
+        if (h->qp_type == IBV_QPT_RC && q->peer != NULL)
             queue_resp(q, h, R_NOQP, NULL, 0);
         return;
     }
@@ -2025,8 +2089,15 @@ on_resp(const struct wire *h, const uint8_t *pl, size_t plen)
     struct slot *s;
     uint32_t i;
 
-    if (q == NULL || h->epoch != q->epoch || q->type != IBV_QPT_RC)
+    if (q == NULL || q->type != IBV_QPT_RC)
         return;
+    if (q->peer == NULL || q->peer->guid != h->src_guid ||
+        q->peer->rx_sid != h->sid) {
+        rx_denied();            /* only the node it is connected to */
+        return;
+    }
+    if (h->epoch != q->epoch)
+        return;                 /* for an earlier incarnation */
     if (h->op == R_ACK) {
         for (i = q->sq_head; i != q->sq_tail; i++) {
             s = &q->sq[i & q->sq_mask];
@@ -2102,6 +2173,8 @@ on_piggyback_ack(const struct wire *h)
     memset(&a, 0, sizeof(a));
     a.kind = AM_RESP;
     a.op = R_ACK;
+    a.src_guid = h->src_guid;
+    a.sid = h->sid;
     a.dst_qpn = h->dst_qpn;
     a.psn = h->ack_psn;
     a.epoch = h->ack_epoch;
@@ -2142,6 +2215,42 @@ rndv_done(void *req, ucs_status_t status, size_t length, void *user)
         U.request_free(req);
 }
 
+static void rx_bad(void);
+static void rx_denied(void);
+
+/* Is h, with plen payload bytes, a well-formed request or response (its
+   kind, op, type, flags, PSN and lengths in range, the payload as long
+   as the header says)?  What the responder then checks against its
+   state (QP, source, rkey, bounds, access) comes later. */
+static int
+msg_check(const struct wire *h, size_t plen)
+{
+    if (h->kind == AM_REQ) {
+        if (h->op > OP_FAA || (h->flags & ~(F_IMM | F_SOLICITED | F_ACK)) ||
+            (h->qp_type != IBV_QPT_RC && h->qp_type != IBV_QPT_UC &&
+             h->qp_type != IBV_QPT_UD) || h->psn > 0xFFFFFF ||
+            h->len > MAX_MSG || h->dst_qpn > 0xFFFFFF)
+            return 0;
+        if (h->op == OP_SEND)
+            return plen == h->len;
+        if (h->op == OP_WRITE)
+            return plen == h->len && h->qp_type != IBV_QPT_UD;
+        if (h->qp_type != IBV_QPT_RC || plen != 0)
+            return 0;           /* READ and atomics: RC, no payload */
+        return h->op == OP_READ || h->len == 8;
+    }
+    if (h->kind == AM_RESP) {
+        if (h->op > R_NOQP || h->dst_qpn > 0xFFFFFF)
+            return 0;
+        if (h->op == R_READ)
+            return plen == h->len;
+        if (h->op == R_ATOMIC)
+            return plen == 8 && h->len == 8;
+        return plen == 0;
+    }
+    return 0;
+}
+
 /* Execute a whole message, from UCP or a ring (N.lock held). */
 static void
 am_dispatch(const struct wire *h, const uint8_t *pl, size_t plen)
@@ -2176,10 +2285,17 @@ ring_run(struct ring *r)
         if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != (uint32_t)(head + 1))
             break;
         len = e->len;
-        if (len < sizeof(h) || len > RING_DATA)
+        if (len < sizeof(h) || len > RING_DATA) {
+            rx_bad();
             continue;           /* corrupt: skipped */
+        }
         memcpy(&h, e->data, sizeof(h));
-        am_dispatch(&h, e->data + sizeof(h), len - sizeof(h));
+        if (h.kind != AM_REQ || !msg_check(&h, len - sizeof(h)))
+            rx_bad();
+        else if (h.src_guid != r->src_guid)
+            rx_denied();        /* the ring is its sender's only */
+        else
+            am_dispatch(&h, e->data + sizeof(h), len - sizeof(h));
         n++;
     }
     __atomic_store_n(&r->head, head, __ATOMIC_RELEASE);
@@ -2327,6 +2443,7 @@ ctl_send(struct peer *p, int kind)
         return;
     h->kind = (uint8_t)kind;
     h->src_guid = N.guid;
+    h->sid = p->tx_sid;
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     prm.cb.send = ctl_sent_cb;
@@ -2467,6 +2584,721 @@ ring_bell(struct peer *p)
     ctl_send(p, AM_CTL_BELL);
 }
 
+/* ------------------------------------------------------------------ */
+/* authentication and the listener's guard                             */
+
+/*
+ * Who may talk to this node (docs/fabric.rst, "Security model").
+ *
+ * HELLO: the first message on every endpoint a node makes to another
+ * (peer_get) is AM_CTL_HELLO, sent with UCP_AM_SEND_FLAG_REPLY so that
+ * the receiver learns the endpoint it came on.  It carries the sender's
+ * GUID, LID and pid, a random session id (sid) and a MAC: SipHash-2-4 of
+ * (receiver GUID, sender GUID, sid, pid) under a 128-bit key, in wire
+ * fields (op: key mode, cmp: MAC, imm: pid):
+ *  - HELLO_NODE, a node of the same host (same boot id, any network
+ *    namespace): the receiver's own key, random, in its node record (a
+ *    0600 file in the user's 0700 rendezvous directory: only the same
+ *    user can read it);
+ *  - HELLO_SHARED, another host: the key derived from RDMA_UCX_SECRET;
+ *  - HELLO_NONE: no key; accepted only in open mode (RDMA_UCX_SECRET
+ *    unset and the listener on a non-loopback RDMA_UCX_ADDR).
+ * An accepted HELLO makes an auth entry (sender GUID -> sid).  Every later
+ * message of the sender carries its sid, and a request, response or
+ * control message counts only if (src_guid, sid) is an entry's: for RC
+ * and UC through q->peer->rx_sid (one comparison on the hot path), for
+ * UD, control messages and requests to unknown QPs through the table.
+ * So a sender can neither act as another node nor reach a QP that is not
+ * connected to it.  An entry is replaced only by a HELLO of the same pid
+ * or once its node is gone (same host: its pid; else: the endpoint its
+ * HELLO came on failed).
+ *
+ * The guard: the listener (the port in the GUID) accepts every
+ * connection request into an endpoint (struct acc); one without a valid
+ * HELLO after AUTH_DEADLINE_NS is closed, and beyond MAX_PENDING such
+ * endpoints a request is rejected.  Below UCP, UCX itself accepts every
+ * TCP connection to its listening sockets (this listener's, and the tcp
+ * transport's own) and holds an fd for it until the peer speaks, forever;
+ * the guard watches those sockets (edge-triggered in the progress
+ * thread's epoll set), finds the connections among the process's fds,
+ * and shuts down (UCX then closes them) those that have not become a
+ * connection request (listener) or sent anything (tcp transport) after
+ * AUTH_DEADLINE_NS, and at once those beyond MAX_PENDING.
+ */
+#define AM_CTL_HELLO 42         /* authenticate (the first message) */
+enum { HELLO_NONE, HELLO_NODE, HELLO_SHARED };
+#define AUTH_DEADLINE_NS 2000000000ull /* to authenticate after connecting */
+#define MAX_PENDING 32          /* unauthenticated connections held */
+#define GUARD_EVERY_NS 100000000ull    /* guard passes while any pend */
+#define GUARD_TAG 0x47415244ull /* epoll data of a listening socket */
+#define LOG_EVERY_NS 10000000000ull    /* the guard logs at most this often */
+
+/* A sender that said HELLO. */
+struct auth {
+    uint64_t guid;         /* its GUID */
+    uint64_t sid;          /* its session id (never 0) */
+    pid_t pid;             /* its pid, as it says (checked on this host) */
+    int same_host;         /* HELLO_NODE: its pid tells whether it lives */
+    uint32_t acc;          /* acc_ref of the endpoint it came on, 0: not
+                              one the listener accepted */
+};
+
+/* An endpoint the listener accepted. */
+struct acc {
+    ucp_ep_h ep;           /* NULL: the entry is free */
+    uint32_t gen;          /* incremented when the entry is reused */
+    int authed;            /* a valid HELLO came on it */
+    int dead;              /* it failed: close it */
+    uint64_t deadline;     /* close it then unless authed */
+    struct sockaddr_in client; /* the connecting socket's address */
+};
+#define MAX_ACC 4096            /* accepted endpoints at a time */
+static struct acc acc_tab[MAX_ACC];
+static uint32_t acc_hi;     /* entries in use are below this */
+
+/* A TCP connection accepted by one of UCX's listening sockets. */
+struct tsock {
+    int fd;                /* its fd (UCX's: only shut down, never closed) */
+    uint64_t ino;          /* its inode: a reused fd is another socket */
+    uint64_t seen;         /* first seen (ns) */
+    int cm;                /* 1: on the listener's port, 0: tcp transport */
+    int ok;                /* proven: left alone */
+    struct sockaddr_in peer; /* the other end */
+};
+
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND() do { \
+        v0 += v1; v1 = ROTL64(v1, 13); v1 ^= v0; v0 = ROTL64(v0, 32); \
+        v2 += v3; v3 = ROTL64(v3, 16); v3 ^= v2; \
+        v0 += v3; v3 = ROTL64(v3, 21); v3 ^= v0; \
+        v2 += v1; v1 = ROTL64(v1, 17); v1 ^= v2; v2 = ROTL64(v2, 32); \
+    } while (0)
+
+/* SipHash-2-4 of n 64-bit words under key k. */
+static uint64_t
+siphash(const uint64_t k[2], const uint64_t *m, int n)
+{
+    uint64_t v0 = k[0] ^ 0x736f6d6570736575ull;
+    uint64_t v1 = k[1] ^ 0x646f72616e646f6dull;
+    uint64_t v2 = k[0] ^ 0x6c7967656e657261ull;
+    uint64_t v3 = k[1] ^ 0x7465646279746573ull;
+    uint64_t b = (uint64_t)(n * 8) << 56;
+    int i;
+    for (i = 0; i < n; i++) {
+        v3 ^= m[i];
+        SIPROUND();
+        SIPROUND();
+        v0 ^= m[i];
+    }
+    v3 ^= b;
+    SIPROUND();
+    SIPROUND();
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND();
+    SIPROUND();
+    SIPROUND();
+    SIPROUND();
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* The MAC of a HELLO from src to dst. */
+static uint64_t
+hello_mac(const uint64_t k[2], uint64_t dst, uint64_t src, uint64_t sid,
+          uint32_t pid)
+{
+    uint64_t m[4] = {dst, src, sid, pid};
+    return siphash(k, m, 4);
+}
+
+/* The key of a secret string (RDMA_UCX_SECRET). */
+static void
+secret_key(const char *s, uint64_t k[2])
+{
+    static const uint64_t k0[2] = {0x72646d6175637831ull, 1};
+    static const uint64_t k1[2] = {0x72646d6175637831ull, 2};
+    uint64_t m[33];
+    size_t len = strlen(s), i;
+    int n;
+    if (len > 256)
+        len = 256;
+    memset(m, 0, sizeof(m));
+    for (i = 0; i < len; i++)
+        m[i / 8] |= (uint64_t)(uint8_t)s[i] << (8 * (i % 8));
+    n = (int)((len + 7) / 8);
+    m[n++] = len;
+    k[0] = siphash(k0, m, n);
+    k[1] = siphash(k1, m, n);
+}
+
+/* Random bytes (getrandom; 0 or -1). */
+static int
+random_bytes(void *buf, size_t n)
+{
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t k;
+    if (fd < 0)
+        return -1;
+    k = read(fd, buf, n);
+    close(fd);
+    return k == (ssize_t)n ? 0 : -1;
+}
+
+/* A new session id (never 0). */
+static uint64_t
+new_sid(void)
+{
+    uint64_t sid = 0;
+    while (sid == 0)
+        if (random_bytes(&sid, sizeof(sid)) < 0)
+            sid = now_ns() ^ ((uint64_t)getpid() << 32);
+    return sid;
+}
+
+/* Count a dropped message: malformed (bad) or not allowed. */
+static void
+rx_bad(void)
+{
+    if (N.sh != NULL)
+        __atomic_fetch_add(&N.sh->st_rx_bad, 1, __ATOMIC_RELAXED);
+}
+
+static void
+rx_denied(void)
+{
+    if (N.sh != NULL)
+        __atomic_fetch_add(&N.sh->st_rx_denied, 1, __ATOMIC_RELAXED);
+}
+
+/* The auth entry of guid (N.lock held), or NULL. */
+static struct auth *
+auth_find(uint64_t guid)
+{
+    int i;
+    for (i = 0; i < N.nauth; i++)
+        if (N.auth[i].guid == guid)
+            return &N.auth[i];
+    return NULL;
+}
+
+/* Is (guid, sid) an authenticated sender?  (N.lock held) */
+static int
+auth_ok(uint64_t guid, uint64_t sid)
+{
+    struct auth *a = auth_find(guid);
+    return a != NULL && a->sid == sid;
+}
+
+/* The acc_ref (index and generation, never 0) of accepted entry i. */
+static uint32_t
+acc_ref(uint32_t i)
+{
+    return ((acc_tab[i].gen & 0xFFFFF) << 12 | i) + 1;
+}
+
+/* The entry an acc_ref names, or NULL if it has been reused since. */
+static struct acc *
+acc_get(uint32_t ref)
+{
+    uint32_t i;
+    if (ref == 0)
+        return NULL;
+    i = (ref - 1) & (MAX_ACC - 1);
+    if (i >= acc_hi || acc_tab[i].ep == NULL || acc_ref(i) != ref)
+        return NULL;
+    return &acc_tab[i];
+}
+
+/* The senders whose HELLO came on accepted entry ref lose their entry
+   (the endpoint failed or was closed; N.lock held). */
+static void
+auth_drop_acc(uint32_t ref)
+{
+    int i, k;
+    for (i = 0; i < N.nauth;) {
+        if (N.auth[i].acc != ref) {
+            i++;
+            continue;
+        }
+        for (k = 0; k < N.npeers; k++)
+            if (N.peers[k]->guid == N.auth[i].guid)
+                N.peers[k]->rx_sid = 0;
+        N.auth[i] = N.auth[--N.nauth];
+    }
+}
+
+/* A rate-limited line on stderr: connections closed, messages denied. */
+static void
+guard_log(uint64_t t)
+{
+    if (N.log_closed + N.log_denied == 0 || t < N.log_at)
+        return;
+    fprintf(stderr, "rdma (ucx fabric node %016llx): closed %llu "
+            "unauthenticated connection(s), refused %llu HELLO(s) "
+            "(logged at most every %llu s)\n",
+            (unsigned long long)N.guid, (unsigned long long)N.log_closed,
+            (unsigned long long)N.log_denied,
+            (unsigned long long)(LOG_EVERY_NS / 1000000000ull));
+    N.log_closed = N.log_denied = 0;
+    N.log_at = t + LOG_EVERY_NS;
+}
+
+/* A HELLO arrived on endpoint ep (the reply endpoint; NULL if the sender
+   did not say it).  N.lock not held. */
+static void
+hello_rx(const struct wire *h, ucp_ep_h ep)
+{
+    const uint64_t *key = NULL;
+    struct auth *a;
+    uint32_t ref = 0, i;
+    int ok, k;
+
+    if (h->op == HELLO_NODE)
+        key = N.secret;
+    else if (h->op == HELLO_SHARED && N.have_shared)
+        key = N.shared;
+    ok = h->sid != 0 && h->src_guid != 0 &&
+         (key != NULL ? hello_mac(key, N.guid, h->src_guid, h->sid, h->imm)
+                        == h->cmp
+                      : h->op == HELLO_NONE && N.open_mode);
+    LOCK();
+    for (i = 0; ep != NULL && i < acc_hi; i++)
+        if (acc_tab[i].ep == ep) {
+            ref = acc_ref(i);
+            break;
+        }
+    a = ok ? auth_find(h->src_guid) : NULL;
+    if (a != NULL && a->sid != h->sid && a->pid != (pid_t)h->imm) {
+        /* another sender says it is that node: only if it is gone */
+        struct acc *x = acc_get(a->acc);
+        int gone = a->same_host ? !pid_alive(a->pid)
+                                : a->acc != 0 && (x == NULL || x->dead);
+        if (!gone)
+            ok = 0;
+    }
+    if (!ok) {
+        rx_denied();
+        N.log_denied++;
+        if (ref != 0 && !acc_tab[(ref - 1) & (MAX_ACC - 1)].authed)
+            acc_tab[(ref - 1) & (MAX_ACC - 1)].deadline = 0; /* close it */
+        N.guard_at = 1;
+        UNLOCK();
+        return;
+    }
+    if (a == NULL && N.nauth == N.cauth) {
+        /* full: first forget the nodes of this host that ended (those of
+           other hosts go with their endpoint) */
+        int j;
+        for (j = 0; j < N.nauth;) {
+            if (N.auth[j].same_host && !pid_alive(N.auth[j].pid)) {
+                for (k = 0; k < N.npeers; k++)
+                    if (N.peers[k]->guid == N.auth[j].guid)
+                        N.peers[k]->rx_sid = 0;
+                N.auth[j] = N.auth[--N.nauth];
+            }
+            else
+                j++;
+        }
+    }
+    if (a == NULL) {
+        if (N.nauth == N.cauth) {
+            int nc = N.cauth ? N.cauth * 2 : 16;
+            struct auth *na = realloc(N.auth, sizeof(*na) * (size_t)nc);
+            if (na == NULL) {
+                UNLOCK();
+                return;
+            }
+            N.auth = na;
+            N.cauth = nc;
+        }
+        a = &N.auth[N.nauth++];
+    }
+    a->guid = h->src_guid;
+    a->sid = h->sid;
+    a->pid = (pid_t)h->imm;
+    a->same_host = h->op == HELLO_NODE;
+    a->acc = ref;
+    if (ref != 0 && !acc_tab[(ref - 1) & (MAX_ACC - 1)].authed) {
+        acc_tab[(ref - 1) & (MAX_ACC - 1)].authed = 1;
+        N.npending--;
+    }
+    for (k = 0; k < N.npeers; k++)
+        if (N.peers[k]->guid == h->src_guid)
+            N.peers[k]->rx_sid = h->sid;
+    UNLOCK();
+}
+
+static void
+close_cb(void *req, ucs_status_t status, void *user)
+{
+    (void)status;
+    (void)user;
+    U.request_free(req);
+}
+
+/* Close an endpoint at once (no lock held). */
+static void
+ep_close_force(ucp_ep_h ep)
+{
+    ucp_request_param_t prm;
+    ucs_status_ptr_t r;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
+    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    prm.cb.send = close_cb;
+    r = U.ep_close_nbx(ep, &prm);
+    (void)r;                    /* a request: close_cb frees it */
+}
+
+/* An accepted endpoint failed. */
+static void
+acc_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    struct acc *a;
+    (void)ep;
+    (void)status;
+    LOCK();
+    a = acc_get((uint32_t)(uintptr_t)arg);
+    if (a != NULL) {
+        a->dead = 1;
+        N.guard_at = 1;
+    }
+    UNLOCK();
+}
+
+static void
+conn_cb(ucp_conn_request_h req, void *arg)
+{
+    ucp_conn_request_attr_t ca;
+    ucp_ep_params_t ep;
+    ucp_ep_h h;
+    uint32_t i;
+    (void)arg;
+
+    memset(&ca, 0, sizeof(ca));
+    ca.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (U.conn_request_query(req, &ca) != UCS_OK)
+        ca.client_address.ss_family = AF_UNSPEC;
+    LOCK();
+    for (i = 0; i < acc_hi; i++)
+        if (acc_tab[i].ep == NULL)
+            break;
+    if (N.npending >= MAX_PENDING || i == MAX_ACC) {
+        /* too many unauthenticated (or at all): refused */
+        rx_denied();
+        N.log_closed++;
+        N.guard_at = 1;
+        UNLOCK();
+        U.listener_reject(N.listener, req);
+        return;
+    }
+    if (i == acc_hi)
+        acc_hi++;
+    acc_tab[i].gen++;
+    acc_tab[i].ep = (ucp_ep_h)1;        /* taken */
+    acc_tab[i].authed = acc_tab[i].dead = 0;
+    acc_tab[i].deadline = now_ns() + AUTH_DEADLINE_NS;
+    memset(&acc_tab[i].client, 0, sizeof(acc_tab[i].client));
+    if (ca.client_address.ss_family == AF_INET)
+        memcpy(&acc_tab[i].client, &ca.client_address,
+               sizeof(acc_tab[i].client));
+    N.npending++;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.conn_request = req;
+    ep.err_handler.cb = acc_err_cb;
+    ep.err_handler.arg = (void *)(uintptr_t)acc_ref(i);
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    N.guard_at = 1;
+    UNLOCK();
+    if (U.ep_create(N.w, &ep, &h) != UCS_OK) {
+        LOCK();
+        acc_tab[i].ep = NULL;
+        N.npending--;
+        UNLOCK();
+        return;
+    }
+    LOCK();
+    acc_tab[i].ep = h;
+    UNLOCK();
+}
+
+/* A HELLO being sent. */
+struct hello_tx {
+    struct wire h;         /* the message */
+    int state;             /* 0: in flight, 1: sent (or failed), 2: its
+                              sender stopped waiting */
+};
+
+static void
+hello_sent_cb(void *req, ucs_status_t status, void *user)
+{
+    struct hello_tx *x = user;
+    (void)status;
+    if (__atomic_exchange_n(&x->state, 1, __ATOMIC_ACQ_REL) == 2)
+        free(x);
+    U.request_free(req);
+}
+
+/* Say HELLO to p on its new endpoint (its first message; no lock held):
+   our session with it, proven with key (mode HELLO_*).  It is sent with
+   UCP_AM_SEND_FLAG_REPLY (the receiver learns the endpoint), which UCX
+   may hold back until the endpoint is connected while later messages
+   without the flag go ahead: so this waits (at most 5 s, driving
+   progress) until UCX has sent it, and the peer's requests follow it. */
+static void
+hello_send(struct peer *p, const uint64_t *key, int mode)
+{
+    struct hello_tx *x = calloc(1, sizeof(*x));
+    struct wire *h;
+    ucp_request_param_t prm;
+    ucs_status_ptr_t r;
+    uint64_t t0;
+
+    p->tx_sid = new_sid();
+    if (x == NULL)
+        return;                 /* its messages will be dropped */
+    h = &x->h;
+    h->kind = AM_CTL_HELLO;
+    h->op = (uint8_t)mode;
+    h->src_guid = N.guid;
+    h->src_lid = N.lid;
+    h->sid = p->tx_sid;
+    h->imm = (uint32_t)getpid();
+    h->cmp = key != NULL ? hello_mac(key, p->guid, N.guid, h->sid, h->imm)
+                         : 0;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_REPLY;     /* tells the endpoint */
+    prm.cb.send = hello_sent_cb;
+    prm.user_data = x;
+    r = U.am_send_nbx(p->ep, AM_REQ, h, sizeof(*h), NULL, 0, &prm);
+    if (!UCS_PTR_IS_PTR(r)) {
+        free(x);
+        return;
+    }
+    t0 = now_ns();
+    while (__atomic_load_n(&x->state, __ATOMIC_ACQUIRE) == 0 &&
+           now_ns() - t0 < 5000000000ull)
+        if (U.worker_progress(N.w) == 0)
+            sched_yield();
+    if (__atomic_exchange_n(&x->state, 2, __ATOMIC_ACQ_REL) == 1)
+        free(x);
+}
+
+/* Find UCX's listening sockets: the AF_INET listening sockets of this
+   process (inode, fd, port), at most max; return how many. */
+static int
+listen_scan(uint64_t *ino, int *fds, uint16_t *ports, int max)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+    if (d == NULL)
+        return 0;
+    while ((e = readdir(d)) != NULL && n < max) {
+        struct sockaddr_in la;
+        socklen_t sl = sizeof(la);
+        struct stat sb;
+        int fd, on = 0;
+        socklen_t ol = sizeof(on);
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        fd = atoi(e->d_name);
+        if (fd == dirfd(d) || fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode) ||
+            getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) != 0 || !on ||
+            getsockname(fd, (struct sockaddr *)&la, &sl) != 0 ||
+            la.sin_family != AF_INET)
+            continue;
+        ino[n] = (uint64_t)sb.st_ino;
+        fds[n] = fd;
+        ports[n] = ntohs(la.sin_port);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Look at the TCP connections UCX's listening sockets accepted (no lock
+   held); shut down those that did not prove themselves in time, or at
+   once beyond MAX_PENDING.  Return 1 if some wait for their deadline. */
+static int
+sock_scan(uint64_t t)
+{
+    DIR *d;
+    struct dirent *e;
+    struct tsock *cur = NULL;
+    int ncur = 0, ccur = 0, i, k, waiting = 0, room;
+
+    if (N.nlsn == 0 || (d = opendir("/proc/self/fd")) == NULL)
+        return 0;
+    while ((e = readdir(d)) != NULL) {
+        struct sockaddr_in la, pa;
+        socklen_t sl = sizeof(la);
+        struct stat sb;
+        int fd;
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        fd = atoi(e->d_name);
+        if (fd == dirfd(d) || fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode) ||
+            getsockname(fd, (struct sockaddr *)&la, &sl) != 0 ||
+            la.sin_family != AF_INET)
+            continue;
+        for (k = 0; k < N.nlsn; k++)
+            if (ntohs(la.sin_port) == N.lsn_port[k] && fd != N.lsn_fd[k])
+                break;
+        sl = sizeof(pa);
+        if (k == N.nlsn ||
+            getpeername(fd, (struct sockaddr *)&pa, &sl) != 0 ||
+            pa.sin_family != AF_INET)
+            continue;
+        if (ncur == ccur) {
+            int nc = ccur ? ccur * 2 : 64;
+            struct tsock *nt = realloc(cur, sizeof(*nt) * (size_t)nc);
+            if (nt == NULL)
+                break;
+            cur = nt;
+            ccur = nc;
+        }
+        memset(&cur[ncur], 0, sizeof(cur[ncur]));
+        cur[ncur].fd = fd;
+        cur[ncur].ino = (uint64_t)sb.st_ino;
+        cur[ncur].seen = t;
+        cur[ncur].cm = N.lsn_port[k] == N.port;
+        cur[ncur].peer = pa;
+        ncur++;
+    }
+    closedir(d);
+    /* what was seen before: when, and whether it proved itself */
+    for (i = 0; i < ncur; i++)
+        for (k = 0; k < N.nts; k++)
+            if (N.ts[k].fd == cur[i].fd && N.ts[k].ino == cur[i].ino) {
+                cur[i].seen = N.ts[k].seen;
+                cur[i].ok = N.ts[k].ok;
+                break;
+            }
+    LOCK();
+    for (i = 0; i < ncur; i++) {
+        struct tsock *c = &cur[i];
+        if (c->ok)
+            continue;
+        if (c->cm) {
+            /* a connection request became an endpoint (which has a
+               deadline of its own) */
+            uint32_t j;
+            for (j = 0; j < acc_hi && !c->ok; j++)
+                c->ok = acc_tab[j].ep != NULL &&
+                        acc_tab[j].client.sin_port == c->peer.sin_port &&
+                        acc_tab[j].client.sin_addr.s_addr ==
+                        c->peer.sin_addr.s_addr;
+        }
+        else {
+            /* the tcp transport: a peer's UCX sends its connection
+               request at once and ours answers it; a byte or two that
+               UCX waits to complete does not count */
+            struct tcp_info ti;
+            socklen_t tl = sizeof(ti);
+            memset(&ti, 0, sizeof(ti));
+            c->ok = getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0
+                    && ti.tcpi_bytes_received > 0 && ti.tcpi_bytes_acked > 0;
+        }
+    }
+    /* the unproven: the oldest MAX_PENDING wait for their deadline */
+    room = MAX_PENDING;
+    for (k = 0; k < 2; k++)
+        for (i = 0; i < ncur; i++) {
+            struct tsock *c = &cur[i];
+            if (c->ok || (k == 0) != (c->seen < t))
+                continue;
+            if (c->ok == 0 && t - c->seen < AUTH_DEADLINE_NS && room > 0) {
+                room--;
+                waiting = 1;
+                continue;
+            }
+            /* UCX sees the connection end and closes its fd; not seen
+               again unless UCX keeps it (then it is shut down again) */
+            shutdown(c->fd, SHUT_RDWR);
+            c->ok = -1;
+            rx_denied();
+            N.log_closed++;
+        }
+    UNLOCK();
+    free(N.ts);
+    N.ts = cur;
+    N.nts = ncur;
+    return waiting;
+}
+
+/* The guard's pass (progress thread, no lock held): close accepted
+   endpoints that failed or did not authenticate in time, look at the
+   connections UCX accepted.  Runs when a listening socket has a new
+   connection, and every GUARD_EVERY_NS while anything is pending. */
+static void
+guard_pass(uint64_t t)
+{
+    ucp_ep_h eps[64];
+    int n = 0, k, waiting = 0;
+    uint32_t i;
+
+    LOCK();
+    if (N.guard_at == 0 || t < N.guard_at) {
+        UNLOCK();
+        return;
+    }
+    N.guard_at = 0;
+    for (i = 0; i < acc_hi; i++) {
+        struct acc *a = &acc_tab[i];
+        if (a->ep == NULL || a->ep == (ucp_ep_h)1)
+            continue;
+        if (a->dead || (!a->authed && t >= a->deadline)) {
+            if (n == (int)(sizeof(eps) / sizeof(eps[0]))) {
+                waiting = 1;
+                break;
+            }
+            if (!a->authed) {
+                N.npending--;
+                if (!a->dead) {
+                    rx_denied();
+                    N.log_closed++;
+                }
+            }
+            auth_drop_acc(acc_ref(i));
+            eps[n++] = a->ep;
+            a->ep = NULL;
+            continue;
+        }
+        if (!a->authed)
+            waiting = 1;
+    }
+    UNLOCK();
+    for (k = 0; k < n; k++)
+        ep_close_force(eps[k]);
+    if (sock_scan(t))
+        waiting = 1;
+    LOCK();
+    if (waiting && (N.guard_at == 0 || N.guard_at > t + GUARD_EVERY_NS))
+        N.guard_at = t + GUARD_EVERY_NS;
+    guard_log(t);
+    UNLOCK();
+}
+
+/* Something for the guard in epoll events ev[0..n)? */
+static void
+guard_events(const struct epoll_event *ev, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        if (ev[i].data.u64 == GUARD_TAG) {
+            LOCK();
+            N.guard_at = 1;
+            UNLOCK();
+            return;
+        }
+}
+
 static ucs_status_t
 am_cb(void *arg, const void *header, size_t header_length, void *data,
       size_t length, const ucp_am_recv_param_t *param)
@@ -2479,15 +3311,37 @@ am_cb(void *arg, const void *header, size_t header_length, void *data,
     void *dst;
 
     (void)arg;
-    if (header_length != sizeof(h))
-        return UCS_OK;
-    memcpy(&h, header, sizeof(h));
-    if (h.kind == AM_CTL_RINGOPEN) {
-        ring_accept(h.src_guid);
+    if (header_length != sizeof(h)) {
+        rx_bad();
         return UCS_OK;
     }
-    if (h.kind == AM_CTL_BELL) {
-        rings_poll();
+    memcpy(&h, header, sizeof(h));
+    switch (h.kind) {
+    case AM_CTL_HELLO:
+        hello_rx(&h, (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+                     ? param->reply_ep : NULL);
+        return UCS_OK;
+    case AM_CTL_RINGOPEN:
+    case AM_CTL_BELL: {
+        int ok;
+        LOCK();
+        ok = auth_ok(h.src_guid, h.sid);
+        UNLOCK();
+        if (!ok)
+            rx_denied();
+        else if (h.kind == AM_CTL_RINGOPEN)
+            ring_accept(h.src_guid);
+        else
+            rings_poll();
+        return UCS_OK;
+    }
+    case AM_REQ:
+    case AM_RESP:
+        if (msg_check(&h, length))
+            break;
+        /* fall through */
+    default:
+        rx_bad();
         return UCS_OK;
     }
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
@@ -2519,6 +3373,18 @@ am_cb(void *arg, const void *header, size_t header_length, void *data,
         dst = m->data + sizeof(h);
     }
     else {
+        struct uqp *q;
+        int ok;
+        LOCK();
+        q = qp_lookup(h.dst_qpn);
+        ok = q != NULL && q->peer != NULL && q->peer->guid == h.src_guid &&
+             q->peer->rx_sid == h.sid;
+        UNLOCK();
+        if (!ok) {
+            rx_denied();
+            free(x);
+            return UCS_OK;
+        }
         x->h = h;
         x->len = length;
         x->buf = malloc(length ? length : 1);
@@ -2565,9 +3431,11 @@ struct record {
     char boot_id[40];      /* of its host */
     uint64_t guid;         /* its GUID */
     uint16_t lid;          /* its LID */
+    uint64_t secret[2];    /* its HELLO key (authentication): the file is
+                              0600, so only the same user reads it */
     uint32_t alen;         /* worker address bytes that follow */
 };
-#define REC_MAGIC 0x52554358u
+#define REC_MAGIC 0x52554359u   /* ...59: the record has the HELLO key */
 
 /* Is process pid alive?  kill(pid, 0) also succeeds for a zombie (a
    process that was killed and not yet reaped by its parent: its memory
@@ -2751,7 +3619,10 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
     ucp_ep_params_t ep;
     ucs_status_t s;
     struct sockaddr_in sin;
-    int i, have_rec = 0;
+    int i, have_rec = 0, rec_ok = 0;
+    const uint64_t *key = NULL;
+    uint64_t nkey[2];
+    int mode = HELLO_NONE;
 
     if (guid == 0 && lid != 0) {
         if (lid == N.lid)
@@ -2788,8 +3659,8 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         p->lid = N.lid;
         p->pid = getpid();
     }
-    else if (record_read(guid, &rec, &addr) == 0 && same_host(&rec) &&
-             pid_alive(rec.pid)) {
+    else if ((rec_ok = record_read(guid, &rec, &addr) == 0) &&
+             same_host(&rec) && pid_alive(rec.pid)) {
         have_rec = 1;
         ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
         ep.address = addr;
@@ -2829,12 +3700,28 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         ep.sockaddr.addrlen = sizeof(sin);
         ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     }
+    /* the key of our HELLO: a node of this host (any network
+       namespace) publishes its own, else RDMA_UCX_SECRET, else none */
+    if (guid == N.guid) {
+        key = N.secret;
+        mode = HELLO_NODE;
+    }
+    else if (rec_ok && strcmp(rec.boot_id, N.boot_id) == 0) {
+        memcpy(nkey, rec.secret, sizeof(nkey));
+        key = nkey;
+        mode = HELLO_NODE;
+    }
+    else if (N.have_shared) {
+        key = N.shared;
+        mode = HELLO_SHARED;
+    }
     s = U.ep_create(N.w, &ep, &p->ep);
     free(addr);
     if (s != UCS_OK) {
         free(p);
         return ucs_fail(st, s, "ucp_ep_create", "connecting to a fabric node");
     }
+    hello_send(p, key, mode);
     /* same host: its key page opens the one-sided fast path */
     if (guid == N.guid)
         p->sh = N.sh;
@@ -2855,6 +3742,10 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         }
         N.peers = np;
         N.cpeers = nc;
+    }
+    {
+        struct auth *a = auth_find(guid);
+        p->rx_sid = a != NULL ? a->sid : 0;
     }
     N.peers[N.npeers++] = p;
     UNLOCK();
@@ -2889,36 +3780,6 @@ ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
         return pyrdma_fail(st, EINVAL, func, "dlid 0x%x is not a unicast "
                            "LID (and the ah_attr has no GRH)", a->dlid);
     return peer_get(0, a->dlid, out, st, func);
-}
-
-static void
-conn_cb(ucp_conn_request_h req, void *arg)
-{
-    ucp_ep_params_t ep;
-    ucp_ep_h h;
-    (void)arg;
-    memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.conn_request = req;
-    ep.err_handler.cb = ep_err_cb;
-    ep.err_handler.arg = NULL;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    if (U.ep_create(N.w, &ep, &h) != UCS_OK)
-        return;
-    LOCK();
-    if (N.nacc == N.cacc) {
-        int nc = N.cacc ? N.cacc * 2 : 16;
-        ucp_ep_h *n = realloc(N.accepted, sizeof(*n) * (size_t)nc);
-        if (n != NULL) {
-            N.accepted = n;
-            N.cacc = nc;
-        }
-    }
-    if (N.nacc < N.cacc)
-        N.accepted[N.nacc++] = h;
-    UNLOCK();
 }
 
 /* ------------------------------------------------------------------ */
@@ -3025,7 +3886,11 @@ progress_main(void *arg)
             if (N.nrx)
                 rings_poll();
             drain(1);
-            epoll_wait(N.quietfd, ev, 4, 1);
+            k = (unsigned)epoll_wait(N.quietfd, ev, 4, 1);
+            if ((int)k > 0)
+                guard_events(ev, (int)k);
+            if (__atomic_load_n(&N.guard_at, __ATOMIC_RELAXED) != 0)
+                guard_pass(now_ns());
             idle = 0;
             continue;
         }
@@ -3051,6 +3916,8 @@ progress_main(void *arg)
             timers();
             drain(1);
             last_timers = t;
+            if (__atomic_load_n(&N.guard_at, __ATOMIC_RELAXED) != 0)
+                guard_pass(t);
         }
         if (n) {
             idle = 0;
@@ -3072,8 +3939,13 @@ progress_main(void *arg)
             }
         }
         __atomic_store_n(&N.pt_asleep, 1, __ATOMIC_SEQ_CST);
-        epoll_wait(N.epfd, ev, 4, N.timers ? 5 : 100);
+        k = (unsigned)epoll_wait(N.epfd, ev, 4,
+                                 N.timers || N.guard_at ? 5 : 100);
         __atomic_store_n(&N.pt_asleep, 0, __ATOMIC_RELAXED);
+        if ((int)k > 0)
+            guard_events(ev, (int)k);
+        if (__atomic_load_n(&N.guard_at, __ATOMIC_RELAXED) != 0)
+            guard_pass(now_ns());
         if (N.nrx)
             rings_sleep(0);
         idle = 0;
@@ -3187,6 +4059,7 @@ write_record(void)
     snprintf(rec.boot_id, sizeof(rec.boot_id), "%s", N.boot_id);
     rec.guid = N.guid;
     rec.lid = N.lid;
+    memcpy(rec.secret, N.secret, sizeof(rec.secret));
     rec.alen = (uint32_t)N.waddr_len;
     snprintf(N.nodefile, sizeof(N.nodefile), "%s/node-%016llx", N.dir,
              (unsigned long long)N.guid);
@@ -3259,7 +4132,9 @@ node_up(struct pyrdma_status *st)
     const char *ipstr;
     struct epoll_event ev;
     uint8_t salt[2];
-    uint64_t be;
+    uint64_t be, before[64], after[64];
+    int lfd[64], nbefore;
+    uint16_t lport[64];
     int rc = -1;
 
     pthread_mutex_lock(&init_lock);
@@ -3282,9 +4157,23 @@ node_up(struct pyrdma_status *st)
         return -1;
     }
     N.stopfd = N.efd = N.epfd = -1;
+    memset(acc_tab, 0, sizeof(acc_tab));
+    acc_hi = 0;
     read_boot_id();
     if (pick_dir(st) < 0)
         goto out;
+    /* authentication: this node's key (in its record), the shared one */
+    if (random_bytes(N.secret, sizeof(N.secret)) < 0) {
+        pyrdma_fail(st, errno ? errno : EIO, "read", "/dev/urandom: no "
+                    "random bytes for the node's key");
+        goto out;
+    }
+    {
+        const char *sec = getenv("RDMA_UCX_SECRET");
+        N.have_shared = sec != NULL && sec[0] != '\0';
+        if (N.have_shared)
+            secret_key(sec, N.shared);
+    }
     if (access(N.dir, W_OK) != 0) {
         pyrdma_fail(st, errno, "mkdir", "rendezvous directory %s is not "
                     "writable (set RDMA_UCX_DIR)", N.dir);
@@ -3326,6 +4215,7 @@ node_up(struct pyrdma_status *st)
         ucs_fail(st, s, "ucp_init", "initializing UCX");
         goto out;
     }
+    nbefore = listen_scan(before, lfd, lport, 64);
     memset(&wp, 0, sizeof(wp));
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_MULTI;
@@ -3393,6 +4283,24 @@ node_up(struct pyrdma_status *st)
         }
         else
             N.listener = NULL;      /* same-host only */
+        /* open mode: no secret and a listener others can reach */
+        N.open_mode = !N.have_shared && N.listener != NULL &&
+                      (ntohl(N.ip) >> 24) != 127;
+    }
+    /* the guard: UCX's listening sockets are those that are new now */
+    {
+        int n = listen_scan(after, lfd, lport, 64), i, k;
+        N.nlsn = 0;
+        for (i = 0; i < n && N.nlsn < 8; i++) {
+            for (k = 0; k < nbefore; k++)
+                if (before[k] == after[i])
+                    break;
+            if (k < nbefore)
+                continue;
+            N.lsn_fd[N.nlsn] = lfd[i];
+            N.lsn_port[N.nlsn] = lport[i];
+            N.nlsn++;
+        }
     }
     /* identity: GUID = IPv4 | port | salt, LID unique on this host */
     {
@@ -3466,6 +4374,18 @@ node_up(struct pyrdma_status *st)
         goto out;
     }
     epoll_ctl(N.quietfd, EPOLL_CTL_ADD, N.stopfd, &ev);
+    {
+        /* a new connection to a listening socket wakes the guard */
+        int i;
+        struct epoll_event le;
+        memset(&le, 0, sizeof(le));
+        le.events = EPOLLIN | EPOLLET;
+        le.data.u64 = GUARD_TAG;
+        for (i = 0; i < N.nlsn; i++) {
+            epoll_ctl(N.epfd, EPOLL_CTL_ADD, N.lsn_fd[i], &le);
+            epoll_ctl(N.quietfd, EPOLL_CTL_ADD, N.lsn_fd[i], &le);
+        }
+    }
     N.pid = getpid();
     N.qp_next = 2;
     if (pthread_create(&N.thr, NULL, progress_main, NULL) != 0) {
@@ -5205,6 +6125,7 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     h->epoch = q->epoch;
     h->src_guid = N.guid;
     h->src_lid = N.lid;
+    h->sid = peer != NULL ? peer->tx_sid : 0;
     h->qp_type = (uint16_t)q->type;
     h->imm = wr->imm_data;
     h->len = (uint32_t)(op <= OP_READ ? total : 8);

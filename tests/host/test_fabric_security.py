@@ -1,0 +1,510 @@
+"""The software fabric against hostile peers (issue 17, items 7 and 9).
+
+- The listener: idle TCP connections to a node's listener port (the port
+  in its GUID) cannot exhaust its file descriptors; a connection that
+  never authenticates is closed after the deadline (2 s).
+- Authentication and forged headers: a raw UCP peer (fabric_rogue.c,
+  compiled here against libucp) that sends its own headers can affect
+  only the QPs connected to it: a forged source (node, QP, session) is
+  dropped and counted (``rx_denied`` in the node's key page); malformed
+  messages (header length, kind, op, type, flags, PSN, lengths, payload
+  shorter or longer than the header says) are dropped and counted
+  (``rx_bad``), and the node goes on working.
+
+docs/fabric.rst, "Security model", describes what is checked.
+"""
+import ipaddress
+import os
+import random
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fabric_helpers as fh
+import rdma
+import rdma.ibverbs as ibv
+
+HERE = Path(__file__).resolve().parent
+HELPER = str(HERE / "fabric_helpers.py")
+SHM = {"UCX_TLS": "shm,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
+#: struct wire (csrc/provider_ucx.c), the header of every message
+WIRE = struct.Struct("<BBBBIIIIIQHHIIIIIQQQIIQ")
+#: the head of a node record (struct record)
+RECORD = struct.Struct("<IiQ40sQH6x2QI4x")
+AM_REQ, AM_RESP = 17, 18
+AM_CTL_HELLO, HELLO_NONE, HELLO_NODE = 42, 0, 1
+OP_SEND, OP_WRITE, OP_READ, OP_CAS = 0, 1, 2, 3
+R_ACK, R_READ, R_ATOMIC = 0, 1, 2
+DEADLINE = 2.0      # AUTH_DEADLINE_NS
+MAX_PENDING = 32
+M64 = (1 << 64) - 1
+
+
+def _rotl(x, b):
+    return ((x << b) | (x >> (64 - b))) & M64
+
+
+def siphash24(k0: int, k1: int, words) -> int:
+    """SipHash-2-4 of 64-bit words (the HELLO's MAC)."""
+    v0 = k0 ^ 0x736f6d6570736575
+    v1 = k1 ^ 0x646f72616e646f6d
+    v2 = k0 ^ 0x6c7967656e657261
+    v3 = k1 ^ 0x7465646279746573
+
+    def rnd():
+        nonlocal v0, v1, v2, v3
+        v0 = (v0 + v1) & M64; v1 = _rotl(v1, 13); v1 ^= v0; v0 = _rotl(v0, 32)
+        v2 = (v2 + v3) & M64; v3 = _rotl(v3, 16); v3 ^= v2
+        v0 = (v0 + v3) & M64; v3 = _rotl(v3, 21); v3 ^= v0
+        v2 = (v2 + v1) & M64; v1 = _rotl(v1, 17); v1 ^= v2; v2 = _rotl(v2, 32)
+
+    words = list(words) + [(len(words) * 8) << 56 & M64]
+    for m in words:
+        v3 ^= m
+        rnd()
+        rnd()
+        v0 ^= m
+    v2 ^= 0xff
+    for _ in range(4):
+        rnd()
+    return v0 ^ v1 ^ v2 ^ v3
+
+
+def wire(kind=AM_REQ, op=OP_WRITE, *, flags=0, dst_qpn=0, src_qpn=0, psn=0,
+         src_guid=0, qp_type=ibv.IBV_QPT_RC, rkey=0, length=0, raddr=0,
+         cmp=0, imm=0, sid=0, src_lid=0, qkey=0) -> bytes:
+    return WIRE.pack(kind, op, flags, 7, dst_qpn, src_qpn, psn, 0, 0,
+                     src_guid, src_lid, qp_type, imm, rkey, qkey, length, 0,
+                     raddr, cmp, 0, 0, 0, sid)
+
+
+def rdv_dir() -> str:
+    return os.environ.get("RDMA_UCX_DIR") or f"/dev/shm/rdma-ucx-{os.getuid()}"
+
+
+def guid_of(gid) -> int:
+    return int.from_bytes(ipaddress.IPv6Address(str(gid)).packed[8:], "big")
+
+
+def record(guid: int):
+    """(path, pid, key) of node *guid*'s record."""
+    path = os.path.join(rdv_dir(), f"node-{guid:016x}")
+    with open(path, "rb") as f:
+        head = RECORD.unpack(f.read(RECORD.size))
+    return path, head[1], (head[6], head[7])
+
+
+def hello(dst: int, src: int, sid: int, pid: int, key) -> bytes:
+    mac = siphash24(key[0], key[1], [dst, src, sid, pid])
+    return wire(AM_CTL_HELLO, HELLO_NODE, src_guid=src, sid=sid, imm=pid,
+                cmp=mac)
+
+
+@pytest.fixture(scope="module")
+def rogue_bin(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or not os.path.exists("/usr/include/ucp/api/ucp.h"):
+        pytest.skip("needs a C compiler and libucx-dev")
+    out = tmp_path_factory.mktemp("rogue") / "fabric_rogue"
+    subprocess.run([cc, "-O1", "-Wall", "-o", str(out),
+                    str(HERE / "fabric_rogue.c"), "-lucp", "-lucs"],
+                   check=True, timeout=120)
+    return str(out)
+
+
+class Rogue:
+    """fabric_rogue connected to a node (by worker address or sockaddr)."""
+
+    def __init__(self, exe, *args, env=None):
+        e = dict(os.environ, **(env or {}))
+        e.pop("LD_PRELOAD", None)       # not an ASan build
+        self.p = subprocess.Popen([exe, *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=e)
+        assert self._line(10) == "ready"
+
+    def _line(self, timeout):
+        r, _, _ = select.select([self.p.stdout], [], [], timeout)
+        assert r, "fabric_rogue did not answer"
+        return self.p.stdout.readline().strip()
+
+    def send(self, header: bytes, payload: bytes = b"", am_id=AM_REQ,
+             reply=False):
+        self.p.stdin.write(f"send {am_id} {int(reply)} {header.hex()} "
+                           f"{payload.hex() or '-'}\n")
+        self.p.stdin.flush()
+        assert self._line(10).startswith("sent ")
+
+    def wait(self, ms: int) -> str:
+        self.p.stdin.write(f"wait {ms}\n")
+        self.p.stdin.flush()
+        return self._line(ms / 1000 + 10)
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.write("quit\n")
+                self.p.stdin.flush()
+                self.p.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.p.kill()
+        self.p.wait(5)
+        self.p.stdin.close()
+        self.p.stdout.close()
+
+
+@pytest.fixture
+def victim():
+    """This process's node with a connected RC pair and a UD pair."""
+    ctx = rdma.get_verbs(rdma.get_end_port(provider="ucx"))
+    a, b = fh.make_pair(ctx, ctx, ibv.IBV_QPT_RC, size=4096)
+    ua, ub = fh.make_pair(ctx, ctx, ibv.IBV_QPT_UD, size=4096)
+    yield ctx, a, b, ua, ub
+    for s in (a, b, ua, ub):
+        s.close()
+    ctx.close()
+
+
+def stats() -> dict:
+    return fh.node_stats()
+
+
+def wait_stat(name: str, want: int, timeout=5.0) -> int:
+    """Wait until this node's counter *name* reaches *want*; return it."""
+    end = time.monotonic() + timeout
+    while True:
+        v = stats()[name]
+        if v >= want or time.monotonic() > end:
+            return v
+        time.sleep(0.01)
+
+
+def still_works(a, b):
+    """A SEND from b to a on the victim's RC pair completes."""
+    a.post_recv(wr_id=5, off=1024, length=64)
+    b.buf[:8] = b"legit!!!"
+    b.qp.post_send(b.send_wr(a, ibv.IBV_WR_SEND, wr_id=6, length=8))
+    fh.check_ok(fh.poll_cq(b.send_cq, 1)[0], wr_id=6)
+    fh.check_ok(fh.poll_cq(a.recv_cq, 1)[0], wr_id=5)
+    assert bytes(a.buf[1024:1032]) == b"legit!!!"
+    assert fh.qp_state(a.qp) == ibv.IBV_QPS_RTS
+
+
+def test_forged_sources_are_rejected(victim, rogue_bin):
+    """An authenticated raw peer cannot reach a QP connected to another
+    node: a WRITE (valid rkey and address) claiming the victim's own node
+    and QP, a random session, its own node to a QP not connected to it,
+    and a HELLO that claims a live node are all refused and counted."""
+    ctx, a, b, ua, ub = victim
+    me = guid_of(a.gid)
+    path, pid, key = record(me)
+    assert pid == os.getpid()
+    rogue = Rogue(rogue_bin, "addr", path)
+    try:
+        r_guid, r_sid = 0x0BAD000000000001, random.getrandbits(63) | 1
+        r_pid = rogue.p.pid
+        before = stats()
+        rogue.send(hello(me, r_guid, r_sid, r_pid, key))
+        rogue.wait(100)
+        evil = b"EVILEVIL"
+
+        def write(src_guid, sid, src_qpn=b.qpn, dst_qpn=a.qpn):
+            rogue.send(wire(op=OP_WRITE, dst_qpn=dst_qpn, src_qpn=src_qpn,
+                            src_guid=src_guid, sid=sid, rkey=a.mr.rkey,
+                            raddr=a.mr.addr, length=len(evil)), evil)
+
+        write(me, r_sid)                        # as the victim's own node
+        write(me, random.getrandbits(64) | 1)   # a guessed session
+        write(r_guid, r_sid)                    # itself, to a's QP
+        # a UD SEND is for anyone, but not under another node's name
+        ua.post_recv(wr_id=1)
+        rogue.send(wire(op=OP_SEND, dst_qpn=ua.qpn, src_qpn=1,
+                        src_guid=me, sid=r_sid, qp_type=ibv.IBV_QPT_UD,
+                        qkey=fh.QKEY, length=4), b"ud!!")
+        # a HELLO as the victim's node (valid key, another process)
+        sid2 = random.getrandbits(63) | 1
+        rogue.send(hello(me, me, sid2, r_pid, key))
+        write(me, sid2)
+        # a HELLO with a wrong key
+        rogue.send(hello(me, 0x0BAD000000000002, sid2, r_pid,
+                         (key[0] ^ 1, key[1])))
+        want = before["rx_denied"] + 7
+        assert wait_stat("rx_denied", want) == want
+        assert rogue.wait(100) == "alive"
+        assert evil not in bytes(a.buf)
+        fh.expect_no_completion(ua.recv_cq)
+        # the rogue under its own name: the UD SEND arrives, and its GRH
+        # names the rogue's node (the one its session proves)
+        rogue.send(wire(op=OP_SEND, dst_qpn=ua.qpn, src_qpn=1,
+                        src_guid=r_guid, sid=r_sid, qp_type=ibv.IBV_QPT_UD,
+                        qkey=fh.QKEY, length=4), b"ud!!")
+        wc = fh.poll_cq(ua.recv_cq, 1)[0]
+        fh.check_ok(wc, wr_id=1)
+        assert bytes(ua.buf[40:44]) == b"ud!!"
+        assert int.from_bytes(bytes(ua.buf[16:24]), "big") == r_guid
+        assert stats()["rx_bad"] == before["rx_bad"]
+        still_works(a, b)
+    finally:
+        rogue.close()
+
+
+def test_malformed_messages_are_dropped_and_counted(victim, rogue_bin):
+    """Headers of the wrong length, unknown kinds and ops, out-of-range
+    types, flags, PSNs, QPNs and lengths, a payload shorter or longer
+    than the header says: each is dropped and counted, the node lives."""
+    ctx, a, b, ua, ub = victim
+    me = guid_of(a.gid)
+    path, _, key = record(me)
+    rogue = Rogue(rogue_bin, "addr", path)
+    try:
+        r_guid, r_sid = 0x0BAD000000000003, random.getrandbits(63) | 1
+        rogue.send(hello(me, r_guid, r_sid, rogue.p.pid, key))
+        ok = dict(dst_qpn=a.qpn, src_qpn=b.qpn, src_guid=r_guid, sid=r_sid,
+                  rkey=a.mr.rkey, raddr=a.mr.addr)
+        full = wire(op=OP_WRITE, length=8, **ok)
+        bad = [
+            (full[:50], b"12345678", AM_REQ),           # short header
+            (full + b"\0" * 8, b"12345678", AM_REQ),    # long header
+            (wire(kind=77, **ok), b"", AM_REQ),         # unknown kind
+            (wire(op=99, **ok), b"", AM_REQ),           # unknown op
+            (wire(op=OP_SEND, qp_type=9, **ok), b"", AM_REQ),
+            (wire(op=OP_SEND, flags=0x80, **ok), b"", AM_REQ),
+            (wire(op=OP_SEND, psn=1 << 24, **ok), b"", AM_REQ),
+            (wire(op=OP_SEND, length=1000, **ok), b"x" * 10, AM_REQ),
+            (wire(op=OP_WRITE, length=4, **ok), b"x" * 100, AM_REQ),
+            (wire(op=OP_WRITE, length=(1 << 31) + 1, **ok), b"", AM_REQ),
+            (wire(op=OP_READ, length=8, **ok), b"x" * 10, AM_REQ),
+            (wire(op=OP_CAS, length=4, **ok), b"", AM_REQ),
+            (wire(op=OP_WRITE, qp_type=ibv.IBV_QPT_UD, length=1, **ok),
+             b"x", AM_REQ),
+            (wire(kind=AM_RESP, op=99, **ok), b"", AM_RESP),
+            (wire(kind=AM_RESP, op=R_READ, length=100, **ok), b"x" * 10,
+             AM_RESP),
+            (wire(kind=AM_RESP, op=R_ATOMIC, length=8, **ok), b"x" * 4,
+             AM_RESP),
+            (wire(kind=AM_RESP, op=R_ACK, **ok), b"x", AM_RESP),
+            (wire(op=OP_SEND, **{**ok, "dst_qpn": 1 << 24}), b"", AM_REQ),
+        ]
+        before = stats()
+        for hdr, payload, am_id in bad:
+            rogue.send(hdr, payload, am_id=am_id)
+        want = before["rx_bad"] + len(bad)
+        assert wait_stat("rx_bad", want) == want
+        # well formed, from the rogue's own (authenticated) node, but to
+        # QPs not connected to it, with bogus keys and addresses: denied
+        denied = [
+            wire(op=OP_WRITE, length=8, **{**ok, "rkey": 0xDEAD00,
+                                           "raddr": 8}),
+            wire(op=OP_READ, length=1 << 20, **{**ok, "raddr": 0}),
+            wire(kind=AM_RESP, op=R_ACK, **{**ok, "dst_qpn": b.qpn}),
+            wire(kind=AM_RESP, op=R_READ, length=8,
+                 **{**ok, "dst_qpn": b.qpn}),
+        ]
+        before = stats()
+        for i, hdr in enumerate(denied):
+            kind = hdr[0]
+            rogue.send(hdr, b"x" * 8 if i in (0, 3) else b"",
+                       am_id=AM_RESP if kind == AM_RESP else AM_REQ)
+        want = before["rx_denied"] + len(denied)
+        assert wait_stat("rx_denied", want) == want
+        assert stats()["rx_bad"] == before["rx_bad"]
+        assert rogue.wait(100) == "alive"
+        still_works(a, b)
+    finally:
+        rogue.close()
+
+
+def _listener_port(gid) -> int:
+    return int.from_bytes(ipaddress.IPv6Address(str(gid)).packed[12:14],
+                          "big")
+
+
+def test_unauthenticated_endpoint_is_closed(victim, rogue_bin):
+    """A UCP client of the listener that never says HELLO is closed after
+    the deadline; one that says a valid HELLO stays; one whose HELLO has
+    a wrong key is closed at once."""
+    ctx, a, *_ = victim
+    me = guid_of(a.gid)
+    _, _, key = record(me)
+    port = _listener_port(a.gid)
+    if port == 0:
+        pytest.skip("the node has no listener (UCX_TLS without tcp)")
+    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
+           "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    mute = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
+    good = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
+    liar = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
+    try:
+        sid = random.getrandbits(63) | 1
+        good.send(hello(me, 0x0BAD000000000004, sid, good.p.pid, key),
+                  reply=True)
+        liar.send(hello(me, 0x0BAD000000000005, sid, liar.p.pid,
+                        (key[1], key[0])), reply=True)
+        t0 = time.monotonic()
+        assert liar.wait(int(DEADLINE * 1000)) == "closed"
+        assert time.monotonic() - t0 < DEADLINE
+        assert mute.wait(int((DEADLINE + 3) * 1000)) == "closed"
+        assert DEADLINE - 0.5 < time.monotonic() - t0 < DEADLINE + 3
+        assert good.wait(500) == "alive"
+    finally:
+        for r in (mute, good, liar):
+            r.close()
+
+
+def _fds(pid) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+#: the attacker: N idle TCP connections to 127.0.0.1:PORT, held in a
+#: process of their own (this one's select() stops at fd 1024); prints
+#: how many it made, then on "watch T" how many the node has not closed
+#: after T seconds at most
+_FLOOD = """
+import select, socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+socks, t0 = [], time.monotonic()
+while len(socks) < n and time.monotonic() - t0 < 20:
+    try:
+        socks.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+    except OSError:
+        break
+print(len(socks), flush=True)
+t = float(sys.stdin.readline().split()[1])
+p = select.poll()
+left = {s.fileno(): s for s in socks}
+for fd in left:
+    p.register(fd, select.POLLIN)
+end = time.monotonic() + t
+while left and time.monotonic() < end:
+    for fd, _ in p.poll(200):
+        try:
+            data = left[fd].recv(1)
+        except OSError:
+            data = b""
+        if not data:
+            p.unregister(fd)
+            del left[fd]
+print(len(left), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_idle_connections_cannot_exhaust_fds():
+    """About 1,000 idle TCP connections to a node's listener port (the
+    port in its GID), with the node limited to 1,024 descriptors: its fd
+    count stays bounded, every one of them is closed after the deadline,
+    and an RC connection to the node still works meanwhile (this used to
+    end in 'Too many open files')."""
+    if shutil.which("prlimit") is None:
+        pytest.skip("needs prlimit (util-linux)")
+    b = fh.PeerProcess(HELPER, "responder", env=SHM,
+                       prefix=("prlimit", "--nofile=1024:1024"), timeout=30)
+    a = flood = None
+    try:
+        ib = b.read()
+        base = _fds(b.pid)
+        port = _listener_port(ib["gid"])
+        flood = subprocess.Popen(["prlimit", "--nofile=4096:4096",
+                                  sys.executable, "-c", _FLOOD, str(port),
+                                  "1000"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        made = int(flood.stdout.readline())
+        assert made >= 900, made
+        # bounded: at most MAX_PENDING waiting for their deadline
+        end = time.monotonic() + 3
+        while _fds(b.pid) > base + MAX_PENDING + 16 and \
+                time.monotonic() < end:
+            time.sleep(0.05)
+        assert _fds(b.pid) <= base + MAX_PENDING + 16, (_fds(b.pid), base)
+        # a peer connects to it and runs its work requests
+        a = fh.PeerProcess(HELPER, "requester", env=SHM, timeout=30)
+        ia = a.read()
+        b.send(ia)
+        a.send(ib)
+        assert b.read() == {"ready": True}
+        assert a.read() == {"ready": True}
+        a.send({"go": 1})
+        report = a.read()
+        assert report["statuses"] == [0, 0, 0, 0], report
+        # every idle connection is closed by the node
+        flood.stdin.write(f"watch {DEADLINE + 5}\n")
+        flood.stdin.flush()
+        left = int(flood.stdout.readline())
+        assert left == 0, f"{left} of {made} still open"
+        # and UCX has closed its descriptors (it does once it sees the
+        # connection shut down)
+        end = time.monotonic() + 5
+        while _fds(b.pid) > base + 16 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _fds(b.pid) <= base + 16, (_fds(b.pid), base)
+        b.send({"op": "exit"})
+    finally:
+        if flood is not None:
+            flood.kill()
+            flood.wait(10)
+            flood.stdin.close()
+            flood.stdout.close()
+        if a is not None:
+            a.close()
+        b.close()
+
+
+def _ucx_tcp_ports(pid, skip):
+    """The 127.0.0.1 TCP ports process *pid* listens on, but *skip*."""
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True,
+                         timeout=20).stdout
+    ports = set()
+    for line in out.splitlines():
+        f = line.split()
+        if f"pid={pid}," in line and f[3].startswith("127.0.0.1:"):
+            ports.add(int(f[3].rsplit(":", 1)[1]))
+    return sorted(ports - {skip})
+
+
+def test_connections_to_ucx_tcp_transport_are_bounded():
+    """UCX's TCP transport listens on ports of its own (not in the GID,
+    but anyone can list them): connections that send a byte and then
+    nothing (UCX waits for the rest of its header) are closed after the
+    deadline as well, and their number stays bounded meanwhile."""
+    if shutil.which("ss") is None or shutil.which("prlimit") is None:
+        pytest.skip("needs ss (iproute2) and prlimit (util-linux)")
+    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
+           "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    b = fh.PeerProcess(HELPER, "responder", env=env, timeout=30)
+    socks = []
+    try:
+        ib = b.read()
+        base = _fds(b.pid)
+        ports = _ucx_tcp_ports(b.pid, _listener_port(ib["gid"]))
+        if not ports:
+            pytest.skip("UCX's tcp transport does not listen on 127.0.0.1")
+        for i in range(200):
+            s = socket.create_connection(("127.0.0.1", ports[0]), timeout=2)
+            s.sendall(b"\x01")
+            socks.append(s)
+        time.sleep(0.5)
+        assert _fds(b.pid) <= base + MAX_PENDING + 16, (_fds(b.pid), base)
+        end = time.monotonic() + DEADLINE + 5
+        left = list(socks)
+        while left and time.monotonic() < end:
+            r, _, _ = select.select(left, [], [], 0.2)
+            for s in r:
+                try:
+                    data = s.recv(1)
+                except OSError:
+                    data = b""
+                if not data:
+                    left.remove(s)
+        assert not left, f"{len(left)} of {len(socks)} still open"
+        assert fh.node_stats(b.pid)["rx_denied"] >= len(socks)
+        b.send({"op": "exit"})
+    finally:
+        for s in socks:
+            s.close()
+        b.close()
