@@ -682,6 +682,9 @@ def select_providers(provider: Optional[str] = None) -> List[str]:
     """
     name = provider if provider is not None else \
         os.environ.get(PROVIDER_ENV, "")
+    if not isinstance(name, str):
+        raise TypeError(f"provider must be a str, not "
+                        f"{type(name).__name__}")
     name = name.strip() or "auto"
     built = list(_ibverbs._providers())
     order = [p for p in built if p != SOFTWARE] + [UMAD] + \

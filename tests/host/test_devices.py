@@ -150,3 +150,7 @@ def test_missing_libibumad_is_skipped_in_auto_mode():
 def test_unknown_provider_lists_the_choices():
     with pytest.raises(ValueError, match="verbs, umad, ucx, auto"):
         rdma.get_devices("nope")
+    with pytest.raises(TypeError, match="provider must be a str"):
+        rdma.get_end_port(provider=5)
+    with pytest.raises(TypeError):
+        rdma.get_device(3.0)
