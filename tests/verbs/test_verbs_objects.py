@@ -729,7 +729,8 @@ page = os.sysconf("SC_PAGE_SIZE")
 with open("/proc/self/statm") as f:
     vm = int(f.read().split()[0]) * page
 # safety belts: no file (a /dev/shm segment included) grows past 64 MiB
-# (SIGXFSZ kills the process instead), and 1 GiB more address space
+# (Python ignores SIGXFSZ: the write fails with EFBIG), and 1 GiB more
+# address space
 resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
 resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
 mr = pd.alloc_mr(16 << 20)
@@ -761,7 +762,7 @@ def test_alloc_mr_larger_than_memory(provider):
     can back fails with ENOMEM naming the call, at once, and leaves no
     shared memory segment behind.  On the fabric it used to fall back to a
     POSIX segment and write every byte of it (filling /dev/shm); the child
-    runs with RLIMIT_FSIZE so that would kill it, not the machine."""
+    runs with RLIMIT_FSIZE, which stops such a write at 64 MiB."""
     import subprocess
     import sys
     from pathlib import Path
