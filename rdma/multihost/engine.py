@@ -524,5 +524,10 @@ def find_outliers(res: Result) -> Outliers:
                          + ", ".join(f"{x}-{y}" for x, y in mine))
         unexplained -= set(mine)
     for p in sorted(unexplained):
-        o.links[p] = "; ".join(o.bad_pairs[p])
+        why = o.bad_pairs[p]
+        text = why[0] if len(why) == 1 else \
+            f"{len(why)} checks bad (first: {why[0]})"
+        if len(res.names) == 2:
+            text += " (with two hosts, which end is at fault cannot be told)"
+        o.links[p] = text
     return o

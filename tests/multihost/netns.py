@@ -158,20 +158,6 @@ class Cluster:
             if r.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
 
-    def netem(self, i: int, *args: str) -> None:
-        """netem on both ends of host *i*'s veth (``delay 10ms``, ``loss
-        100%``...).  netem is absent from the development host's kernel
-        and present in the test VM's (FACTS section 5)."""
-        for ns, dev in ((self.namespaces[i], "eth0"),
-                        (None, self.host_veths[i])):
-            cmd = ["tc", "qdisc", "add", "dev", dev, "root", "netem", *args]
-            if ns:
-                cmd = ["ip", "netns", "exec", ns] + cmd
-            r = subprocess.run(cmd, capture_output=True, text=True,
-                               timeout=20)
-            if r.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-
     # -- teardown ---------------------------------------------------------
 
     def close(self) -> None:
