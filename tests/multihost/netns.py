@@ -158,6 +158,14 @@ class Cluster:
             if r.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
 
+    def block(self, i: int, j: int) -> None:
+        """Break only the link between hosts *i* and *j*: each gets a
+        blackhole route to the other's address (both keep talking to the
+        rest)."""
+        for a, b in ((i, j), (j, i)):
+            _ip("route", "add", "blackhole", f"{self.addresses[b]}/32",
+                ns=self.namespaces[a])
+
     # -- teardown ---------------------------------------------------------
 
     def close(self) -> None:
