@@ -196,7 +196,8 @@ def test_bad_usage(tmp_path):
                         "used twice"),
                        (["--hosts", "popen", "--hosts", "popen",
                          "--checks", "bogus"], "unknown check"),
-                       (["--plot", str(tmp_path / "x.png")], "needs --hosts")):
+                       (["--plot", str(tmp_path / "x.png")], "needs --hosts"),
+                       (["--pairs", "ring"], "--pairs needs --hosts")):
         r = subprocess.run(base + args, capture_output=True, text=True,
                            timeout=60, env=run_env())
         assert r.returncode == 2, (args, r.stdout, r.stderr)
