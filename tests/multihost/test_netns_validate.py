@@ -124,6 +124,10 @@ def test_cut_after_start(make_cluster):
     bad = {c.where for c in res.failed}
     assert bad == pairs_with(2), [(c.where, c.check, c.detail)
                                   for c in res.failed]
+    # The controlling process ran no RDMA of its own: it never even
+    # loaded UCX (the provider loads libucp when a device is opened).
+    with open("/proc/self/maps") as f:
+        assert "libucp" not in f.read()
     assert list(res.outliers.hosts) == ["h2"]
     assert not res.outliers.links
     first = [c for c in res.cases if c.where == "h0-h2"][0]
