@@ -97,10 +97,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     m.add_argument("--slow-fraction", type=float, default=0.5,
                    metavar="F",
                    help="a pair direction whose bandwidth is below F times "
-                        "the median of all is slow (default 0.5)")
+                        "the typical pair's (the median of the hosts' "
+                        "medians) is slow (default 0.5)")
     m.add_argument("--lat-factor", type=float, default=5.0, metavar="X",
-                   help="a pair whose latency is above X times the median "
-                        "is slow (default 5)")
+                   help="a pair whose latency is above X times the "
+                        "typical pair's is slow (default 5)")
     m.add_argument("--pair-timeout", type=float, default=10.0, metavar="S",
                    help="seconds an agent waits for one completion "
                         "(default 10); a host that does not answer a step "
@@ -329,9 +330,12 @@ def validate(args: argparse.Namespace) -> int:
     if getattr(args, "hosts", None):
         from rdma.multihost.command import validate_hosts
         return validate_hosts(args)
-    for opt in ("plot",):
-        if getattr(args, opt, None):
-            raise ValueError(f"--{opt} needs --hosts")
+    for opt, default in (("plot", None), ("pairs", "all"),
+                         ("checks", "transfer,atomics,perf"),
+                         ("slow_fraction", 0.5), ("lat_factor", 5.0),
+                         ("pair_timeout", 10.0)):
+        if getattr(args, opt, default) != default:
+            raise ValueError(f"--{opt.replace('_', '-')} needs --hosts")
     tmpdir = None
     if args.junitxml:
         junit = os.path.abspath(args.junitxml)

@@ -109,11 +109,8 @@ class Agent:
             raise ValueError(f"unknown step {step!r}")
         return getattr(end, step)(peer)
 
-    def op_pair_end(self, key: int) -> Dict[str, Any]:
-        end = self.pairs.get(key)
-        detail = getattr(end, "detail", "") if end is not None else ""
+    def op_pair_end(self, key: int) -> None:
         self._drop(key)
-        return {"detail": detail}
 
     def op_call(self, source: str, name: str,
                 kwargs: Dict[str, Any]) -> Any:

@@ -45,6 +45,7 @@ def half_path(end_port, gid_index: int, qp, *, mtu: int,
               qp_type: int) -> bytes:
     """This end's half of the path, pickled: an IBPath from this end (no
     destination yet) that the peer reverses."""
+    import rdma.ibverbs as ibv
     from rdma.path import IBPath, fill_path
     p = IBPath(None, SLID=end_port.lid, MTU=mtu)
     gids = end_port.gids
@@ -52,7 +53,7 @@ def half_path(end_port, gid_index: int, qp, *, mtu: int,
             any(bytes(gids[gid_index])):
         p.SGID = gids[gid_index]
         p.has_grh = True
-    if qp_type != 3:          # not UD
+    if qp_type != ibv.IBV_QPT_UD:
         p.retries = 7
         p.min_rnr_timer = 12
     else:
@@ -83,10 +84,10 @@ def complete_path(blob: bytes, mine: bytes, end_port, gid_index: int):
     p.end_port = end_port
     p.MTU = min(p.MTU, end_port.attr.active_mtu)
     gids = end_port.gids
-    mine = gids[gid_index] if gid_index is not None and \
+    sgid = gids[gid_index] if gid_index is not None and \
         0 <= gid_index < len(gids) and any(bytes(gids[gid_index])) else None
-    if p.DGID is not None and mine is not None:
-        p.SGID = mine
+    if p.DGID is not None and sgid is not None:
+        p.SGID = sgid
     elif end_port.link_layer != "Ethernet":
         p.has_grh = False
         p.DGID = None
@@ -112,7 +113,7 @@ class PairEnd:
 
     #: The steps after ``hello`` and ``connect``, in order.
     steps: Tuple[str, ...] = ()
-    #: The check's transport (ibv.IBV_QPT_*), for the QP of :meth:`hello`.
+    #: The check's transport, for the QP of :meth:`hello` (ibv.IBV_QPT_RC).
     qp_type = 2
 
     def __init__(self, agent, role: str, params: Dict[str, Any]):
@@ -123,7 +124,6 @@ class PairEnd:
         self.timeout = float(params.get("timeout", 10.0))
         self.end = None
         self.peer: Dict[str, Any] = {}
-        self.detail = ""
 
     # -- the common steps ------------------------------------------------
 
@@ -395,8 +395,7 @@ class Atomics(PairEnd):
             return {}
         end = self.end
         peer = _Remote(self.peer)
-        roff = int(self.peer["counter_off"]) if "counter_off" in self.peer \
-            else None
+        roff = int(self.peer["counter_off"])
         value, ops = self._plan(direction)
         loff = _aligned(end, 0)
         for i, (op, arg, swap) in enumerate(ops):

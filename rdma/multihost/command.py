@@ -87,8 +87,9 @@ def validate_hosts(args: argparse.Namespace) -> int:
         report.write_junit(res, args.junitxml)
     from rdma.cli.validate import format_table
     pairs = sum(len(r) for r in rounds)
-    print(f"rdma validate: {len(hosts)} hosts, {pairs} pairs ({args.pairs}) "
-          f"in {len(rounds)} rounds")
+    print(f"rdma validate: {len(hosts)} hosts, {pairs} "
+          f"pair{'s' if pairs != 1 else ''} ({args.pairs}) in {len(rounds)} "
+          f"round{'s' if len(rounds) != 1 else ''}")
     for h in hosts:
         i = h.info
         where = i.get("end_port", "-")

@@ -42,9 +42,9 @@ class Options:
     :param bw_reps: runs per direction (the best counts)
     :param lat_iters: SEND ping-pong round trips
     :param slow_fraction: a pair direction below this fraction of the
-        median bandwidth is slow
-    :param lat_factor: a pair above this multiple of the median latency is
-        slow
+        typical bandwidth is slow (see :func:`find_outliers`)
+    :param lat_factor: a pair above this multiple of the typical latency
+        is slow
     :param max_size: largest transfer message
     """
 
@@ -452,23 +452,35 @@ def _run_one_pair(a: Host, b: Host, options: Options, checks: List[str],
 
 # -- outliers -----------------------------------------------------------------
 
+def _typical(m: Dict[str, Dict[str, float]]) -> Optional[float]:
+    """The typical value of a host x host matrix: the median over hosts of
+    each host's median (its pairs, both directions).  Unlike the median of
+    all cells it stays on the healthy side while fewer than half of the
+    hosts are bad (one bad host of 4 is in half of the pairs)."""
+    per_host = []
+    for h in m:
+        vals = list(m[h].values()) + [row[h] for g, row in m.items()
+                                      if g != h and h in row]
+        if vals:
+            per_host.append(statistics.median(vals))
+    return statistics.median(per_host) if per_host else None
+
+
 def find_outliers(res: Result) -> Outliers:
     """Find the slow and broken pairs and the hosts that explain them.
 
     A pair is bad when a check between them failed, when either
-    direction's bandwidth is below ``slow_fraction`` of the median of all
-    measured directions, or its latency above ``lat_factor`` times the
-    median.  Then, repeatedly, the host in the most unexplained bad pairs
+    direction's bandwidth is below ``slow_fraction`` of the typical value
+    (:func:`_typical`: the median of the hosts' medians), or its latency
+    above ``lat_factor`` times the typical latency.  Then, repeatedly, the host in the most unexplained bad pairs
     is blamed if at least two of its pairs are bad and more than half of
     its pairs are; its bad pairs are then explained.  Bad pairs left over
     are blamed on their link.  A host whose own check failed is blamed
     directly.  Slow pairs fail their ``perf`` case."""
     o = res.outliers
     opt = res.options
-    bws = [v for row in res.bw.values() for v in row.values()]
-    lats = [v for row in res.lat.values() for v in row.values()]
-    o.median_bw = statistics.median(bws) if bws else None
-    o.median_lat = statistics.median(lats) if lats else None
+    o.median_bw = _typical(res.bw)
+    o.median_lat = _typical(res.lat)
     pairs_of: Dict[str, set] = {n: set() for n in res.names}
     for c in res.cases:
         if len(c.hosts) == 2:
@@ -490,13 +502,13 @@ def find_outliers(res: Result) -> Outliers:
                 v = res.bw[src].get(dst)
                 if v is not None and v < opt.slow_fraction * o.median_bw:
                     why.append(f"{src}->{dst} {v:.1f} MiB/s is "
-                               f"{100 * v / o.median_bw:.0f}% of the median "
+                               f"{100 * v / o.median_bw:.0f}% of the typical "
                                f"{o.median_bw:.1f} MiB/s")
         v = res.lat[a].get(b)
         if o.median_lat and v is not None and \
                 v > opt.lat_factor * o.median_lat:
             why.append(f"latency {v:.1f} us is {v / o.median_lat:.1f}x the "
-                       f"median {o.median_lat:.1f} us")
+                       f"typical {o.median_lat:.1f} us")
         if why:
             c.result = "FAILED"
             c.detail = "slow: " + "; ".join(why) + " (" + c.detail + ")"
@@ -524,5 +536,10 @@ def find_outliers(res: Result) -> Outliers:
                          + ", ".join(f"{x}-{y}" for x, y in mine))
         unexplained -= set(mine)
     for p in sorted(unexplained):
-        o.links[p] = "; ".join(o.bad_pairs[p])
+        why = o.bad_pairs[p]
+        text = why[0] if len(why) == 1 else \
+            f"{len(why)} checks bad (first: {why[0]})"
+        if len(res.names) == 2:
+            text += " (with two hosts, which end is at fault cannot be told)"
+        o.links[p] = text
     return o

@@ -97,11 +97,12 @@ def outlier_text(res: Result) -> str:
     lines = []
     med = []
     if o.median_bw is not None:
-        med.append(f"median pair bandwidth {o.median_bw:.1f} MiB/s")
+        med.append(f"typical bandwidth {o.median_bw:.1f} MiB/s")
     if o.median_lat is not None:
-        med.append(f"median latency {o.median_lat:.1f} us")
+        med.append(f"typical latency {o.median_lat:.1f} us")
     if med:
-        lines.append(", ".join(med) + f" (slow: below "
+        lines.append(", ".join(med) + " (the median of the hosts' "
+                     f"medians; slow: below "
                      f"{100 * res.options.slow_fraction:.0f}% of the "
                      f"bandwidth or above {res.options.lat_factor:g}x the "
                      f"latency)")

@@ -158,19 +158,13 @@ class Cluster:
             if r.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
 
-    def netem(self, i: int, *args: str) -> None:
-        """netem on both ends of host *i*'s veth (``delay 10ms``, ``loss
-        100%``...).  netem is absent from the development host's kernel
-        and present in the test VM's (FACTS section 5)."""
-        for ns, dev in ((self.namespaces[i], "eth0"),
-                        (None, self.host_veths[i])):
-            cmd = ["tc", "qdisc", "add", "dev", dev, "root", "netem", *args]
-            if ns:
-                cmd = ["ip", "netns", "exec", ns] + cmd
-            r = subprocess.run(cmd, capture_output=True, text=True,
-                               timeout=20)
-            if r.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    def block(self, i: int, j: int) -> None:
+        """Break only the link between hosts *i* and *j*: each gets a
+        blackhole route to the other's address (both keep talking to the
+        rest)."""
+        for a, b in ((i, j), (j, i)):
+            _ip("route", "add", "blackhole", f"{self.addresses[b]}/32",
+                ns=self.namespaces[a])
 
     # -- teardown ---------------------------------------------------------
 

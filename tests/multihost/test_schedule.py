@@ -77,3 +77,15 @@ def test_spec_file(tmp_path):
     f.write_text("# nothing\n")
     with pytest.raises(ValueError, match="no host specs"):
         read_spec_file(str(f))
+
+
+def test_hosts_values(tmp_path):
+    """--hosts takes specs and files of specs, in order."""
+    from rdma.multihost.command import host_specs
+    f = tmp_path / "hosts"
+    f.write_text("ssh=b//python=/p\nssh=c//id=cee//python=/p\n")
+    specs = host_specs(["popen//python=/x", str(f)])
+    assert [s.name for s in specs] == ["h0", "h1", "cee"]
+    assert specs[1].spec == "ssh=b//id=h1//python=/p"
+    with pytest.raises(ValueError, match="neither an execnet spec"):
+        host_specs([str(tmp_path / "missing")])
