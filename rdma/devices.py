@@ -479,8 +479,35 @@ class EndPort:
         return (_end_port_by_name, (str(self), self.parent.provider))
 
 
-def _end_port_by_name(name: str, provider: str) -> EndPort:
-    return get_end_port(name, provider=provider)
+def _end_port_by_name(name: str, provider: str) -> "EndPort":
+    try:
+        return get_end_port(name, provider=provider)
+    except RDMAError:
+        # unpickled where that device is not (a path or a MADError sent by
+        # another process or host): the name, not an open port
+        return RemoteEndPort(name, provider)
+
+
+class RemoteEndPort:
+    """An end port named in a pickle that this process has no device for
+    (a path or an exception from another process or host).  It keeps the
+    name and provider, prints as the port it names, pickles back to it,
+    and has no attributes of a local port."""
+
+    def __init__(self, name: str, provider: str):
+        #: The port as ``device/port``.
+        self.name = name
+        #: The provider of its device.
+        self.provider = provider
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<rdma.devices.RemoteEndPort {self.name} (not on this host)>"
+
+    def __reduce__(self):
+        return (_end_port_by_name, (self.name, self.provider))
 
 
 # -- devices ------------------------------------------------------------------
