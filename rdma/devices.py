@@ -541,6 +541,10 @@ class Device:
         self._umad = umad
         self._end_ports: Optional[DemandList] = None
         self._attr = None
+        # the process that read it: on the software fabric every process
+        # is its own node (its GUID, GIDs and LID), so a child after fork()
+        # must not go on with what its parent read
+        self._pid = os.getpid()
 
     # -- what it can do
 
@@ -641,8 +645,21 @@ class Device:
                             f"reports it, libibverbs does not (a simulated "
                             f"CA, or ib_uverbs is not loaded); only "
                             f"rdma.get_umad() works on it")
+        if self.provider == "ucx" and self._pid != os.getpid():
+            self._reread()
         return _ibverbs.Context(self.name, provider=self.provider,
                                 end_port=end_port)
+
+    def _reread(self) -> None:
+        """Read the node again in this process (a child after fork() of a
+        process that read it), keeping the objects users hold."""
+        self._pid = os.getpid()
+        with _ibverbs.Context(self.name, provider=self.provider) as ctx:
+            self._attr = ctx.query_device()
+            self.node_guid = GUID(self._attr.node_guid)
+            if self._end_ports is not None:
+                for p in self._end_ports:
+                    p._load(ctx)
 
     def _load(self) -> None:
         if not self.has_verbs:

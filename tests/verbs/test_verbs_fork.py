@@ -53,19 +53,21 @@ def _child_checks(end_port, provider, a, b):
     a.close()
     out["ctx_close"] = repr(a.ctx.close())
     # a Context of the child's own works: a SEND between two of its QPs.
-    # The end port is read again: on the fabric every process is its own
-    # node, and the parent's end port describes the parent's (its GID)
+    # On the fabric every process is its own node: the end port the
+    # parent read is read again for the child (its GID changes)
     tls = os.environ.get("UCX_TLS", "")
     if provider == "ucx" and tls and "shm" not in tls:
         # UCX's tcp transport does not survive fork(): a clear error
         try:
-            rdma.get_end_port(end_port.parent.name, provider=provider)
+            rdma.get_verbs(end_port).close()
             out["own"] = "no error"
         except rdma.SysError as e:
             out["own"] = (e.errno, "fork()" in str(e))
         return out
-    end_port = rdma.get_end_port(end_port.parent.name, provider=provider)
+    parent_gid = end_port.gids[0]
     with rdma.get_verbs(end_port) as ctx:
+        out["gid_changed"] = (provider != "ucx" or
+                              ctx.end_port.gids[0] != parent_gid)
         x, y = make_pair(ctx, ctx, ibv.IBV_QPT_RC)
         y.post_recv(wr_id=1)
         x.buf[:8] = b"childok!"
@@ -143,6 +145,7 @@ def test_objects_inherited_across_fork(end_port, provider):
             assert res["own"] == (errno.EOPNOTSUPP, True), res["own"]
         else:
             assert res["own"] == b"childok!"
+            assert res["gid_changed"]
         # the parent: both pairs still work, in both directions
         for s, r in ((a, b), (b, a), (c, d), (d, c)):
             r.post_recv(wr_id=3)
