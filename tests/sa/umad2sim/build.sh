@@ -20,16 +20,21 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 apt_source() {
     # Debian's source of the installed ibsim, extracted (with Debian's own
     # patches) under $OUT/apt; prints the source tree's path.
-    local ver codename list
+    local ver codename list uri
     ver=$(dpkg-query -W -f='${Version}' ibsim-utils 2>/dev/null) || return 1
     command -v dpkg-source >/dev/null || return 1
     if ! grep -rqs '^\(Types:.*deb-src\|deb-src\)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
         codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
         [ -n "$codename" ] || return 1
+        # the archive the machine already installs its packages from
+        uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+        [ -n "$uri" ] || uri=$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /:\/\//) {print $i; exit}}' \
+            /etc/apt/sources.list 2>/dev/null || true)
+        [ -n "$uri" ] || return 1
         list=/etc/apt/sources.list.d/rdma-ci-src.sources
         echo "adding deb-src lines for $codename in $list" >&2
         printf '%s\n' "# Added by rdma's tests/sa/umad2sim/build.sh (apt-get source ibsim)." \
-            "Types: deb-src" "URIs: http://deb.debian.org/debian" "Suites: $codename" \
+            "Types: deb-src" "URIs: $uri" "Suites: $codename" \
             "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" \
             | $SUDO tee "$list" >/dev/null
         $SUDO timeout 300 apt-get update -qq >&2 || return 1
