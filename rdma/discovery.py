@@ -242,12 +242,17 @@ class _TopoWalk:
             sels = (ninf.localPortNum,)
         first = node not in self.scanned
         self.scanned.add(node)
-        yield self.sched.mqueue(self.do_port(node, path, i) for i in sels)
+        works = [self.do_port(node, path, i) for i in sels]
         if first and self.get_desc and node.desc is None:
-            try:
-                yield node.get_desc(self.sched, path)
-            except MADError as e:
-                self.errors.append((path, e))
+            works.append(self.do_desc(node, path))
+        # The PortInfos and the NodeDescription in flight together.
+        yield self.sched.mqueue(w for w in works)
+
+    def do_desc(self, node: Node, path: Any):
+        try:
+            yield node.get_desc(self.sched, path)
+        except MADError as e:
+            self.errors.append((path, e))
 
     def do_port(self, node: Node, path: Any, sel: int):
         sbn = self.sbn
@@ -519,8 +524,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         out["times"] = times
         out["cpu_times"] = cpu
         out["smps"] = getattr(sched, "sent", None)
-        json.dump(out, sys.stdout)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(out) + "\n")
     finally:
         umad.close()
     return 0
