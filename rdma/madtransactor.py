@@ -215,7 +215,7 @@ class MADTransactor:
         if ret is None:
             raise MADTimeoutError(
                 req=fmt, path=path,
-                msg=f"RPC {describe(fmt)} to {path} timed out"
+                msg=f"RPC {describe(fmt)} to {path} timed out: no reply"
                     f"{self._timeout_text()}")
         rbuf, self.reply_path = ret
         rbuf = bytes(rbuf)
@@ -361,13 +361,22 @@ class MADTransactor:
         return work here instead)."""
         key = self._redirect_key(fmt, path)
         redirects = getattr(self, "_redirects", None)
+        original = None
         if key is not None and redirects and key in redirects:
-            path = redirects[key]
+            original, path = path, redirects[key]
         buf = self._prepareMAD(fmt, payload, attributeModifier, method, path)
         newer = payload if isinstance(payload, type) else type(payload)
         busy = followed = 0
         while True:
             ret = self._execute(buf, path)
+            if ret is None and original is not None:
+                # The remembered redirect target is gone: ask the
+                # original target again (it may redirect anew).
+                del redirects[key]
+                path, original = original, None
+                fmt.transactionID = self._get_new_TID()
+                fmt.pack_into(buf)
+                continue
             try:
                 return self._completeMAD(ret, fmt, path, newer, completer)
             except _Busy as e:

@@ -80,7 +80,11 @@ class Context:
                 f"{' done' if self._done else ''}>")
 
 
-Work = collections.namedtuple("Work", "buf fmt path newer completer")
+#: A MAD to send: the request bytes and format, the path, the reply's
+#: attribute class, the completer, and the path the request was meant for
+#: when a remembered redirect sends it elsewhere (else None).
+Work = collections.namedtuple("Work",
+                              "buf fmt path newer completer original")
 
 
 class MADSchedule(MADTransactor):
@@ -133,11 +137,12 @@ class MADSchedule(MADTransactor):
                completer: Any = None) -> Work:
         key = self._redirect_key(fmt, path)
         redirects = getattr(self._umad, "_redirects", None)
+        original = None
         if key is not None and redirects and key in redirects:
-            path = redirects[key]
+            original, path = path, redirects[key]
         buf = self._prepareMAD(fmt, payload, attributeModifier, method, path)
         newer = payload if isinstance(payload, type) else type(payload)
-        return Work(buf, fmt, path, newer, completer)
+        return Work(buf, fmt, path, newer, completer, original)
 
     # -- contexts
 
@@ -281,6 +286,17 @@ class MADSchedule(MADTransactor):
             self._send(ctx)
             return
         work = ctx._work
+        if work.original is not None:
+            # The remembered redirect target is gone: ask the original
+            # target again (it may redirect anew).
+            key = self._redirect_key(work.fmt, work.original)
+            getattr(self._umad, "_redirects", {}).pop(key, None)
+            work.fmt.transactionID = self._get_new_TID()
+            work.fmt.pack_into(work.buf)
+            ctx._work = work._replace(path=work.original, original=None)
+            self._keys.pop(ctx._key, None)
+            self._send(ctx, first=True)
+            return
         self._release(ctx)
         ms, retries = self._umad._timing(work.path)
         self._last_timing = (retries + 1, ms)

@@ -324,6 +324,12 @@ class UMAD(MADTransactor):
     #: Defaults when neither this object nor the path says.
     DEFAULT_TIMEOUT_MS = 1000
     DEFAULT_RETRIES = 2
+    #: Join multi-MAD (RMPP) SA answers here instead of in the kernel:
+    #: the SA agent is registered without RMPP, each DATA segment is
+    #: acknowledged and the segments are joined by
+    #: :class:`rdma._rmpp.RMPPReassembler`.  For umad layers that pass
+    #: segments through; set before the first SA query.
+    rmpp_in_user = False
 
     def __init__(self, end_port: Any = None, path: Any = None, *,
                  timeout_ms: Optional[int] = None,
@@ -395,7 +401,8 @@ class UMAD(MADTransactor):
                         oui: int = 0) -> int:
         """The agent that sends requests of a class (RMPP for the SA)."""
         return self.register(mgmt_class, class_version,
-                             rmpp=mgmt_class == _IBA.MAD_SUBNET_ADMIN)
+                             rmpp=mgmt_class == _IBA.MAD_SUBNET_ADMIN
+                             and not self.rmpp_in_user)
 
     def register_server(self, mgmt_class: int, class_version: int,
                         oui: int = 0, method_mask: int = 0) -> int:
@@ -539,10 +546,42 @@ class UMAD(MADTransactor):
                 if not mad[3] & 0x80:
                     self.unmatched += 1
                     continue
+                if self.rmpp_in_user and len(mad) > 26 and mad[26] & 1 \
+                        and mad[1] == _IBA.MAD_SUBNET_ADMIN:
+                    mad = self._rmpp_rest(mad, agent, addr, ms)
+                    if mad is None:
+                        break           # a segment did not come: retry
                 return (bytearray(mad),
                         UMADReplyPath(self.end_port, agent, addr,
                                       self._agent_dqpn.get(agent, 1)))
         return None
+
+    def _rmpp_rest(self, first: bytes, agent: int, addr: tuple,
+                   ms: int) -> Optional[bytes]:
+        """Receive and acknowledge the rest of an RMPP answer whose first
+        segment is ``first``; the joined message, or None when a segment
+        does not come within ``ms`` of the one before."""
+        from rdma._rmpp import RMPPReassembler
+        back = UMADReplyPath(self.end_port, agent, addr,
+                             self._agent_dqpn.get(agent, 1)).reverse()
+        r = RMPPReassembler(_IBA.SAHeader.MAD_LENGTH)
+        match = _key(first)
+        mad = first
+        while True:
+            ack, msg = r.add(mad)
+            if ack is not None:
+                self.sendto(ack, back, agent_id=agent)
+            if msg is not None:
+                return msg
+            deadline = time.monotonic() + ms * 1.25 / 1000
+            while True:
+                got = self._recv(deadline)
+                if got is None:
+                    return None
+                mad, status, _addr, _agent = got
+                if status == 0 and len(mad) >= 24 and _key(mad) == match:
+                    break
+                self.unmatched += 1
 
     # -- the SA
 
@@ -568,7 +607,6 @@ class UMAD(MADTransactor):
         if isinstance(payload, type):
             payload = payload()
         path = self.sa_path if path is None else path
-        self.register(MAD_SUBNET_ADMIN, SA_CLASS_VERSION, rmpp=True)
         mad = bytearray(encode_sa_request(method, payload,
                                           self._get_new_TID(), comp_mask,
                                           attribute_modifier=

@@ -101,3 +101,34 @@ def sa_record_types(u, lid):
         except IBA.MADError as e:
             out[name] = e
     return out
+
+
+
+def bm_get(u, lid, busy_retries=None, sched=False):
+    """BMGet(ClassPortInfo) to ``lid`` (a tests/sa/mad_server.py peer):
+    the answering peer's LID (its capabilityMask), or the exception."""
+    import rdma.sched
+    old = u.busy_retries
+    if busy_retries is not None:
+        u.busy_retries = busy_retries
+    u.busy_delay = 0.005
+    try:
+        if not sched:
+            return u.BMGet(IBA.MADClassPortInfo, LIDPath(lid)).capabilityMask
+        s = rdma.sched.MADSchedule(u)
+        s.busy_retries, s.busy_delay = u.busy_retries, u.busy_delay
+        got = []
+
+        def co():
+            cpi = yield s.BMGet(IBA.MADClassPortInfo, LIDPath(lid))
+            got.append(cpi.capabilityMask)
+        s.run(queue=co())
+        return got[0]
+    except IBA.MADError as e:
+        return e
+    finally:
+        u.busy_retries = old
+
+
+def bm_set_timeout(u, timeout_ms, retries):
+    u.timeout_ms, u.retries = timeout_ms, retries

@@ -271,3 +271,27 @@ def test_error_status_is_a_mad_error(worker, lids):
         err, IBA.MADTimeoutError), err
     assert err.status & 0x1C and "SubnGet(SMPPortInfo, modifier 0x4d)" in \
         str(err)
+
+
+@pytest.mark.parametrize("attr", ["SANodeRecord", "SAPortInfoRecord"])
+def test_get_table_rmpp_kernel_and_user(fabric, worker, lids, attr):
+    """A GetTable answer of several MADs: through the RMPP agent (the
+    kernel's job; the fixed shim's here) and joined in user space by
+    rdma._rmpp (an agent without RMPP, each segment acknowledged): the
+    same records, every node's."""
+    import json
+    import sys
+    from pathlib import Path
+    kern = [r.to_dict() for r in worker.call("sa_table", getattr(IBA,
+                                                                 attr)())]
+    res = fabric.run([sys.executable, str(Path(__file__).parent /
+                                          "rmpp_user.py"), attr], "Hca3")
+    user = json.loads(res.stdout)
+    assert user["agents"] == [[3, 2, False, []]]
+    assert user["records"] == kern
+    if attr == "SANodeRecord":
+        assert sorted(r["LID"] for r in kern) == sorted(lids)
+    # 108-byte records 112 apart, 200 data bytes per segment.
+    stride = {"SANodeRecord": 112, "SAPortInfoRecord": 72}[attr]
+    segs = -(-(stride * len(kern)) // 200)
+    assert len(kern) > 4 and user["acks"] == list(range(1, segs + 1))

@@ -1,0 +1,79 @@
+"""A MAD responder for the transactor tests: a real process on an ibsim
+node that answers GMPs of the Baseboard Management class, as a remote
+agent would (ibsim passes GMP requests to the clients of a node that
+registered as SM-capable, ``SIM_SET_ISSM=1``; ibsim has no BM agent of
+its own).
+
+``python mad_server.py MODE COUNT [REDIRECT_LID]`` prints ``ready <lid>``
+and answers COUNT requests:
+
+- ``ok``: every Get is answered with a ClassPortInfo whose
+  ``capabilityMask`` is our LID (the requester can tell who answered);
+- ``busy:N``: the first N tries of each transaction are answered with the
+  BUSY status, then as ``ok``;
+- ``redirect``: answered with the REDIRECT status and a ClassPortInfo
+  naming ``REDIRECT_LID`` (QP1, the QP1 Q_Key, the default P_Key);
+- ``error``: answered with status 0x1C (invalid attribute or modifier).
+
+Then it prints ``done`` and JSON: requests handled, tries per TID.
+"""
+import json
+import sys
+import time
+
+import rdma.IBA as IBA
+import rdma.umad
+
+
+def main() -> int:
+    mode, count = sys.argv[1], int(sys.argv[2])
+    target = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    u = rdma.umad.get_umad()
+    u.register_server(IBA.MAD_BOARD_MANAGEMENT, 1,
+                      method_mask=(1 << IBA.MAD_METHOD_GET)
+                      | (1 << IBA.MAD_METHOD_SET))
+    lid = u.end_port.lid
+    print(f"ready {lid}", flush=True)
+    seen = {}
+    handled = 0
+    deadline = time.monotonic() + 60
+    while handled < count and time.monotonic() < deadline:
+        got = u.recvfrom(deadline)
+        if got is None:
+            break
+        buf, path = got
+        if buf[1] != IBA.MAD_BOARD_MANAGEMENT:
+            continue
+        try:
+            fmt, req = u.parse_request(buf, path)
+        except IBA.MADError as e:
+            u.send_error_exc(e)
+            continue
+        handled += 1
+        tid = fmt.transactionID & 0xFFFFFFFF
+        seen[tid] = seen.get(tid, 0) + 1
+        if mode.startswith("busy:") and seen[tid] <= int(mode[5:]):
+            u.send_reply(fmt, None, path, status=IBA.MAD_STATUS_BUSY)
+            continue
+        if mode == "error":
+            u.send_reply(fmt, None, path,
+                         status=IBA.MAD_STATUS_INVALID_ATTR_OR_MODIFIER)
+            continue
+        cpi = IBA.MADClassPortInfo(baseVersion=1, classVersion=1)
+        if mode == "redirect":
+            cpi.redirectLID = target
+            cpi.redirectQP = 1
+            cpi.redirectQKey = IBA.IB_DEFAULT_QP1_QKEY
+            cpi.redirectPKey = 0xFFFF
+            u.send_reply(fmt, cpi, path, status=IBA.MAD_STATUS_REDIRECT)
+            continue
+        cpi.capabilityMask = lid
+        u.send_reply(fmt, cpi, path)
+    print("done", json.dumps({"handled": handled,
+                              "tries": sorted(seen.values())}), flush=True)
+    u.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

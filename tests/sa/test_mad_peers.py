@@ -1,0 +1,158 @@
+"""BUSY, REDIRECT and error answers from a real peer: tests/sa/mad_server.py
+runs as a client of ibsim on its own node (SM-capable, ``SIM_SET_ISSM=1``,
+so that ibsim passes it the node's GMP requests; this needs the fixed
+shim, Debian's crashes with it) and answers Baseboard Management Gets the
+way its mode says; the requester is our UMAD (and MADSchedule) on Hca2.
+A fabric of its own per test: the SM-capable peers must not disturb the
+other tests' fabric, and ibsim serves at most 10 clients, which a module's
+worth of peers exceeds (their slots are not all given back)."""
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import rdma.IBA as IBA
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def peers(tmp_path_factory):
+    from conftest import TOPOLOGIES, _missing
+    from fabric import FIXED_SHIM, Fabric
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    if not FIXED_SHIM.exists():
+        pytest.skip("the fixed umad2sim shim is not built (.ci/setup)")
+    f = Fabric(TOPOLOGIES["2sw4hca"], tmp_path_factory.mktemp("peers"))
+    try:
+        f.start()
+        yield f
+    finally:
+        f.close()
+
+
+class Peer:
+    """A running mad_server.py on a node."""
+
+    def __init__(self, fabric, node, mode, count, target=0):
+        old = os.environ.get("SIM_SET_ISSM")
+        os.environ["SIM_SET_ISSM"] = "1"
+        try:
+            self.proc = fabric.popen(
+                [sys.executable, str(HERE / "mad_server.py"), mode,
+                 str(count), str(target)], node, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, text=True)
+        finally:
+            if old is None:
+                del os.environ["SIM_SET_ISSM"]
+            else:
+                os.environ["SIM_SET_ISSM"] = old
+        line = self._line(15)
+        assert line.startswith("ready "), line
+        self.lid = int(line.split()[1])
+
+    def _line(self, timeout):
+        fd = self.proc.stdout.fileno()
+        if not select.select([fd], [], [], timeout)[0]:
+            self.proc.kill()
+            raise AssertionError("mad_server.py did not answer")
+        return self.proc.stdout.readline()
+
+    def summary(self, timeout=15):
+        """Wait for the peer to end; its JSON summary."""
+        line = self._line(timeout)
+        assert line.startswith("done "), line
+        self.proc.wait(5)
+        return json.loads(line[5:])
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@pytest.fixture
+def start(peers):
+    started = []
+
+    def go(node, mode, count, target=0):
+        p = Peer(peers, node, mode, count, target)
+        started.append(p)
+        return p
+    yield go
+    for p in started:
+        p.kill()
+
+
+@pytest.mark.parametrize("sched", [False, True], ids=["umad", "sched"])
+def test_busy_is_sent_again(peers, start, sched):
+    """Two BUSY answers, then the real one: the RPC returns it; the peer
+    saw the same transaction three times."""
+    p = start("Hca3", "busy:2", 3)
+    w = peers.worker("Hca2")
+    assert w.call("madop", "bm_get", p.lid, sched=sched) == p.lid
+    assert p.summary()["tries"] == [3]
+
+
+def test_busy_forever_is_an_error(peers, start):
+    p = start("Hca3", "busy:99", 3)
+    w = peers.worker("Hca2")
+    err = w.call("madop", "bm_get", p.lid, busy_retries=2)
+    assert isinstance(err, IBA.MADError), err
+    assert "BMGet(MADClassPortInfo)" in str(err)
+    assert "still BUSY after 3 tries" in str(err)
+    assert p.summary()["tries"] == [3]
+
+
+@pytest.mark.parametrize("sched", [False, True], ids=["umad", "sched"])
+def test_redirect_is_followed_and_kept(peers, start, sched):
+    """The peer on Hca3 redirects to the one on Hca4: the answer comes
+    from Hca4; the next RPC to Hca3's LID goes to Hca4 directly."""
+    target = start("Hca4", "ok", 2)
+    redirector = start("Hca3", "redirect", 1, target.lid)
+    w = peers.worker("Hca2") if not sched else peers.worker("Hca1")
+    assert w.call("madop", "bm_get", redirector.lid, sched=sched) == \
+        target.lid
+    assert w.call("madop", "bm_get", redirector.lid, sched=sched) == \
+        target.lid
+    assert redirector.summary()["handled"] == 1
+    assert target.summary()["handled"] == 2
+
+
+def test_gone_redirect_target_falls_back(peers, start):
+    """The remembered target no longer answers: the request goes to the
+    original target again, which redirects anew (to a peer on another
+    node)."""
+    w = peers.worker("Hca1")
+    target = start("Hca4", "ok", 1)
+    redirector = start("Hca3", "redirect", 1, target.lid)
+    w.call("madop", "bm_set_timeout", 200, 0)
+    try:
+        assert w.call("madop", "bm_get", redirector.lid) == target.lid
+        target.summary()
+        redirector.summary()
+        target = start("Hca2", "ok", 1)
+        redirector = start("Hca3", "redirect", 1, target.lid)
+        assert w.call("madop", "bm_get", redirector.lid) == target.lid
+        assert redirector.summary()["handled"] == 1
+    finally:
+        w.call("madop", "bm_set_timeout", None, None)
+
+
+def test_error_status_names_the_rpc_and_path(peers, start):
+    p = start("Hca3", "error", 1)
+    w = peers.worker("Hca2")
+    err = w.call("madop", "bm_get", p.lid)
+    assert isinstance(err, IBA.MADError) and not isinstance(
+        err, IBA.MADTimeoutError), err
+    assert err.status == IBA.MAD_STATUS_INVALID_ATTR_OR_MODIFIER
+    assert f"BMGet(MADClassPortInfo) to LIDPath(DLID={p.lid})" in str(err)
+    assert "invalid attribute" in str(err)
+    p.summary()
