@@ -181,6 +181,21 @@ def test_topology_equals_ibnetdiscover(started, name):
     f.close()
 
 
+@pytest.mark.parametrize("name", ["2sw2hca2port", "fattree36"])
+def test_sa_discovery_equals_ibnetdiscover(started, name):
+    """``load(..., sa=True)``: NodeRecords, PortInfoRecords and LinkRecords
+    by GetTable give the subnet ibnetdiscover finds by SMPs."""
+    import fabric
+    if not fabric.SHIM_FIXED:
+        pytest.skip("GetTable needs RMPP: the fixed umad2sim shim")
+    f = started(name)
+    theirs = ibnetdiscover(f)
+    mine = discover(f, "--sa")
+    assert mine["errors"] == []
+    assert_same(theirs, ours(mine))
+    f.close()
+
+
 def test_lfdb_equals_ibroute(started):
     """Every switch's linear forwarding table equals ibroute's, on the
     two-switch fabric."""
