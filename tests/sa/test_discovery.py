@@ -138,8 +138,8 @@ def started(tmp_path_factory):
         pytest.skip(why)
     made = {}
 
-    def get(name, console=False):
-        key = (name, console)
+    def get(name, console=False, sm=True):
+        key = (name, console, sm)
         old = made.get(key)
         if old is None or old.ibsim is None or old.ibsim.poll() is not None:
             # New, or closed by a test that was done with it.
@@ -149,9 +149,11 @@ def started(tmp_path_factory):
                                      int(name[len("fattree"):]))
             else:
                 topo = TOPOLOGIES[name]
-            f = made[key] = Fabric(topo, scratch, console=console)
+            f = made[key] = Fabric(topo, scratch, console=console,
+                                   sm_node="Hca1" if sm else None)
             f.start()
-            wait_active(f)
+            if sm:
+                wait_active(f)
         return made[key]
 
     try:
@@ -227,6 +229,28 @@ def test_lfdb_by_directed_route(started):
     assert by_dr["nodes"] == by_lid["nodes"]
     assert all(n.get("lfdb") for n in by_dr["nodes"]
                if n["type"] == "Switch")
+
+
+def test_without_subnet_manager(started):
+    """No SM: every port is INIT with LID 0, and discovery (on the port
+    named, since none is ACTIVE) still finds every node and link by
+    directed route, as ibnetdiscover does, and reads the (empty)
+    forwarding tables by directed route too."""
+    f = started("2sw4hca", sm=False)
+    mine = discover(f, "--lfdb", "ibsim0/1")
+    assert mine["errors"] == []
+    nodes, links, lids, pguids = ibnetdiscover(f)
+    assert set(lids.values()) == {0}
+    got = ours(mine)
+    assert got[2] == {}                       # no LIDs
+    assert_same((nodes, links, {}, pguids), got)
+    for n in mine["nodes"]:
+        if n["type"] == "Switch":
+            assert set(n["lfdb"]) == {255}
+        for num, p in n["ports"].items():
+            if num != "0":                    # ibsim: switch port 0 ACTIVE
+                assert p["state"] in (1, 2)   # DOWN or INIT
+    f.close()
 
 
 def test_unlinked_port_and_relink(started):
