@@ -29,7 +29,7 @@ import rdma
 from rdma import IBA
 from rdma._mad import MADError
 from rdma._errors import RDMAError
-from rdma.subnet import (CA, PORT_STATE_DOWN, Node, Port, Subnet, Switch)
+from rdma.subnet import PORT_STATE_DOWN, Node, Port, Subnet, Switch
 
 __all__ = ["load", "topo_SMP", "subnet_ninf_SMP", "subnet_pinf_SMP",
            "subnet_swinf_SMP", "subnet_lfdb_SMP", "topo_peer_SMP",
@@ -57,7 +57,7 @@ def _lid_path(sched: Any, lid: int) -> Any:
                             qkey=IBA.IB_DEFAULT_QP0_QKEY)
 
 
-# -- single queries ------------------------------------------------------------
+# -- single queries -----------------------------------------------------------
 
 def subnet_pinf_SMP(sched: Any, sbn: Subnet, sel: int, path: Any):
     """Coroutine: read the PortInfo of port *sel* through *path* into
@@ -148,7 +148,7 @@ def subnet_lfdb_SMP(sched: Any, sbn: Subnet):
     sbn.loaded.add("all_LFDB")
 
 
-# -- the topology walk -----------------------------------------------------------
+# -- the topology walk --------------------------------------------------------
 
 def _bad_ninf(ninf: Any) -> Optional[str]:
     """Why a NodeInfo cannot be used (a broken or hostile node), or
@@ -369,7 +369,7 @@ def subnet_get_port(sched: Any, sbn: Subnet, path: Any,
     yield subnet_fill_port(sched, sbn, port, path, get_desc)
 
 
-# -- from the SA -----------------------------------------------------------------
+# -- from the SA --------------------------------------------------------------
 #
 # Flat coroutines (each yields RPCs only), so that they run on a scheduler
 # (sched.run) and on a synchronous transactor (do_async) alike.
@@ -477,7 +477,7 @@ def _load_SA(sched: Any, sbn: Subnet, want: Set[str]) -> None:
         _run_flat(sched, subnet_swinf_SA(sched, sbn))
 
 
-# -- load ----------------------------------------------------------------------
+# -- load ---------------------------------------------------------------------
 
 def scheduler_class(name: Optional[str] = None) -> type:
     """The MAD scheduler class: :class:`rdma.sched.MADSchedule` (*name*
@@ -556,7 +556,7 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str],
     return sbn
 
 
-# -- a dump for scripts and tests ------------------------------------------------
+# -- a dump for scripts and tests ---------------------------------------------
 
 def subnet_summary(sbn: Subnet) -> dict:
     """A JSON-friendly summary of *sbn*: ``nodes`` (type, GUIDs, ports
