@@ -376,7 +376,7 @@ class Subnet:
             raise RDMAError(f"a directed route has at most "
                             f"{P.DR_MAX_HOPS} hops: {tuple(dr)}")
         if isinstance(path, P.IBDRPath):
-            return path.copy(drPath=dr)
+            return path.extend(portIdx)
         local = path.end_port
         if path.DLID in (0, IBA.LID_PERMISSIVE) or \
                 path.DLID == getattr(local, "lid", None):
