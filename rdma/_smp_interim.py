@@ -1,12 +1,13 @@
-"""Interim SMP support for :mod:`rdma.discovery` (to be replaced).
+"""Interim MAD scheduler for :mod:`rdma.discovery` (to be replaced).
 
-The transactor with directed-route SMPs and ``rdma.sched`` are being
-written on another branch.  Until they land, discovery runs on this
-module: :class:`MADSchedule`, a scheduler with
-python-rdma's coroutine interface (``yield sched.SubnGet(...)``,
-``sched.mqueue``, ``sched.queue``, ``sched.run``) that keeps up to
-:attr:`MADSchedule.max_outstanding` SMPs in flight on a
-:class:`rdma.umad.UMAD`.  It does SubnGet/SubnSet only.
+``rdma.sched`` is being written on another branch.  Until it lands,
+discovery runs on :class:`MADSchedule` here: python-rdma's coroutine
+interface (``yield sched.SubnGet(...)``, ``sched.mqueue``, ``sched.queue``,
+``sched.run``) on :class:`rdma.madtransactor.MADTransactor` (so every RPC
+of the transactor works, encoded, checked and decoded by it) over a
+:class:`rdma.umad.UMAD`, with up to :attr:`MADSchedule.max_outstanding`
+MADs in flight.  A BUSY or REDIRECT answer is an error here (the
+synchronous transactor retries or follows it).
 
 :func:`rdma.discovery.scheduler_class` prefers ``rdma.sched.MADSchedule``
 when it exists.
@@ -20,63 +21,9 @@ import time
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from rdma import IBA
-from rdma._mad import MADError, MADFormatError, MADTimeoutError
-from rdma.binstruct import BinStruct
+from rdma.madtransactor import MADTransactor
 
-__all__ = ["MADSchedule", "encode_smp"]
-
-MGMT_CLASS_SMP_LID = 0x01
-MGMT_CLASS_SMP_DR = 0x81
-METHOD_GET = 0x01
-METHOD_SET = 0x02
-METHOD_GET_RESP = 0x81
-
-
-def _attr_id(cls: type) -> int:
-    aid = getattr(cls, "MAD_ATTRIBUTE_ID", 0)
-    if not aid:
-        raise TypeError(f"{cls.__name__} is not an SMP attribute")
-    return aid
-
-
-def _is_dr(path: Any) -> bool:
-    return hasattr(path, "drPath")
-
-
-def encode_smp(method: int, cls: type, payload: Optional[BinStruct],
-               path: Any, tid: int, amod: int = 0) -> bytes:
-    """One 256-byte SMP: directed route (class 0x81) on an
-    :class:`rdma.path.IBDRPath`, else LID routed (class 0x01)."""
-    buf = bytearray(256)
-    dr = _is_dr(path)
-    buf[0] = 1
-    buf[1] = MGMT_CLASS_SMP_DR if dr else MGMT_CLASS_SMP_LID
-    buf[2] = 1
-    buf[3] = method
-    buf[8:16] = tid.to_bytes(8, "big")
-    buf[16:18] = _attr_id(cls).to_bytes(2, "big")
-    buf[20:24] = (amod & 0xFFFFFFFF).to_bytes(4, "big")
-    buf[24:32] = getattr(path, "MKey", 0).to_bytes(8, "big")
-    if dr:
-        route = bytes(path.drPath)
-        buf[7] = len(route) - 1
-        buf[32:34] = path.drSLID.to_bytes(2, "big")
-        buf[34:36] = path.drDLID.to_bytes(2, "big")
-        buf[128:128 + len(route)] = route
-    if payload is not None:
-        payload.pack_into(buf, 64)
-    return bytes(buf)
-
-
-def _req(work: "_Work") -> Any:
-    fmt = IBA.SMPFormatDirected if work.buf[1] == MGMT_CLASS_SMP_DR \
-        else IBA.SMPFormat
-    return fmt.unpack(work.buf, 0)
-
-
-def _describe(cls: type, path: Any, amod: int) -> str:
-    where = str(path)
-    return f"SubnGet({cls.__name__}, amod {amod}) on {where}"
+__all__ = ["MADSchedule"]
 
 
 class _Ctx:
@@ -98,28 +45,32 @@ class _Ctx:
 
 
 class _Work:
-    """One SMP to send: what :meth:`MADSchedule.SubnGet` returns."""
+    """One MAD to send: what the RPC calls of :class:`MADSchedule`
+    return (``yield`` it)."""
 
-    __slots__ = ("method", "cls", "payload", "path", "amod", "ctx", "buf",
-                 "tries")
+    __slots__ = ("buf", "fmt", "path", "newer", "completer", "ctx", "tries",
+                 "key", "fmt_cls")
 
-    def __init__(self, method: int, cls: type, payload: Any, path: Any,
-                 amod: int):
-        self.method = method
-        self.cls = cls
-        self.payload = payload
+    def __init__(self, buf: bytearray, fmt: Any, path: Any, newer: type,
+                 completer: Any, fmt_cls: Any = None):
+        self.buf = buf
+        #: The request ``*Format`` (None on the fast path until needed).
+        self.fmt = fmt
+        #: Its class, for the fast path.
+        self.fmt_cls = fmt_cls
         self.path = path
-        self.amod = amod
+        self.newer = newer
+        self.completer = completer
         self.ctx: Optional[_Ctx] = None
-        self.buf = b""
         self.tries = 0
+        self.key = 0
 
 
-class MADSchedule:
-    """Run coroutines that issue SMPs, many SMPs in flight at once
+class MADSchedule(MADTransactor):
+    """Run coroutines that issue MADs, many in flight at once
     (python-rdma's ``rdma.sched.MADSchedule`` interface)."""
 
-    #: SMPs in flight at most.
+    #: MADs in flight at most.
     max_outstanding = 16
     #: Seconds to wait for a reply before re-sending.
     timeout = 0.25
@@ -134,6 +85,7 @@ class MADSchedule:
         self._umad = umad
         #: The local end port (SMP paths start here).
         self.end_port = umad.end_port
+        self.trace_func = getattr(umad, "trace_func", None)
         if max_outstanding is not None:
             self.max_outstanding = max_outstanding
         if timeout is not None:
@@ -157,17 +109,69 @@ class MADSchedule:
         self._timers: List[Tuple[float, int]] = []
         self._error: Optional[BaseException] = None
 
-    # -- the MADTransactor calls: they return work to yield
+    # -- the MADTransactor core: RPC calls return work to yield
 
-    def SubnGet(self, payload: Any, path: Any, attributeModifier: int = 0
-                ) -> _Work:
-        cls = payload if isinstance(payload, type) else type(payload)
-        return _Work(METHOD_GET, cls, None, path, attributeModifier)
+    def _doMAD(self, fmt: Any, payload: Any, path: Any,
+               attributeModifier: int, method: int,
+               completer: Any = None) -> _Work:
+        buf = self._prepareMAD(fmt, payload, attributeModifier, method, path)
+        newer = payload if isinstance(payload, type) else type(payload)
+        return _Work(buf, fmt, path, newer, completer)
 
-    def SubnSet(self, payload: BinStruct, path: Any,
-                attributeModifier: int = 0) -> _Work:
-        return _Work(METHOD_SET, type(payload), payload, path,
-                     attributeModifier)
+    def _get_new_TID(self) -> int:
+        return self._umad._get_new_TID()
+
+    def _subn_do(self, payload: Any, path: Any, attributeModifier: int,
+                 method: int) -> Any:
+        # The fast path of discovery: a SubnGet is laid out here in a few
+        # microseconds (building and packing an SMPFormat costs ~0.3 ms);
+        # the reply is checked by hand and only its attribute decoded.
+        # Anything unusual (a Set, a trace function, an error reply) goes
+        # through the transactor's own _prepareMAD/_completeMAD.
+        dr = getattr(path, "drPath", None)
+        if not isinstance(payload, type) or \
+                method != IBA.MAD_METHOD_GET or self.trace_func is not None \
+                or (dr is not None and not 1 <= len(dr) <= 64):
+            return MADTransactor._subn_do(self, payload, path,
+                                          attributeModifier, method)
+        buf = bytearray(256)
+        buf[0] = 1
+        buf[2] = 1
+        buf[3] = method
+        buf[12:16] = self._get_new_TID().to_bytes(4, "big")
+        buf[16:18] = payload.MAD_ATTRIBUTE_ID.to_bytes(2, "big")
+        buf[20:24] = (attributeModifier & 0xFFFFFFFF).to_bytes(4, "big")
+        buf[24:32] = (getattr(path, "MKey", 0) or 0).to_bytes(8, "big")
+        if dr is not None:
+            dr = bytes(dr)
+            buf[1] = IBA.MAD_SUBNET_DIRECTED
+            buf[7] = len(dr) - 1
+            buf[32:34] = getattr(path, "drSLID",
+                                 IBA.LID_PERMISSIVE).to_bytes(2, "big")
+            buf[34:36] = getattr(path, "drDLID",
+                                 IBA.LID_PERMISSIVE).to_bytes(2, "big")
+            buf[128:128 + len(dr)] = dr
+            fmt = IBA.SMPFormatDirected
+        else:
+            buf[1] = IBA.MAD_SUBNET
+            fmt = IBA.SMPFormat
+        return _Work(buf, None, path, payload, None, fmt)
+
+    def _complete_fast(self, work: _Work, rbuf: Any) -> Any:
+        """The reply of a fast-path SubnGet: its attribute, or None when
+        the generic path must judge it (an error, a short reply...)."""
+        newer = work.newer
+        if len(rbuf) < 64 + newer.MAD_LENGTH or rbuf[1] != work.buf[1] or \
+                rbuf[3] != IBA.MAD_METHOD_GET_RESP or \
+                rbuf[16:18] != work.buf[16:18]:
+            return None
+        status = int.from_bytes(rbuf[4:6], "big")
+        if rbuf[1] == IBA.MAD_SUBNET_DIRECTED:
+            status &= 0x7FFF
+        if status:
+            return None
+        self.reply_path = None
+        return newer(rbuf, 64)
 
     # -- queueing
 
@@ -275,35 +279,43 @@ class MADSchedule:
                             f"sched.SubnGet(...), a coroutine or a context")
 
     def _send(self, work: _Work) -> None:
-        tid = self._umad.next_tid()
-        work.buf = encode_smp(work.method, work.cls, work.payload,
-                              work.path, tid, work.amod)
-        self._transmit(work, tid)
+        work.key = self._get_reply_match_key(work.buf)
+        self._transmit(work)
 
-    def _transmit(self, work: _Work, tid: int) -> None:
+    def _transmit(self, work: _Work) -> None:
         work.tries += 1
         deadline = time.monotonic() + self.timeout
-        self._pending[tid] = (deadline, work)
-        heapq.heappush(self._timers, (deadline, tid))
+        self._pending[work.key] = (deadline, work)
+        heapq.heappush(self._timers, (deadline, work.key))
         self.sent += 1
         try:
-            self._umad.sendto(work.buf, work.path)
+            # The kernel needs a response timeout for RMPP (SA); it costs
+            # ~15x per send through the ibsim shim, so SMPs go without.
+            self._umad.sendto(work.buf, work.path,
+                              timeout_ms=int(self.timeout * 1000)
+                              if work.buf[1] == 0x03 else 0)
         except Exception as e:          # noqa: BLE001 - to the coroutine
-            del self._pending[tid]
+            del self._pending[work.key]
             self._ready.appendleft((work.ctx, None, e))
 
-    def _complete(self, work: _Work, data: bytes) -> None:
-        if len(data) < 128:
-            raise MADFormatError(f"{_describe(work.cls, work.path, work.amod)}"
-                                 f": reply of {len(data)} bytes", reply=data)
-        status = int.from_bytes(data[4:6], "big")
-        if data[1] == MGMT_CLASS_SMP_DR:
-            status &= 0x7FFF
-        if status:
-            raise MADError(f"{_describe(work.cls, work.path, work.amod)}: "
-                           f"status {status:#x}", status, _req(work), data,
-                           path=work.path)
-        return work.cls.unpack(data, 64)
+    def _complete(self, work: _Work, ret: Any) -> None:
+        """Decode a reply (or a timeout: *ret* None) into the result or
+        the exception its coroutine gets."""
+        if work.fmt is None:
+            if ret is not None:
+                res = self._complete_fast(work, ret[0])
+                if res is not None:
+                    self._ready.appendleft((work.ctx, res, None))
+                    return
+            # The generic path wants the request format: decode ours.
+            work.fmt = work.fmt_cls(bytes(work.buf))
+        try:
+            res = self._completeMAD(ret, work.fmt, work.path, work.newer,
+                                    work.completer)
+        except Exception as e:          # noqa: BLE001 - to the coroutine
+            self._ready.appendleft((work.ctx, None, e))
+        else:
+            self._ready.appendleft((work.ctx, res, None))
 
     def _loop(self) -> None:
         umad = self._umad
@@ -324,9 +336,16 @@ class MADSchedule:
                 if self._ready or self._sendq:
                     continue
                 return
-            wakeat = self._timers[0][0]
-            got = umad.recvfrom(wakeat) if wakeat > time.monotonic() \
-                else None
+            timers, pending = self._timers, self._pending
+            # Drop the timers of MADs already answered.
+            while timers and (timers[0][1] not in pending or
+                              pending[timers[0][1]][0] != timers[0][0]):
+                heapq.heappop(timers)
+            wakeat = timers[0][0]
+            now = time.monotonic()
+            # recvfrom() waits whole milliseconds: at least one.
+            got = umad.recvfrom(max(wakeat, now + 0.001)) \
+                if wakeat > now else None
             if got is None:
                 self._expire()
                 continue
@@ -334,31 +353,23 @@ class MADSchedule:
             if len(data) < 24 or not data[3] & 0x80:
                 self.unmatched += 1
                 continue
-            tid = int.from_bytes(data[12:16], "big")
-            ent = self._pending.pop(tid, None)
+            ent = self._pending.pop(self._get_match_key(data), None)
             if ent is None:
                 self.unmatched += 1
                 continue
-            work = ent[1]
-            try:
-                res, exc = self._complete(work, data), None
-            except MADError as e:
-                res, exc = None, e
-            self._ready.appendleft((work.ctx, res, exc))
+            self._complete(ent[1], got)
 
     def _expire(self) -> None:
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
-            _, tid = heapq.heappop(self._timers)
-            ent = self._pending.get(tid)
+            _, key = heapq.heappop(self._timers)
+            ent = self._pending.get(key)
             if ent is None or ent[0] > now:
                 continue
-            del self._pending[tid]
+            del self._pending[key]
             work = ent[1]
             if work.tries <= self.retries:
-                self._transmit(work, tid)
+                self._transmit(work)
                 continue
-            self._ready.appendleft((work.ctx, None, MADTimeoutError(
-                f"no reply to {_describe(work.cls, work.path, work.amod)} "
-                f"after {work.tries} tries ({self.timeout} s each)",
-                request=_req(work), path=work.path)))
+            self._last_timing = (work.tries, int(self.timeout * 1000))
+            self._complete(work, None)

@@ -13,14 +13,23 @@ medians side by side:
 - ``ours+start``: the wall time of our process, Python start and imports
   included (ibnetdiscover's start is in its figure).
 
-Ratios are ours / ibnetdiscover (below 1: we are faster).  Not a test:
+The same three as CPU time (user + system: of the processes, and of
+``load()`` inside ours) depend less on the machine's load.  Ratios are
+ours / ibnetdiscover (below 1: we are faster).  Not a test:
 pytest does not collect it.  Run::
 
     .venv/bin/python tests/bench/bench_discovery.py [--radix 8,16,36,62]
-        [--repeat 5] [--outstanding 16]
+        [--repeat 5] [--outstanding 16] [--sa-radix 8,16 --shim FIXED.so]
+
+``--sa-radix`` adds SA GetTable of every PathRecord against ``saquery
+-p`` (all pairs of end ports: 1936 records at radix 8, 23104 at 16); it
+needs RMPP, which the stock umad2sim shim cuts: give ``--shim`` the fixed
+one.
 """
 import argparse
 import json
+import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -31,10 +40,17 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "sa"))
 sys.path.insert(0, str(ROOT / "tests" / "sa" / "topologies"))
 
+import fabric  # noqa: E402
 from fabric import Fabric  # noqa: E402
 from gen_fattree import Tree  # noqa: E402
 
 CLIENT = "Hca2"
+
+
+def _children_cpu():
+    """User + system CPU seconds of the waited-for children so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def wait_active(f, node=CLIENT, timeout=30.0):
@@ -55,19 +71,23 @@ def one_size(radix, repeat, outstanding, scratch):
         up = f.startup_s
         wait_active(f)
         theirs, mine, mine_wall, smps = [], [], [], None
+        theirs_cpu, mine_cpu, mine_cpu_all = [], [], []
         argv = [sys.executable, "-m", "rdma.discovery"]
         if outstanding:
             argv += ["--outstanding", str(outstanding)]
         for _ in range(repeat):
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), _children_cpu()
             out = f.run(["ibnetdiscover"], CLIENT, timeout=300).stdout
             theirs.append(time.monotonic() - t0)
+            theirs_cpu.append(_children_cpu() - c0)
             assert out.count("\nCa\t") + out.count("\nSwitch\t") == \
                 tree.num_hcas + tree.num_switches, "ibnetdiscover missed nodes"
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), _children_cpu()
             res = json.loads(f.run(argv, CLIENT, timeout=300).stdout)
             mine_wall.append(time.monotonic() - t0)
+            mine_cpu_all.append(_children_cpu() - c0)
             mine.append(res["times"][-1])
+            mine_cpu.append(res["cpu_times"][-1])
             smps = res["smps"]
             if res["errors"] or len(res["nodes"]) != \
                     tree.num_hcas + tree.num_switches:
@@ -79,8 +99,59 @@ def one_size(radix, repeat, outstanding, scratch):
                 "ibnetdiscover": statistics.median(theirs),
                 "ours": statistics.median(mine),
                 "ours_start": statistics.median(mine_wall),
+                "cpu_ibnetdiscover": statistics.median(theirs_cpu),
+                "cpu_ours": statistics.median(mine_cpu),
+                "cpu_ours_start": statistics.median(mine_cpu_all),
                 "all": {"ibnetdiscover": theirs, "ours": mine,
-                        "ours_start": mine_wall}}
+                        "ours_start": mine_wall, "cpu_ibnetdiscover":
+                        theirs_cpu, "cpu_ours": mine_cpu,
+                        "cpu_ours_start": mine_cpu_all}}
+    finally:
+        f.close()
+
+
+#: Our side of the SA benchmark: one GetTable of every PathRecord.
+SA_SCRIPT = """
+import json, time, rdma
+from rdma import IBA
+umad = rdma.get_umad(None)
+t0, c0 = time.monotonic(), time.process_time()
+recs = umad.SubnAdmGetTable(IBA.SAPathRecord())
+print(json.dumps({"n": len(recs), "t": time.monotonic() - t0,
+                  "cpu": time.process_time() - c0}))
+"""
+
+
+def sa_size(radix, repeat, scratch):
+    """GetTable of all PathRecords: ``saquery -p`` against
+    ``UMAD.SubnAdmGetTable(SAPathRecord())`` (RMPP: needs a shim that
+    passes it)."""
+    tree = Tree(radix)
+    topo = scratch / f"fattree{radix}"
+    topo.write_text(tree.text())
+    f = Fabric(topo, scratch / f"sa{radix}")
+    try:
+        f.start()
+        wait_active(f)
+        theirs, mine, mine_wall, n = [], [], [], None
+        for _ in range(repeat):
+            t0 = time.monotonic()
+            out = f.run(["saquery", "-p"], CLIENT, timeout=600).stdout
+            theirs.append(time.monotonic() - t0)
+            got = out.count("PathRecord dump")
+            t0 = time.monotonic()
+            res = json.loads(f.run([sys.executable, "-c", SA_SCRIPT], CLIENT,
+                                   timeout=600).stdout)
+            mine_wall.append(time.monotonic() - t0)
+            mine.append(res["t"])
+            if res["n"] != got:
+                raise RuntimeError(f"saquery printed {got} PathRecords, "
+                                   f"we got {res['n']}")
+            n = got
+        return {"radix": radix, "records": n,
+                "saquery": statistics.median(theirs),
+                "ours": statistics.median(mine),
+                "ours_start": statistics.median(mine_wall)}
     finally:
         f.close()
 
@@ -94,10 +165,21 @@ def main():
                     help="SMPs in flight (default: the scheduler's)")
     ap.add_argument("--json", action="store_true",
                     help="also print one RESULT {json} line per size")
+    ap.add_argument("--sa-radix", default="",
+                    help="also time GetTable of all PathRecords against "
+                         "saquery -p on these fat-trees (e.g. 8,16)")
+    ap.add_argument("--shim", type=Path, default=None,
+                    help="the umad2sim shim to use (the stock one cuts "
+                         "RMPP: the SA benchmark needs a fixed one)")
     a = ap.parse_args()
+    if a.shim is not None:
+        fabric.SHIM = a.shim
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+          f"CPUs; wall seconds, then CPU seconds (user+system)")
     print(f"{'radix':>5} {'HCAs':>5} {'sw':>4} {'SMPs':>6} {'SM up':>6} "
           f"{'ibnetdisc':>9} {'ours':>7} {'ours+start':>10} "
-          f"{'ratio':>6} {'ratio+start':>11}")
+          f"{'ratio':>6} {'ratio+start':>11} | {'cpu ibnd':>8} "
+          f"{'cpu ours':>8} {'+start':>7} {'ratio':>6}")
     with tempfile.TemporaryDirectory(prefix="bench-disc-") as tmp:
         for r in (int(x) for x in a.radix.split(",")):
             res = one_size(r, a.repeat, a.outstanding, Path(tmp))
@@ -106,7 +188,25 @@ def main():
                   f"{res['smps'] or '-':>6} {res['sm_up_s']:>5.2f}s "
                   f"{t:>8.3f}s {res['ours']:>6.3f}s "
                   f"{res['ours_start']:>9.3f}s {res['ours'] / t:>6.2f} "
-                  f"{res['ours_start'] / t:>11.2f}", flush=True)
+                  f"{res['ours_start'] / t:>11.2f} | "
+                  f"{res['cpu_ibnetdiscover']:>7.3f}s "
+                  f"{res['cpu_ours']:>7.3f}s {res['cpu_ours_start']:>6.2f}s "
+                  f"{res['cpu_ours'] / res['cpu_ibnetdiscover']:>6.2f}",
+                  flush=True)
+            if a.json:
+                print("RESULT " + json.dumps(res), flush=True)
+        if a.sa_radix:
+            print(f"\nGetTable of all PathRecords (wall seconds)\n"
+                  f"{'radix':>5} {'records':>8} {'saquery':>8} "
+                  f"{'ours':>7} {'ours+start':>10} {'ratio':>6} "
+                  f"{'ratio+start':>11}")
+        for r in (int(x) for x in a.sa_radix.split(",") if x):
+            res = sa_size(r, a.repeat, Path(tmp))
+            t = res["saquery"]
+            print(f"{r:>5} {res['records']:>8} {t:>7.3f}s "
+                  f"{res['ours']:>6.3f}s {res['ours_start']:>9.3f}s "
+                  f"{res['ours'] / t:>6.2f} {res['ours_start'] / t:>11.2f}",
+                  flush=True)
             if a.json:
                 print("RESULT " + json.dumps(res), flush=True)
 

@@ -240,7 +240,7 @@ def test_node_that_does_not_answer(started):
         f.console('Error "Hca4" 0')
     assert len(mine["errors"]) == 1, mine["errors"]
     err = mine["errors"][0]
-    assert "DR Path (0, 1, 4)" in err and "no reply" in err, err
+    assert "DR Path (0, 1, 4)" in err and "timed out" in err, err
     got = ours(mine)
     descs = sorted(n[2] for n in got[0].values())
     assert descs == ["Hca1", "Hca2", "Hca3", "Switch1"]
