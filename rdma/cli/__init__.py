@@ -1,7 +1,10 @@
 """The ``ibtool`` command line (also ``python -m rdma``): verbs tools
 (``devices``, ``devinfo``, ``pingpong``, ``perf``, ``validate``, ``demo``)
 and InfiniBand management tools named and shaped like infiniband-diags'
-(``ibstat``, ``smpquery``, ``saquery``).  The script is not called ``rdma``: that is
+(``ibstat``, ``smpquery``, ``ibaddr``, ``sminfo``, ``perfquery``,
+``ibnetdiscover``, ``ibswitches``, ``ibhosts``, ``ibroute``,
+``ibtracert``, ``ibqueryerrors``, ``ibportstate``, ``set_nodedesc``,
+``saquery``).  The script is not called ``rdma``: that is
 iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
@@ -66,6 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     _ibstat.add_parser(sub)
     from rdma.cli import smpquery as _smpquery
     _smpquery.add_parser(sub)
+    from rdma.cli import inquiry as _inquiry
+    _inquiry.add_parsers(sub)
+    from rdma.cli import topology as _topology
+    _topology.add_parsers(sub)
+    from rdma.cli import routes as _routes
+    _routes.add_parsers(sub)
+    from rdma.cli import errors as _errors
+    _errors.add_parser(sub)
+    from rdma.cli import portstate as _portstate
+    _portstate.add_parser(sub)
+    from rdma.cli import nodedesc as _nodedesc
+    _nodedesc.add_parser(sub)
+    from rdma.cli import ibvalidate as _ibvalidate
+    _ibvalidate.add_parser(sub)
     return parser
 
 
@@ -94,7 +111,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the ``rdma`` command; return its exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Commands with a "rest" list take positionals after options too
+        # (smpquery -D nodeinfo 0,1 and smpquery nodeinfo -D 0,1), as the
+        # C tools' getopt does; anything else is an error as before.
+        if not isinstance(getattr(args, "rest", None), list) or \
+                any(e.startswith("-") and len(e) > 1 and
+                    not e[1:2].isdigit() for e in extra):
+            parser.parse_args(argv)         # exits 2 naming the argument
+        args.rest.extend(extra)
     try:
         return args.func(args)
     except RDMAError as e:

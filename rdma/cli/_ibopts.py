@@ -16,7 +16,7 @@ import argparse
 from typing import Any, Optional
 
 __all__ = ["add_device_options", "add_target_options", "get_end_port",
-           "parse_target", "CmdError"]
+           "parse_target", "smp_path", "gmp_path", "smp_get", "CmdError"]
 
 
 class CmdError(ValueError):
@@ -104,3 +104,64 @@ def parse_target(value: str, args: Optional[argparse.Namespace] = None,
     if lid and (is_dr or not getattr(path, "DLID", 0)):
         raise CmdError(f"{value!r} is not a LID (-L)")
     return path
+
+
+def _lid_of(path: Any, umad: Any, text: str) -> None:
+    """Give a GID-only path its LID through the SA (a PathRecord)."""
+    import rdma.path
+    if getattr(path, "DLID", 0):
+        return
+    try:
+        rdma.path.resolve_path(umad, path)
+    except Exception as e:        # noqa: BLE001 - reported as usage
+        raise CmdError(f"cannot resolve {text!r} to a LID through the SA: "
+                       f"{e}") from None
+
+
+def smp_path(target: Optional[str], args: argparse.Namespace,
+             end_port: Any, umad: Any) -> Any:
+    """The path an SMP to ``target`` takes: the directed route to the
+    local port when ``target`` is None, the route itself for ``-D``, else
+    a LID-routed path to QP0 (a GUID is resolved to a LID through the
+    SA)."""
+    import rdma.IBA as IBA
+    import rdma.path
+    if target is None:
+        return rdma.path.IBDRPath(end_port)
+    path = parse_target(target, args, end_port)
+    if isinstance(path, rdma.path.IBDRPath):
+        return path
+    _lid_of(path, umad, target)
+    path.dqpn = 0
+    path.sqpn = 0
+    path.qkey = IBA.IB_DEFAULT_QP0_QKEY
+    path.SLID = end_port.lid
+    return path
+
+
+def gmp_path(target: Optional[str], args: argparse.Namespace,
+             end_port: Any, umad: Any) -> Any:
+    """The LID-routed path a GMP (PerfMgt...) to ``target`` takes, to QP1
+    (the local port when ``target`` is None).  A directed route is not a
+    GMP path: :class:`CmdError`."""
+    import rdma.IBA as IBA
+    import rdma.path
+    if target is None:
+        path = rdma.path.IBPath(end_port, DLID=end_port.lid)
+    else:
+        path = parse_target(target, args, end_port)
+        if isinstance(path, rdma.path.IBDRPath):
+            raise CmdError(f"{target!r}: a directed route cannot carry "
+                           f"this MAD; give a LID or GUID")
+        _lid_of(path, umad, target)
+    path.dqpn = 1
+    path.sqpn = 1
+    path.qkey = IBA.IB_DEFAULT_QP1_QKEY
+    path.SLID = end_port.lid
+    return path
+
+
+def smp_get(umad: Any, cls: type, path: Any, amod: int = 0) -> Any:
+    """One SubnGet of ``cls`` over ``path`` with python-rdma's transactor
+    API; return the decoded attribute."""
+    return umad.SubnGet(cls, path, amod)

@@ -7,19 +7,24 @@ infiniband-diags' ``smpquery`` prints them.
     ibtool smpquery -D nodedesc 0,1     # by directed route
     ibtool smpquery nodeinfo            # the local port
 
-Implemented operations: ``nodeinfo`` (``NI``) and ``nodedesc`` (``ND``).
-The SMPs go through the MAD transactor (``umad.SubnGet``) where the umad
-object has one, else through :mod:`rdma.discovery`'s scheduler.
+Implemented operations: ``nodeinfo`` (``NI``), ``nodedesc`` (``ND``),
+``portinfo`` (``PI``, optional port number after the target),
+``switchinfo`` (``SI``), ``pkeys``, ``sl2vl``, ``vlarb`` and ``guids``
+(a port's GUIDInfo; the installed ``smpquery`` lacks it).  The capability
+bit names under ``CapMask`` are the IBA specification's.
+The SMPs go through the MAD transactor (:meth:`rdma.umad.UMAD.SubnGet`).
 """
 from __future__ import annotations
 
 import argparse
 from typing import Any, Callable, Dict, List, Tuple
 
+from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
-                              add_target_options, get_end_port, parse_target)
+                              add_target_options, get_end_port, smp_get,
+                              smp_path)
 
-__all__ = ["add_parser", "smpquery", "smp_get", "format_fields"]
+__all__ = ["add_parser", "smpquery", "format_fields"]
 
 _NODE_TYPES = {1: "Channel Adapter", 2: "Switch", 3: "Router"}
 
@@ -54,12 +59,112 @@ def _nodedesc(nd: Any) -> List[str]:
     return ["Node Description:" + text.split("\0", 1)[0].rjust(32, ".")]
 
 
-#: operation -> (attribute name in rdma.IBA, header title, formatter)
-_OPS: Dict[str, Tuple[str, str, Callable[[Any], List[str]]]] = {
-    "nodeinfo": ("SMPNodeInfo", "Node info", _nodeinfo),
-    "nodedesc": ("SMPNodeDescription", "Node Description", _nodedesc),
+#: operation -> (attribute name in rdma.IBA, header title, formatter,
+#: whether the attribute modifier is a port number)
+_OPS: Dict[str, Tuple[str, str, Callable[[Any], List[str]], bool]] = {
+    "nodeinfo": ("SMPNodeInfo", "Node info", _nodeinfo, False),
+    "nodedesc": ("SMPNodeDescription", "Node Description", _nodedesc,
+                 False),
+    "portinfo": ("SMPPortInfo", "Port info", _ibfmt.portinfo_lines, True),
+    "switchinfo": ("SMPSwitchInfo", "Switch info", _ibfmt.switchinfo_lines,
+                   False),
 }
-_ALIASES = {"NI": "nodeinfo", "ND": "nodedesc"}
+_ALIASES = {"NI": "nodeinfo", "ND": "nodedesc", "PI": "portinfo",
+            "SI": "switchinfo", "PKeyTable": "pkeys", "PKEY": "pkeys",
+            "SL2VL": "sl2vl", "VLArb": "vlarb", "GI": "guids"}
+#: Operations that read several attributes (see _TABLES).
+_TABLE_OPS = ("pkeys", "sl2vl", "vlarb", "guids")
+
+
+def _text(nd: Any) -> str:
+    raw = nd.nodeString
+    text = raw if isinstance(raw, str) else bytes(raw).decode(
+        "utf-8", "replace")
+    return text.split("\0", 1)[0]
+
+
+def _pkeys(umad: Any, path: Any, port: int, where: str) -> List[str]:
+    """``smpquery pkeys``: the P_Key table, 8 per line, and its size
+    (a CA's or switch port 0's PartitionCap, a switch external port's
+    PartitionEnforcementCap)."""
+    import rdma.IBA as IBA
+    ni = smp_get(umad, IBA.SMPNodeInfo, path)
+    switch = ni.nodeType == 2
+    cap = ni.partitionCap
+    if switch and port:
+        cap = smp_get(umad, IBA.SMPSwitchInfo, path).partitionEnforcementCap
+    keys: List[int] = []
+    for block in range((cap + 31) // 32):
+        amod = (port << 16 | block) if switch else block
+        keys += list(smp_get(umad, IBA.SMPPKeyTable, path, amod).PKeyBlock)
+    keys = keys[:cap]
+    out = [f"{i:4d}: " + " ".join(f"0x{k:04x}" for k in keys[i:i + 8])
+           for i in range(0, len(keys), 8)]
+    return out + [f"{cap} pkeys capacity for this port"]
+
+
+def _sl2vl(umad: Any, path: Any, port: int, where: str) -> List[str]:
+    """``smpquery sl2vl``: a CA port's SL to VL table, or a switch's for
+    every input port towards output port ``port``."""
+    import rdma.IBA as IBA
+    ni = smp_get(umad, IBA.SMPNodeInfo, path)
+    out = [f"# SL2VL table: {where}",
+           "#                 SL: |" + "".join(f"{i:2d}|"
+                                                for i in range(16))]
+    pairs = [(i, port) for i in range(ni.numPorts + 1)] \
+        if ni.nodeType == 2 else [(0, 0)]
+    for inp, outp in pairs:
+        t = smp_get(umad, IBA.SMPSLToVLMappingTable, path, inp << 8 | outp)
+        out.append(f"ports: in {inp:2d}, out {outp:2d}: |" +
+                   "".join(f"{v:2d}|" for v in t.SLtoVL))
+    return out
+
+
+def _vlarb(umad: Any, path: Any, port: int, where: str) -> List[str]:
+    """``smpquery vlarb``: the low and high priority VL arbitration
+    tables of a port (as many entries as its caps say)."""
+    import rdma.IBA as IBA
+    ni = smp_get(umad, IBA.SMPNodeInfo, path)
+    if ni.nodeType == 2 and port == 0:
+        si = smp_get(umad, IBA.SMPSwitchInfo, path)
+        if not si.enhancedPort0:
+            return [f"# No VLArbitration tables (BSP0): {where} port 0"]
+    pi = smp_get(umad, IBA.SMPPortInfo, path, port)
+    low, high = pi.VLArbitrationLowCap, pi.VLArbitrationHighCap
+    out = [f"# VLArbitration tables: {where} port {port} LowCap {low} "
+           f"HighCap {high}"]
+    for name, first, cap in (("Low", 1, low), ("High", 3, high)):
+        entries: List[int] = []
+        for b in range((cap + 31) // 32):
+            t = smp_get(umad, IBA.SMPVLArbitrationTable, path,
+                        (first + b) << 16 | port)
+            entries += list(t.VLWeightBlock)
+        entries = entries[:cap]
+        out.append(f"# {name} priority VL Arbitration Table:")
+        out.append("VL    : |" + "".join(f"0x{e >> 8 & 0xF:<2x}|"
+                                         for e in entries))
+        out.append("WEIGHT: |" + "".join(f"0x{e & 0xFF:<2x}|"
+                                         for e in entries))
+    return out
+
+
+def _guids(umad: Any, path: Any, port: int, where: str) -> List[str]:
+    """The GUIDInfo table of a port (``GUIDCap`` entries, 8 per block)."""
+    import rdma.IBA as IBA
+    pi = smp_get(umad, IBA.SMPPortInfo, path, port)
+    guids: List[int] = []
+    for block in range((pi.GUIDCap + 7) // 8):
+        guids += [int(g) for g in smp_get(umad, IBA.SMPGUIDInfo, path,
+                                          block).GUIDBlock]
+    guids = guids[:pi.GUIDCap]
+    out = [f"# GUIDInfo: {where}"]
+    out += [f"{i:4d}: " + " ".join(f"0x{g:016x}" for g in guids[i:i + 4])
+            for i in range(0, len(guids), 4)]
+    return out + [f"{pi.GUIDCap} guids capacity for this port"]
+
+
+_TABLES = {"pkeys": _pkeys, "sl2vl": _sl2vl, "vlarb": _vlarb,
+           "guids": _guids}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -68,56 +173,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "smpquery", help="read a node's SMP attributes (like smpquery)",
         description="Query SMP attributes: " + ", ".join(
             f"{op} ({a})" for a, op in _ALIASES.items()))
-    p.add_argument("op", metavar="OP", help="nodeinfo (NI) or nodedesc (ND)")
-    p.add_argument("target", nargs="?", default=None,
-                   help="LID (default), -G port GUID or -D route; "
-                        "default: the local port")
+    p.add_argument("op", metavar="OP",
+                   help="nodeinfo (NI), nodedesc (ND), portinfo (PI) or "
+                        "switchinfo (SI)")
+    p.add_argument("rest", nargs="*", metavar="TARGET",
+                   help="LID (default), -G port GUID or -D route "
+                        "(default: the local port); portinfo: the port "
+                        "(default 0: the port the SMP arrives on)")
     add_device_options(p)
     add_target_options(p)
     p.add_argument("-t", "--timeout", type=int, default=None, metavar="MS",
                    help="timeout of each SMP in ms")
     p.set_defaults(func=smpquery)
     return p
-
-
-def smp_get(umad: Any, cls: type, path: Any, amod: int = 0) -> Any:
-    """One SubnGet of ``cls`` over ``path``; return the decoded attribute.
-
-    Uses python-rdma's transactor method ``umad.SubnGet`` when the umad
-    object has it, else one coroutine on :mod:`rdma.discovery`'s MAD
-    scheduler."""
-    if hasattr(umad, "SubnGet"):
-        return umad.SubnGet(cls, path, amod)
-    from rdma.discovery import scheduler_class
-    sched = scheduler_class()(umad)
-    out: List[Any] = []
-
-    def one() -> Any:
-        out.append((yield sched.SubnGet(cls, path, amod)))
-
-    sched.run(queue=one())
-    return out[0]
-
-
-def _smp_path(args: argparse.Namespace, end_port: Any, umad: Any) -> Any:
-    import rdma.IBA as IBA
-    import rdma.path
-    if args.target is None:
-        return rdma.path.IBDRPath(end_port)
-    path = parse_target(args.target, args, end_port)
-    if isinstance(path, rdma.path.IBDRPath):
-        return path
-    if not getattr(path, "DLID", 0):
-        try:
-            rdma.path.resolve_path(umad, path)
-        except Exception as e:        # noqa: BLE001 - reported as usage
-            raise CmdError(f"cannot resolve {args.target!r} to a LID "
-                           f"through the SA: {e}") from None
-    path.dqpn = 0
-    path.sqpn = 0
-    path.qkey = IBA.IB_DEFAULT_QP0_QKEY
-    path.SLID = end_port.lid
-    return path
 
 
 def _header(title: str, path: Any) -> str:
@@ -134,16 +202,54 @@ def smpquery(args: argparse.Namespace) -> int:
     import rdma.IBA as IBA
     import rdma.umad
     op = _ALIASES.get(args.op, args.op)
-    if op not in _OPS:
+    if op not in _OPS and op not in _TABLES:
         raise CmdError(f"unknown operation {args.op!r} (implemented: "
-                       f"{', '.join(_OPS)})")
-    attr, title, fmt = _OPS[op]
+                       f"{', '.join(list(_OPS) + list(_TABLES))})")
+    if len(args.rest) > 2:
+        raise CmdError(f"too many arguments: {' '.join(args.rest)}")
+    args.target = args.rest[0] if args.rest else None
+    try:
+        args.portnum = int(args.rest[1], 0) if len(args.rest) > 1 else None
+    except ValueError:
+        raise CmdError(f"bad port number {args.rest[1]!r}") from None
+    if op in _TABLES:
+        return _table(args, op)
+    attr, title, fmt, by_port = _OPS[op]
+    if args.portnum is not None and not by_port:
+        raise CmdError(f"{op} takes no port number")
+    amod = args.portnum or 0
+    if not 0 <= amod <= 255:
+        raise CmdError(f"port {amod} is out of range 0-255")
     end_port = get_end_port(args)
     kw = {} if args.timeout is None else {"timeout_ms": args.timeout}
     with rdma.umad.UMAD(end_port, **kw) as umad:
-        path = _smp_path(args, end_port, umad)
-        value = smp_get(umad, getattr(IBA, attr), path)
+        path = smp_path(args.target, args, end_port, umad)
+        value = smp_get(umad, getattr(IBA, attr), path, amod)
+        lines = fmt(value)
+        if op == "portinfo" and value.capabilityMask == 0 and amod:
+            # a switch's external port: its capabilities are port 0's
+            port0 = smp_get(umad, IBA.SMPPortInfo, path, 0)
+            lines = fmt(value, port0.capabilityMask)
     if op != "nodedesc":
-        print(_header(title, path))
-    print("\n".join(fmt(value)))
+        head = _header(title, path)
+        print(f"{head} port {amod}" if by_port else head)
+    print("\n".join(lines))
     return 0
+
+
+def _table(args: argparse.Namespace, op: str) -> int:
+    import rdma.umad
+    port = args.portnum or 0
+    if not 0 <= port <= 254:
+        raise CmdError(f"port {port} is out of range 0-254")
+    end_port = get_end_port(args)
+    kw = {} if args.timeout is None else {"timeout_ms": args.timeout}
+    with rdma.umad.UMAD(end_port, **kw) as umad:
+        path = smp_path(args.target, args, end_port, umad)
+        lines = _TABLES[op](umad, path, port, _where(path))
+    print("\n".join(lines))
+    return 0
+
+
+def _where(path: Any) -> str:
+    return _header("", path)[len("# : "):]

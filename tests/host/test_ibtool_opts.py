@@ -46,3 +46,41 @@ def test_bad_targets_name_the_problem(text, args, words):
     with pytest.raises(CmdError) as ei:
         parse_target(text, args)
     assert words in str(ei.value) and isinstance(ei.value, ValueError)
+
+
+def _run(*args, env=None):
+    import os
+    import subprocess
+    import sys
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "rdma", *args],
+                          capture_output=True, text=True, timeout=60, env=e)
+
+
+def test_set_nodedesc_reads_and_writes_node_desc(tmp_path):
+    """set_nodedesc works on the kernel's node_desc files (here a copy of
+    their layout: the host has no InfiniBand device)."""
+    for ca in ("mlx5_0", "mlx5_1"):
+        (tmp_path / ca).mkdir()
+        (tmp_path / ca / "node_desc").write_text(f"old {ca}\n")
+    env = {"RDMA_SYSFS_INFINIBAND": str(tmp_path)}
+    res = _run("set_nodedesc", env=env)
+    assert res.stdout.splitlines() == ["mlx5_0: old mlx5_0",
+                                       "mlx5_1: old mlx5_1"]
+    res = _run("set_nodedesc", "-C", "mlx5_1", "-v", "host-b", env=env)
+    assert res.returncode == 0 and res.stdout == "mlx5_1: host-b\n"
+    assert (tmp_path / "mlx5_0" / "node_desc").read_text() == "old mlx5_0\n"
+    res = _run("set_nodedesc", "-C", "mlx9", env=env)
+    assert res.returncode == 2 and "mlx9" in res.stderr
+    res = _run("set_nodedesc", "x" * 65, env=env)
+    assert res.returncode == 2 and "64" in res.stderr
+
+
+def test_management_commands_are_listed():
+    res = _run("--help")
+    for cmd in ("ibstat", "ibaddr", "sminfo", "smpquery", "perfquery",
+                "ibroute", "ibtracert", "ibportstate", "ibqueryerrors",
+                "saquery", "set_nodedesc", "ibswitches", "ibhosts",
+                "ibnetdiscover", "devices", "devinfo", "pingpong", "perf",
+                "validate", "demo"):
+        assert cmd in res.stdout, cmd

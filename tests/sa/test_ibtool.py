@@ -60,13 +60,13 @@ def all_lids(fabric):
     return lids
 
 
-@pytest.mark.parametrize("op", ["nodeinfo", "nodedesc", "NI", "ND"])
+@pytest.mark.parametrize("op", ["nodeinfo", "ND", "PI"])
 def test_smpquery_by_lid(fabric, all_lids, op):
     """smpquery OP LID: the same lines for every node of the fabric."""
     for lid in all_lids:
         theirs, ours = both(fabric, ["smpquery", op, str(lid)], "Hca2")
         assert ours.splitlines() == theirs.splitlines(), lid
-        assert len(diags.fields(ours)) in (1, 12)
+        assert len(diags.fields(ours)) in (1, 12, 51)
 
 
 @pytest.mark.parametrize("route", ["0", "0,1", "0,1,2", "0,1,3,1"])
@@ -86,3 +86,342 @@ def test_smpquery_errors_are_clear(fabric):
                          check=False)
         assert res.returncode == 2, res.stderr
         assert words in res.stderr and "Traceback" not in res.stderr
+
+
+def test_smpquery_portinfo_every_port(fabric, all_lids):
+    """smpquery portinfo LID PORT: every port of Switch1 (linked and not),
+    ports 0, 4 and 8 of Switch2 and every HCA port, line for line
+    (capability names included)."""
+    for lid in all_lids:
+        info = diags.fields(fabric.run(["smpquery", "nodeinfo", str(lid)],
+                                       "Hca2").stdout)
+        for port in range(diags.as_int(info["NumPorts"]) + 1):
+            if info["NodeType"] != "Switch" and port == 0:
+                continue
+            if lid == 3 and port not in (0, 4, 8):
+                continue
+            theirs, ours = both(fabric, ["smpquery", "portinfo", str(lid),
+                                         str(port)], "Hca2")
+            assert ours.splitlines() == theirs.splitlines(), (lid, port)
+
+
+def test_smpquery_switchinfo(fabric, all_lids):
+    switches = 0
+    for lid in all_lids:
+        theirs = fabric.run(["smpquery", "switchinfo", str(lid)], "Hca2",
+                            check=False)
+        if theirs.returncode != 0:
+            continue                    # an HCA has no SwitchInfo
+        switches += 1
+        ours = fabric.run([sys.executable, "-m", "rdma", "smpquery", "SI",
+                           str(lid)], "Hca2").stdout
+        assert ours.splitlines() == theirs.stdout.splitlines()
+    assert switches == 2
+
+
+@pytest.mark.parametrize("argv", [["smpquery", "-D", "switchinfo", "0,1"],
+                                  ["smpquery", "switchinfo", "-D", "0,1"],
+                                  ["smpquery", "portinfo", "-D", "0,1", "3"],
+                                  ["smpquery", "-D", "portinfo", "0"]])
+def test_smpquery_options_anywhere(fabric, argv):
+    """Options before or after the positionals, as with getopt."""
+    theirs, ours = both(fabric, argv, "Hca2")
+    assert ours.splitlines() == theirs.splitlines()
+
+
+def _sminfo_fields(text):
+    """sminfo's one line without the activity count (it ticks)."""
+    line = text.strip()
+    head, _, tail = line.partition(", activity count ")
+    return head, tail.split(" ", 1)[1]
+
+
+@pytest.mark.parametrize("argv", [["sminfo"], ["sminfo", "1"],
+                                  ["sminfo", "-D", "0,1,3,1"]])
+def test_sminfo(fabric, argv):
+    theirs, ours = both(fabric, argv, "Hca2")
+    assert _sminfo_fields(ours) == _sminfo_fields(theirs)
+    assert "SMINFO_MASTER" in ours
+
+
+@pytest.mark.parametrize("argv", [["ibaddr"], ["ibaddr", "4"],
+                                  ["ibaddr", "-l", "2"], ["ibaddr", "-g", "4"],
+                                  ["ibaddr", "-D", "0,1"],
+                                  ["ibaddr", "-D", "0,1,3,1"]])
+@pytest.mark.parametrize("node", ["Hca2", "Hca4"])
+def test_ibaddr(fabric, argv, node):
+    theirs, ours = both(fabric, argv, node)
+    assert ours == theirs and ours.strip()
+
+
+def test_ibaddr_by_guid(fabric):
+    """-G: the port GUID is resolved to a LID through the SA (the
+    installed ibaddr cannot: its SA path query fails on ibsim)."""
+    want = fabric.run(["ibaddr", "4"], "Hca2").stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", "ibaddr", "-G",
+                       "0x100004"], "Hca2").stdout
+    assert ours == want
+
+
+TRAFFIC = {"PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts",
+           "PortUnicastXmitPkts", "PortUnicastRcvPkts",
+           "PortMulticastXmitPkts", "PortMulticastRcvPkts", "PortXmitWait"}
+
+
+@pytest.mark.parametrize("argv", [["perfquery"], ["perfquery", "2", "3"],
+                                  ["perfquery", "4", "1"],
+                                  ["perfquery", "-x", "2", "3"],
+                                  ["perfquery", "-x"]])
+def test_perfquery(fabric, argv):
+    """perfquery: the same header and fields; error counters equal,
+    traffic counters no lower than the reference read just before (the
+    queries themselves are traffic)."""
+    theirs, ours = both(fabric, argv, "Hca2")
+    assert ours.splitlines()[0] == theirs.splitlines()[0]
+    t, o = diags.fields(theirs), diags.fields(ours)
+    assert list(o) == list(t) and len(o) >= 10
+    for k in t:
+        if k in TRAFFIC:
+            assert diags.as_int(o[k]) >= diags.as_int(t[k]), k
+        else:
+            assert o[k] == t[k], k
+
+
+@pytest.mark.parametrize("ext", [False, True])
+def test_perfquery_reset(fabric, ext):
+    """-R resets the port's counters (read back with perfquery); -r reads,
+    then resets."""
+    x = ["-x"] if ext else []
+    ref = ["perfquery", *x, "2", "3"]
+    fabric.run(ref, "Hca2")
+    before = diags.fields(fabric.run(ref, "Hca2").stdout)
+    assert diags.as_int(before["PortXmitPkts"]) > 3
+    res = fabric.run([sys.executable, "-m", "rdma", "perfquery", *x, "-R",
+                      "2", "3"], "Hca2")
+    assert res.stdout == ""
+    after = diags.fields(fabric.run(ref, "Hca2").stdout)
+    assert diags.as_int(after["PortXmitPkts"]) <= 3
+    mine = fabric.run([sys.executable, "-m", "rdma", "perfquery", *x, "-r",
+                       "2", "3"], "Hca2").stdout
+    assert diags.as_int(diags.fields(mine)["PortXmitPkts"]) >= \
+        diags.as_int(after["PortXmitPkts"])
+    again = diags.fields(fabric.run(ref, "Hca2").stdout)
+    assert diags.as_int(again["PortXmitPkts"]) <= 3
+
+
+def test_gmp_over_directed_route_is_refused(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "perfquery", "-D",
+                      "0,1"], "Hca2", check=False)
+    assert res.returncode == 2 and "directed route" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def _topology_blocks(text):
+    """ibnetdiscover output as a set of node blocks (the header with its
+    date dropped; the order of nodes is discovery order, not compared)."""
+    blocks = [b.strip("\n") for b in text.split("\n\n")]
+    assert blocks[0].startswith("#\n# Topology file: generated on ")
+    head = blocks[0].splitlines()[-1]
+    return head, sorted(b for b in blocks[1:] if b)
+
+
+@pytest.mark.parametrize("topology", ["2sw4hca", "2sw2hca2port", "1sw4hca",
+                                      "net"])
+def test_ibnetdiscover(fabrics, topology):
+    """ibnetdiscover: every node block (GUIDs, descriptions, LIDs, links,
+    widths and speeds) equal to infiniband-diags'."""
+    fabric = fabrics(topology)
+    theirs, ours = both(fabric, ["ibnetdiscover"], "Hca1")
+    th, tb = _topology_blocks(theirs)
+    oh, ob = _topology_blocks(ours)
+    assert oh == th and ob == tb and len(ob) >= 3
+
+
+@pytest.mark.parametrize("cmd", ["ibswitches", "ibhosts"])
+@pytest.mark.parametrize("topology", ["2sw4hca", "2sw2hca2port"])
+def test_ibswitches_ibhosts(fabrics, topology, cmd):
+    theirs, ours = both(fabrics(topology), [cmd], "Hca1")
+    assert sorted(ours.splitlines()) == sorted(theirs.splitlines())
+    assert ours.strip()
+
+
+
+@pytest.mark.parametrize("argv", [["ibroute", "2"], ["ibroute", "3"],
+                                  ["ibroute", "-n", "2"],
+                                  ["ibroute", "-a", "3", "0", "8"],
+                                  ["ibroute", "3", "4"],
+                                  ["ibroute", "2", "1", "3"],
+                                  ["ibroute", "-D", "0,1"],
+                                  ["ibroute", "-D", "0,1,3"]])
+def test_ibroute(fabric, argv):
+    """ibroute: the header, every forwarding entry and destination."""
+    theirs, ours = both(fabric, argv, "Hca2")
+    assert ours.splitlines() == theirs.splitlines()
+    assert "dumped" in ours
+
+
+def test_ibroute_not_a_switch(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "ibroute", "4"], "Hca2",
+                     check=False)
+    assert res.returncode == 2 and "not a switch" in res.stderr
+
+
+def test_ibtracert_every_pair(fabric, all_lids):
+    """ibtracert SLID DLID from an HCA on each switch and from a switch to
+    every LID: the same hops (CA-CA across both switches, CA-switch,
+    switch-CA, to itself)."""
+    for s in (1, 4, 2):
+        for d in all_lids:
+            theirs, ours = both(fabric, ["ibtracert", str(s), str(d)],
+                                "Hca2")
+            assert ours.splitlines() == theirs.splitlines(), (s, d)
+
+
+def test_ibtracert_unknown_lid(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "ibtracert", "4", "99"],
+                     "Hca2", check=False)
+    assert res.returncode == 2 and "99" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def _error_report(text):
+    """ibqueryerrors output as (set of per-node blocks, summary lines)."""
+    body, _, summary = text.partition("\n## Summary")
+    blocks, cur = [], []
+    for line in body.splitlines():
+        if line.startswith("Errors for "):
+            cur = [line]
+            blocks.append(cur)
+        elif line.strip() and cur:
+            cur.append(line)
+    return sorted(tuple(b) for b in blocks), summary
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    """2sw4hca with error counters set through ibsim's console."""
+    from conftest import TOPOLOGIES
+    from fabric import Fabric
+    f = Fabric(TOPOLOGIES["2sw4hca"], tmp_path_factory.mktemp("faulty"),
+               console=True)
+    try:
+        f.start()
+        for c in ('PerformanceSet "Switch2"[5] PortCounters.PortRcvErrors=3',
+                  'PerformanceSet "Hca4"[1] '
+                  'PortCounters.SymbolErrorCounter=7',
+                  'PerformanceSet "Switch1"[2] '
+                  'PortCounters.PortRcvSwitchRelayErrors=2'):
+            f.console(c)
+        yield f
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("argv", [["ibqueryerrors"], ["ibqueryerrors", "-c"],
+                                  ["ibqueryerrors", "--switch"],
+                                  ["ibqueryerrors", "--ca"]])
+def test_ibqueryerrors(faulty, argv):
+    """Counters set in ibsim are reported node by node as ibqueryerrors
+    reports them (port ALL included), with the same summary and status."""
+    theirs = faulty.run(argv, "Hca2", check=False)
+    ours = faulty.run([sys.executable, "-m", "rdma", *argv], "Hca2",
+                      check=False)
+    assert ours.returncode == theirs.returncode == 1
+    assert _error_report(ours.stdout) == _error_report(theirs.stdout)
+    assert "[SymbolErrorCounter == 7]" in ours.stdout or \
+        argv[-1] == "--switch"
+
+
+def test_ibqueryerrors_clean_fabric(fabric):
+    theirs = fabric.run(["ibqueryerrors"], "Hca2", check=False)
+    ours = fabric.run([sys.executable, "-m", "rdma", "ibqueryerrors"],
+                      "Hca2", check=False)
+    assert ours.returncode == theirs.returncode == 0
+    assert ours.stdout == theirs.stdout
+
+
+def test_ibqueryerrors_threshold_and_clear(faulty):
+    """--threshold hides a counter at or under it; -k clears what it read
+    (read back with perfquery)."""
+    res = faulty.run([sys.executable, "-m", "rdma", "ibqueryerrors",
+                      "--ca", "--threshold", "SymbolErrorCounter=7"],
+                     "Hca2", check=False)
+    assert res.returncode == 0 and "Hca4" not in res.stdout
+    assert "SymbolErrorCounter=7" in res.stdout
+    res = faulty.run([sys.executable, "-m", "rdma", "ibqueryerrors", "--ca",
+                      "-k"], "Hca2", check=False)
+    assert res.returncode == 1 and "SymbolErrorCounter == 7" in res.stdout
+    pc = diags.fields(faulty.run(["perfquery", "6", "1"], "Hca2").stdout)
+    assert pc["SymbolErrorCounter"] == "0"
+    bad = faulty.run([sys.executable, "-m", "rdma", "ibqueryerrors",
+                      "--threshold", "Bogus=1"], "Hca2", check=False)
+    assert bad.returncode == 2 and "Bogus" in bad.stderr
+
+
+def _first_block(text):
+    """ibportstate's output up to its peer query (which infiniband-diags
+    sends by a LID-then-DR route that ibsim does not forward)."""
+    return text.split("ibportstate: iberror")[0].rstrip().splitlines()
+
+
+@pytest.mark.parametrize("argv", [["ibportstate", "4", "1"],
+                                  ["ibportstate", "2", "1"],
+                                  ["ibportstate", "3", "5"],
+                                  ["ibportstate", "-D", "0", "1"],
+                                  ["ibportstate", "3", "7", "query"]])
+def test_ibportstate_query(fabric, argv):
+    theirs = fabric.run(argv, "Hca2", check=False).stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", *argv], "Hca2").stdout
+    assert _first_block(ours) == _first_block(theirs)
+    assert "PortInfo:" in ours
+
+
+def test_ibportstate_disable_enable(tmp_path):
+    """disable takes a switch port's link down (PhysLinkState Disabled
+    read back with smpquery), enable brings it back to Polling/LinkUp.
+    On a fabric of its own: the others stay intact."""
+    from conftest import TOPOLOGIES
+    from fabric import Fabric
+    with Fabric(TOPOLOGIES["1sw4hca"], tmp_path) as f:
+        _disable_enable(f)
+
+
+def _disable_enable(f):
+    ours = [sys.executable, "-m", "rdma", "ibportstate"]
+    out = f.run(ours + ["2", "4", "disable"], "Hca1").stdout
+    assert "Disable may be irreversible" in out and "After PortInfo set" in out
+    pi = diags.fields(f.run(["smpquery", "portinfo", "2", "4"],
+                            "Hca1").stdout)
+    assert pi["PhysLinkState"] == "Disabled"
+    f.run(ours + ["2", "4", "enable"], "Hca1")
+    pi = diags.fields(f.run(["smpquery", "portinfo", "2", "4"],
+                            "Hca1").stdout)
+    assert pi["PhysLinkState"] in ("Polling", "LinkUp")
+    bad = f.run(ours + ["2", "4", "explode"], "Hca1", check=False)
+    assert bad.returncode == 2 and "explode" in bad.stderr
+
+
+@pytest.mark.parametrize("op", ["pkeys", "sl2vl", "vlarb"])
+def test_smpquery_tables(fabric, all_lids, op):
+    """pkeys, sl2vl, vlarb: switch ports 0, 1, 3 and 8 and every CA port,
+    line for line."""
+    for lid in all_lids:
+        info = diags.fields(fabric.run(["smpquery", "nodeinfo", str(lid)],
+                                       "Hca2").stdout)
+        ports = (0, 1, 3, 8) if info["NodeType"] == "Switch" else (1,)
+        for port in ports:
+            theirs, ours = both(fabric, ["smpquery", op, str(lid),
+                                         str(port)], "Hca2")
+            assert ours.splitlines() == theirs.splitlines(), (lid, port)
+
+
+def test_smpquery_guids(fabric):
+    """guids (GUIDInfo, which the installed smpquery does not have): entry
+    0 is the port GUID smpquery nodeinfo reports."""
+    ours = fabric.run([sys.executable, "-m", "rdma", "smpquery", "guids",
+                       "4", "1"], "Hca2").stdout.splitlines()
+    info = diags.fields(fabric.run(["smpquery", "nodeinfo", "4"],
+                                   "Hca2").stdout)
+    assert ours[0] == "# GUIDInfo: Lid 4"
+    assert ours[1].split()[1] == info["PortGuid"]
+    assert ours[-1] == "32 guids capacity for this port"
