@@ -198,6 +198,57 @@ def test_sa_discovery_equals_ibnetdiscover(started, name):
     f.close()
 
 
+#: python-rdma's partial-discovery calls, as its ibtool uses them.
+PARTIAL = """
+import json, sys
+import rdma, rdma.discovery, rdma.path, rdma.sched, rdma.subnet
+umad = rdma.get_umad(None)
+sched = rdma.sched.MADSchedule(umad)
+out = {}
+for lid_routed in (True, False):
+    sbn = rdma.subnet.Subnet()
+    sbn.lid_routed = lid_routed
+    sbn.paths = {}
+    path = rdma.path.from_string("0,1", require_ep=umad.end_port)
+    sched.run(queue=rdma.discovery.subnet_get_port(sched, sbn, path))
+    port = sbn.path_to_port(path)
+    sw = port.parent
+    sched.run(queue=rdma.discovery.topo_surround_SMP(sched, sbn, sw))
+    out[str(lid_routed)] = {
+        "guid": int(sw.ninf.nodeGUID), "lid": port.LID,
+        "peers": sorted([q.port_id, int(sbn.topology[q].parent.ninf.nodeGUID),
+                         sbn.topology[q].port_id]
+                        for q, i in sw.iterports() if q in sbn.topology)}
+sbn = rdma.subnet.Subnet()
+sched.run(queue=rdma.discovery.subnet_ninf_LIDS_SMP(
+    sched, sbn, [int(x) for x in sys.argv[1].split(",")]))
+out["by_lid"] = sorted([p.LID, int(p.parent.ninf.nodeGUID), p.port_id]
+                       for p in sbn.iterend_ports() if p.LID)
+print(json.dumps(out))
+"""
+
+
+def test_partial_discovery_calls(started):
+    """python-rdma's subnet_get_port + topo_surround_SMP (the switch
+    behind our port and everything cabled to it; LID routed or not) and
+    subnet_ninf_LIDS_SMP (NodeInfo by LID) agree with ibnetdiscover."""
+    f = started("2sw4hca")
+    nodes, links, lids, _ = ibnetdiscover(f)
+    res = json.loads(f.run([sys.executable, "-c", PARTIAL,
+                            ",".join(str(x) for x in lids.values())],
+                           CLIENT).stdout)
+    for mode in ("True", "False"):
+        sw = res[mode]
+        assert nodes[sw["guid"]][0] == "Switch"
+        assert sw["lid"] == lids[(sw["guid"], 0)]
+        want = sorted([p, rg, rp] for l in links for (g, p) in l
+                      if g == sw["guid"]
+                      for (rg, rp) in l if (rg, rp) != (g, p))
+        assert sw["peers"] == want, mode
+    by_lid = {lid: (g, port) for lid, g, port in res["by_lid"]}
+    assert by_lid == {lid: key for key, lid in lids.items()}
+
+
 def test_lfdb_equals_ibroute(started):
     """Every switch's linear forwarding table equals ibroute's, on the
     two-switch fabric."""
