@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import heapq
 import inspect
+import struct
 import time
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
@@ -25,6 +26,11 @@ from rdma import IBA
 from rdma.madtransactor import MADTransactor
 
 __all__ = ["MADSchedule"]
+
+#: The header of a LID-routed SMP up to M_Key (IBA 14.2.1.1), and of a
+#: directed-route one up to DrDLID (14.2.1.2).
+_LID_HEAD = struct.Struct(">BBBBHBBQHHIQ")
+_DR_HEAD = struct.Struct(">BBBBHBBQHHIQHH")
 
 
 class _Ctx:
@@ -136,25 +142,21 @@ class MADSchedule(MADTransactor):
             return MADTransactor._subn_do(self, payload, path,
                                           attributeModifier, method)
         buf = bytearray(256)
-        buf[0] = 1
-        buf[2] = 1
-        buf[3] = method
-        buf[12:16] = self._get_new_TID().to_bytes(4, "big")
-        buf[16:18] = payload.MAD_ATTRIBUTE_ID.to_bytes(2, "big")
-        buf[20:24] = (attributeModifier & 0xFFFFFFFF).to_bytes(4, "big")
-        buf[24:32] = (getattr(path, "MKey", 0) or 0).to_bytes(8, "big")
+        tid = self._get_new_TID()
+        mkey = getattr(path, "MKey", 0) or 0
         if dr is not None:
             dr = bytes(dr)
-            buf[1] = IBA.MAD_SUBNET_DIRECTED
-            buf[7] = len(dr) - 1
-            buf[32:34] = getattr(path, "drSLID",
-                                 IBA.LID_PERMISSIVE).to_bytes(2, "big")
-            buf[34:36] = getattr(path, "drDLID",
-                                 IBA.LID_PERMISSIVE).to_bytes(2, "big")
+            _DR_HEAD.pack_into(buf, 0, 1, IBA.MAD_SUBNET_DIRECTED, 1, method,
+                               0, 0, len(dr) - 1, tid,
+                               payload.MAD_ATTRIBUTE_ID, 0,
+                               attributeModifier & 0xFFFFFFFF, mkey,
+                               path.drSLID, path.drDLID)
             buf[128:128 + len(dr)] = dr
             fmt = IBA.SMPFormatDirected
         else:
-            buf[1] = IBA.MAD_SUBNET
+            _LID_HEAD.pack_into(buf, 0, 1, IBA.MAD_SUBNET, 1, method, 0, 0, 0,
+                                tid, payload.MAD_ATTRIBUTE_ID, 0,
+                                attributeModifier & 0xFFFFFFFF, mkey)
             fmt = IBA.SMPFormat
         return _Work(buf, None, path, payload, None, fmt)
 

@@ -601,13 +601,25 @@ def _value_text(f: _Field, v: Any) -> str:
     return str(v)
 
 
+def _decoded_data(s: BinStruct, f: _Field) -> Any:
+    """The value of row ``f`` for printing: the ``data`` of a format is
+    shown as the attribute its ``attributeID`` names (python-rdma's
+    printer does the same)."""
+    v = s.__dict__[f.name]
+    if f.name == "data" and isinstance(s, BinFormat):
+        attr = _iba().ATTR_TO_STRUCT.get((type(s), s.attributeID))
+        if attr is not None and attr.MAD_LENGTH <= len(v):
+            return attr(bytes(v))
+    return v
+
+
 def _dotted(out: TextIO, s: BinStruct, prefix: str = "",
             column: int = 33, skip_reserved: bool = True) -> None:
     for f in s.FIELDS:
         if skip_reserved and f.reserved:
             continue
-        v = s.__dict__[f.name]
-        if f.kind == "struct":
+        v = _decoded_data(s, f)
+        if isinstance(v, BinStruct) or f.kind == "struct":
             items = v if f.count > 1 else [v]
             for i, sub in enumerate(items):
                 tag = f"[{i}]" if f.count > 1 else ""
@@ -649,9 +661,9 @@ def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
         cursor = max(cursor, upto)
 
     for f in s.FIELDS:
-        v = s.__dict__[f.name]
+        v = _decoded_data(s, f)
         word = (f.offset // 32) * 4
-        if f.kind == "struct" and f.offset % 32 == 0:
+        if isinstance(v, BinStruct) and f.offset % 32 == 0:
             flush(word)
             items = v if f.count > 1 else [v]
             for i, sub in enumerate(items):
@@ -670,7 +682,7 @@ def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
                 names.setdefault(word + (i // per) * 4, []).append(
                     f"{f.name}[{i}]={_value_text(f, x)}")
             continue
-        if f.kind == "struct":
+        if isinstance(v, BinStruct):
             text = f"<{type(v).__name__}>"
         elif f.count > 1 and f.fmt != "s":
             text = "[" + ", ".join(_value_text(f, x) for x in v) + "]"

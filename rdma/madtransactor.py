@@ -39,7 +39,8 @@ from typing import Any, Callable, List, Optional, Tuple, Type, Union
 
 import rdma.IBA as IBA
 from rdma._mad import (MADClassError, MADError, MADFormatError,
-                       MADTimeoutError, SAError, class_code_text, describe)
+                       MADTimeoutError, SAError, class_code_text,
+                       decode_sa_reply, describe)
 from rdma.binstruct import BinFormat, BinStruct
 
 __all__ = ["MADTransactor", "TRACE_SEND", "TRACE_COMPLETE",
@@ -287,7 +288,7 @@ class MADTransactor:
                     f"attribute {rfmt.attributeID:#x}")
         if is_sa:
             try:
-                rep = IBA_sa_decode(rbuf, newer)
+                rep = _sa_decode(rbuf, newer)
             except MADFormatError as e:
                 e.req, e.path = fmt, path
                 e.message(f"RPC {describe(fmt)} to {path}")
@@ -712,6 +713,6 @@ def _one_record(records: Any) -> Any:
     return records
 
 
-def IBA_sa_decode(rbuf: bytes, newer: Type[BinStruct]) -> Any:
-    from rdma._mad import decode_sa_reply
+def _sa_decode(rbuf: bytes, newer: Type[BinStruct]) -> Any:
+    """The records of an SA reply (rdma._mad.decode_sa_reply)."""
     return decode_sa_reply(rbuf, newer)

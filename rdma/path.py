@@ -713,6 +713,26 @@ class IBDRPath(IBPath):
             return f"DR Path {dr!r} -> {self.drDLID}"
         return f"DR Path {self.DLID} -> {dr!r} -> {self.drDLID}"
 
+    def extend(self, port: int) -> "IBDRPath":
+        """A copy of this route one hop longer, out of *port* of the node
+        it reaches (``returnPath`` is not carried over).  Discovery makes
+        one per link: this skips the checks of the hops already made.
+
+        :raises ValueError: for a port outside 1..254 or past 63 hops."""
+        if not isinstance(port, int) or not 1 <= port <= 254:
+            raise ValueError(f"port {port!r} is not in 1..254")
+        dr = self.drPath
+        if len(dr) > DR_MAX_HOPS:
+            raise ValueError(f"{self}: a directed route has at most "
+                             f"{DR_MAX_HOPS} hops")
+        new = object.__new__(type(self))
+        d = new.__dict__
+        for k, v in self.__dict__.items():
+            if k[0] != "_" and k != "returnPath":
+                d[k] = v
+        d["drPath"] = dr + bytes((port,))
+        return new
+
     def dr_string(self) -> str:
         """The route as infiniband-diags writes it: ``0,1,3``."""
         return ",".join(str(i) for i in self.drPath)

@@ -40,7 +40,7 @@ import inspect
 import itertools
 import sys
 import time
-from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from rdma.madtransactor import MADTransactor, _Busy, _Redirect, _key
 

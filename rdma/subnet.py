@@ -367,7 +367,9 @@ class Subnet:
 
     def advance_dr(self, path: Any, portIdx: int) -> Any:
         """Return a new :class:`~rdma.path.IBDRPath`: *path* and then out
-        of port *portIdx* of the node it reaches.
+        of port *portIdx* of the node it reaches.  From a LID-routed path
+        it extends the directed route :attr:`paths` holds for the same
+        port, else it makes a route with a LID-routed start.
 
         :raises rdma.RDMAError: past 63 hops."""
         P = _path_mod()
@@ -376,7 +378,12 @@ class Subnet:
             raise RDMAError(f"a directed route has at most "
                             f"{P.DR_MAX_HOPS} hops: {tuple(dr)}")
         if isinstance(path, P.IBDRPath):
-            return path.copy(drPath=dr)
+            return path.extend(portIdx)
+        # LID routed: extend the directed route known to the same port, if
+        # any (not every SMA takes a LID-routed start; ibsim does not).
+        ep = self.path_to_port(path) if self.paths else None
+        if ep is not None and ep in self.paths:
+            return self.paths[ep].extend(portIdx)
         local = path.end_port
         if path.DLID in (0, IBA.LID_PERMISSIVE) or \
                 path.DLID == getattr(local, "lid", None):
@@ -394,6 +401,11 @@ class Subnet:
         """Record what is known about the end port *port* (its number,
         GUID, LID and LMC, the path that reached it) and return it.
         For a switch *portIdx* must be 0."""
+        if LID is None and path is not None and \
+                not isinstance(path, _path_mod().IBDRPath) and \
+                0 < path.DLID < IBA.LID_MULTICAST:
+            # A LID-routed path reached it: that is its LID.
+            LID = path.DLID
         node = port.parent
         if portIdx is not None:
             node.set_port(portIdx, port)
@@ -538,8 +550,11 @@ class Subnet:
                              "its NodeInfo first")
         node = end.parent
         if isinstance(node, Switch):
-            return node.get_port(0)
+            port0 = node.get_port(0)
+            self.link_end_port(port0, **kwargs)
+            return port0
         if localPortNum is None:
+            self.link_end_port(end, **kwargs)
             return end
         self.link_end_port(end, **kwargs)
         return node.get_port(localPortNum)
@@ -560,7 +575,7 @@ class Subnet:
         port.pinf = pinf
         return port
 
-    # -- iteration -------------------------------------------------------------
+    # -- iteration ------------------------------------------------------------
 
     def iternodes(self) -> Iterator[Node]:
         """Every node."""

@@ -267,3 +267,19 @@ def test_fuzz_every_decoder(cls, raw, offset):
     assert obj.pack() == raw[offset:offset + cls.MAD_LENGTH]
     obj.printer(io.StringIO())
     obj.printer(io.StringIO(), format="dotted")
+
+
+def test_format_printer_decodes_the_attribute():
+    """As python-rdma's printer: a format's data shows as the attribute
+    its attributeID names."""
+    f = IBA.SMPFormat()
+    f.attributeID = IBA.SMPPortInfo.MAD_ATTRIBUTE_ID
+    IBA.SMPPortInfo(LID=7).pack_into(f.data)
+    out = io.StringIO()
+    f.printer(out)
+    text = out.getvalue()
+    assert "   + data SMPPortInfo\n 64 " in text
+    assert " 80 00070000 LID=7,masterSMLID=0\n" in text
+    out = io.StringIO()
+    f.printer(out, format="dotted")
+    assert "data.LID" + "." * 25 + "7\n" in out.getvalue()

@@ -120,3 +120,17 @@ def test_copy_keeps_the_route():
     p = IBDRPath(None, drPath=b"\0\1", drDLID=7)
     q = p.copy(drPath=b"\0\1\2")
     assert q.drPath == b"\0\1\2" and q.drDLID == 7 and p.drPath == b"\0\1"
+
+
+def test_extend_is_one_hop_more():
+    p = IBDRPath(None, drPath=b"\0\1", drDLID=7, retries=2,
+                 returnPath=b"\0\3")
+    q = p.extend(5)
+    assert q.drPath == b"\0\1\5" and q.drDLID == 7 and q.retries == 2
+    assert q.returnPath is None and p.drPath == b"\0\1"
+    assert q == IBDRPath(None, drPath=b"\0\1\5", drDLID=7, retries=2)
+    for bad in (0, 255, -1, "3"):
+        with pytest.raises(ValueError):
+            p.extend(bad)
+    with pytest.raises(ValueError, match="63 hops"):
+        IBDRPath(None, drPath=[0] + [1] * 63).extend(1)

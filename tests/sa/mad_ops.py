@@ -132,3 +132,18 @@ def bm_get(u, lid, busy_retries=None, sched=False):
 
 def bm_set_timeout(u, timeout_ms, retries):
     u.timeout_ms, u.retries = timeout_ms, retries
+
+
+def smp_real_paths(u, lid, route):
+    """SubnGet through rdma.path's own classes: an IBPath to a LID and an
+    IBDRPath from its string form ("0,1,3"); python-rdma programs build
+    these.  Returns both NodeInfos and the DR reply's returnPath."""
+    import rdma.path
+    lp = rdma.path.IBPath(u.end_port, DLID=lid, dqpn=0,
+                          qkey=IBA.IB_DEFAULT_QP0_QKEY, retries=1)
+    dp = rdma.path.IBDRPath(u.end_port, drPath=bytes(
+        int(x) for x in route.split(",")))
+    a = u.SubnGet(IBA.SMPNodeInfo, lp).to_dict()
+    b = u.SubnGet(IBA.SMPNodeInfo, dp).to_dict()
+    ret = bytes(u.reply_fmt.returnPath[:len(dp.drPath)])
+    return a, b, list(ret), str(dp)

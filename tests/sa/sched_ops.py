@@ -161,3 +161,33 @@ def bad_yield(u):
     def co():
         yield 5
     sched.run(queue=co())
+
+
+def from_asyncio(u, lid):
+    """MADSchedule.arun from asyncio code: the event loop keeps running
+    (a ticker task counts) while the MADs are in flight."""
+    import asyncio
+    sched = rdma.sched.MADSchedule(u)
+    got = []
+
+    def co():
+        for _ in range(20):
+            ni = yield sched.SubnGet(IBA.SMPNodeInfo, LIDPath(lid))
+            got.append(ni.numPorts)
+
+    async def main():
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0)
+        t = asyncio.create_task(ticker())
+        await sched.arun(queue=co())
+        done.set()
+        await t
+        return ticks
+    ticks = asyncio.run(main())
+    return got, ticks

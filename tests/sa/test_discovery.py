@@ -138,8 +138,8 @@ def started(tmp_path_factory):
         pytest.skip(why)
     made = {}
 
-    def get(name, console=False):
-        key = (name, console)
+    def get(name, console=False, sm=True):
+        key = (name, console, sm)
         old = made.get(key)
         if old is None or old.ibsim is None or old.ibsim.poll() is not None:
             # New, or closed by a test that was done with it.
@@ -149,9 +149,11 @@ def started(tmp_path_factory):
                                      int(name[len("fattree"):]))
             else:
                 topo = TOPOLOGIES[name]
-            f = made[key] = Fabric(topo, scratch, console=console)
+            f = made[key] = Fabric(topo, scratch, console=console,
+                                   sm_node="Hca1" if sm else None)
             f.start()
-            wait_active(f)
+            if sm:
+                wait_active(f)
         return made[key]
 
     try:
@@ -179,6 +181,72 @@ def test_topology_equals_ibnetdiscover(started, name):
         assert kinds.count("CA") == 648 and kinds.count("Switch") == 54
     # Done with it: free its processes for the next fabric.
     f.close()
+
+
+@pytest.mark.parametrize("name", ["2sw2hca2port", "fattree36"])
+def test_sa_discovery_equals_ibnetdiscover(started, name):
+    """``load(..., sa=True)``: NodeRecords, PortInfoRecords and LinkRecords
+    by GetTable give the subnet ibnetdiscover finds by SMPs."""
+    import fabric
+    if not fabric.SHIM_FIXED:
+        pytest.skip("GetTable needs RMPP: the fixed umad2sim shim")
+    f = started(name)
+    theirs = ibnetdiscover(f)
+    mine = discover(f, "--sa")
+    assert mine["errors"] == []
+    assert_same(theirs, ours(mine))
+    f.close()
+
+
+#: python-rdma's partial-discovery calls, as its ibtool uses them.
+PARTIAL = """
+import json, sys
+import rdma, rdma.discovery, rdma.path, rdma.sched, rdma.subnet
+umad = rdma.get_umad(None)
+sched = rdma.sched.MADSchedule(umad)
+out = {}
+for lid_routed in (True, False):
+    sbn = rdma.subnet.Subnet()
+    sbn.lid_routed = lid_routed
+    sbn.paths = {}
+    path = rdma.path.from_string("0,1", require_ep=umad.end_port)
+    sched.run(queue=rdma.discovery.subnet_get_port(sched, sbn, path))
+    port = sbn.path_to_port(path)
+    sw = port.parent
+    sched.run(queue=rdma.discovery.topo_surround_SMP(sched, sbn, sw))
+    out[str(lid_routed)] = {
+        "guid": int(sw.ninf.nodeGUID), "lid": port.LID,
+        "peers": sorted([q.port_id, int(sbn.topology[q].parent.ninf.nodeGUID),
+                         sbn.topology[q].port_id]
+                        for q, i in sw.iterports() if q in sbn.topology)}
+sbn = rdma.subnet.Subnet()
+sched.run(queue=rdma.discovery.subnet_ninf_LIDS_SMP(
+    sched, sbn, [int(x) for x in sys.argv[1].split(",")]))
+out["by_lid"] = sorted([p.LID, int(p.parent.ninf.nodeGUID), p.port_id]
+                       for p in sbn.iterend_ports() if p.LID)
+print(json.dumps(out))
+"""
+
+
+def test_partial_discovery_calls(started):
+    """python-rdma's subnet_get_port + topo_surround_SMP (the switch
+    behind our port and everything cabled to it; LID routed or not) and
+    subnet_ninf_LIDS_SMP (NodeInfo by LID) agree with ibnetdiscover."""
+    f = started("2sw4hca")
+    nodes, links, lids, _ = ibnetdiscover(f)
+    res = json.loads(f.run([sys.executable, "-c", PARTIAL,
+                            ",".join(str(x) for x in lids.values())],
+                           CLIENT).stdout)
+    for mode in ("True", "False"):
+        sw = res[mode]
+        assert nodes[sw["guid"]][0] == "Switch"
+        assert sw["lid"] == lids[(sw["guid"], 0)]
+        want = sorted([p, rg, rp] for l in links for (g, p) in l
+                      if g == sw["guid"]
+                      for (rg, rp) in l if (rg, rp) != (g, p))
+        assert sw["peers"] == want, mode
+    by_lid = {lid: (g, port) for lid, g, port in res["by_lid"]}
+    assert by_lid == {lid: key for key, lid in lids.items()}
 
 
 def test_lfdb_equals_ibroute(started):
@@ -212,6 +280,28 @@ def test_lfdb_by_directed_route(started):
     assert by_dr["nodes"] == by_lid["nodes"]
     assert all(n.get("lfdb") for n in by_dr["nodes"]
                if n["type"] == "Switch")
+
+
+def test_without_subnet_manager(started):
+    """No SM: every port is INIT with LID 0, and discovery (on the port
+    named, since none is ACTIVE) still finds every node and link by
+    directed route, as ibnetdiscover does, and reads the (empty)
+    forwarding tables by directed route too."""
+    f = started("2sw4hca", sm=False)
+    mine = discover(f, "--lfdb", "ibsim0/1")
+    assert mine["errors"] == []
+    nodes, links, lids, pguids = ibnetdiscover(f)
+    assert set(lids.values()) == {0}
+    got = ours(mine)
+    assert got[2] == {}                       # no LIDs
+    assert_same((nodes, links, {}, pguids), got)
+    for n in mine["nodes"]:
+        if n["type"] == "Switch":
+            assert set(n["lfdb"]) == {255}
+        for num, p in n["ports"].items():
+            if num != "0":                    # ibsim: switch port 0 ACTIVE
+                assert p["state"] in (1, 2)   # DOWN or INIT
+    f.close()
 
 
 def test_unlinked_port_and_relink(started):

@@ -295,3 +295,17 @@ def test_get_table_rmpp_kernel_and_user(fabric, worker, lids, attr):
     stride = {"SANodeRecord": 112, "SAPortInfoRecord": 72}[attr]
     segs = -(-(stride * len(kern)) // 200)
     assert len(kern) > 4 and user["acks"] == list(range(1, segs + 1))
+
+
+def test_rdma_path_classes(fabric, worker, lids):
+    """rdma.path.IBPath and rdma.path.IBDRPath (python-rdma's path
+    objects) drive the same SMPs; the DR reply's ReturnPath holds the
+    ingress ports, as smpquery -D sees the route."""
+    sw = min(lid for lid, r in lids.items() if r.nodeInfo.nodeType == 2)
+    a, b, ret, text = worker.call("madop", "smp_real_paths", sw, "0,1")
+    assert a["nodeGUID"] == lids[sw].nodeInfo.nodeGUID
+    # Hca2's port 1 leads to a switch.
+    assert b["nodeType"] == 2 and b["nodeGUID"] in {
+        r.nodeInfo.nodeGUID for r in lids.values()}
+    assert text == "DR Path (0, 1)"
+    assert ret[1] == b["localPortNum"]     # the switch port it entered

@@ -75,3 +75,8 @@ def test_do_async_on_the_synchronous_transactor(worker):
 def test_bad_yield_is_a_type_error(worker):
     with pytest.raises(TypeError, match="yielded int"):
         worker.call("madop", "bad_yield")
+
+
+def test_arun_from_asyncio(worker):
+    got, ticks = worker.call("madop", "from_asyncio", 2)
+    assert got == [8] * 20 and ticks > 1
