@@ -431,7 +431,8 @@ def decode_sa_reply(buf: bytes, record_cls: Optional[Type[BinStruct]] = None,
     """Decode an SA reply (one MAD, or a reassembled RMPP message).
 
     ``record_cls`` is the expected record type (default: found by the
-    attribute ID).  The number of records comes from the RMPP
+    attribute ID).  GetTableResp, GetTraceTableResp and GetMultiResp
+    carry a table: the number of records comes from the RMPP
     PayloadLength when the reply carries a complete RMPP header, else from
     the length of ``buf``; records are ``attributeOffset`` * 8 bytes
     apart.  Raises :class:`MADFormatError` on anything malformed; never
@@ -463,7 +464,7 @@ def decode_sa_reply(buf: bytes, record_cls: Optional[Type[BinStruct]] = None,
             data = data[:paylen]
     records: List[BinStruct] = []
     if cls is not None and hdr.status == 0:
-        if hdr.method == MAD_METHOD_GET_TABLE_RESP:
+        if hdr.method in (MAD_METHOD_GET_TABLE_RESP, 0x93, 0x94):
             stride = hdr.attributeOffset * 8
             if stride == 0:
                 if any(data):

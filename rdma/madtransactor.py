@@ -108,6 +108,11 @@ class _Redirect(MADError):
         self.cpi = cpi
 
 
+#: SA requests answered with a table of records.
+_TABLE_METHODS = (IBA.MAD_METHOD_GET_TABLE, IBA.MAD_METHOD_GET_TRACE_TABLE,
+                  IBA.MAD_METHOD_GET_MULTI)
+
+
 def _data_offset(fmt_cls: Type[BinFormat]) -> int:
     """Byte offset of a format's ``data`` row."""
     return fmt_cls._by_name["data"].offset // 8
@@ -281,6 +286,13 @@ class MADTransactor:
                       status=status, code=code,
                       msg=f"RPC {describe(fmt)} to {path} got class "
                           f"specific error {class_code_text(code, is_sa)}")
+        want = (IBA.MAD_METHOD_GET_RESP if fmt.method == IBA.MAD_METHOD_SET
+                else fmt.method | IBA.MAD_METHOD_RESPONSE)
+        if rfmt.method != want:
+            raise MADFormatError(
+                req=fmt, rep=rfmt, path=path, rep_buf=rbuf,
+                msg=f"RPC {describe(fmt)} to {path}: the reply's method is "
+                    f"{rfmt.method:#x}, not {want:#x}")
         if rfmt.attributeID != fmt.attributeID:
             raise MADFormatError(
                 req=fmt, rep=rfmt, path=path, rep_buf=rbuf,
@@ -293,9 +305,7 @@ class MADTransactor:
                 e.req, e.path = fmt, path
                 e.message(f"RPC {describe(fmt)} to {path}")
                 raise
-            if rfmt.method == IBA.MAD_METHOD_GET_TABLE | 0x80 or rmpp \
-                    or fmt.method in (IBA.MAD_METHOD_GET_TRACE_TABLE,
-                                      IBA.MAD_METHOD_GET_MULTI):
+            if fmt.method in _TABLE_METHODS:
                 rpayload: Any = rep.records
             elif rep.records:
                 rpayload = rep.records[0]
