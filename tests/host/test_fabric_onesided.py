@@ -473,7 +473,8 @@ def test_write_after_dereg(pair):
 
 # struct sh_page: a 128-byte header, 16384 struct sh_qp (32 bytes), then
 # struct sh_mr (240 bytes; its in-flight count at offset 8)
-MR_INFLIGHT = 128 + 16384 * 32 + 8
+#: struct sh_page: a 192-byte head, then 16384 QP entries of 32 bytes
+MR_INFLIGHT = 192 + 16384 * 32 + 8
 
 
 def test_dereg_waits_for_inflight_but_bounded(pair):
