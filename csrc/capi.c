@@ -6,14 +6,17 @@
 /* The state of the module instance that made the capsule. */
 static pyrdma_state *S;
 
-/* Return the object if it is an open instance of tp, else NULL. */
+/* Return the object if it is an open instance of tp made in this process
+   (not inherited across fork()), else NULL. */
 static pyrdma_obj *
 open_obj(void *p, PyTypeObject *tp)
 {
     PyObject *o = p;
     if (o == NULL || S == NULL || !PyObject_TypeCheck(o, tp))
         return NULL;
-    return ((pyrdma_obj *)o)->h ? (pyrdma_obj *)o : NULL;
+    return ((pyrdma_obj *)o)->h != NULL &&
+           ((pyrdma_obj *)o)->fork_gen == pyrdma_fork_gen ? (pyrdma_obj *)o
+                                                          : NULL;
 }
 
 static int

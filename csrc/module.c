@@ -220,6 +220,10 @@ mod_exec(PyObject *m)
     Py_DECREF(errors);
     if (st->WRError == NULL)
         return -1;
+    if (pyrdma_fork_setup() != 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
     /* Object types first: struct fields check against them. */
     if (pyrdma_context_init(m, st) < 0 || pyrdma_pd_init(m, st) < 0 ||
         pyrdma_cq_init(m, st) < 0 || pyrdma_qp_init(m, st) < 0 ||

@@ -181,7 +181,11 @@ mr_clear(PyObject *op)
 {
     pyrdma_MR *mr = (pyrdma_MR *)op;
     if (mr->o.h == NULL && mr->owned != NULL && mr->exports == 0) {
-        if (mr->owned_cookie != NULL)
+        /* memory made before a fork() is the parent's provider's (the
+           child's copy of the mapping goes with the child) */
+        if (mr->o.fork_gen != pyrdma_fork_gen)
+            ;
+        else if (mr->owned_cookie != NULL)
             mr->o.prov->free_mr_mem(mr->owned_cookie);
         else
             munmap(mr->owned, mr->owned_len);

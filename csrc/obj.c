@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "rdma.h"
@@ -32,12 +33,43 @@ list_unlink(pyrdma_link *l)
     l->prev = l->next = NULL;
 }
 
+unsigned pyrdma_fork_gen;
+
+static void
+fork_child(void)
+{
+    pyrdma_fork_gen++;
+}
+
+int
+pyrdma_fork_setup(void)
+{
+    static int done;
+    if (done)
+        return 0;
+    if (pthread_atfork(NULL, NULL, fork_child) != 0)
+        return ENOMEM;
+    done = 1;
+    return 0;
+}
+
+/* Was o made in an ancestor of this process (before a fork())?  Like the
+   objects of libibverbs without ibv_fork_init, it is the parent's: the
+   child must neither use it nor free it (that would destroy the parent's
+   resources, or take a lock the parent's threads held at fork time). */
+static int
+inherited(const pyrdma_obj *o)
+{
+    return o->fork_gen != pyrdma_fork_gen;
+}
+
 void
 pyrdma_obj_setup(pyrdma_obj *o, const struct pyrdma_objkind *kind,
                  const struct pyrdma_provider *prov, pyrdma_state *st)
 {
     int i;
 
+    o->fork_gen = pyrdma_fork_gen;
     o->kind = kind;
     o->prov = prov;
     o->state = st;
@@ -140,7 +172,9 @@ pyrdma_obj_close(pyrdma_obj *o)
     Py_INCREF(o);
     if (close_children(o) < 0)
         rc = -1;
-    if (o->kind->destroy(o, &st) < 0) {
+    /* an inherited object is only forgotten here: the resource is the
+       parent's */
+    if (!inherited(o) && o->kind->destroy(o, &st) < 0) {
         if (rc == 0)
             pyrdma_raise_status(o->state, &st);
         rc = -1;
@@ -157,8 +191,18 @@ pyrdma_obj_close(pyrdma_obj *o)
 int
 pyrdma_obj_check(pyrdma_obj *o)
 {
-    if (o->h != NULL)
+    if (o->h != NULL && !inherited(o))
         return 1;
+    if (o->h != NULL) {
+        char msg[256];
+        PyOS_snprintf(msg, sizeof(msg), "this %s was made before fork(): "
+                      "objects inherited across fork() are unusable in the "
+                      "child (as with libibverbs without ibv_fork_init); "
+                      "open a new Context in the child with "
+                      "rdma.get_verbs()", o->kind->name);
+        pyrdma_raise_sys(o->state, EPERM, "fork", msg);
+        return 0;
+    }
     PyErr_Format(PyExc_ValueError, "operation on a closed %s", o->kind->name);
     return 0;
 }

@@ -25,7 +25,7 @@
 struct pyrdma_status {
     int err;               /* errno value (positive) */
     const char *func;      /* the C function that failed, e.g. "ibv_open_device" */
-    char msg[256];         /* extra detail, may be empty */
+    char msg[512];         /* extra detail, may be empty */
 };
 
 /* Fill *st and return -1 (for "return pyrdma_fail(st, ...)"). */

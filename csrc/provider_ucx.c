@@ -97,6 +97,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -217,7 +218,8 @@ struct wire {
 /* the key page: what a same-host initiator checks before a one-sided op */
 
 #define SH_MAGIC 0x4b435855u    /* "UXCK" */
-#define SH_VERSION 3            /* 3: struct wire has a session id (rings) */
+#define SH_VERSION 4            /* 3: struct wire has a session id (rings);
+                                   4: three more counters */
 #define SH_MR 4096              /* MR keys with an index below this can be
                                    the target of a one-sided op */
 #define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
@@ -266,11 +268,14 @@ struct sh_page {
     uint64_t st_ring_bell;   /* receivers it woke (AM_CTL_BELL) */
     uint64_t st_am_rndv;     /* messages whose payload came by UCX's
                                 rendezvous protocol */
+    uint64_t st_revoked;     /* alloc_mr memory it made private because
+                                an initiator outstayed a dereg_mr */
     uint64_t st_rx_bad;      /* malformed messages dropped */
     uint64_t st_rx_denied;   /* messages dropped: sender not authenticated,
                                 forged source, or a QP not connected to
                                 it; HELLOs refused; connections closed
                                 unauthenticated */
+    uint64_t pad1[7];        /* the QP table starts on a cache line */
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -278,7 +283,7 @@ struct sh_page {
 /* The layout is read by peers (and tests): keep it fixed. */
 _Static_assert(sizeof(struct sh_qp) == 32, "struct sh_qp layout");
 _Static_assert(sizeof(struct sh_mr) == 240, "struct sh_mr layout");
-_Static_assert(offsetof(struct sh_page, qp) == 128, "struct sh_page layout");
+_Static_assert(offsetof(struct sh_page, qp) == 192, "struct sh_page layout");
 
 /* ------------------------------------------------------------------ */
 /* request rings: same-host RC requests without UCP                    */
@@ -354,6 +359,9 @@ struct umem {
     struct umem *next;
     uint8_t *addr;
     size_t len;
+    size_t maplen;         /* bytes UCX mapped at addr (whole pages) */
+    uint8_t *shadow;       /* revoked (mem_revoke): UCX's shared mapping
+                              moved here, a private copy is at addr */
     ucp_mem_h memh;
     void *rkey;            /* packed rkey, NULL if too big */
     size_t rkey_len;
@@ -650,6 +658,15 @@ static struct node {
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* This process was forked from one whose node was up.  UCX's async thread
+   (which serves its tcp transport's sockets) is not in the child, and UCX
+   starts no new one: only shared memory works here. */
+static int forked_from_node;
+#define FORK_TCP_MSG "forked from a process whose fabric node was up: " \
+    "UCX's tcp transport cannot work after fork() (its async thread is " \
+    "not in the child); use shared memory (UCX_TLS unset or naming shm), " \
+    "multiprocessing's 'spawn' method, or fork before using the fabric"
+
 #define LOCK() pthread_mutex_lock(&N.lock)
 #define UNLOCK() pthread_mutex_unlock(&N.lock)
 
@@ -879,9 +896,10 @@ sh_qp_sync(struct uqp *q)
 }
 
 /* Wait (bounded) until no initiator is inside an op counted by *ctr.  An
-   initiator killed inside an op leaves the count up: after SH_WAIT_NS it
-   is presumed dead and the count is reset. */
-static void
+   initiator killed or stopped inside an op leaves the count up: after
+   SH_WAIT_NS the count is reset.  Return 0, or 1 if it was reset (an
+   initiator may still be inside: see mem_revoke). */
+static int
 sh_quiesce(uint32_t *ctr)
 {
     uint64_t t0 = 0;
@@ -891,21 +909,51 @@ sh_quiesce(uint32_t *ctr)
             t0 = t;
         else if (t - t0 > SH_WAIT_NS) {
             __atomic_store_n(ctr, 0, __ATOMIC_SEQ_CST);
-            break;
+            return 1;
         }
         sched_yield();
     }
+    return 0;
+}
+
+/* Is the open file fd private to this user: a regular file owned by
+   the effective uid, no permission bits for group or others?  Every file
+   of the rendezvous directory is (the node makes them 0600); one that is
+   not was put there by someone else and is not trusted.  1 or 0. */
+static int
+fd_private(int fd, struct stat *sb)
+{
+    return fstat(fd, sb) == 0 && S_ISREG(sb->st_mode) &&
+           sb->st_uid == geteuid() && (sb->st_mode & 077) == 0;
+}
+
+/* open(2) for a file of the rendezvous directory: never through a
+   symbolic link, and only a private file (fd_private); -1 with errno
+   EPERM for a file of someone else's. */
+static int
+priv_open(const char *path, int flags, mode_t mode)
+{
+    struct stat sb;
+    int fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0)
+        return -1;
+    if (!fd_private(fd, &sb)) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
 }
 
 /* Map the shared file at path, which must be size bytes (open flags
    oflags besides O_RDWR | O_CLOEXEC), anywhere (at NULL) or at address
-   at; NULL if it cannot be. */
+   at; NULL if it cannot be (or is not private: priv_open). */
 static void *
 shm_file_map(const char *path, size_t size, int oflags, void *at)
 {
     struct stat sb;
     void *m;
-    int fd = open(path, O_RDWR | O_CLOEXEC | oflags);
+    int fd = priv_open(path, O_RDWR | oflags, 0);
     if (fd < 0)
         return NULL;
     if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != size) {
@@ -927,7 +975,7 @@ static void *
 shm_file_create(const char *tmp, size_t size)
 {
     void *m;
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         return NULL;
     if (ftruncate(fd, (off_t)size) != 0) {
@@ -2375,16 +2423,27 @@ ctl_send(struct peer *p, int kind)
         free(h);
 }
 
+static int tls_shm(void);
+
 /* Rings are shared memory: used when UCX may use it too (UCX_TLS unset,
    or naming a shared-memory transport), so that UCX_TLS=tcp still means
    TCP; RDMA_UCX_NO_RING=1 turns them off. */
 static int
 ring_allowed(void)
 {
-    const char *tls = getenv("UCX_TLS"), *no = getenv("RDMA_UCX_NO_RING");
-    int shm;
+    const char *no = getenv("RDMA_UCX_NO_RING");
     if (no != NULL && no[0] != '\0' && strcmp(no, "0") != 0)
         return 0;
+    return tls_shm();
+}
+
+/* May UCX use shared memory (UCX_TLS unset, or naming a shared-memory
+   transport)?  1 or 0. */
+static int
+tls_shm(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    int shm;
     if (tls == NULL || tls[0] == '\0')
         return 1;
     shm = strstr(tls, "shm") != NULL || strstr(tls, "sm") != NULL ||
@@ -3348,10 +3407,35 @@ struct record {
 };
 #define REC_MAGIC 0x52554359u   /* ...59: the record has the HELLO key */
 
+/* Is process pid alive?  kill(pid, 0) also succeeds for a zombie (a
+   process that was killed and not yet reaped by its parent: its memory
+   and its node are gone, but writes "to" it kept completing), so the
+   state in /proc/<pid>/stat decides: Z (zombie) and X (dead) are dead.
+   Where /proc cannot be read the kill answer stands.  1 or 0. */
 static int
 pid_alive(pid_t pid)
 {
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    char path[40], buf[512];
+    const char *rp;
+    ssize_t n;
+    int fd;
+
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno != ENOENT;     /* ENOENT: it went meanwhile */
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    buf[n] = '\0';
+    /* "pid (comm) S ...": comm may hold spaces and parentheses */
+    rp = strrchr(buf, ')');
+    if (rp == NULL || rp[1] != ' ')
+        return 1;
+    return rp[2] != 'Z' && rp[2] != 'X';
 }
 
 /* Read the record of guid into *rec and a malloc'd address; 0 or -1. */
@@ -3364,7 +3448,7 @@ record_read(uint64_t guid, struct record *rec, void **addr)
 
     snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
              (unsigned long long)guid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = priv_open(path, O_RDONLY, 0);
     if (fd < 0)
         return -1;
     n = read(fd, rec, sizeof(*rec));
@@ -3408,7 +3492,7 @@ lid_owner(uint16_t lid)
     uint64_t g = 0;
 
     snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = priv_open(path, O_RDONLY, 0);
     if (fd < 0)
         return 0;
     rc = lid_claim_read(fd, &pid, &g);
@@ -3434,7 +3518,7 @@ file_owner(const char *name)
     if (tmp != NULL)                    /* <name>.tmp<writer's pid> */
         return (pid_t)atoi(tmp + 4);
     snprintf(path, sizeof(path), "%s/%s", N.dir, name);
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    fd = priv_open(path, O_RDONLY, 0);
     if (fd < 0)
         return 0;
     if (name[0] == 'n') {
@@ -3558,6 +3642,14 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         uint64_t be = htobe64(guid);
         memcpy(&ip, (uint8_t *)&be, 4);
         memcpy(&port, (uint8_t *)&be + 4, 2);
+        if (forked_from_node) {
+            free(addr);
+            free(p);
+            return pyrdma_fail(st, EOPNOTSUPP, "ibv_modify_qp",
+                               "fabric node %016llx is reached over tcp, "
+                               "and " FORK_TCP_MSG,
+                               (unsigned long long)guid);
+        }
         if (port == 0 || ip == 0) {
             free(addr);
             free(p);
@@ -3894,7 +3986,8 @@ claim_lid(uint16_t hint)
         char path[260], buf[64];
         int fd, len;
         snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                  0600);
         if (fd < 0) {
             if (errno == EEXIST && lid_owner(lid) == 0) {
                 /* stale: its owner died */
@@ -3940,7 +4033,7 @@ write_record(void)
     snprintf(N.nodefile, sizeof(N.nodefile), "%s/node-%016llx", N.dir,
              (unsigned long long)N.guid);
     snprintf(tmp, sizeof(tmp), "%s.tmp%d", N.nodefile, (int)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    fd = priv_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         return -1;
     if (write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec) ||
@@ -3953,16 +4046,47 @@ write_record(void)
     return rename(tmp, N.nodefile);
 }
 
-static void
-pick_dir(void)
+/* Choose the rendezvous directory and make sure it is ours alone: a
+   directory (not a symbolic link) owned by the effective uid with no
+   permission bits for group or others.  Anyone who can write there can
+   remove a node's records or plant a key page its peers would trust, and
+   /dev/shm is shared by every user, so a directory someone else made
+   first is refused, never used.  0 or -1 with *st set. */
+static int
+pick_dir(struct pyrdma_status *st)
 {
     const char *d = getenv("RDMA_UCX_DIR");
+    struct stat sb;
     if (d != NULL && d[0])
         snprintf(N.dir, sizeof(N.dir), "%s", d);
     else
         snprintf(N.dir, sizeof(N.dir), "/dev/shm/rdma-ucx-%u",
                  (unsigned)getuid());
-    mkdir(N.dir, 0700);
+    if (mkdir(N.dir, 0700) != 0 && errno != EEXIST)
+        return pyrdma_fail(st, errno, "mkdir", "cannot make the rendezvous "
+                           "directory %s (set RDMA_UCX_DIR)", N.dir);
+    if (lstat(N.dir, &sb) != 0)
+        return pyrdma_fail(st, errno, "lstat", "rendezvous directory %s",
+                           N.dir);
+    if (!S_ISDIR(sb.st_mode))
+        return pyrdma_fail(st, ENOTDIR, "lstat", "the rendezvous directory "
+                           "%s is not a directory (a symbolic link or a "
+                           "file is refused): remove it or set "
+                           "RDMA_UCX_DIR", N.dir);
+    if (sb.st_uid != geteuid())
+        return pyrdma_fail(st, EPERM, "lstat", "the rendezvous directory "
+                           "%s belongs to uid %u, not to this user (uid "
+                           "%u): refusing it (another user may have made "
+                           "it); set RDMA_UCX_DIR to a directory of "
+                           "yours", N.dir, (unsigned)sb.st_uid,
+                           (unsigned)geteuid());
+    if ((sb.st_mode & 077) != 0)
+        return pyrdma_fail(st, EPERM, "lstat", "the rendezvous directory "
+                           "%s has mode %04o: it must be 0700 (not "
+                           "readable or writable by group or others); "
+                           "chmod 700 it or set RDMA_UCX_DIR", N.dir,
+                           (unsigned)(sb.st_mode & 07777));
+    return 0;
 }
 
 /* Bring the node up once per process; 0 or -1 with *st set. */
@@ -3993,11 +4117,20 @@ node_up(struct pyrdma_status *st)
         struct node fresh = {.lock = PTHREAD_MUTEX_INITIALIZER,
                              .drain_lock = PTHREAD_MUTEX_INITIALIZER};
         memcpy(&N, &fresh, sizeof(N));
+        forked_from_node = 1;
+    }
+    if (forked_from_node && !tls_shm()) {
+        pyrdma_fail(st, EOPNOTSUPP, "ucp_init", FORK_TCP_MSG " (UCX_TLS=%s)",
+                    getenv("UCX_TLS"));
+        pthread_mutex_unlock(&init_lock);
+        return -1;
     }
     N.stopfd = N.efd = N.epfd = -1;
     memset(acc_tab, 0, sizeof(acc_tab));
     acc_hi = 0;
     read_boot_id();
+    if (pick_dir(st) < 0)
+        goto out;
     /* authentication: this node's key (in its record), the shared one */
     if (random_bytes(N.secret, sizeof(N.secret)) < 0) {
         pyrdma_fail(st, errno ? errno : EIO, "read", "/dev/urandom: no "
@@ -4010,7 +4143,6 @@ node_up(struct pyrdma_status *st)
         if (N.have_shared)
             secret_key(sec, N.shared);
     }
-    pick_dir();
     if (access(N.dir, W_OK) != 0) {
         pyrdma_fail(st, errno, "mkdir", "rendezvous directory %s is not "
                     "writable (set RDMA_UCX_DIR)", N.dir);
@@ -4157,7 +4289,7 @@ node_up(struct pyrdma_status *st)
             N.guid = be64toh(be);
             snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
                      (unsigned long long)N.guid);
-            fd = open(path, O_RDONLY | O_CLOEXEC);
+            fd = priv_open(path, O_RDONLY, 0);
             if (fd < 0)
                 break;
             {
@@ -4538,6 +4670,7 @@ alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     }
     u->addr = a.address;
     u->len = length;
+    u->maplen = (a.length + 4095) & ~(size_t)4095;
     memset(u->addr, 0, length);
     if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
         if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
@@ -4555,6 +4688,17 @@ alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     return 0;
 }
 
+/* Move the mapping of len bytes at from to to (replacing what is there),
+   with the system call itself: UCX's memory hooks intercept mremap(3)
+   and do not pass a new address on.  to, or MAP_FAILED. */
+static void *
+raw_mremap(void *from, size_t len, void *to)
+{
+    long r = syscall(SYS_mremap, from, len, len,
+                     MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    return r == -1 ? MAP_FAILED : (void *)r;
+}
+
 /* The last view of alloc_mr memory is gone and its MR is deregistered. */
 static void
 free_mr_mem(void *cookie)
@@ -4566,10 +4710,75 @@ free_mr_mem(void *cookie)
             *pp = u->next;
             break;
         }
+    if (u->shadow != NULL) {
+        /* UCX's own mapping goes back where UCX unmaps it (in place of
+           the private copy) */
+        if (raw_mremap(u->shadow, u->maplen, u->addr) == MAP_FAILED)
+            munmap(u->shadow, u->maplen);
+        u->shadow = NULL;
+    }
     UNLOCK();
     U.mem_unmap(N.uctx, u->memh);
     free(u->rkey);
     free(u);
+}
+
+/* An initiator is still inside a one-sided op on memory u after its MR
+   was deregistered and the wait for it ran out (stopped with SIGSTOP, or
+   descheduled for a second, in the middle of a large copy): it writes or
+   reads through its own mapping of UCX's shared memory, which only
+   ending the sharing can stop.  So this process's view of u becomes a
+   private copy (no byte an initiator writes from now on lands in it, and
+   no read sees what the owner writes from now on), every other MR in u
+   leaves the key page (they go on through the active-message path, into
+   the private copy), and UCX's mapping moves aside until free_mr_mem.
+   N.lock held (the responder touches user memory only under it).
+   0 or -1 (then nothing changed but the withdrawals). */
+static int
+mem_revoke(struct umem *u)
+{
+    uint8_t *copy, *aside;
+    uint32_t i;
+
+    if (u->shadow != NULL)
+        return 0;
+    for (i = 1; i < N.nmr && i < SH_MR; i++) {
+        struct umr *m = N.mrs[i];
+        if (m != NULL && m->umem == u && m->shared) {
+            __atomic_store_n(&N.sh->mr[i].key, 0, __ATOMIC_SEQ_CST);
+            m->shared = 0;
+        }
+    }
+    copy = mmap(NULL, u->maplen, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    aside = mmap(NULL, u->maplen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+    if (copy == MAP_FAILED || aside == MAP_FAILED) {
+        if (copy != MAP_FAILED)
+            munmap(copy, u->maplen);
+        if (aside != MAP_FAILED)
+            munmap(aside, u->maplen);
+        return -1;
+    }
+    memcpy(copy, u->addr, u->maplen);
+    /* the shared pages move aside (into the reservation), the copy takes
+       their place: a few microseconds in which addr is unmapped, under
+       N.lock (Python code runs under the GIL, held by the caller) */
+    if (raw_mremap(u->addr, u->maplen, aside) == MAP_FAILED) {
+        munmap(copy, u->maplen);
+        munmap(aside, u->maplen);
+        return -1;
+    }
+    if (raw_mremap(copy, u->maplen, u->addr) == MAP_FAILED) {
+        /* put the shared pages back: the owner keeps its memory */
+        raw_mremap(aside, u->maplen, u->addr);
+        munmap(copy, u->maplen);
+        return -1;
+    }
+    u->shadow = aside;
+    if (N.sh != NULL)
+        __atomic_fetch_add(&N.sh->st_revoked, 1, __ATOMIC_RELAXED);
+    return 0;
 }
 
 /* Publish mr in the key page if it lies in UCX-allocated memory (N.lock
@@ -4586,9 +4795,11 @@ sh_mr_publish(struct umr *mr)
         if (mr->addr >= u->addr && mr->len <= u->len &&
             (size_t)(mr->addr - u->addr) <= u->len - mr->len)
             break;
-    if (u == NULL || u->rkey == NULL)
+    if (u == NULL)
         return;
     mr->umem = u;
+    if (u->rkey == NULL || u->shadow != NULL)
+        return;                 /* no rkey, or revoked (mem_revoke) */
     e = &N.sh->mr[idx];
     __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
     e->access = mr->access;
@@ -4642,8 +4853,13 @@ dereg_mr(void *vmr, struct pyrdma_status *st)
         __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
     }
     UNLOCK();
-    if (e != NULL)
-        sh_quiesce(&e->inflight);
+    if (e != NULL && sh_quiesce(&e->inflight)) {
+        /* an initiator is still inside an op on it: fence it out */
+        LOCK();
+        if (mr->umem != NULL)
+            mem_revoke(mr->umem);
+        UNLOCK();
+    }
     free(mr);
     return 0;
 }
@@ -5447,7 +5663,9 @@ fill_fail(struct uqp *q, struct slot *s, int status)
    on the target's key page and nothing of q is outstanding on the
    active-message path (RC order).  Return 1 if done (the data is in
    place), 0 to take the active-message path, which also produces every
-   error completion exactly as before.  No malloc, lock or syscall. */
+   error completion exactly as before; -1 if the MR was withdrawn while
+   the op ran (it fails with REM_ACCESS_ERR).  No malloc, lock or
+   syscall. */
 /* The in-flight counts a post_send call holds (one atomic add per target
    QP and MR per call, not per WR; dropped before post_send returns). */
 struct fhold {
@@ -5459,13 +5677,25 @@ struct fhold {
     uint32_t lkey;
 };
 
+/* Count an initiator out of *ctr, never below 0: a target that gave up
+   waiting for it (sh_quiesce) has reset the count already. */
+static void
+inflight_out(uint32_t *ctr)
+{
+    uint32_t v = __atomic_load_n(ctr, __ATOMIC_RELAXED);
+    while (v != 0 && !__atomic_compare_exchange_n(ctr, &v, v - 1, 0,
+                                                  __ATOMIC_SEQ_CST,
+                                                  __ATOMIC_RELAXED))
+        ;
+}
+
 static void
 fhold_drop(struct fhold *h)
 {
     if (h->mr != NULL)
-        __atomic_fetch_sub(h->mr, 1, __ATOMIC_SEQ_CST);
+        inflight_out(h->mr);
     if (h->qp != NULL)
-        __atomic_fetch_sub(h->qp, 1, __ATOMIC_SEQ_CST);
+        inflight_out(h->qp);
     h->mr = h->qp = NULL;
 }
 
@@ -5570,6 +5800,13 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
             break;
         }
         }
+        /* the target withdrew the MR meanwhile (deregistered it; if we
+           were stopped long enough, it also took its memory away from
+           the mapping we wrote: mem_revoke): the op did not reliably
+           happen; it fails as on a NIC whose target found no MR
+           (REM_ACCESS_ERR: -1) */
+        if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != rkey)
+            ok = -1;
     }
     return ok;
 }
@@ -5583,7 +5820,7 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
 {
     struct wire *h;
     size_t total = 0;
-    int i, op, status = 0;
+    int i, op, status = 0, fast = 0;
     int inline_data = (wr->send_flags & IBV_SEND_INLINE) != 0;
     struct peer *peer = q->peer;
 
@@ -5614,7 +5851,8 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
         q->attr.qp_state != IBV_QPS_ERR &&
         (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE)) {
         uint32_t byte_len = 0;
-        if (fast_op(q, &byte_len, wr, op, total, inline_data, hold)) {
+        fast = fast_op(q, &byte_len, wr, op, total, inline_data, hold);
+        if (fast > 0) {
             if (q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) {
                 struct pyrdma_wc wc;
                 memset(&wc, 0, sizeof(wc));
@@ -5648,6 +5886,10 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     if (q->attr.qp_state == IBV_QPS_ERR || q->err_pending) {
         s->done = 1;
         s->status = IBV_WC_WR_FLUSH_ERR;
+        return 0;
+    }
+    if (fast < 0) {
+        fill_fail(q, s, IBV_WC_REM_ACCESS_ERR);
         return 0;
     }
     /* the transport table (seed 004): rxe fails these on the wire */

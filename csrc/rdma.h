@@ -91,6 +91,9 @@ typedef struct pyrdma_obj {
     PyObject *parents[PYRDMA_MAX_PARENTS]; /* strong refs, same slots */
     PyObject *weakreflist;          /* weak references to this object */
     int closing;                    /* re-entrancy guard of close() */
+    unsigned fork_gen;              /* pyrdma_fork_gen when it was made:
+                                       another value means the object was
+                                       inherited across fork() */
 } pyrdma_obj;
 
 /* A Context: an open device of one provider. */
@@ -251,6 +254,12 @@ void pyrdma_obj_link(pyrdma_obj *child, int slot, pyrdma_obj *parent);
 int pyrdma_obj_close(pyrdma_obj *o);
 /* Return 1 if o is open, else 0 with ValueError set. */
 int pyrdma_obj_check(pyrdma_obj *o);
+
+/* How many fork()s this process descends from (since the module was
+   loaded): objects made before the last one belong to an ancestor. */
+extern unsigned pyrdma_fork_gen;
+/* Count fork()s from now on (idempotent); 0 or an errno. */
+int pyrdma_fork_setup(void);
 void pyrdma_obj_finalize(PyObject *op);
 int pyrdma_obj_traverse(PyObject *op, visitproc visit, void *arg);
 int pyrdma_obj_clear(PyObject *op);

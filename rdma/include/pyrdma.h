@@ -11,7 +11,8 @@
  *     api->post_send(qp_object, &wr, &bad);
  *
  * Every call checks its object (type and open) and never raises: it returns
- * an errno value (EINVAL for a wrong or closed object).  Call with the GIL
+ * an errno value (EINVAL for a wrong or closed object, or one inherited
+ * across fork()).  Call with the GIL
  * held.  Handles are borrowed: keep the Python objects alive.
  */
 #ifndef PYRDMA_PUBLIC_H

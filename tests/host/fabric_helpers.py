@@ -34,10 +34,10 @@ from verbs_fixtures import (GRH_LEN, MR_ALL, PORT, QKEY,  # noqa: E402,F401
 
 #: the head of a fabric node's key page (struct sh_page in
 #: csrc/provider_ucx.c): magic, version, owner pid, pad, GUID, counters
-STATS = struct.Struct("<IIiIQ" + "Q" * 13)
+STATS = struct.Struct("<IIiIQ" + "Q" * 14)
 STAT_NAMES = ("fast_write", "fast_read", "fast_atomic", "am_req", "ack_msg",
               "ack_piggy", "ack_late", "ring_req", "ring_gone", "ring_bell",
-              "am_rndv", "rx_bad", "rx_denied")
+              "am_rndv", "revoked", "rx_bad", "rx_denied")
 
 
 def _key_pages():
@@ -178,6 +178,11 @@ def peer_main(role: str) -> int:
     timeout = int(os.environ.get("FABRIC_QP_TIMEOUT", "14"))
     s = Side(ctx, ibv.IBV_QPT_RC, size=1 << 16, max_send_wr=64,
              max_recv_wr=64)
+    if os.environ.get("FABRIC_ALLOC_MR"):
+        # memory the library allocates: same-host one-sided ops into it
+        # take the fast path (the initiator writes it directly)
+        s.mr = s.pd.alloc_mr(1 << 16, MR_ALL)
+        s.buf = s.mr.buf
     _emit({"gid": str(s.gid), "lid": s.lid, "qpn": s.qpn, "addr": s.mr.addr,
            "rkey": s.mr.rkey, "pid": os.getpid()})
     peer = _read()
@@ -233,6 +238,10 @@ def peer_main(role: str) -> int:
         return 0
     # streamer
     s.buf[:64] = pattern(64, 3)
+    # one WRITE alone first: its rkey is then known, and with nothing
+    # outstanding the stream can take the one-sided fast path at once
+    s.qp.post_send(wr(ibv.IBV_WR_RDMA_WRITE, 0, 64, 0))
+    check_ok(poll_cq(s.send_cq, 1, timeout=20)[0])
     ok = 0
     last_ok = time.monotonic()
     announced = False

@@ -189,7 +189,7 @@ def test_files_of_killed_processes_are_swept(tmp_path):
     removes those of dead processes, keeps a live node's, and touches
     nothing that is not the fabric's."""
     d = tmp_path / "fabric"
-    d.mkdir()
+    d.mkdir(mode=0o700)         # a rendezvous directory is the user's alone
     env = dict(os.environ, **SHM, RDMA_UCX_DIR=str(d))
     live, live_pid = _node("wait", env)
     try:
@@ -213,6 +213,7 @@ def test_files_of_killed_processes_are_swept(tmp_path):
         ring = "ring-00000000deadbeef-00000000feedf00d"
         (d / ring).write_bytes(struct.pack("<IIi", 0x474E4952, 2, dead[0])
                                + bytes(64))
+        (d / ring).chmod(0o600)         # as a node makes it (else ignored)
         (d / f"notes.tmp{dead[0]}").write_text("mine")
         (d / "README").write_text("mine")
         checker, _ = _node("wait", env)
