@@ -1,8 +1,11 @@
 """The software fabric against hostile peers (issue 17, items 7 and 9).
 
 - The listener: idle TCP connections to a node's listener port (the port
-  in its GUID) cannot exhaust its file descriptors; a connection that
-  never authenticates is closed after the deadline (2 s).
+  in its GUID), or to UCX's own TCP transport ports, cannot exhaust its
+  file descriptors; a connection that never authenticates is closed
+  after the deadline (2 s).
+- Other hosts (network namespaces that cannot read each other's node
+  records) authenticate with RDMA_UCX_SECRET, or not at all in open mode.
 - Authentication and forged headers: a raw UCP peer (fabric_rogue.c,
   compiled here against libucp) that sends its own headers can affect
   only the QPs connected to it: a forged source (node, QP, session) is
