@@ -620,8 +620,8 @@ static struct node {
     int nauth, cauth;
     int npending;          /* endpoints the listener accepted (acc_tab)
                               that have not authenticated yet */
-    int lsn_fd[8];         /* UCX's listening sockets (fds) */
-    uint16_t lsn_port[8];  /* and their ports (host order) */
+    int lsn_fd[32];        /* UCX's listening sockets (fds) */
+    uint16_t lsn_port[32]; /* and their ports (host order) */
     int nlsn;
     struct tsock *ts;      /* connections accepted on them, as last seen */
     int nts;
@@ -4252,7 +4252,7 @@ node_up(struct pyrdma_status *st)
     {
         int n = listen_scan(after, lfd, lport, 64), i, k;
         N.nlsn = 0;
-        for (i = 0; i < n && N.nlsn < 8; i++) {
+        for (i = 0; i < n && N.nlsn < 32; i++) {
             for (k = 0; k < nbefore; k++)
                 if (before[k] == after[i])
                     break;

@@ -63,10 +63,16 @@ def siphash24(k0: int, k1: int, words) -> int:
 
     def rnd():
         nonlocal v0, v1, v2, v3
-        v0 = (v0 + v1) & M64; v1 = _rotl(v1, 13); v1 ^= v0; v0 = _rotl(v0, 32)
-        v2 = (v2 + v3) & M64; v3 = _rotl(v3, 16); v3 ^= v2
-        v0 = (v0 + v3) & M64; v3 = _rotl(v3, 21); v3 ^= v0
-        v2 = (v2 + v1) & M64; v1 = _rotl(v1, 17); v1 ^= v2; v2 = _rotl(v2, 32)
+        v0 = (v0 + v1) & M64
+        v1 = _rotl(v1, 13) ^ v0
+        v0 = _rotl(v0, 32)
+        v2 = (v2 + v3) & M64
+        v3 = _rotl(v3, 16) ^ v2
+        v0 = (v0 + v3) & M64
+        v3 = _rotl(v3, 21) ^ v0
+        v2 = (v2 + v1) & M64
+        v1 = _rotl(v1, 17) ^ v2
+        v2 = _rotl(v2, 32)
 
     words = list(words) + [(len(words) * 8) << 56 & M64]
     for m in words:
