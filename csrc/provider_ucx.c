@@ -83,7 +83,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -92,7 +91,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/tcp.h>   /* struct tcp_info with tcpi_bytes_received */
+#include <linux/tcp.h>   /* struct tcp_info with tcpi_bytes_received/acked */
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -624,13 +623,13 @@ static struct node {
                               HELLO without a key is accepted */
     struct auth *auth;     /* senders that said HELLO */
     int nauth, cauth;
-    struct acc *acc;       /* endpoints the listener accepted */
-    int npending;          /* of them, not authenticated yet */
-    int lsn_fd[8];         /* UCX's listening sockets (fds) */
-    uint16_t lsn_port[8];  /* and their ports (host order) */
+    int npending;          /* endpoints the listener accepted (acc_tab)
+                              that have not authenticated yet */
+    int lsn_fd[32];        /* UCX's listening sockets (fds) */
+    uint16_t lsn_port[32]; /* and their ports (host order) */
     int nlsn;
-    struct tsock *ts;      /* connections accepted on them, as seen */
-    int nts, cts;
+    struct tsock *ts;      /* connections accepted on them, as last seen */
+    int nts;
     uint64_t guard_at;     /* next guard pass (ns), 0: none due */
     uint64_t log_at;       /* the guard's next log line (ns) */
     uint64_t log_closed, log_denied; /* not logged yet */
@@ -2214,9 +2213,6 @@ rndv_done(void *req, ucs_status_t status, size_t length, void *user)
     if (req != NULL)
         U.request_free(req);
 }
-
-static void rx_bad(void);
-static void rx_denied(void);
 
 /* Is h, with plen payload bytes, a well-formed request or response (its
    kind, op, type, flags, PSN and lengths in range, the payload as long
@@ -4291,7 +4287,7 @@ node_up(struct pyrdma_status *st)
     {
         int n = listen_scan(after, lfd, lport, 64), i, k;
         N.nlsn = 0;
-        for (i = 0; i < n && N.nlsn < 8; i++) {
+        for (i = 0; i < n && N.nlsn < 32; i++) {
             for (k = 0; k < nbefore; k++)
                 if (before[k] == after[i])
                     break;

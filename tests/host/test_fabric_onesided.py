@@ -471,9 +471,8 @@ def test_write_after_dereg(pair):
     assert b("dump", mr="mr", off=0, len=64)["hex"] == "00" * 64
 
 
-# struct sh_page: a 128-byte header, 16384 struct sh_qp (32 bytes), then
+# struct sh_page: a 192-byte header, 16384 struct sh_qp (32 bytes), then
 # struct sh_mr (240 bytes; its in-flight count at offset 8)
-#: struct sh_page: a 192-byte head, then 16384 QP entries of 32 bytes
 MR_INFLIGHT = 192 + 16384 * 32 + 8
 
 

@@ -1,8 +1,11 @@
 """The software fabric against hostile peers (issue 17, items 7 and 9).
 
 - The listener: idle TCP connections to a node's listener port (the port
-  in its GUID) cannot exhaust its file descriptors; a connection that
-  never authenticates is closed after the deadline (2 s).
+  in its GUID), or to UCX's own TCP transport ports, cannot exhaust its
+  file descriptors; a connection that never authenticates is closed
+  after the deadline (2 s).
+- Other hosts (network namespaces that cannot read each other's node
+  records) authenticate with RDMA_UCX_SECRET, or not at all in open mode.
 - Authentication and forged headers: a raw UCP peer (fabric_rogue.c,
   compiled here against libucp) that sends its own headers can affect
   only the QPs connected to it: a forged source (node, QP, session) is
@@ -60,10 +63,16 @@ def siphash24(k0: int, k1: int, words) -> int:
 
     def rnd():
         nonlocal v0, v1, v2, v3
-        v0 = (v0 + v1) & M64; v1 = _rotl(v1, 13); v1 ^= v0; v0 = _rotl(v0, 32)
-        v2 = (v2 + v3) & M64; v3 = _rotl(v3, 16); v3 ^= v2
-        v0 = (v0 + v3) & M64; v3 = _rotl(v3, 21); v3 ^= v0
-        v2 = (v2 + v1) & M64; v1 = _rotl(v1, 17); v1 ^= v2; v2 = _rotl(v2, 32)
+        v0 = (v0 + v1) & M64
+        v1 = _rotl(v1, 13) ^ v0
+        v0 = _rotl(v0, 32)
+        v2 = (v2 + v3) & M64
+        v3 = _rotl(v3, 16) ^ v2
+        v0 = (v0 + v3) & M64
+        v3 = _rotl(v3, 21) ^ v0
+        v2 = (v2 + v1) & M64
+        v1 = _rotl(v1, 17) ^ v2
+        v2 = _rotl(v2, 32)
 
     words = list(words) + [(len(words) * 8) << 56 & M64]
     for m in words:
@@ -508,3 +517,69 @@ def test_connections_to_ucx_tcp_transport_are_bounded():
         for s in socks:
             s.close()
         b.close()
+
+
+# --------------------------------------------------------------------------
+# other hosts: RDMA_UCX_SECRET (network namespaces with rendezvous
+# directories of their own, so that neither finds the other's record)
+
+from test_fabric_processes import netns_pair  # noqa: E402,F401  (fixture)
+
+
+def _hosts(netns_pair, tmp_path, secret_a, secret_b):
+    """The two "hosts"' environments and command prefixes."""
+    na, nb = netns_pair
+    envs = []
+    for ns, addr, secret in ((na, "198.51.100.1", secret_a),
+                             (nb, "198.51.100.2", secret_b)):
+        d = tmp_path / ns
+        d.mkdir(mode=0o700)
+        env = {"UCX_TLS": "tcp", "RDMA_UCX_ADDR": addr,
+               "RDMA_UCX_DIR": str(d), "UCX_WARN_UNUSED_ENV_VARS": "n"}
+        if secret is not None:
+            env["RDMA_UCX_SECRET"] = secret
+        envs.append((env, ("ip", "netns", "exec", ns)))
+    return envs
+
+
+def _requester_report(hosts):
+    """Run a requester on host a against a responder on host b; return
+    the requester's report."""
+    (env_a, pre_a), (env_b, pre_b) = hosts
+    b = fh.PeerProcess(HELPER, "responder", env=env_b, prefix=pre_b,
+                       timeout=40)
+    a = fh.PeerProcess(HELPER, "requester", env={**env_a,
+                                                 "FABRIC_QP_TIMEOUT": "12"},
+                       prefix=pre_a, timeout=40)
+    try:
+        ib, ia = b.read(), a.read()
+        b.send(ia)
+        a.send(ib)
+        assert b.read() == {"ready": True}
+        assert a.read() == {"ready": True}
+        a.send({"go": 1})
+        return a.read()
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("secret_a,secret_b,works", [
+    ("s3cret", "s3cret", True),
+    ("s3cret", "other", False),
+    (None, None, True),
+], ids=["same-secret", "other-secret", "open-mode"])
+def test_other_hosts_authenticate_with_the_shared_secret(
+        netns_pair, tmp_path, secret_a, secret_b, works):
+    """Nodes that cannot read each other's records prove RDMA_UCX_SECRET;
+    with different secrets every HELLO is refused and the work requests
+    fail (RETRY_EXC_ERR), nothing lands; without any secret, listeners on
+    non-loopback addresses accept each other (open mode)."""
+    report = _requester_report(_hosts(netns_pair, tmp_path, secret_a,
+                                      secret_b))
+    if works:
+        assert report["statuses"] == [0, 0, 0, 0], report
+        assert report["read_ok"]
+    else:
+        assert report["statuses"][0] == ibv.IBV_WC_RETRY_EXC_ERR, report
+        assert not report["read_ok"]
