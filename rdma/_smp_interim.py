@@ -1,16 +1,17 @@
-"""Interim MAD scheduler for :mod:`rdma.discovery` (to be replaced).
+"""An alternative MAD scheduler for :mod:`rdma.discovery`.
 
-``rdma.sched`` is being written on another branch.  Until it lands,
-discovery runs on :class:`MADSchedule` here: python-rdma's coroutine
-interface (``yield sched.SubnGet(...)``, ``sched.mqueue``, ``sched.queue``,
-``sched.run``) on :class:`rdma.madtransactor.MADTransactor` (so every RPC
-of the transactor works, encoded, checked and decoded by it) over a
-:class:`rdma.umad.UMAD`, with up to :attr:`MADSchedule.max_outstanding`
-MADs in flight.  A BUSY or REDIRECT answer is an error here (the
-synchronous transactor retries or follows it).
-
-:func:`rdma.discovery.scheduler_class` prefers ``rdma.sched.MADSchedule``
-when it exists.
+Written before :mod:`rdma.sched` existed, with the same interface
+(python-rdma's coroutines: ``yield sched.SubnGet(...)``, ``sched.mqueue``,
+``sched.queue``, ``sched.run``) on :class:`rdma.madtransactor.MADTransactor`
+over a :class:`rdma.umad.UMAD`, up to :attr:`MADSchedule.max_outstanding`
+MADs in flight.  What it does differently: a SubnGet is laid out by hand
+and its reply checked by hand, only the attribute being decoded (errors,
+Sets and traced calls go through the transactor), and SMPs are sent
+without a kernel response timeout (which costs ~15x per send through the
+ibsim shim).  That halves the CPU time of discovery; once
+:mod:`rdma.sched` does the same this module can go.  A BUSY or REDIRECT
+answer is an error here.  ``rdma.discovery.scheduler_class("interim")``
+returns it.
 """
 from __future__ import annotations
 

@@ -29,13 +29,14 @@ import rdma
 from rdma import IBA
 from rdma._mad import MADError
 from rdma._errors import RDMAError
-from rdma.subnet import (CA, PORT_STATE_DOWN, Node, Port, Subnet, Switch)
+from rdma.subnet import PORT_STATE_DOWN, Node, Port, Subnet, Switch
 
 __all__ = ["load", "topo_SMP", "subnet_ninf_SMP", "subnet_pinf_SMP",
            "subnet_swinf_SMP", "subnet_lfdb_SMP", "topo_peer_SMP",
            "topo_surround_SMP", "subnet_fill_port", "subnet_get_port",
            "subnet_ninf_LIDS_SMP", "LOADABLE", "scheduler_class",
-           "subnet_summary", "main"]
+           "subnet_summary", "main", "subnet_ninf_SA", "subnet_ninf_GUID",
+           "subnet_swinf_SA", "subnet_pinf_SA", "subnet_topology_SA"]
 
 #: What :func:`load` knows how to load.
 LOADABLE = ("all_NodeInfo", "all_NodeDescription", "all_PortInfo",
@@ -56,7 +57,7 @@ def _lid_path(sched: Any, lid: int) -> Any:
                             qkey=IBA.IB_DEFAULT_QP0_QKEY)
 
 
-# -- single queries ------------------------------------------------------------
+# -- single queries -----------------------------------------------------------
 
 def subnet_pinf_SMP(sched: Any, sbn: Subnet, sel: int, path: Any):
     """Coroutine: read the PortInfo of port *sel* through *path* into
@@ -147,7 +148,25 @@ def subnet_lfdb_SMP(sched: Any, sbn: Subnet):
     sbn.loaded.add("all_LFDB")
 
 
-# -- the topology walk -----------------------------------------------------------
+# -- the topology walk --------------------------------------------------------
+
+def _bad_ninf(ninf: Any) -> Optional[str]:
+    """Why a NodeInfo cannot be used (a broken or hostile node), or
+    None."""
+    if ninf.nodeType not in (1, 2, 3):
+        return f"unknown node type {ninf.nodeType}"
+    if not 1 <= ninf.numPorts <= 254:
+        return f"{ninf.numPorts} ports"
+    if ninf.nodeType == 2:
+        if ninf.localPortNum > ninf.numPorts:
+            return (f"arrived at port {ninf.localPortNum} of "
+                    f"{ninf.numPorts}")
+    elif not 1 <= ninf.localPortNum <= ninf.numPorts:
+        return f"arrived at port {ninf.localPortNum} of {ninf.numPorts}"
+    if not ninf.nodeGUID:
+        return "node GUID 0"
+    return None
+
 
 class _TopoWalk:
     """A breadth-first walk by directed route: hop count *n* is read (all
@@ -184,7 +203,22 @@ class _TopoWalk:
                 raise
             self.errors.append((path, e))
             return
-        node, port = sbn.get_node_ninf(ninf, path)
+        bad = _bad_ninf(ninf)
+        if bad:
+            if must:
+                raise MADError(path=path, msg=f"NodeInfo of {path}: {bad}")
+            self.errors.append((path, MADError(
+                path=path, msg=f"NodeInfo of {path}: {bad}")))
+            return
+        try:
+            node, port = sbn.get_node_ninf(ninf, path)
+        except RDMAError as e:
+            # Contradicts what other replies said (a GUID seen with two
+            # node types...): keep the first story.
+            if must:
+                raise
+            self.errors.append((path, e))
+            return
         if peer is not None:
             here = node.get_port(ninf.localPortNum)
             old = sbn.topology.get(here)
@@ -209,12 +243,17 @@ class _TopoWalk:
             sels = (ninf.localPortNum,)
         first = node not in self.scanned
         self.scanned.add(node)
-        yield self.sched.mqueue(self.do_port(node, path, i) for i in sels)
+        works = [self.do_port(node, path, i) for i in sels]
         if first and self.get_desc and node.desc is None:
-            try:
-                yield node.get_desc(self.sched, path)
-            except MADError as e:
-                self.errors.append((path, e))
+            works.append(self.do_desc(node, path))
+        # The PortInfos and the NodeDescription in flight together.
+        yield self.sched.mqueue(w for w in works)
+
+    def do_desc(self, node: Node, path: Any):
+        try:
+            yield node.get_desc(self.sched, path)
+        except MADError as e:
+            self.errors.append((path, e))
 
     def do_port(self, node: Node, path: Any, sel: int):
         sbn = self.sbn
@@ -229,7 +268,11 @@ class _TopoWalk:
             port = node.get_port(sel)
             port.pinf = pinf
         else:
-            port = sbn.get_port_pinf(pinf, portIdx=sel, path=path)
+            try:
+                port = sbn.get_port_pinf(pinf, portIdx=sel, path=path)
+            except (RDMAError, ValueError) as e:
+                self.errors.append((path, e))
+                return
         if sel == 0 or pinf.portState == PORT_STATE_DOWN or \
                 port in sbn.topology:
             return
@@ -326,16 +369,131 @@ def subnet_get_port(sched: Any, sbn: Subnet, path: Any,
     yield subnet_fill_port(sched, sbn, port, path, get_desc)
 
 
-# -- load ----------------------------------------------------------------------
+# -- from the SA --------------------------------------------------------------
+#
+# Flat coroutines (each yields RPCs only), so that they run on a scheduler
+# (sched.run) and on a synchronous transactor (do_async) alike.
 
-def scheduler_class() -> type:
-    """The MAD scheduler class: :class:`rdma.sched.MADSchedule`, or the
-    interim one of :mod:`rdma._smp_interim` where that is missing."""
-    try:
+def subnet_ninf_SA(sched: Any, sbn: Subnet, node_type: Optional[int] = None):
+    """Coroutine: every NodeRecord from the SA (of *node_type* only, if
+    given) into *sbn*, NodeInfo and NodeDescription."""
+    req = IBA.ComponentMask(IBA.SANodeRecord())
+    if node_type is not None:
+        req.nodeInfo.nodeType = node_type
+    res = yield sched.SubnAdmGetTable(req)
+    if res:
+        sbn.set_max_lid(max(r.LID for r in res))
+    for r in res:
+        node, _ = sbn.get_node_ninf(r.nodeInfo, LID=r.LID)
+        node.set_desc(r.nodeDescription.nodeString)
+    if node_type is None:
+        sbn.loaded.update(("all_NodeInfo", "all_NodeDescription"))
+    else:
+        sbn.loaded.update((f"all_NodeInfo {node_type}",
+                           f"all_NodeDescription {node_type}"))
+
+
+def subnet_ninf_GUID(sched: Any, sbn: Subnet, node_guid: int):
+    """Coroutine: the NodeRecords of one node (one per CA port) into
+    *sbn*."""
+    req = IBA.ComponentMask(IBA.SANodeRecord())
+    req.nodeInfo.nodeGUID = int(node_guid)
+    res = yield sched.SubnAdmGetTable(req)
+    for r in res:
+        node, _ = sbn.get_node_ninf(r.nodeInfo, LID=r.LID)
+        node.set_desc(r.nodeDescription.nodeString)
+
+
+def subnet_swinf_SA(sched: Any, sbn: Subnet):
+    """Coroutine: every SwitchInfoRecord into its switch (the switches'
+    NodeInfo must be loaded)."""
+    res = yield sched.SubnAdmGetTable(IBA.SASwitchInfoRecord())
+    for r in res:
+        port = sbn.lids[r.LID] if r.LID < len(sbn.lids) else None
+        if port is not None and isinstance(port.parent, Switch):
+            port.parent.swinf = r.switchInfo
+    sbn.loaded.add("all_SwitchInfo")
+
+
+def subnet_pinf_SA(sched: Any, sbn: Subnet):
+    """Coroutine: every PortInfoRecord into its port (NodeInfo must be
+    loaded): LIDs with their LMC, switch ports included."""
+    res = yield sched.SubnAdmGetTable(IBA.SAPortInfoRecord())
+    for r in res:
+        end = sbn.lids[r.endportLID] if r.endportLID < len(sbn.lids) \
+            else None
+        if end is None:
+            continue
+        node = end.parent
+        if isinstance(node, Switch):
+            port = node.get_port(r.portNum)
+            port.pinf = r.portInfo
+            if r.portNum == 0:
+                sbn.link_end_port(port, LID=r.endportLID,
+                                  LMC=r.portInfo.LMC)
+        else:
+            sbn.get_port_pinf(r.portInfo, portIdx=r.portNum,
+                              LID=r.endportLID)
+    sbn.loaded.update(("all_PortInfo", "all_LIDs"))
+
+
+def subnet_topology_SA(sched: Any, sbn: Subnet):
+    """Coroutine: every LinkRecord into ``sbn.topology`` (NodeInfo must
+    be loaded)."""
+    res = yield sched.SubnAdmGetTable(IBA.SALinkRecord())
+    sbn.topology = {}
+    for r in res:
+        ends = []
+        for lid, num in ((r.fromLID, r.fromPort), (r.toLID, r.toPort)):
+            end = sbn.lids[lid] if lid < len(sbn.lids) else None
+            if end is None:
+                break
+            node = end.parent
+            ends.append(node.get_port(num) if isinstance(node, Switch)
+                        else end)
+        if len(ends) == 2:
+            sbn.topology[ends[0]] = ends[1]
+            sbn.topology[ends[1]] = ends[0]
+    sbn.loaded.add("all_topology")
+
+
+def _run_flat(sched: Any, coroutine: Any) -> None:
+    if hasattr(sched, "run") and hasattr(sched, "mqueue"):
+        sched.run(queue=coroutine)
+    else:
+        sched.do_async(coroutine)
+
+
+def _load_SA(sched: Any, sbn: Subnet, want: Set[str]) -> None:
+    if want & {"all_NodeInfo", "all_NodeDescription", "all_PortInfo",
+               "all_LIDs", "all_topology", "all_SwitchInfo"} and \
+            "all_NodeInfo" not in sbn.loaded:
+        _run_flat(sched, subnet_ninf_SA(sched, sbn))
+    if want & {"all_PortInfo", "all_LIDs"}:
+        _run_flat(sched, subnet_pinf_SA(sched, sbn))
+    if "all_topology" in want:
+        _run_flat(sched, subnet_topology_SA(sched, sbn))
+    if "all_SwitchInfo" in want:
+        _run_flat(sched, subnet_swinf_SA(sched, sbn))
+
+
+# -- load ---------------------------------------------------------------------
+
+def scheduler_class(name: Optional[str] = None) -> type:
+    """The MAD scheduler class: :class:`rdma.sched.MADSchedule` (*name*
+    None or ``"sched"``), or ``"interim"``: the scheduler of
+    :mod:`rdma._smp_interim`, written before ``rdma.sched`` existed, with
+    a SubnGet fast path (about half the CPU per SMP; see
+    ``tests/bench/bench_discovery.py``).
+
+    :raises ValueError: for another name."""
+    if name in (None, "sched"):
         from rdma.sched import MADSchedule
-    except ImportError:
-        from rdma._smp_interim import MADSchedule
-    return MADSchedule
+        return MADSchedule
+    if name == "interim":
+        from rdma._smp_interim import MADSchedule as Interim
+        return Interim
+    raise ValueError(f"unknown scheduler {name!r}: 'sched' or 'interim'")
 
 
 def _as_sched(sched: Any) -> Any:
@@ -344,7 +502,8 @@ def _as_sched(sched: Any) -> Any:
     return scheduler_class()(sched)
 
 
-def load(sched: Any, sbn: Subnet, stuff: Iterable[str]) -> Subnet:
+def load(sched: Any, sbn: Subnet, stuff: Iterable[str],
+         sa: bool = False) -> Subnet:
     """Fill *sbn* with the items of *stuff* that it lacks (see
     ``sbn.loaded``), by SMPs through *sched* (a
     :class:`rdma.sched.MADSchedule`; a UMAD is wrapped in one):
@@ -355,6 +514,11 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str]) -> Subnet:
     - ``all_SwitchInfo``: every switch's SwitchInfo;
     - ``all_LFDB`` (ours): every switch's linear forwarding table
       (``Switch.lfdb``).
+
+    With *sa* (ours; python-rdma chose by the transactor's class) the
+    items come from the SA instead, by GetTable of NodeRecords,
+    PortInfoRecords, LinkRecords and SwitchInfoRecords (a scheduler or a
+    synchronous transactor; ``all_LFDB`` still reads SMPs).
 
     Returns *sbn*.  What could not be read is in ``sbn.errors``.
 
@@ -369,13 +533,17 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str]) -> Subnet:
             raise ValueError(f"cannot load {item!r}; known: "
                              f"{', '.join(LOADABLE)}")
         want.add(base)
-    sched = _as_sched(sched)
     _errors_of(sbn)
     if "all_LFDB" in want:
         want.add("all_SwitchInfo")
     if "all_SwitchInfo" in want:
         want.add("all_NodeInfo")
+    if sa:
+        _load_SA(sched, sbn, want - sbn.loaded)
     want -= sbn.loaded
+    if not want:
+        return sbn
+    sched = _as_sched(sched)
     walk = {"all_NodeInfo", "all_NodeDescription", "all_PortInfo",
             "all_LIDs", "all_topology"}
     if want & walk:
@@ -388,7 +556,7 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str]) -> Subnet:
     return sbn
 
 
-# -- a dump for scripts and tests ------------------------------------------------
+# -- a dump for scripts and tests ---------------------------------------------
 
 def subnet_summary(sbn: Subnet) -> dict:
     """A JSON-friendly summary of *sbn*: ``nodes`` (type, GUIDs, ports
@@ -433,7 +601,7 @@ def subnet_summary(sbn: Subnet) -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m rdma.discovery [--lfdb] [--outstanding N] [end_port]``:
+    """``python -m rdma.discovery [--lfdb] [--dr] [--sched S] [end_port]``:
     discover the subnet and print :func:`subnet_summary` as JSON (with
     the wall and CPU time ``load()`` took and the number of SMPs)."""
     import argparse
@@ -448,10 +616,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="SMPs in flight at most")
     ap.add_argument("--repeat", type=int, default=1,
                     help="discover this many times (print the last)")
+    ap.add_argument("--dr", action="store_true",
+                    help="directed routes only, also after the walk "
+                         "(Subnet.lid_routed False)")
+    ap.add_argument("--sa", action="store_true",
+                    help="ask the SA instead of sending SMPs")
+    ap.add_argument("--sched", choices=("sched", "interim"),
+                    default="sched", help="the MAD scheduler (see "
+                    "scheduler_class)")
     a = ap.parse_args(argv)
     umad = rdma.get_umad(a.end_port)
     try:
-        sched = scheduler_class()(umad)
+        sched = scheduler_class(a.sched)(umad)
         if a.outstanding:
             sched.max_outstanding = a.outstanding
         stuff = ["all_NodeInfo", "all_NodeDescription", "all_topology"]
@@ -460,16 +636,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         times, cpu = [], []
         for _ in range(a.repeat):
             sbn = Subnet()
+            sbn.lid_routed = not a.dr
             t0, c0 = time.monotonic(), time.process_time()
-            load(sched, sbn, stuff)
+            load(sched, sbn, stuff, sa=a.sa)
             times.append(time.monotonic() - t0)
             cpu.append(time.process_time() - c0)
         out = subnet_summary(sbn)
         out["times"] = times
         out["cpu_times"] = cpu
         out["smps"] = getattr(sched, "sent", None)
-        json.dump(out, sys.stdout)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(out) + "\n")
     finally:
         umad.close()
     return 0

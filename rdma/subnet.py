@@ -560,7 +560,7 @@ class Subnet:
         port.pinf = pinf
         return port
 
-    # -- iteration -------------------------------------------------------------
+    # -- iteration ------------------------------------------------------------
 
     def iternodes(self) -> Iterator[Node]:
         """Every node."""

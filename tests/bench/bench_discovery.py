@@ -61,7 +61,50 @@ def wait_active(f, node=CLIENT, timeout=30.0):
         time.sleep(0.1)
 
 
-def one_size(radix, repeat, outstanding, scratch):
+def _compare(f, tree, radix, repeat, outstanding, up, sched):
+    """ibnetdiscover and ``python -m rdma.discovery --sched SCHED``
+    alternately, *repeat* times each; the medians."""
+    theirs, mine, mine_wall, smps = [], [], [], None
+    theirs_cpu, mine_cpu, mine_cpu_all = [], [], []
+    argv = [sys.executable, "-m", "rdma.discovery", "--sched", sched]
+    if outstanding:
+        argv += ["--outstanding", str(outstanding)]
+    for _ in range(repeat):
+        t0, c0 = time.monotonic(), _children_cpu()
+        out = f.run(["ibnetdiscover"], CLIENT, timeout=300).stdout
+        theirs.append(time.monotonic() - t0)
+        theirs_cpu.append(_children_cpu() - c0)
+        assert out.count("\nCa\t") + out.count("\nSwitch\t") == \
+            tree.num_hcas + tree.num_switches, "ibnetdiscover missed nodes"
+        t0, c0 = time.monotonic(), _children_cpu()
+        res = json.loads(f.run(argv, CLIENT, timeout=300).stdout)
+        mine_wall.append(time.monotonic() - t0)
+        mine_cpu_all.append(_children_cpu() - c0)
+        mine.append(res["times"][-1])
+        mine_cpu.append(res["cpu_times"][-1])
+        smps = res["smps"]
+        if res["errors"] or len(res["nodes"]) != \
+                tree.num_hcas + tree.num_switches:
+            raise RuntimeError(f"discovery incomplete: "
+                               f"{len(res['nodes'])} nodes, errors "
+                               f"{res['errors'][:3]}")
+    return {"radix": radix, "sched": sched, "hcas": tree.num_hcas,
+            "switches": tree.num_switches, "sm_up_s": up, "smps": smps,
+            "ibnetdiscover": statistics.median(theirs),
+            "ours": statistics.median(mine),
+            "ours_start": statistics.median(mine_wall),
+            "cpu_ibnetdiscover": statistics.median(theirs_cpu),
+            "cpu_ours": statistics.median(mine_cpu),
+            "cpu_ours_start": statistics.median(mine_cpu_all),
+            "all": {"ibnetdiscover": theirs, "ours": mine,
+                    "ours_start": mine_wall, "cpu_ibnetdiscover":
+                    theirs_cpu, "cpu_ours": mine_cpu,
+                    "cpu_ours_start": mine_cpu_all}}
+
+
+def one_size(radix, repeat, outstanding, scratch, scheds=("sched",)):
+    """Start the fat-tree of *radix* and time ibnetdiscover against our
+    discovery with each scheduler of *scheds*; one result per scheduler."""
     tree = Tree(radix)
     topo = scratch / f"fattree{radix}"
     topo.write_text(tree.text())
@@ -70,42 +113,11 @@ def one_size(radix, repeat, outstanding, scratch):
         f.start()
         up = f.startup_s
         wait_active(f)
-        theirs, mine, mine_wall, smps = [], [], [], None
-        theirs_cpu, mine_cpu, mine_cpu_all = [], [], []
-        argv = [sys.executable, "-m", "rdma.discovery"]
-        if outstanding:
-            argv += ["--outstanding", str(outstanding)]
-        for _ in range(repeat):
-            t0, c0 = time.monotonic(), _children_cpu()
-            out = f.run(["ibnetdiscover"], CLIENT, timeout=300).stdout
-            theirs.append(time.monotonic() - t0)
-            theirs_cpu.append(_children_cpu() - c0)
-            assert out.count("\nCa\t") + out.count("\nSwitch\t") == \
-                tree.num_hcas + tree.num_switches, "ibnetdiscover missed nodes"
-            t0, c0 = time.monotonic(), _children_cpu()
-            res = json.loads(f.run(argv, CLIENT, timeout=300).stdout)
-            mine_wall.append(time.monotonic() - t0)
-            mine_cpu_all.append(_children_cpu() - c0)
-            mine.append(res["times"][-1])
-            mine_cpu.append(res["cpu_times"][-1])
-            smps = res["smps"]
-            if res["errors"] or len(res["nodes"]) != \
-                    tree.num_hcas + tree.num_switches:
-                raise RuntimeError(f"discovery incomplete: "
-                                   f"{len(res['nodes'])} nodes, errors "
-                                   f"{res['errors'][:3]}")
-        return {"radix": radix, "hcas": tree.num_hcas,
-                "switches": tree.num_switches, "sm_up_s": up, "smps": smps,
-                "ibnetdiscover": statistics.median(theirs),
-                "ours": statistics.median(mine),
-                "ours_start": statistics.median(mine_wall),
-                "cpu_ibnetdiscover": statistics.median(theirs_cpu),
-                "cpu_ours": statistics.median(mine_cpu),
-                "cpu_ours_start": statistics.median(mine_cpu_all),
-                "all": {"ibnetdiscover": theirs, "ours": mine,
-                        "ours_start": mine_wall, "cpu_ibnetdiscover":
-                        theirs_cpu, "cpu_ours": mine_cpu,
-                        "cpu_ours_start": mine_cpu_all}}
+        results = []
+        for sched in scheds:
+            results.append(_compare(f, tree, radix, repeat, outstanding, up,
+                                    sched))
+        return results
     finally:
         f.close()
 
@@ -156,6 +168,18 @@ def sa_size(radix, repeat, scratch):
         f.close()
 
 
+def _print_row(res):
+    t = res["ibnetdiscover"]
+    print(f"{res['radix']:>5} {res['sched']:>7} {res['hcas']:>5} "
+          f"{res['switches']:>4} {res['smps'] or '-':>6} "
+          f"{res['sm_up_s']:>5.2f}s {t:>8.3f}s {res['ours']:>6.3f}s "
+          f"{res['ours_start']:>9.3f}s {res['ours'] / t:>6.2f} "
+          f"{res['ours_start'] / t:>11.2f} | "
+          f"{res['cpu_ibnetdiscover']:>7.3f}s {res['cpu_ours']:>7.3f}s "
+          f"{res['cpu_ours_start']:>6.2f}s "
+          f"{res['cpu_ours'] / res['cpu_ibnetdiscover']:>6.2f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--radix", default="8,16,24,36,48,62",
@@ -163,6 +187,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--outstanding", type=int, default=0,
                     help="SMPs in flight (default: the scheduler's)")
+    ap.add_argument("--sched", default="sched,interim",
+                    help="our MAD schedulers to time (rdma.discovery."
+                         "scheduler_class names), comma separated")
     ap.add_argument("--json", action="store_true",
                     help="also print one RESULT {json} line per size")
     ap.add_argument("--sa-radix", default="",
@@ -176,25 +203,18 @@ def main():
         fabric.SHIM = a.shim
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
           f"CPUs; wall seconds, then CPU seconds (user+system)")
-    print(f"{'radix':>5} {'HCAs':>5} {'sw':>4} {'SMPs':>6} {'SM up':>6} "
+    print(f"{'radix':>5} {'sched':>7} {'HCAs':>5} {'sw':>4} {'SMPs':>6} "
+          f"{'SM up':>6} "
           f"{'ibnetdisc':>9} {'ours':>7} {'ours+start':>10} "
           f"{'ratio':>6} {'ratio+start':>11} | {'cpu ibnd':>8} "
           f"{'cpu ours':>8} {'+start':>7} {'ratio':>6}")
     with tempfile.TemporaryDirectory(prefix="bench-disc-") as tmp:
         for r in (int(x) for x in a.radix.split(",")):
-            res = one_size(r, a.repeat, a.outstanding, Path(tmp))
-            t = res["ibnetdiscover"]
-            print(f"{r:>5} {res['hcas']:>5} {res['switches']:>4} "
-                  f"{res['smps'] or '-':>6} {res['sm_up_s']:>5.2f}s "
-                  f"{t:>8.3f}s {res['ours']:>6.3f}s "
-                  f"{res['ours_start']:>9.3f}s {res['ours'] / t:>6.2f} "
-                  f"{res['ours_start'] / t:>11.2f} | "
-                  f"{res['cpu_ibnetdiscover']:>7.3f}s "
-                  f"{res['cpu_ours']:>7.3f}s {res['cpu_ours_start']:>6.2f}s "
-                  f"{res['cpu_ours'] / res['cpu_ibnetdiscover']:>6.2f}",
-                  flush=True)
-            if a.json:
-                print("RESULT " + json.dumps(res), flush=True)
+            for res in one_size(r, a.repeat, a.outstanding, Path(tmp),
+                                a.sched.split(",")):
+                _print_row(res)
+                if a.json:
+                    print("RESULT " + json.dumps(res), flush=True)
         if a.sa_radix:
             print(f"\nGetTable of all PathRecords (wall seconds)\n"
                   f"{'radix':>5} {'records':>8} {'saquery':>8} "

@@ -112,3 +112,31 @@ def test_pickle_round_trip():
     assert peer.parent is t.nodes[0x100004] and peer.port_id == 2
     assert t.path_to_port(IBDRPath(ep, drPath=b"\0\1\2")) is \
         t.nodes[0x100002].ports[1]
+
+
+def test_load_rejects_unknown_items():
+    import rdma.discovery
+    with pytest.raises(ValueError, match="all_Bogus"):
+        rdma.discovery.load(None, Subnet(), ["all_NodeInfo", "all_Bogus"])
+    with pytest.raises(ValueError, match="unknown scheduler"):
+        rdma.discovery.scheduler_class("nope")
+
+
+@pytest.mark.parametrize("fields,why", [
+    (dict(nodeType=7), "node type"),
+    (dict(numPorts=0), "0 ports"),
+    (dict(numPorts=255), "255 ports"),
+    (dict(localPortNum=3, numPorts=2), "port 3 of 2"),
+    (dict(nodeType=2, localPortNum=9, numPorts=8), "port 9 of 8"),
+    (dict(localPortNum=0), "port 0 of"),
+    (dict(nodeGUID=0), "GUID 0"),
+])
+def test_nodeinfo_a_walk_refuses(fields, why):
+    """What a broken or hostile node can say in its NodeInfo that the walk
+    records as an error instead of storing."""
+    from rdma.discovery import _bad_ninf
+    good = dict(nodeGUID=0x10, portGUID=0x11, nodeType=1, numPorts=2,
+                localPortNum=1)
+    assert _bad_ninf(IBA.SMPNodeInfo(**good)) is None
+    good.update(fields)
+    assert why in _bad_ninf(IBA.SMPNodeInfo(**good))

@@ -138,8 +138,8 @@ def started(tmp_path_factory):
         pytest.skip(why)
     made = {}
 
-    def get(name, console=False):
-        key = (name, console)
+    def get(name, console=False, sm=True):
+        key = (name, console, sm)
         old = made.get(key)
         if old is None or old.ibsim is None or old.ibsim.poll() is not None:
             # New, or closed by a test that was done with it.
@@ -149,9 +149,11 @@ def started(tmp_path_factory):
                                      int(name[len("fattree"):]))
             else:
                 topo = TOPOLOGIES[name]
-            f = made[key] = Fabric(topo, scratch, console=console)
+            f = made[key] = Fabric(topo, scratch, console=console,
+                                   sm_node="Hca1" if sm else None)
             f.start()
-            wait_active(f)
+            if sm:
+                wait_active(f)
         return made[key]
 
     try:
@@ -165,17 +167,34 @@ def started(tmp_path_factory):
                                   "fattree36"])
 def test_topology_equals_ibnetdiscover(started, name):
     """Every node, link, LID and port GUID equals ibnetdiscover's (ibsim's
-    examples, two-port HCAs included, and a 648-HCA fat-tree)."""
+    examples, two-port HCAs included, and a 648-HCA fat-tree), with
+    rdma.sched and with the interim scheduler."""
     f = started(name)
-    mine = discover(f)
-    assert mine["errors"] == []
     theirs = ibnetdiscover(f)
     assert len(theirs[0]) >= 3
-    assert_same(theirs, ours(mine))
+    for sched in ("sched", "interim"):
+        mine = discover(f, "--sched", sched)
+        assert mine["errors"] == [], sched
+        assert_same(theirs, ours(mine))
     if name == "fattree36":
         kinds = [n[0] for n in theirs[0].values()]
         assert kinds.count("CA") == 648 and kinds.count("Switch") == 54
     # Done with it: free its processes for the next fabric.
+    f.close()
+
+
+@pytest.mark.parametrize("name", ["2sw2hca2port", "fattree36"])
+def test_sa_discovery_equals_ibnetdiscover(started, name):
+    """``load(..., sa=True)``: NodeRecords, PortInfoRecords and LinkRecords
+    by GetTable give the subnet ibnetdiscover finds by SMPs."""
+    import fabric
+    if not fabric.SHIM_FIXED:
+        pytest.skip("GetTable needs RMPP: the fixed umad2sim shim")
+    f = started(name)
+    theirs = ibnetdiscover(f)
+    mine = discover(f, "--sa")
+    assert mine["errors"] == []
+    assert_same(theirs, ours(mine))
     f.close()
 
 
@@ -197,6 +216,40 @@ def test_lfdb_equals_ibroute(started):
         mine_valid = {lid: port for lid, port in enumerate(lfdb)
                       if port != 255}
         assert mine_valid == theirs, (sw["desc"], out)
+    f.close()
+
+
+def test_lfdb_by_directed_route(started):
+    """With ``lid_routed`` off every SMP after the walk (SwitchInfo, the
+    forwarding table blocks) goes by directed route: same tables."""
+    f = started("2sw4hca")
+    by_lid = discover(f, "--lfdb")
+    by_dr = discover(f, "--lfdb", "--dr", "--sched", "interim")
+    assert by_dr["errors"] == []
+    assert by_dr["nodes"] == by_lid["nodes"]
+    assert all(n.get("lfdb") for n in by_dr["nodes"]
+               if n["type"] == "Switch")
+
+
+def test_without_subnet_manager(started):
+    """No SM: every port is INIT with LID 0, and discovery (on the port
+    named, since none is ACTIVE) still finds every node and link by
+    directed route, as ibnetdiscover does, and reads the (empty)
+    forwarding tables by directed route too."""
+    f = started("2sw4hca", sm=False)
+    mine = discover(f, "--lfdb", "ibsim0/1")
+    assert mine["errors"] == []
+    nodes, links, lids, pguids = ibnetdiscover(f)
+    assert set(lids.values()) == {0}
+    got = ours(mine)
+    assert got[2] == {}                       # no LIDs
+    assert_same((nodes, links, {}, pguids), got)
+    for n in mine["nodes"]:
+        if n["type"] == "Switch":
+            assert set(n["lfdb"]) == {255}
+        for num, p in n["ports"].items():
+            if num != "0":                    # ibsim: switch port 0 ACTIVE
+                assert p["state"] in (1, 2)   # DOWN or INIT
     f.close()
 
 
@@ -225,7 +278,8 @@ def test_unlinked_port_and_relink(started):
     assert back[1] == full[1]
 
 
-def test_node_that_does_not_answer(started):
+@pytest.mark.parametrize("sched", ["sched", "interim"])
+def test_node_that_does_not_answer(started, sched):
     """A node that drops every SMP (ibsim ``Error`` at rate 100) costs a
     timeout per route to it, is reported in ``errors`` with its directed
     route, and the rest of the subnet is discovered."""
@@ -234,7 +288,7 @@ def test_node_that_does_not_answer(started):
     f.console('Error "Hca4" 100')
     try:
         t0 = time.monotonic()
-        mine = discover(f, timeout=60)
+        mine = discover(f, "--sched", sched, timeout=60)
         took = time.monotonic() - t0
     finally:
         f.console('Error "Hca4" 0')
