@@ -7,8 +7,6 @@ import pytest
 
 import diags
 
-NODES = ("Hca1", "Hca2", "Hca4")
-
 
 def both(fabric, argv, node):
     """(infiniband-diags' output, ours) for the same command line."""
@@ -28,11 +26,10 @@ def colon_fields(text):
     return out
 
 
-@pytest.mark.parametrize("node", NODES)
-@pytest.mark.parametrize("argv", [["ibstat"], ["ibstat", "-s"],
-                                  ["ibstat", "-l"], ["ibstat", "-p"],
-                                  ["ibstat", "ibsim0", "1"]],
-                         ids=lambda a: " ".join(a))
+@pytest.mark.parametrize("node,argv", [
+    ("Hca1", ["ibstat"]), ("Hca4", ["ibstat"]), ("Hca2", ["ibstat", "-s"]),
+    ("Hca2", ["ibstat", "-l"]), ("Hca2", ["ibstat", "-p"]),
+    ("Hca2", ["ibstat", "ibsim0", "1"])], ids=lambda a: str(a))
 def test_ibstat(fabric, node, argv):
     """ibstat: every field, in order, as infiniband-diags prints it."""
     theirs, ours = both(fabric, argv, node)
@@ -148,9 +145,8 @@ def test_sminfo(fabric, argv):
                                   ["ibaddr", "-l", "2"], ["ibaddr", "-g", "4"],
                                   ["ibaddr", "-D", "0,1"],
                                   ["ibaddr", "-D", "0,1,3,1"]])
-@pytest.mark.parametrize("node", ["Hca2", "Hca4"])
-def test_ibaddr(fabric, argv, node):
-    theirs, ours = both(fabric, argv, node)
+def test_ibaddr(fabric, argv):
+    theirs, ours = both(fabric, argv, "Hca4")
     assert ours == theirs and ours.strip()
 
 
