@@ -421,3 +421,18 @@ def test_smpquery_guids(fabric):
     assert ours[0] == "# GUIDInfo: Lid 4"
     assert ours[1].split()[1] == info["PortGuid"]
     assert ours[-1] == "32 guids capacity for this port"
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["smpquery", "-t", "100", "nodeinfo", "99"], "SMPNodeInfo"),
+    (["smpquery", "-D", "nodeinfo", "0,7"], "(0, 7)"),
+    (["perfquery", "-t", "100", "99"], "PerformanceGet"),
+    (["ibroute", "-D", "0,1,7"], "(0, 1, 7)")])
+def test_unreachable_targets_are_one_line_errors(fabric, argv, words):
+    """A LID nobody has or a route into an unlinked port: exit 1 and one
+    line naming the RPC and the path, within the timeout."""
+    res = fabric.run([sys.executable, "-m", "rdma", *argv], "Hca2",
+                     check=False, timeout=30)
+    assert res.returncode == 1, res.stderr
+    assert words in res.stderr and "timed out" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
