@@ -9,7 +9,6 @@ MAD (the second NodeRecord of the first segment lies across them);
 :func:`test_debian_shim_cuts_the_same_table` shows that on the same
 fabric, so these tests can tell the two apart.
 """
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -133,11 +132,13 @@ def test_debian_shim_cuts_the_same_table(tmp_path):
         assert len(sq.parse(run(stock, "saquery", "PR"))) == 3
 
 
-def test_service_record_last_32_bytes(fabric, worker):
+def test_service_record_last_32_bytes(fabric):
     """A ServiceRecord's ServiceData64[1] sits at MAD bytes 224-231, in
     the 32 bytes Debian's shim loses: Set through our library, it reaches
-    opensm whole and comes back whole, to us (Get) and to ``saquery SR``."""
+    opensm whole and comes back whole, to us (Get) and to ``saquery SR``.
+    (Its own worker: fabric.worker() replaces one an earlier test killed.)"""
     from rdma import _mad as mad
+    worker = fabric.worker("Hca2")
     ep = worker.call("end_port")
     rec = mad.SAServiceRecord(
         serviceID=0x1000_0000_0000_00CD, serviceGID=ep["gid"],
