@@ -132,12 +132,15 @@ def test_debian_shim_cuts_the_same_table(tmp_path):
         assert len(sq.parse(run(stock, "saquery", "PR"))) == 3
 
 
-def test_service_record_last_32_bytes(fabric):
+def test_service_record_last_32_bytes(big):
     """A ServiceRecord's ServiceData64[1] sits at MAD bytes 224-231, in
     the 32 bytes Debian's shim loses: Set through our library, it reaches
     opensm whole and comes back whole, to us (Get) and to ``saquery SR``.
-    (Its own worker: fabric.worker() replaces one an earlier test killed.)"""
+    (On this module's fabric: in full sa runs a worker on the main
+    fabric's Hca2 was dead, and a new one did not answer, after earlier
+    tests.)"""
     from rdma import _mad as mad
+    fabric = big
     worker = fabric.worker("Hca2")
     ep = worker.call("end_port")
     rec = mad.SAServiceRecord(
