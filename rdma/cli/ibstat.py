@@ -84,10 +84,27 @@ def _cas(names: List[str]) -> List[Dict[str, Any]]:
     return [_umad.get_ca(n) for n in names]
 
 
+def _ca_names() -> List[str]:
+    """The CAs libibumad can open (it names a default CA, e.g. mthca0,
+    where the kernel has no umad at all: that one is left out)."""
+    import errno
+    from rdma import _umad
+    from rdma._errors import SysError
+    names = []
+    for n in _umad.get_ca_names():
+        try:
+            _umad.get_ca(n)
+        except SysError as e:
+            if e.errno not in (errno.ENOENT, errno.ENODEV):
+                raise
+            continue
+        names.append(n)
+    return names
+
+
 def ibstat(args: argparse.Namespace) -> int:
     """Run ``ibtool ibstat``; return the exit status."""
-    from rdma import _umad
-    names = list(_umad.get_ca_names())
+    names = _ca_names()
     if args.list_of_cas:
         for n in names:
             print(n)

@@ -1,5 +1,5 @@
-"""``ibtool validate``: run the fabric validation suite (:mod:`rdma.validation`)
-and print a summary table.
+"""``ibtool validate``: run the fabric validation suite
+(:mod:`rdma.validation`) and print a summary table.
 
 ::
 
@@ -354,7 +354,8 @@ def validate(args: argparse.Namespace) -> int:
         elapsed = time.monotonic() - t0
         if not os.path.exists(junit):
             print(output.rstrip(), file=sys.stderr)
-            print(f"ibtool validate: pytest wrote no report (exit status {rc})",
+            print(f"ibtool validate: pytest wrote no report "
+                  f"(exit status {rc})",
                   file=sys.stderr)
             return 3
         rows, props = read_junit(junit)

@@ -1,4 +1,5 @@
-"""pytest plugin for InfiniBand subnet validation (:mod:`rdma.validation.ib_suite`).
+"""pytest plugin for InfiniBand subnet validation
+(:mod:`rdma.validation.ib_suite`).
 
 Options (group "rdma-ib"):
 
@@ -50,7 +51,7 @@ def ib_umad(pytestconfig) -> Any:
     name = pytestconfig.getoption("ib_port")
     try:
         end_port = rdma.umad.get_end_port(name)
-    except Exception as e:          # noqa: BLE001 - a failed check, not a crash
+    except Exception as e:          # noqa: BLE001 - a check that fails
         pytest.fail(f"no InfiniBand port to validate from: {e}",
                     pytrace=False)
     umad = rdma.umad.UMAD(end_port)

@@ -78,7 +78,7 @@ def _rate(pinf: Any) -> str:
     return f"{_WIDTH.get(pinf.linkWidthActive, '?')}{speed or '?'}"
 
 
-# -- the expected topology -------------------------------------------------------
+# -- the expected topology ---------------------------------------------------
 
 class Topology:
     """An ibnetdiscover topology file: node names, descriptions and the
@@ -181,8 +181,9 @@ def check_link_rates(sbn: Any, expected: Optional[Topology] = None,
         have = _rate(port.pinf)
         if have.lower() != want.lower():
             a, b = key
-            out.append(f"link {_describe_end(nodes, expected or Topology(), a)}"
-                       f" <-> {_describe_end(nodes, expected or Topology(), b)}"
+            known = expected or Topology()
+            out.append(f"link {_describe_end(nodes, known, a)} <-> "
+                       f"{_describe_end(nodes, known, b)}"
                        f" runs at {have}, expected {want}")
     return out
 

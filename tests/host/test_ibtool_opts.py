@@ -84,3 +84,15 @@ def test_management_commands_are_listed():
                 "ibnetdiscover", "devices", "devinfo", "pingpong", "perf",
                 "validate", "demo"):
         assert cmd in res.stdout, cmd
+
+
+def test_management_commands_without_infiniband():
+    """No umad device (this host): one clear line, no traceback."""
+    res = _run("ibstat")
+    assert res.returncode == 2 and "no InfiniBand CA" in res.stderr
+    for argv in (["smpquery", "nodeinfo", "3"], ["perfquery"],
+                 ["ibnetdiscover"]):
+        res = _run(*argv)
+        assert res.returncode == 1, argv
+        assert "no umad devices" in res.stderr and "Traceback" not in \
+            res.stderr

@@ -10,7 +10,8 @@ way the tools print numbers (decimal, or hex with ``0x``).
 import re
 from typing import Dict, List
 
-_FIELD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_ /\[\]()-]*?)(?::\.+|\.{2,}):?(.*)$")
+_FIELD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_ /\[\]()-]*?)"
+                    r"(?::\.+|\.{2,}):?(.*)$")
 
 
 def fields(text: str) -> Dict[str, str]:

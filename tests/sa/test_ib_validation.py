@@ -3,11 +3,14 @@ suite rdma.validation.ib_suite) on ibsim: it passes on the healthy subnet
 and fails, naming node, port and value, when ibsim's console breaks it
 (Unlink, PerformanceSet) or when the SM or a forwarding entry is gone."""
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import TOPOLOGIES
 from fabric import Fabric, _stop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "topologies"))
 
 
 def validate(fabric, *args, node="Hca2"):
@@ -110,3 +113,24 @@ def test_no_master_sm_is_named(tmp_path):
 def test_bad_usage(sub):
     res = validate(sub, "--topology", "/nonexistent.topo")
     assert res.returncode == 2 and "nonexistent" in res.stderr
+
+
+def test_fat_tree(tmp_path):
+    """A radix-16 fat-tree (128 HCAs, 24 switches, 3 switch hops): our
+    ibnetdiscover equals infiniband-diags' node block by node block, and
+    the whole subnet validates against it (every one of the 152x152 LID
+    pairs routes through the forwarding tables opensm computed)."""
+    from gen_fattree import write_fattree
+    from test_ibtool import _topology_blocks
+    topo = write_fattree(tmp_path / "ft16", 16)
+    with Fabric(topo, tmp_path / "fabric") as f:
+        expected = tmp_path / "ft16.expected"
+        f.run([sys.executable, "-m", "rdma", "ibnetdiscover",
+               str(expected)], "Hca2")
+        theirs = f.run(["ibnetdiscover"], "Hca2").stdout
+        assert _topology_blocks(expected.read_text()) == \
+            _topology_blocks(theirs)
+        assert len(_topology_blocks(theirs)[1]) == 152
+        res = validate(f, "--topology", str(expected))
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "5 passed" in res.stdout
