@@ -13,7 +13,7 @@ Modules: :mod:`~rdma.multihost.hosts` (specs, gateways, timeouts),
 :mod:`~rdma.multihost.engine` (the run and the outlier analysis),
 :mod:`~rdma.multihost.report` (JUnit XML, table, matrices, heatmap).
 
-Used by ``rdma validate --hosts`` and by the pytest plugin's
+Used by ``ibtool validate --hosts`` and by the pytest plugin's
 ``--rdma-hosts`` fixtures.
 """
 from rdma.multihost.engine import Options, Result, run  # noqa: F401

@@ -459,7 +459,7 @@ class Atomics(PairEnd):
 
 
 class _PerfArgs:
-    """The subset of ``rdma perf``'s options its measuring loops read."""
+    """The subset of ``ibtool perf``'s options its measuring loops read."""
 
     def __init__(self, test: str, mode: str, iters: int, size: int,
                  timeout: float, tx_depth: int = 16, cq_mod: int = 4):
@@ -477,7 +477,7 @@ class _NoBeat:
 
 class Perf(PairEnd):
     """Bandwidth (RDMA WRITE, each direction, the best of ``bw_reps`` runs)
-    and latency (SEND ping-pong) measured by ``rdma perf``'s own loops
+    and latency (SEND ping-pong) measured by ``ibtool perf``'s own loops
     (:mod:`rdma.cli.perf`): its
     ``_Side`` (one RC QP, perf's QP parameters), ``_bw_client`` and
     ``_lat_run``; the address exchange is perf's ``hello`` dictionary."""

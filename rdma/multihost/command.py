@@ -1,4 +1,4 @@
-"""``rdma validate --hosts ...``: the command-line side of
+"""``ibtool validate --hosts ...``: the command-line side of
 :mod:`rdma.multihost` (options parsed by :mod:`rdma.cli.validate`).
 
 Exit status as the one-host command: 0 every check passed and no host or
@@ -61,7 +61,7 @@ def validate_hosts(args: argparse.Namespace) -> int:
                          "--hosts")
 
     def progress(msg: str) -> None:
-        print(f"[rdma validate] {msg}", file=sys.stderr, flush=True)
+        print(f"[ibtool validate] {msg}", file=sys.stderr, flush=True)
 
     t0 = time.monotonic()
     progress(f"starting {len(specs)} gateways")
@@ -73,7 +73,7 @@ def validate_hosts(args: argparse.Namespace) -> int:
             if h.dead or h.info.get("problem"):
                 progress(f"{h.name}: {h.dead or h.info['problem']}")
         if not any(h.usable for h in hosts):
-            print("rdma validate: no host could be used:", file=sys.stderr)
+            print("ibtool validate: no host could be used:", file=sys.stderr)
             for h in hosts:
                 print(f"  {h.name} ({h.spec.spec}): "
                       f"{h.dead or h.info.get('problem')}", file=sys.stderr)
@@ -87,7 +87,7 @@ def validate_hosts(args: argparse.Namespace) -> int:
         report.write_junit(res, args.junitxml)
     from rdma.cli.validate import format_table
     pairs = sum(len(r) for r in rounds)
-    print(f"rdma validate: {len(hosts)} hosts, {pairs} "
+    print(f"ibtool validate: {len(hosts)} hosts, {pairs} "
           f"pair{'s' if pairs != 1 else ''} ({args.pairs}) in {len(rounds)} "
           f"round{'s' if len(rounds) != 1 else ''}")
     for h in hosts:

@@ -150,7 +150,7 @@ def plot(res: Result, path: str) -> None:
         fig.colorbar(im, ax=ax, shrink=0.8)
     bad = ", ".join(list(res.outliers.hosts) +
                     [f"{a}-{b}" for a, b in res.outliers.links])
-    fig.suptitle("rdma validate: " + (f"suspect {bad}" if bad else
+    fig.suptitle("ibtool validate: " + (f"suspect {bad}" if bad else
                                       "no outliers"))
     fig.tight_layout()
     fig.savefig(path, dpi=100)

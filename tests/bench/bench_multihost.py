@@ -1,4 +1,4 @@
-"""Cost of ``rdma validate --hosts`` against the number of hosts.
+"""Cost of ``ibtool validate --hosts`` against the number of hosts.
 
     python tests/bench/bench_multihost.py [--sizes 2,4,8,16] [--full]
 

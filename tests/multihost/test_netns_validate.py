@@ -1,4 +1,4 @@
-"""``rdma validate --hosts`` across simulated hosts: network namespaces on
+"""``ibtool validate --hosts`` across simulated hosts: network namespaces on
 a bridge, the software fabric over TCP between them, one execnet gateway
 per namespace (``popen//python=<wrapper that enters the namespace>``).
 

@@ -1,4 +1,4 @@
-"""``rdma validate --hosts`` on real verbs: the two-host Soft-RoCE pair of
+"""``ibtool validate --hosts`` on real verbs: the two-host Soft-RoCE pair of
 the test VM (rxe1 on veth0, rxe2 on veth1; ``--two-host``).  Each "host"
 is a local execnet gateway (``popen``) whose agent opens one of the two
 devices, so the same flow as across machines runs on the kernel driver,
