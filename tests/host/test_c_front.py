@@ -1,0 +1,321 @@
+"""Unmodified C verbs programs on the software fabric (``ucx0``) through the
+verbs front end (``python -m rdma.fabric exec``), between real processes.
+
+What runs: rdma-core's ``ibv_devices``, ``ibv_devinfo -v`` and the four
+``ibv_*_pingpong`` tools (two C processes, over UCX shared memory and over
+TCP, with a GID and with LIDs), interop of ``ibv_rc_pingpong`` with
+``python -m rdma pingpong`` both ways, and perftest's ``ib_*`` tools.  The
+pingpongs exchange their addresses over TCP on 127.0.0.1, as they always
+do.  Every process is bounded by a timeout and killed at the end.
+"""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rdma import fabric
+
+T = 60          # seconds for any one process
+IBV_TOOLS = ("ibv_devices", "ibv_devinfo", "ibv_rc_pingpong",
+             "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong")
+SHM = {"UCX_TLS": "shm,self"}
+TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
+
+
+def _missing():
+    try:
+        fabric.library_path()
+    except FileNotFoundError as e:
+        return str(e)
+    absent = [t for t in IBV_TOOLS if shutil.which(t) is None]
+    if absent:
+        return ("rdma-core's tools are not installed (Debian package "
+                f"ibverbs-utils): {', '.join(absent)}")
+    return None
+
+
+_REASON = _missing()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+
+
+@pytest.fixture
+def env(tmp_path):
+    """The environment of one test's processes: a private rendezvous
+    directory, so that they see each other and no one else."""
+    d = tmp_path / "rendezvous"
+    d.mkdir(mode=0o700)
+    return dict(os.environ, RDMA_UCX_DIR=str(d),
+                UCX_WARN_UNUSED_ENV_VARS="n")
+
+
+def on_fabric(*cmd):
+    """CMD run through the front end."""
+    return [sys.executable, "-m", "rdma.fabric", "exec", "--", *cmd]
+
+
+def run(cmd, env, timeout=T):
+    return subprocess.run(cmd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def listening(port):
+    """True once a TCP socket listens on port (IPv4 or IPv6)."""
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "0A" and \
+                            int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+def popen(cmd, env):
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+
+
+def kill(p):
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+
+
+def pair(server_cmd, client_cmd, port, env):
+    """Run a server, wait until it listens on port, run the client; return
+    ((rc, out, err) of the server, same of the client)."""
+    srv = popen(server_cmd, env)
+    cli = None
+    try:
+        deadline = time.monotonic() + T
+        while not listening(port):
+            assert srv.poll() is None, srv.communicate()
+            assert time.monotonic() < deadline, "server not listening"
+            time.sleep(0.02)
+        cli = popen(client_cmd, env)
+        c_out, c_err = cli.communicate(timeout=T)
+        s_out, s_err = srv.communicate(timeout=T)
+        return (srv.returncode, s_out, s_err), (cli.returncode, c_out, c_err)
+    finally:
+        kill(srv)
+        if cli is not None:
+            kill(cli)
+
+
+ITERS = re.compile(r"^(\d+) iters in [\d.]+ seconds = [\d.]+ usec/iter$",
+                   re.M)
+LOCAL = re.compile(r"local address:\s+LID 0x([0-9a-f]+), QPN 0x([0-9a-f]+)"
+                   r".*GID ([0-9a-f:]+)")
+
+
+def check_pingpong(res, iters):
+    """Both sides ran iters round trips; return their local addresses."""
+    addrs = []
+    for rc, out, err in res:
+        assert rc == 0, out + err
+        m = ITERS.search(out)
+        assert m and int(m.group(1)) == iters, out + err
+        addrs.append(LOCAL.search(out))
+    return addrs
+
+
+# ---- the libraries ---------------------------------------------------
+
+def _dynsyms(path, *flags):
+    out = subprocess.run(["nm", "-D", *flags, path], capture_output=True,
+                         text=True, timeout=T, check=True).stdout
+    return [line.split()[-1] for line in out.splitlines() if line.split()]
+
+
+def test_fabric_library_exports_only_its_interface():
+    """librdma_fabric.so: no Python, two exported functions."""
+    lib = fabric.library_path(fabric.FABRIC_LIBRARY)
+    defined = set(_dynsyms(lib, "--defined-only"))
+    assert defined == {"pyrdma_fabric_provider", "pyrdma_fabric_version"}
+    undefined = _dynsyms(lib, "--undefined-only")
+    assert not [s for s in undefined if s.startswith(("Py", "_Py"))]
+    ldd = subprocess.run(["ldd", lib], capture_output=True, text=True,
+                         timeout=T).stdout
+    assert "python" not in ldd.lower() and "libucp" not in ldd, ldd
+
+
+def test_front_end_exports_only_verbs():
+    """librdma_fabric_verbs.so: the ibv_* entry points, each under
+    libibverbs' version, needing the fabric library and nothing of
+    Python."""
+    lib = fabric.library_path()
+    defined = _dynsyms(lib, "--defined-only")
+    funcs = [s for s in defined if not s.startswith("IBVERBS_")]
+    assert funcs and all(
+        re.fullmatch(r"_?ibv_\w+@@IBVERBS_[0-9A-Z_.]+", s) for s in funcs), \
+        funcs
+    assert "ibv_get_device_list@@IBVERBS_1.1" in funcs
+    assert "ibv_create_comp_channel@@IBVERBS_1.0" in funcs
+    ldd = subprocess.run(["ldd", lib], capture_output=True, text=True,
+                         timeout=T).stdout
+    assert fabric.FABRIC_LIBRARY in ldd and "python" not in ldd.lower(), ldd
+    assert not [s for s in _dynsyms(lib, "--undefined-only")
+                if s.startswith(("Py", "_Py"))]
+
+
+def test_import_has_no_side_effects():
+    code = ("import os, rdma.fabric as f; "
+            "maps = open('/proc/self/maps').read(); "
+            "print(os.environ.get('LD_PRELOAD', ''), "
+            "'libucp' in maps, 'librdma_fabric' in maps)")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    res = run([sys.executable, "-c", code], env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "False"], res.stdout
+
+
+def test_preload_prints_the_front_end(env):
+    res = run([sys.executable, "-m", "rdma.fabric", "preload"], env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == fabric.library_path()
+    assert os.path.isabs(res.stdout.strip())
+
+
+def test_exec_keeps_an_existing_preload(env):
+    env = dict(env, LD_PRELOAD="libfoo-absent.so")
+    res = run(on_fabric("sh", "-c", "echo $LD_PRELOAD"), env)
+    # ld.so warns about the absent library, and runs sh anyway
+    assert res.stdout.split() == [fabric.library_path(), "libfoo-absent.so"]
+
+
+@pytest.mark.parametrize("argv,rc,msg", [
+    ([], 2, "no command given"),
+    (["--", "/nonexistent/prog"], 127, "cannot run '/nonexistent/prog'"),
+])
+def test_exec_bad_command(env, argv, rc, msg):
+    res = run([sys.executable, "-m", "rdma.fabric", "exec", *argv], env)
+    assert res.returncode == rc and msg in res.stderr, res.stderr
+
+
+# ---- devices ---------------------------------------------------------
+
+def test_ibv_devices_lists_ucx0(env):
+    res = run(on_fabric("ibv_devices"), env)
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"^\s+ucx0\s+[0-9a-f]{16}$", res.stdout, re.M), \
+        res.stdout
+
+
+def test_ibv_devices_without_front_end_has_no_ucx0(env):
+    env = {k: v for k, v in env.items() if k != "LD_PRELOAD"}
+    res = run(["ibv_devices"], env)
+    assert "ucx0" not in res.stdout
+
+
+def test_ibv_devinfo_verbose(env):
+    res = run(on_fabric("ibv_devinfo", "-v", "-d", "ucx0"), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    for pattern in (r"hca_id:\s+ucx0", r"transport:\s+InfiniBand",
+                    r"fw_ver:\s+ucx-\d+\.\d+\.\d+", r"phys_port_cnt:\s+1",
+                    r"max_qp_wr:\s+\d+", r"atomic_cap:\s+ATOMIC_HCA",
+                    r"state:\s+PORT_ACTIVE", r"active_mtu:\s+4096",
+                    r"port_lid:\s+[1-9]\d*", r"link_layer:\s+InfiniBand",
+                    r"GID\[\s*0\]:\s+fe80:0000:0000:0000:"):
+        assert re.search(pattern, out), (pattern, out)
+
+
+def test_ibv_devinfo_unknown_device(env):
+    res = run(on_fabric("ibv_devinfo", "-d", "ucx9"), env)
+    assert res.returncode != 0
+    assert "ucx9" in res.stdout + res.stderr
+
+
+# ---- C to C ----------------------------------------------------------
+
+PINGPONGS = [
+    # (tool, extra arguments)
+    ("ibv_rc_pingpong", []),
+    ("ibv_rc_pingpong", ["-e"]),            # completion channel, poll()
+    ("ibv_uc_pingpong", []),
+    ("ibv_ud_pingpong", []),
+    ("ibv_srq_pingpong", ["-q", "4"]),
+]
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+@pytest.mark.parametrize("gid", [True, False], ids=["gid", "lid"])
+@pytest.mark.parametrize("tool,extra", PINGPONGS,
+                         ids=[" ".join([t] + e) for t, e in PINGPONGS])
+def test_pingpong_c_to_c(env, tool, extra, gid, tls):
+    env.update(SHM if tls == "shm" else TCP)
+    port = free_port()
+    iters = 200
+    args = [tool, "-d", "ucx0", "-p", str(port), "-n", str(iters), "-c",
+            *extra, *(["-g", "0"] if gid else [])]
+    res = pair(on_fabric(*args), on_fabric(*args, "127.0.0.1"), port, env)
+    srv, cli = check_pingpong(res, iters)
+    # two fabric nodes: distinct LIDs; with -g distinct GIDs in fe80::/64
+    # (without, the tools send none: "::")
+    assert srv.group(1) != cli.group(1)
+    if gid:
+        assert srv.group(3) != cli.group(3)
+        assert srv.group(3).startswith("fe80::")
+    else:
+        assert srv.group(3) == cli.group(3) == "::"
+
+
+# ---- C and Python ----------------------------------------------------
+
+@pytest.mark.parametrize("gid", [True, False], ids=["gid", "lid"])
+@pytest.mark.parametrize("c_is_server", [True, False],
+                         ids=["c-server", "py-server"])
+@pytest.mark.parametrize("mode", ["rc", "uc", "ud", "srq"])
+def test_pingpong_c_and_python(env, mode, c_is_server, gid):
+    env.update(SHM, RDMA_PROVIDER="ucx")
+    port = free_port()
+    iters = 200
+    g = ["-g", "0"] if gid else []
+    q = ["-q", "4"] if mode == "srq" else []
+    c = [f"ibv_{mode}_pingpong", "-d", "ucx0", "-p", str(port), "-n",
+         str(iters), *q, *g]
+    py = [sys.executable, "-m", "rdma", "pingpong", mode, "-p", str(port),
+          "-n", str(iters), "--timeout", str(T // 2), *q, *g]
+    if c_is_server:
+        res = pair(on_fabric(*c), py + ["127.0.0.1"], port, env)
+    else:
+        res = pair(py, on_fabric(*c, "127.0.0.1"), port, env)
+    check_pingpong(res, iters)
+
+
+# ---- perftest --------------------------------------------------------
+
+PERFTEST = ["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw",
+            "ib_write_lat", "ib_send_lat"]
+
+
+@pytest.mark.parametrize("tool", PERFTEST)
+def test_perftest(env, tool):
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed (Debian package perftest)")
+    env.update(SHM)
+    port = free_port()
+    args = [tool, "-d", "ucx0", "-p", str(port), "-n", "200"]
+    res = pair(on_fabric(*args), on_fabric(*args, "127.0.0.1"), port, env)
+    for rc, out, err in res:
+        assert rc == 0, out + err
+    out = res[1][1]
+    # the result row: message size, then the iteration count
+    assert re.search(r"^\s*\d+\s+200\s+[\d.]+", out, re.M), out
