@@ -70,8 +70,7 @@ FRONT_LIB = ("librdma_fabric_verbs.so",
              ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
               "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
               "-ldl", "-lpthread"])
-LIB_DEPENDS = ["csrc/provider.h", "csrc/fabric_lib.h", "rdma/include/pyrdma.h",
-               "csrc/fabric_verbs/ibv_front.map"]
+LIB_DEPENDS = ["csrc/provider.h", "csrc/fabric_lib.h", "rdma/include/pyrdma.h"]
 
 
 class BuildExtAndLibs(build_ext):
@@ -91,8 +90,9 @@ class BuildExtAndLibs(build_ext):
                     link: list) -> None:
         target = os.path.join(outdir, name)
         deps = sources + LIB_DEPENDS
-        if name != FABRIC_LIB[0]:
-            deps.append(os.path.join(outdir, FABRIC_LIB[0]))
+        if name == FRONT_LIB[0]:
+            deps += [os.path.join(outdir, FABRIC_LIB[0]),
+                     "csrc/fabric_verbs/ibv_front.map"]
         if (not self.force and os.path.exists(target) and
                 all(os.path.getmtime(d) <= os.path.getmtime(target)
                     for d in deps)):
