@@ -140,7 +140,11 @@ struct flist {
 
 static const struct pyrdma_provider *P;   /* the fabric, once loaded */
 static int p_state;                        /* 0 unknown, 1 loaded, -1 failed */
+/* guards lists; never held while the fabric or UCX runs (UCX calls
+   ibv_get_device_list and ibv_free_device_list while the node starts) */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* serializes loading the fabric (fabric()) */
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ibv_device fab_dev;          /* the ucx0 device */
 static uint64_t fab_guid;                  /* its node GUID (host order) */
 static struct flist *lists;                /* lists handed out */
@@ -186,9 +190,9 @@ fabric(void)
 {
     struct pyrdma_status st;
     struct pyrdma_devinfo *d = NULL;
-    int n = 0;
+    int n = 0, ok;
 
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&init_lock);
     if (p_state == 0) {
         const struct pyrdma_provider *p = pyrdma_fabric_provider();
         in_fabric++;
@@ -215,8 +219,9 @@ fabric(void)
         free(d);
         in_fabric--;
     }
-    pthread_mutex_unlock(&lock);
-    return p_state == 1;
+    ok = p_state == 1;
+    pthread_mutex_unlock(&init_lock);
+    return ok;
 }
 
 /* Return 1 if the caller at ret is part of UCX (libucp, libuct*, libucs,
@@ -655,8 +660,10 @@ ibv_get_device_list(int *num)
     struct flist *l;
     int n = 0, i, add;
 
-    if (from_ucx(__builtin_return_address(0)))
+    if (from_ucx(__builtin_return_address(0))) {
+        debug("ibv_get_device_list from UCX: the real devices only");
         return real_fn ? real_fn(num) : (errno = ENOSYS, NULL);
+    }
     if (real_fn != NULL) {
         in_fabric++;
         real = real_fn(&n);

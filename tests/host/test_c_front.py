@@ -224,6 +224,21 @@ def test_ibv_devices_without_front_end_has_no_ucx0(env):
     assert "ucx0" not in res.stdout
 
 
+def test_ucx_sees_only_real_devices(env):
+    """UCX's own InfiniBand transport (libuct_ib) lists devices while the
+    fabric starts: it gets the real ones only, never ucx0 (which would make
+    the fabric run on itself)."""
+    import glob
+    if not glob.glob("/usr/lib/*/ucx/libuct_ib.so*"):
+        pytest.skip("UCX's InfiniBand transport (libuct_ib) is not installed")
+    env = dict(env, RDMA_FABRIC_VERBS_DEBUG="1")
+    res = run(on_fabric("ibv_devices"), env)
+    assert res.returncode == 0, res.stderr
+    assert "ucx0" in res.stdout
+    assert "ibv_get_device_list from UCX: the real devices only" in \
+        res.stderr, res.stderr
+
+
 def test_ibv_devinfo_verbose(env):
     res = run(on_fabric("ibv_devinfo", "-v", "-d", "ucx0"), env)
     assert res.returncode == 0, res.stdout + res.stderr
