@@ -258,6 +258,51 @@ def test_ibv_devinfo_unknown_device(env):
     assert "ucx9" in res.stdout + res.stderr
 
 
+# ---- one C program: objects, fds, missing verbs, errors ---------------
+
+PROBE_EXPECTED = {
+    "lid_nonzero": "1",
+    "async_nonblock": "-1 Resource temporarily unavailable",
+    "cq_fields": "1 1 1",
+    "cq_event_nonblock": "-1 Resource temporarily unavailable",
+    "destroy_busy_channel": "Device or resource busy",
+    "mr_fields": "1 1 1 1",
+    "alloc_mw": "1 Operation not supported",
+    "create_cq_ex": "1 Operation not supported",
+    "qp_fields": "1 1 1 1 1",
+    "qp_to_qp_ex": "1 Operation not supported",
+    "post_send_reset": "1",
+    "qp_state_rts": "1",
+    "channel_readable": "1",
+    "cq_event": "0 1 1",
+    "wc7": "success 1",
+    "wc8": "success 1",
+    "payload": "fabric!",
+    # what rxe gives for a SEND whose source has a bad lkey
+    "bad_lkey": "local QP operation error",
+    "closed": "1",
+}
+
+
+def test_probe_program(env, tmp_path):
+    """tests/host/c_front_probe.c, compiled against libibverbs: public
+    fields of the objects, O_NONBLOCK on the async and channel fds, poll()
+    on a channel fd, ibv_get_cq_event's CQ and context, EOPNOTSUPP for
+    memory windows, ibv_create_cq_ex and ibv_qp_to_qp_ex, a WR refused in
+    RESET, a loopback SEND by LID, and a bad lkey's error completion."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or not os.path.exists("/usr/include/infiniband/verbs.h"):
+        pytest.skip("no C compiler or no libibverbs-dev")
+    exe = tmp_path / "probe"
+    src = os.path.join(os.path.dirname(__file__), "c_front_probe.c")
+    subprocess.run([cc, "-Wall", "-Wextra", "-Werror", "-o", str(exe), src,
+                    "-libverbs"], check=True, timeout=T)
+    res = run(on_fabric(str(exe)), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert got == PROBE_EXPECTED
+
+
 # ---- C to C ----------------------------------------------------------
 
 PINGPONGS = [

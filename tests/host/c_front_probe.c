@@ -1,0 +1,217 @@
+/* c_front_probe.c - a small verbs program for tests/host/test_c_front.py:
+   on ucx0, it checks the objects' public fields, the file descriptors,
+   the verbs the fabric lacks and an error completion, and prints one
+   "name=value" line per check (the test compares them). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#define DIE(what) do { perror(what); exit(2); } while (0)
+
+static int
+poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+    int i, n;
+    for (i = 0; i < 5000000; i++) {
+        n = ibv_poll_cq(cq, 1, wc);
+        if (n != 0)
+            return n;
+        if (i % 1000 == 999)
+            usleep(100);
+    }
+    return 0;
+}
+
+int
+main(void)
+{
+    struct ibv_device **list;
+    struct ibv_context *ctx = NULL;
+    struct ibv_port_attr port;
+    struct ibv_comp_channel *cc;
+    struct ibv_cq *cq, *ev_cq;
+    struct ibv_pd *pd;
+    struct ibv_mr *mr;
+    struct ibv_qp *qp;
+    struct ibv_qp_init_attr init = {0};
+    struct ibv_qp_attr attr = {0};
+    struct ibv_async_event aev;
+    struct ibv_cq_init_attr_ex cqx = {0};
+    struct ibv_send_wr wr = {0}, *bad;
+    struct ibv_recv_wr rwr = {0}, *rbad;
+    struct ibv_sge sge;
+    struct ibv_wc wc;
+    struct pollfd pfd;
+    void *ev_ctx;
+    char *buf;
+    int i, n, rc;
+
+    list = ibv_get_device_list(&n);
+    if (list == NULL)
+        DIE("ibv_get_device_list");
+    for (i = 0; i < n; i++)
+        if (strcmp(ibv_get_device_name(list[i]), "ucx0") == 0)
+            ctx = ibv_open_device(list[i]);
+    ibv_free_device_list(list);
+    if (ctx == NULL)
+        DIE("ibv_open_device(ucx0)");
+    if (ibv_query_port(ctx, 1, &port))
+        DIE("ibv_query_port");
+    printf("lid_nonzero=%d\n", port.lid != 0);
+
+    /* the async fd: real, O_NONBLOCK makes the call return EAGAIN */
+    fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK);
+    errno = 0;
+    rc = ibv_get_async_event(ctx, &aev);
+    printf("async_nonblock=%d %s\n", rc, strerror(errno));
+
+    cc = ibv_create_comp_channel(ctx);
+    if (cc == NULL)
+        DIE("ibv_create_comp_channel");
+    cq = ibv_create_cq(ctx, 16, (void *)0x1234, cc, 0);
+    if (cq == NULL)
+        DIE("ibv_create_cq");
+    printf("cq_fields=%d %d %d\n", cq->context == ctx, cq->channel == cc,
+           cq->cqe >= 16);
+    fcntl(cc->fd, F_SETFL, fcntl(cc->fd, F_GETFL) | O_NONBLOCK);
+    errno = 0;
+    rc = ibv_get_cq_event(cc, &ev_cq, &ev_ctx);
+    printf("cq_event_nonblock=%d %s\n", rc, strerror(errno));
+    rc = ibv_destroy_comp_channel(cc);
+    printf("destroy_busy_channel=%s\n", strerror(rc));
+
+    pd = ibv_alloc_pd(ctx);
+    if (pd == NULL)
+        DIE("ibv_alloc_pd");
+    buf = calloc(1, 4096);
+    mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+    if (mr == NULL)
+        DIE("ibv_reg_mr");
+    printf("mr_fields=%d %d %d %d\n", mr->context == ctx, mr->pd == pd,
+           mr->addr == buf, mr->length == 4096);
+
+    /* verbs the fabric lacks */
+    errno = 0;
+    rc = ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL;
+    printf("alloc_mw=%d %s\n", rc, strerror(errno));
+    cqx.cqe = 4;
+    errno = 0;
+    rc = ibv_create_cq_ex(ctx, &cqx) == NULL;
+    printf("create_cq_ex=%d %s\n", rc, strerror(errno));
+
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = 4;
+    init.cap.max_recv_wr = 4;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    init.qp_context = (void *)0x5678;
+    qp = ibv_create_qp(pd, &init);
+    if (qp == NULL)
+        DIE("ibv_create_qp");
+    printf("qp_fields=%d %d %d %d %d\n", qp->qp_num != 0,
+           qp->state == IBV_QPS_RESET, qp->qp_type == IBV_QPT_RC,
+           qp->pd == pd, qp->qp_context == (void *)0x5678);
+    errno = 0;
+    rc = ibv_qp_to_qp_ex(qp) == NULL;
+    printf("qp_to_qp_ex=%d %s\n", rc, strerror(errno));
+    /* a WR in RESET is refused */
+    sge.addr = (uintptr_t)buf;
+    sge.length = 8;
+    sge.lkey = mr->lkey;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    rc = ibv_post_send(qp, &wr, &bad);
+    printf("post_send_reset=%d\n", rc != 0 && bad == &wr);
+
+    /* connect the QP to itself, by LID */
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qp_access_flags = 0;
+    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                            IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+        DIE("modify INIT");
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = IBV_MTU_1024;
+    attr.dest_qp_num = qp->qp_num;
+    attr.max_dest_rd_atomic = 1;
+    attr.min_rnr_timer = 12;
+    attr.ah_attr.dlid = port.lid;
+    attr.ah_attr.port_num = 1;
+    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV |
+                            IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                            IBV_QP_MIN_RNR_TIMER)))
+        DIE("modify RTR");
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTS;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = 7;
+    attr.max_rd_atomic = 1;
+    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT |
+                            IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
+        DIE("modify RTS");
+    printf("qp_state_rts=%d\n", qp->state == IBV_QPS_RTS);
+
+    /* a good SEND to itself, seen through the completion channel */
+    sge.addr = (uintptr_t)buf + 2048;
+    rwr.sg_list = &sge;
+    rwr.num_sge = 1;
+    rwr.wr_id = 7;
+    if (ibv_post_recv(qp, &rwr, &rbad))
+        DIE("ibv_post_recv");
+    if (ibv_req_notify_cq(cq, 0))
+        DIE("ibv_req_notify_cq");
+    sge.addr = (uintptr_t)buf;
+    memcpy(buf, "fabric!", 8);
+    wr.wr_id = 8;
+    if (ibv_post_send(qp, &wr, &bad))
+        DIE("ibv_post_send");
+    pfd.fd = cc->fd;
+    pfd.events = POLLIN;
+    rc = poll(&pfd, 1, 10000);
+    printf("channel_readable=%d\n", rc == 1 && (pfd.revents & POLLIN));
+    rc = ibv_get_cq_event(cc, &ev_cq, &ev_ctx);
+    printf("cq_event=%d %d %d\n", rc, ev_cq == cq, ev_ctx == (void *)0x1234);
+    ibv_ack_cq_events(cq, 1);
+    for (i = 0; i < 2; i++) {
+        if (poll_one(cq, &wc) != 1)
+            DIE("poll");
+        printf("wc%lu=%s %u\n", (unsigned long)wc.wr_id,
+               ibv_wc_status_str(wc.status), wc.qp_num == qp->qp_num);
+    }
+    printf("payload=%s\n", buf + 2048);
+
+    /* a bad lkey: an error completion, the QP goes to ERROR */
+    sge.lkey = mr->lkey + 0x1000;
+    wr.wr_id = 9;
+    rc = ibv_post_send(qp, &wr, &bad);
+    if (rc == 0) {
+        if (poll_one(cq, &wc) != 1)
+            DIE("poll");
+        printf("bad_lkey=%s\n", ibv_wc_status_str(wc.status));
+    }
+    else {
+        printf("bad_lkey=refused %s\n", strerror(rc));
+    }
+
+    if (ibv_destroy_qp(qp) || ibv_dereg_mr(mr) || ibv_destroy_cq(cq) ||
+        ibv_destroy_comp_channel(cc) || ibv_dealloc_pd(pd) ||
+        ibv_close_device(ctx))
+        DIE("destroy");
+    free(buf);
+    printf("closed=1\n");
+    return 0;
+}
