@@ -82,12 +82,14 @@ _Static_assert(sizeof(struct pyrdma_sge) == sizeof(struct ibv_sge), "sge");
 struct fctx {
     struct verbs_context vctx; /* what the program sees: vctx.context */
     void *h;                   /* fabric context handle */
+    int users;                 /* PDs, CQs and channels not yet destroyed */
 };
 
 /* A protection domain. */
 struct fpd {
     struct ibv_pd pd;          /* what the program sees */
     void *h;                   /* fabric PD handle */
+    int users;                 /* MRs, QPs, SRQs and AHs in it */
 };
 
 /* A memory region. */
@@ -107,12 +109,14 @@ struct fcc {
 struct fcq {
     struct ibv_cq cq;          /* what the program sees */
     void *h;                   /* fabric CQ handle */
+    int users;                 /* QPs using it (as send and as recv CQ) */
 };
 
 /* A shared receive queue. */
 struct fsrq {
     struct ibv_srq srq;        /* what the program sees */
     void *h;                   /* fabric SRQ handle */
+    int users;                 /* QPs using it */
 };
 
 /* A queue pair. */
@@ -265,6 +269,38 @@ static struct fctx *
 fctx_of(struct ibv_context *c)
 {
     return container_of(c, struct fctx, vctx.context);
+}
+
+/* Use counts: a NIC refuses to destroy an object that others still use
+   (EBUSY); the fabric itself leaves that to its caller. */
+static void
+use(int *users, int d)
+{
+    __atomic_add_fetch(users, d, __ATOMIC_ACQ_REL);
+}
+
+static int
+in_use(int *users)
+{
+    return __atomic_load_n(users, __ATOMIC_ACQUIRE) != 0;
+}
+
+static struct fpd *
+pd_of(struct ibv_pd *p)
+{
+    return container_of(p, struct fpd, pd);
+}
+
+static struct fcq *
+cq_of(struct ibv_cq *c)
+{
+    return container_of(c, struct fcq, cq);
+}
+
+static struct fsrq *
+srq_of(struct ibv_srq *s)
+{
+    return container_of(s, struct fsrq, srq);
 }
 
 static uint32_t
@@ -818,6 +854,8 @@ ibv_close_device(struct ibv_context *ctx)
     if (!ours_ctx(ctx))
         return real_fn ? real_fn(ctx) : EINVAL;
     c = fctx_of(ctx);
+    if (in_use(&c->users))
+        return EBUSY;   /* destroy its PDs, CQs and channels first */
     close(ctx->async_fd);
     if (P->close_device(c->h, &st) < 0)
         return failed(&st);
@@ -1103,6 +1141,7 @@ ibv_alloc_pd(struct ibv_context *ctx)
     }
     p->pd.context = ctx;
     p->pd.handle = new_handle();
+    use(&fctx_of(ctx)->users, 1);
     return &p->pd;
 }
 
@@ -1115,8 +1154,11 @@ ibv_dealloc_pd(struct ibv_pd *pd)
     if (!ours_ctx(pd->context))
         return real_fn ? real_fn(pd) : EINVAL;
     p = container_of(pd, struct fpd, pd);
+    if (in_use(&p->users))
+        return EBUSY;
     if (P->dealloc_pd(p->h, &st) < 0)
         return failed(&st);
+    use(&fctx_of(pd->context)->users, -1);
     free(p);
     return 0;
 }
@@ -1146,6 +1188,7 @@ reg_mr(struct ibv_pd *pd, void *addr, size_t length, unsigned int access)
     m->mr.handle = new_handle();
     m->mr.lkey = info.lkey;
     m->mr.rkey = info.rkey;
+    use(&pd_of(pd)->users, 1);
     return &m->mr;
 }
 
@@ -1229,6 +1272,7 @@ ibv_dereg_mr(struct ibv_mr *mr)
     m = container_of(mr, struct fmr, mr);
     if (P->dereg_mr(m->h, &st) < 0)
         return failed(&st);
+    use(&pd_of(mr->pd)->users, -1);
     free(m);
     return 0;
 }
@@ -1288,6 +1332,7 @@ ibv_create_comp_channel(struct ibv_context *ctx)
     }
     c->cc.context = ctx;
     c->cc.refcnt = 0;
+    use(&fctx_of(ctx)->users, 1);
     return &c->cc;
 }
 
@@ -1305,6 +1350,7 @@ ibv_destroy_comp_channel(struct ibv_comp_channel *cc)
         return EBUSY;
     if (P->destroy_comp_channel(c->h, &st) < 0)
         return failed(&st);
+    use(&fctx_of(cc->context)->users, -1);
     close(cc->fd);
     free(c);
     return 0;
@@ -1348,6 +1394,7 @@ ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
     pthread_cond_init(&c->cq.cond, NULL);
     if (channel != NULL)
         __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
+    use(&fctx_of(ctx)->users, 1);
     return &c->cq;
 }
 
@@ -1377,8 +1424,11 @@ ibv_destroy_cq(struct ibv_cq *cq)
     if (!ours_ctx(cq->context))
         return real_fn ? real_fn(cq) : EINVAL;
     c = container_of(cq, struct fcq, cq);
+    if (in_use(&c->users))
+        return EBUSY;   /* a QP still uses it */
     if (P->destroy_cq(c->h, &st) < 0)
         return failed(&st);
+    use(&fctx_of(cq->context)->users, -1);
     if (cq->channel != NULL)
         __atomic_sub_fetch(&cq->channel->refcnt, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_destroy(&cq->mutex);
@@ -1466,6 +1516,7 @@ ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init)
     s->srq.srq_context = init->srq_context;
     s->srq.pd = pd;
     s->srq.handle = new_handle();
+    use(&pd_of(pd)->users, 1);
     pthread_mutex_init(&s->srq.mutex, NULL);
     pthread_cond_init(&s->srq.cond, NULL);
     return &s->srq;
@@ -1515,8 +1566,11 @@ ibv_destroy_srq(struct ibv_srq *srq)
     if (!ours_ctx(srq->context))
         return real_fn ? real_fn(srq) : EINVAL;
     s = container_of(srq, struct fsrq, srq);
+    if (in_use(&s->users))
+        return EBUSY;   /* a QP still uses it */
     if (P->destroy_srq(s->h, &st) < 0)
         return failed(&st);
+    use(&pd_of(srq->pd)->users, -1);
     pthread_mutex_destroy(&srq->mutex);
     pthread_cond_destroy(&srq->cond);
     free(s);
@@ -1576,6 +1630,11 @@ ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init)
     q->qp.qp_num = qpn;
     q->qp.state = IBV_QPS_RESET;
     q->qp.qp_type = init->qp_type;
+    use(&pd_of(pd)->users, 1);
+    use(&cq_of(init->send_cq)->users, 1);
+    use(&cq_of(init->recv_cq)->users, 1);
+    if (init->srq != NULL)
+        use(&srq_of(init->srq)->users, 1);
     pthread_mutex_init(&q->qp.mutex, NULL);
     pthread_cond_init(&q->qp.cond, NULL);
     return &q->qp;
@@ -1639,6 +1698,11 @@ ibv_destroy_qp(struct ibv_qp *qp)
     q = container_of(qp, struct fqp, qp);
     if (P->destroy_qp(q->h, &st) < 0)
         return failed(&st);
+    use(&pd_of(qp->pd)->users, -1);
+    use(&cq_of(qp->send_cq)->users, -1);
+    use(&cq_of(qp->recv_cq)->users, -1);
+    if (qp->srq != NULL)
+        use(&srq_of(qp->srq)->users, -1);
     pthread_mutex_destroy(&qp->mutex);
     pthread_cond_destroy(&qp->cond);
     free(q);
@@ -1750,6 +1814,7 @@ ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
     h->ah.context = pd->context;
     h->ah.pd = pd;
     h->ah.handle = new_handle();
+    use(&pd_of(pd)->users, 1);
     return &h->ah;
 }
 
@@ -1764,6 +1829,7 @@ ibv_destroy_ah(struct ibv_ah *ah)
     h = container_of(ah, struct fah, ah);
     if (P->destroy_ah(h->h, &st) < 0)
         return failed(&st);
+    use(&pd_of(ah->pd)->users, -1);
     free(h);
     return 0;
 }

@@ -280,6 +280,7 @@ PROBE_EXPECTED = {
     "payload": "fabric!",
     # what rxe gives for a SEND whose source has a bad lkey
     "bad_lkey": "local QP operation error",
+    "busy": ", ".join(["Device or resource busy"] * 3),
     "closed": "1",
 }
 
@@ -289,7 +290,8 @@ def test_probe_program(env, tmp_path):
     fields of the objects, O_NONBLOCK on the async and channel fds, poll()
     on a channel fd, ibv_get_cq_event's CQ and context, EOPNOTSUPP for
     memory windows, ibv_create_cq_ex and ibv_qp_to_qp_ex, a WR refused in
-    RESET, a loopback SEND by LID, and a bad lkey's error completion."""
+    RESET, a loopback SEND by LID, a bad lkey's error completion, and EBUSY
+    for a CQ, PD or context still in use."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or not os.path.exists("/usr/include/infiniband/verbs.h"):
         pytest.skip("no C compiler or no libibverbs-dev")
