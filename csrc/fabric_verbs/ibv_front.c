@@ -106,11 +106,16 @@ struct fcc {
     int prov_fd;                /* the fabric's eventfd, watched by cc.fd */
 };
 
-/* A completion queue. */
+/* A completion queue (ibv_create_cq or ibv_create_cq_ex). */
 struct fcq {
-    struct ibv_cq cq;          /* what the program sees */
+    union {
+        struct ibv_cq cq;      /* what the program sees */
+        struct ibv_cq_ex cqx;  /* the same, extended (it begins as an
+                                  ibv_cq: ibv_cq_ex_to_cq is a cast) */
+    };
     void *h;                   /* fabric CQ handle */
     int users;                 /* QPs using it (as send and as recv CQ) */
+    struct pyrdma_wc cur;      /* cq_ex: the completion being read */
 };
 
 /* A shared receive queue. */
@@ -686,6 +691,12 @@ vop_query_device_ex(struct ibv_context *ctx,
     return 0;
 }
 
+/* the _ex verbs of the verbs_context (with the CQs and QPs below) */
+static struct ibv_cq_ex *vop_create_cq_ex(struct ibv_context *ctx,
+                                          struct ibv_cq_init_attr_ex *a);
+static struct ibv_qp *vop_create_qp_ex(struct ibv_context *ctx,
+                                       struct ibv_qp_init_attr_ex *a);
+
 /* ------------------------------------------------------------------ */
 /* devices                                                             */
 
@@ -829,6 +840,8 @@ ibv_open_device(struct ibv_device *dev)
     c->vctx.sz = sizeof(c->vctx);
     c->vctx.query_port = vop_query_port;
     c->vctx.query_device_ex = vop_query_device_ex;
+    c->vctx.create_cq_ex = vop_create_cq_ex;
+    c->vctx.create_qp_ex = vop_create_qp_ex;
     ctx->device = dev;
     ctx->cmd_fd = -1;           /* no kernel command channel */
     ctx->num_comp_vectors = 1;
@@ -1363,18 +1376,14 @@ ibv_destroy_comp_channel(struct ibv_comp_channel *cc)
     return 0;
 }
 
-EXPORT struct ibv_cq *
-ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
-              struct ibv_comp_channel *channel, int comp_vector)
+/* A new CQ of ucx0 (channel checked by the caller); NULL with errno. */
+static struct fcq *
+cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
+       struct ibv_comp_channel *channel, int comp_vector)
 {
-    REAL(struct ibv_cq *, ibv_create_cq, "IBVERBS_1.1",
-         (struct ibv_context *, int, void *, struct ibv_comp_channel *, int));
     struct pyrdma_status st;
     struct fcq *c;
     int actual = 0;
-    if (!ours_ctx(ctx))
-        return real_fn ? real_fn(ctx, cqe, cq_context, channel, comp_vector)
-                       : (errno = EINVAL, NULL);
     if (channel != NULL && channel->context != ctx) {
         errno = EINVAL;
         return NULL;
@@ -1402,7 +1411,191 @@ ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
     if (channel != NULL)
         __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
     use(&fctx_of(ctx)->users, 1);
-    return &c->cq;
+    return c;
+}
+
+EXPORT struct ibv_cq *
+ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+              struct ibv_comp_channel *channel, int comp_vector)
+{
+    REAL(struct ibv_cq *, ibv_create_cq, "IBVERBS_1.1",
+         (struct ibv_context *, int, void *, struct ibv_comp_channel *, int));
+    struct fcq *c;
+    if (!ours_ctx(ctx))
+        return real_fn ? real_fn(ctx, cqe, cq_context, channel, comp_vector)
+                       : (errno = EINVAL, NULL);
+    c = cq_new(ctx, cqe, cq_context, channel, comp_vector);
+    return c ? &c->cq : NULL;
+}
+
+/* ibv_cq_ex polling: one completion at a time into fcq.cur. */
+static struct fcq *
+cqx_of(struct ibv_cq_ex *cx)
+{
+    return container_of(cx, struct fcq, cqx);
+}
+
+static int
+cqx_next(struct ibv_cq_ex *cx)
+{
+    struct fcq *c = cqx_of(cx);
+    int n = P->poll_cq(c->h, 1, &c->cur);
+    if (n < 0)
+        return -n;
+    if (n == 0)
+        return ENOENT;
+    cx->status = c->cur.status;
+    cx->wr_id = c->cur.wr_id;
+    return 0;
+}
+
+static int
+cqx_start(struct ibv_cq_ex *cx, struct ibv_poll_cq_attr *attr)
+{
+    if (attr != NULL && attr->comp_mask != 0)
+        return EINVAL;
+    return cqx_next(cx);
+}
+
+static void
+cqx_end(struct ibv_cq_ex *cx)
+{
+    (void)cx;
+}
+
+static enum ibv_wc_opcode
+cqx_opcode(struct ibv_cq_ex *cx)
+{
+    return (enum ibv_wc_opcode)cqx_of(cx)->cur.opcode;
+}
+
+static uint32_t
+cqx_vendor_err(struct ibv_cq_ex *cx)
+{
+    return cqx_of(cx)->cur.vendor_err;
+}
+
+static uint32_t
+cqx_byte_len(struct ibv_cq_ex *cx)
+{
+    return cqx_of(cx)->cur.byte_len;
+}
+
+static __be32
+cqx_imm_data(struct ibv_cq_ex *cx)
+{
+    return cqx_of(cx)->cur.imm_data;
+}
+
+static uint32_t
+cqx_qp_num(struct ibv_cq_ex *cx)
+{
+    return cqx_of(cx)->cur.qp_num;
+}
+
+static uint32_t
+cqx_src_qp(struct ibv_cq_ex *cx)
+{
+    return cqx_of(cx)->cur.src_qp;
+}
+
+static unsigned int
+cqx_wc_flags(struct ibv_cq_ex *cx)
+{
+    return cqx_of(cx)->cur.wc_flags;
+}
+
+static uint32_t
+cqx_slid(struct ibv_cq_ex *cx)
+{
+    return cqx_of(cx)->cur.slid;
+}
+
+static uint8_t
+cqx_sl(struct ibv_cq_ex *cx)
+{
+    return cqx_of(cx)->cur.sl;
+}
+
+static uint8_t
+cqx_dlid_path_bits(struct ibv_cq_ex *cx)
+{
+    return cqx_of(cx)->cur.dlid_path_bits;
+}
+
+/* verbs_context.create_cq_ex: the standard completion fields only (no
+   timestamps, VLAN, flow tag or tag matching: EOPNOTSUPP). */
+static struct ibv_cq_ex *
+vop_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a)
+{
+    struct fcq *c;
+    struct ibv_cq_ex *cx;
+    if (a->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) ||
+        ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+         (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    if (a->cqe > INT32_MAX) {
+        errno = EINVAL;
+        return NULL;
+    }
+    c = cq_new(ctx, (int)a->cqe, a->cq_context, a->channel,
+               (int)a->comp_vector);
+    if (c == NULL)
+        return NULL;
+    cx = &c->cqx;
+    cx->start_poll = cqx_start;
+    cx->next_poll = cqx_next;
+    cx->end_poll = cqx_end;
+    cx->read_opcode = cqx_opcode;
+    cx->read_vendor_err = cqx_vendor_err;
+    cx->read_byte_len = cqx_byte_len;
+    cx->read_imm_data = cqx_imm_data;
+    cx->read_qp_num = cqx_qp_num;
+    cx->read_src_qp = cqx_src_qp;
+    cx->read_wc_flags = cqx_wc_flags;
+    cx->read_slid = cqx_slid;
+    cx->read_sl = cqx_sl;
+    cx->read_dlid_path_bits = cqx_dlid_path_bits;
+    return cx;
+}
+
+/* verbs_context.create_qp_ex: what ibv_create_qp does (PD, and no create
+   flags); the rest (ibv_wr_* send ops, XRC, RSS, TSO...) is EOPNOTSUPP. */
+static struct ibv_qp *
+vop_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
+{
+    struct ibv_qp_init_attr init;
+    uint32_t ok = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || a->pd == NULL ||
+        a->pd->context != ctx) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if ((a->comp_mask & ~ok) ||
+        ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    memset(&init, 0, sizeof(init));
+    init.qp_context = a->qp_context;
+    init.send_cq = a->send_cq;
+    init.recv_cq = a->recv_cq;
+    init.srq = a->srq;
+    init.cap = a->cap;
+    init.qp_type = a->qp_type;
+    init.sq_sig_all = a->sq_sig_all;
+    {
+        struct ibv_qp *qp = ibv_create_qp(a->pd, &init);
+        if (qp != NULL)
+            a->cap = init.cap;
+        return qp;
+    }
 }
 
 EXPORT int

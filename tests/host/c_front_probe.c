@@ -28,6 +28,106 @@ poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
     return 0;
 }
 
+/* RESET -> RTS, connected to itself by LID; 0 or an errno. */
+static int
+connect_self(struct ibv_qp *qp, uint16_t lid)
+{
+    struct ibv_qp_attr attr = {0};
+    int rc;
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                            IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+        return rc;
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = IBV_MTU_1024;
+    attr.dest_qp_num = qp->qp_num;
+    attr.max_dest_rd_atomic = 1;
+    attr.min_rnr_timer = 12;
+    attr.ah_attr.dlid = lid;
+    attr.ah_attr.port_num = 1;
+    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV |
+                            IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                            IBV_QP_MIN_RNR_TIMER)))
+        return rc;
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTS;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = 7;
+    attr.max_rd_atomic = 1;
+    return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT |
+                         IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* The extended CQ and QP: ibv_create_cq_ex, ibv_create_qp_ex, and a
+   loopback SEND read with ibv_start_poll/ibv_next_poll. */
+static void
+extended(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
+         uint16_t lid)
+{
+    struct ibv_cq_init_attr_ex ca = {0};
+    struct ibv_qp_init_attr_ex qa = {0};
+    struct ibv_poll_cq_attr pa = {0};
+    struct ibv_cq_ex *cx;
+    struct ibv_qp *qp;
+    struct ibv_sge sge = {(uintptr_t)mr->addr, 16, mr->lkey};
+    struct ibv_send_wr wr = {0}, *bad;
+    struct ibv_recv_wr rwr = {0}, *rbad;
+    int rc, seen = 0, i;
+
+    ca.cqe = 8;
+    ca.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+    errno = 0;
+    rc = ibv_create_cq_ex(ctx, &ca) == NULL;
+    printf("cq_ex_timestamp=%d %s\n", rc, strerror(errno));
+    ca.wc_flags = IBV_WC_STANDARD_FLAGS;
+    cx = ibv_create_cq_ex(ctx, &ca);
+    if (cx == NULL)
+        DIE("ibv_create_cq_ex");
+    qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(cx);
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = qa.cap.max_recv_wr = 2;
+    qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+    qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    qa.pd = pd;
+    qp = ibv_create_qp_ex(ctx, &qa);
+    if (qp == NULL)
+        DIE("ibv_create_qp_ex");
+    if (connect_self(qp, lid))
+        DIE("connect_self");
+    rwr.wr_id = 21;
+    rwr.sg_list = &sge;
+    rwr.num_sge = 1;
+    wr.wr_id = 22;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (ibv_post_recv(qp, &rwr, &rbad) || ibv_post_send(qp, &wr, &bad))
+        DIE("post");
+    for (i = 0; i < 5000000 && seen < 2; i++) {
+        rc = ibv_start_poll(cx, &pa);
+        if (rc == ENOENT)
+            continue;
+        if (rc)
+            DIE("ibv_start_poll");
+        do {
+            printf("cq_ex_wc%lu=%s %d %u %d\n", (unsigned long)cx->wr_id,
+                   ibv_wc_status_str(cx->status), (int)ibv_wc_read_opcode(cx),
+                   ibv_wc_read_byte_len(cx),
+                   ibv_wc_read_qp_num(cx) == qp->qp_num);
+            seen++;
+        } while (ibv_next_poll(cx) == 0);
+        ibv_end_poll(cx);
+    }
+    if (ibv_destroy_qp(qp) || ibv_destroy_cq(ibv_cq_ex_to_cq(cx)))
+        DIE("destroy extended");
+}
+
 int
 main(void)
 {
@@ -40,7 +140,6 @@ main(void)
     struct ibv_mr *mr;
     struct ibv_qp *qp;
     struct ibv_qp_init_attr init = {0};
-    struct ibv_qp_attr attr = {0};
     struct ibv_async_event aev;
     struct ibv_cq_init_attr_ex cqx = {0};
     struct ibv_send_wr wr = {0}, *bad;
@@ -100,10 +199,13 @@ main(void)
     errno = 0;
     rc = ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL;
     printf("alloc_mw=%d %s\n", rc, strerror(errno));
+    /* a parent domain is not supported */
     cqx.cqe = 4;
+    cqx.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+    cqx.parent_domain = pd;
     errno = 0;
     rc = ibv_create_cq_ex(ctx, &cqx) == NULL;
-    printf("create_cq_ex=%d %s\n", rc, strerror(errno));
+    printf("create_cq_ex_pd=%d %s\n", rc, strerror(errno));
 
     init.send_cq = cq;
     init.recv_cq = cq;
@@ -134,35 +236,8 @@ main(void)
     printf("post_send_reset=%d\n", rc != 0 && bad == &wr);
 
     /* connect the QP to itself, by LID */
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.qp_access_flags = 0;
-    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-                            IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-        DIE("modify INIT");
-    memset(&attr, 0, sizeof(attr));
-    attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = IBV_MTU_1024;
-    attr.dest_qp_num = qp->qp_num;
-    attr.max_dest_rd_atomic = 1;
-    attr.min_rnr_timer = 12;
-    attr.ah_attr.dlid = port.lid;
-    attr.ah_attr.port_num = 1;
-    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV |
-                            IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                            IBV_QP_MIN_RNR_TIMER)))
-        DIE("modify RTR");
-    memset(&attr, 0, sizeof(attr));
-    attr.qp_state = IBV_QPS_RTS;
-    attr.timeout = 14;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = 7;
-    attr.max_rd_atomic = 1;
-    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT |
-                            IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
-        DIE("modify RTS");
+    if ((rc = connect_self(qp, port.lid)))
+        DIE("connect_self");
     printf("qp_state_rts=%d\n", qp->state == IBV_QPS_RTS);
 
     /* a good SEND to itself, seen through the completion channel */
@@ -206,6 +281,8 @@ main(void)
     else {
         printf("bad_lkey=refused %s\n", strerror(rc));
     }
+
+    extended(ctx, pd, mr, port.lid);
 
     /* objects still in use are not destroyed (EBUSY, as on a NIC) */
     printf("busy=%s, %s\n", strerror(ibv_destroy_cq(cq)),

@@ -268,7 +268,7 @@ PROBE_EXPECTED = {
     "destroy_busy_channel": "Device or resource busy",
     "mr_fields": "1 1 1 1",
     "alloc_mw": "1 Operation not supported",
-    "create_cq_ex": "1 Operation not supported",
+    "create_cq_ex_pd": "1 Operation not supported",
     "qp_fields": "1 1 1 1 1",
     "qp_to_qp_ex": "1 Operation not supported",
     "post_send_reset": "1",
@@ -280,6 +280,10 @@ PROBE_EXPECTED = {
     "payload": "fabric!",
     # what rxe gives for a SEND whose source has a bad lkey
     "bad_lkey": "local QP operation error",
+    # extended CQ (ibv_start_poll...) and QP (ibv_create_qp_ex)
+    "cq_ex_timestamp": "1 Operation not supported",
+    "cq_ex_wc21": "success 128 16 1",       # IBV_WC_RECV, 16 bytes
+    "cq_ex_wc22": "success 0 0 1",          # IBV_WC_SEND
     "busy": ", ".join(["Device or resource busy"] * 2),
     "closed": "1",
 }
@@ -289,9 +293,11 @@ def test_probe_program(env, tmp_path):
     """tests/host/c_front_probe.c, compiled against libibverbs: public
     fields of the objects, O_NONBLOCK on the async and channel fds, poll()
     on a channel fd, ibv_get_cq_event's CQ and context, EOPNOTSUPP for
-    memory windows, ibv_create_cq_ex and ibv_qp_to_qp_ex, a WR refused in
-    RESET, a loopback SEND by LID, a bad lkey's error completion, and EBUSY
-    for a CQ or PD still in use."""
+    memory windows, parent domains and ibv_qp_to_qp_ex, a WR refused in
+    RESET, a loopback SEND by LID, a bad lkey's error completion,
+    ibv_create_cq_ex (standard fields; timestamps EOPNOTSUPP) polled with
+    ibv_start_poll/ibv_next_poll, ibv_create_qp_ex, and EBUSY for a CQ or
+    PD still in use."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or not os.path.exists("/usr/include/infiniband/verbs.h"):
         pytest.skip("no C compiler or no libibverbs-dev")
