@@ -52,18 +52,22 @@ def library_path(name: str = FRONT_END) -> str:
 def preload_value(current: Optional[str] = None) -> str:
     """Return the ``LD_PRELOAD`` value that adds the front end.
 
-    :param current: the value to extend (default: none); the front end is
-        put first and not repeated if it is already there.
+    :param current: the value to extend (default: none).  Its entries stay
+        first, in their order (the ASan runtime, for one, must come first),
+        and the front end follows them, once.  What matters to the front
+        end is only that it comes before libibverbs, which a program links
+        (it is never preloaded).
     """
     lib = library_path()
     rest = [p for p in (current or "").replace(":", " ").split()
             if p and p != lib]
-    return " ".join([lib] + rest)
+    return " ".join(rest + [lib])
 
 
 def environ(base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """Return a copy of *base* (default ``os.environ``) in which a C verbs
-    program sees ``ucx0``: ``LD_PRELOAD`` holds the front end first."""
+    program sees ``ucx0``: the front end is added to ``LD_PRELOAD``
+    (see :func:`preload_value`)."""
     env = dict(os.environ if base is None else base)
     env["LD_PRELOAD"] = preload_value(env.get("LD_PRELOAD"))
     return env

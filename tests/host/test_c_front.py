@@ -197,7 +197,7 @@ def test_exec_keeps_an_existing_preload(env):
     env = dict(env, LD_PRELOAD="libfoo-absent.so")
     res = run(on_fabric("sh", "-c", "echo $LD_PRELOAD"), env)
     # ld.so warns about the absent library, and runs sh anyway
-    assert res.stdout.split() == [fabric.library_path(), "libfoo-absent.so"]
+    assert res.stdout.split() == ["libfoo-absent.so", fabric.library_path()]
 
 
 @pytest.mark.parametrize("argv,rc,msg", [
