@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -70,19 +71,31 @@ def free_port():
         return s.getsockname()[1]
 
 
-def listening(port):
-    """True once a TCP socket listens on port (IPv4 or IPv6)."""
+def _proc_net_tcp(netns=None):
+    """The lines of /proc/net/tcp and tcp6 (of network namespace netns)."""
+    if netns is not None:
+        res = subprocess.run(["ip", "netns", "exec", netns, "cat",
+                              "/proc/net/tcp", "/proc/net/tcp6"],
+                             capture_output=True, text=True, timeout=T)
+        return [line for line in res.stdout.splitlines()
+                if not line.lstrip().startswith("sl")]
+    lines = []
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(name) as f:
-                next(f)
-                for line in f:
-                    parts = line.split()
-                    if parts[3] == "0A" and \
-                            int(parts[1].rsplit(":", 1)[1], 16) == port:
-                        return True
+                lines += f.readlines()[1:]
         except FileNotFoundError:
             continue
+    return lines
+
+
+def listening(port, netns=None):
+    """True once a TCP socket listens on port (IPv4 or IPv6)."""
+    for line in _proc_net_tcp(netns):
+        parts = line.split()
+        if len(parts) > 3 and parts[3] == "0A" and \
+                int(parts[1].rsplit(":", 1)[1], 16) == port:
+            return True
     return False
 
 
@@ -98,18 +111,19 @@ def kill(p):
     p.wait()
 
 
-def pair(server_cmd, client_cmd, port, env):
-    """Run a server, wait until it listens on port, run the client; return
-    ((rc, out, err) of the server, same of the client)."""
+def pair(server_cmd, client_cmd, port, env, client_env=None, netns=None):
+    """Run a server, wait until it listens on port (in network namespace
+    netns), run the client; return ((rc, out, err) of the server, same of
+    the client)."""
     srv = popen(server_cmd, env)
     cli = None
     try:
         deadline = time.monotonic() + T
-        while not listening(port):
+        while not listening(port, netns):
             assert srv.poll() is None, srv.communicate()
             assert time.monotonic() < deadline, "server not listening"
             time.sleep(0.02)
-        cli = popen(client_cmd, env)
+        cli = popen(client_cmd, env if client_env is None else client_env)
         c_out, c_err = cli.communicate(timeout=T)
         s_out, s_err = srv.communicate(timeout=T)
         return (srv.returncode, s_out, s_err), (cli.returncode, c_out, c_err)
@@ -388,14 +402,67 @@ def test_peer_killed_mid_transfer(env, monkeypatch):
     assert took < 15, took
 
 
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], check=check, capture_output=True,
+                          timeout=T)
+
+
+@pytest.fixture
+def netns_pair():
+    """Two network namespaces joined by a veth: 198.51.100.1 and .2."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2")
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"rdmaca{tag}", f"rdmacb{tag}"
+    try:
+        _ip("netns", "add", a)
+        _ip("netns", "add", b)
+        _ip("link", "add", f"ca{tag}", "type", "veth", "peer", "name",
+            f"cb{tag}")
+        _ip("link", "set", f"ca{tag}", "netns", a)
+        _ip("link", "set", f"cb{tag}", "netns", b)
+        for ns, dev, addr in ((a, f"ca{tag}", "198.51.100.1/24"),
+                              (b, f"cb{tag}", "198.51.100.2/24")):
+            _ip("-n", ns, "addr", "add", addr, "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield a, b
+    finally:
+        _ip("netns", "del", a, check=False)
+        _ip("netns", "del", b, check=False)
+
+
+@pytest.mark.parametrize("gid", [True, False], ids=["gid", "lid"])
+def test_pingpong_two_network_namespaces(env, netns_pair, gid):
+    """Two "hosts" (network namespaces over a veth, TCP): ibv_rc_pingpong
+    with each node's listener on its host's address (RDMA_UCX_ADDR)."""
+    na, nb = netns_pair
+    env.update(UCX_TLS="tcp", RDMA_UCX_ADDR="198.51.100.1")
+    env_b = dict(env, RDMA_UCX_ADDR="198.51.100.2")
+    port = free_port()
+    args = ["ibv_rc_pingpong", "-d", "ucx0", "-p", str(port), "-n", "200",
+            "-c", *(["-g", "0"] if gid else [])]
+    res = pair(["ip", "netns", "exec", na, *on_fabric(*args)],
+               ["ip", "netns", "exec", nb, *on_fabric(*args, "198.51.100.1")],
+               port, env, client_env=env_b, netns=na)
+    srv, cli = check_pingpong(res, 200)
+    if gid:
+        # the GUID (GID's low half) holds the node's IPv4 address
+        assert srv.group(3).startswith("fe80::c633:6401:")
+        assert cli.group(3).startswith("fe80::c633:6402:")
+
+
 # ---- C and Python ----------------------------------------------------
 
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
 @pytest.mark.parametrize("gid", [True, False], ids=["gid", "lid"])
 @pytest.mark.parametrize("c_is_server", [True, False],
                          ids=["c-server", "py-server"])
 @pytest.mark.parametrize("mode", ["rc", "uc", "ud", "srq"])
-def test_pingpong_c_and_python(env, mode, c_is_server, gid):
-    env.update(SHM, RDMA_PROVIDER="ucx")
+def test_pingpong_c_and_python(env, mode, c_is_server, gid, tls):
+    """ibv_<mode>_pingpong and python -m rdma pingpong <mode> (which speaks
+    the C tools' exchange), each as server and as client."""
+    env.update(SHM if tls == "shm" else TCP, RDMA_PROVIDER="ucx")
     port = free_port()
     iters = 200
     g = ["-g", "0"] if gid else []
