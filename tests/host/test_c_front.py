@@ -328,6 +328,21 @@ def test_probe_program(env, tmp_path):
     assert got == PROBE_EXPECTED
 
 
+def test_pyverbs(env):
+    """rdma-core's pyverbs (Debian's python3-pyverbs, with Debian's own
+    /usr/bin/python3) on ucx0: tests/host/c_front_pyverbs.py connects two
+    RC QPs by LID and checks a SEND and an RDMA WRITE."""
+    py = "/usr/bin/python3"
+    if not os.path.exists(py) or run([py, "-c", "import pyverbs.device"],
+                                     env).returncode != 0:
+        pytest.skip("pyverbs is not installed (Debian package "
+                    "python3-pyverbs)")
+    script = os.path.join(os.path.dirname(__file__), "c_front_pyverbs.py")
+    res = run(on_fabric(py, script), env)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", \
+        res.stdout + res.stderr
+
+
 # ---- C to C ----------------------------------------------------------
 
 PINGPONGS = [
