@@ -30,12 +30,13 @@ poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 
 /* RESET -> RTS, connected to itself by LID; 0 or an errno. */
 static int
-connect_self(struct ibv_qp *qp, uint16_t lid)
+connect_self(struct ibv_qp *qp, uint16_t lid, int access)
 {
     struct ibv_qp_attr attr = {0};
     int rc;
     attr.qp_state = IBV_QPS_INIT;
     attr.port_num = 1;
+    attr.qp_access_flags = access;
     if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
                             IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
         return rc;
@@ -97,7 +98,7 @@ extended(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     qp = ibv_create_qp_ex(ctx, &qa);
     if (qp == NULL)
         DIE("ibv_create_qp_ex");
-    if (connect_self(qp, lid))
+    if (connect_self(qp, lid, 0))
         DIE("connect_self");
     rwr.wr_id = 21;
     rwr.sg_list = &sge;
@@ -124,7 +125,79 @@ extended(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
         } while (ibv_next_poll(cx) == 0);
         ibv_end_poll(cx);
     }
-    if (ibv_destroy_qp(qp) || ibv_destroy_cq(ibv_cq_ex_to_cq(cx)))
+    if (ibv_destroy_qp(qp))
+        DIE("destroy extended");
+
+    /* the ibv_wr_* API: WRITE, inline SEND and FETCH_AND_ADD in one post */
+    {
+        int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                  IBV_ACCESS_REMOTE_ATOMIC;
+        char *m = calloc(1, 4096);
+        struct ibv_mr *fm = ibv_reg_mr(pd, m, 4096, acc);
+        struct ibv_qp_ex *qx;
+        uint64_t *counter = (uint64_t *)(m + 2048);
+        if (fm == NULL)
+            DIE("ibv_reg_mr");
+        qa.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        qa.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+        errno = 0;
+        rc = ibv_create_qp_ex(ctx, &qa) == NULL;
+        printf("qp_ex_bind_mw=%d %s\n", rc, strerror(errno));
+        qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND |
+                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+        qa.cap.max_inline_data = 64;
+        qa.cap.max_send_wr = 4;
+        qp = ibv_create_qp_ex(ctx, &qa);
+        if (qp == NULL)
+            DIE("ibv_create_qp_ex(send_ops_flags)");
+        qx = ibv_qp_to_qp_ex(qp);
+        printf("qp_to_qp_ex_ops=%d\n", qx != NULL &&
+               ibv_qp_to_qp_ex(qp) == qx && &qx->qp_base == qp);
+        if (qx == NULL || connect_self(qp, lid, acc))
+            DIE("connect_self");
+        memcpy(m, "written by wr_*", 16);
+        *counter = 40;
+        rwr.wr_id = 30;
+        sge.addr = (uintptr_t)m + 512;
+        sge.length = 64;
+        sge.lkey = fm->lkey;
+        if (ibv_post_recv(qp, &rwr, &rbad))
+            DIE("ibv_post_recv");
+        ibv_wr_start(qx);
+        qx->wr_id = 31;
+        qx->wr_flags = IBV_SEND_SIGNALED;
+        ibv_wr_rdma_write(qx, fm->rkey, (uintptr_t)m + 1024);
+        ibv_wr_set_sge(qx, fm->lkey, (uintptr_t)m, 16);
+        qx->wr_id = 32;
+        ibv_wr_send(qx);
+        ibv_wr_set_inline_data(qx, "inline!", 8);
+        qx->wr_id = 33;
+        ibv_wr_atomic_fetch_add(qx, fm->rkey, (uintptr_t)counter, 2);
+        ibv_wr_set_sge(qx, fm->lkey, (uintptr_t)m + 3072, 8);
+        rc = ibv_wr_complete(qx);
+        printf("wr_complete=%d\n", rc);
+        for (i = 0, seen = 0; i < 5000000 && seen < 4; i++) {
+            if (ibv_start_poll(cx, &pa) != 0)
+                continue;
+            do {
+                printf("wr_api_wc%lu=%s\n", (unsigned long)cx->wr_id,
+                       ibv_wc_status_str(cx->status));
+                seen++;
+            } while (ibv_next_poll(cx) == 0);
+            ibv_end_poll(cx);
+        }
+        printf("wr_api_data=%s|%s|%lu|%lu\n", m + 1024, m + 512,
+               (unsigned long)*counter, (unsigned long)*(uint64_t *)(m + 3072));
+        /* an opcode the QP was not created for */
+        ibv_wr_start(qx);
+        ibv_wr_rdma_read(qx, fm->rkey, (uintptr_t)m);
+        ibv_wr_set_sge(qx, fm->lkey, (uintptr_t)m, 8);
+        printf("wr_not_enabled=%s\n", strerror(ibv_wr_complete(qx)));
+        if (ibv_destroy_qp(qp) || ibv_dereg_mr(fm))
+            DIE("destroy wr_*");
+        free(m);
+    }
+    if (ibv_destroy_cq(ibv_cq_ex_to_cq(cx)))
         DIE("destroy extended");
 }
 
@@ -236,7 +309,7 @@ main(void)
     printf("post_send_reset=%d\n", rc != 0 && bad == &wr);
 
     /* connect the QP to itself, by LID */
-    if ((rc = connect_self(qp, port.lid)))
+    if ((rc = connect_self(qp, port.lid, 0)))
         DIE("connect_self");
     printf("qp_state_rts=%d\n", qp->state == IBV_QPS_RTS);
 

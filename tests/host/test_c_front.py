@@ -301,6 +301,17 @@ PROBE_EXPECTED = {
     "cq_ex_timestamp": "1 Operation not supported",
     "cq_ex_wc21": "success 128 16 1",       # IBV_WC_RECV, 16 bytes
     "cq_ex_wc22": "success 0 0 1",          # IBV_WC_SEND
+    # the ibv_wr_* API (ibv_qp_to_qp_ex)
+    "qp_ex_bind_mw": "1 Operation not supported",
+    "qp_to_qp_ex_ops": "1",
+    "wr_complete": "0",
+    "wr_api_wc30": "success",               # the receive of the SEND
+    "wr_api_wc31": "success",               # RDMA WRITE
+    "wr_api_wc32": "success",               # inline SEND
+    "wr_api_wc33": "success",               # FETCH_AND_ADD
+    # written | received | counter after | value fetched
+    "wr_api_data": "written by wr_*|inline!|42|40",
+    "wr_not_enabled": "Invalid argument",
     "busy": ", ".join(["Device or resource busy"] * 2),
     "closed": "1",
 }
@@ -313,8 +324,10 @@ def test_probe_program(env, tmp_path):
     memory windows, parent domains and ibv_qp_to_qp_ex, a WR refused in
     RESET, a loopback SEND by LID, a bad lkey's error completion,
     ibv_create_cq_ex (standard fields; timestamps EOPNOTSUPP) polled with
-    ibv_start_poll/ibv_next_poll, ibv_create_qp_ex, and EBUSY for a CQ or
-    PD still in use."""
+    ibv_start_poll/ibv_next_poll, ibv_create_qp_ex, the ibv_wr_* API (a
+    WRITE, an inline SEND and a FETCH_AND_ADD in one wr_complete; an op
+    the QP was not created for: EINVAL), and EBUSY for a CQ or PD still in
+    use."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or not os.path.exists("/usr/include/infiniband/verbs.h"):
         pytest.skip("no C compiler or no libibverbs-dev")
@@ -349,6 +362,7 @@ PINGPONGS = [
     # (tool, extra arguments)
     ("ibv_rc_pingpong", []),
     ("ibv_rc_pingpong", ["-e"]),            # completion channel, poll()
+    ("ibv_rc_pingpong", ["-N"]),            # the ibv_wr_* post API
     ("ibv_uc_pingpong", []),
     ("ibv_ud_pingpong", []),
     ("ibv_srq_pingpong", ["-q", "4"]),
