@@ -193,6 +193,31 @@ extended(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
         ibv_wr_rdma_read(qx, fm->rkey, (uintptr_t)m);
         ibv_wr_set_sge(qx, fm->lkey, (uintptr_t)m, 8);
         printf("wr_not_enabled=%s\n", strerror(ibv_wr_complete(qx)));
+        /* a bad rkey: REM_ACCESS_ERR, and the responder (the same QP)
+           raises IBV_EVENT_QP_ACCESS_ERR on the async fd */
+        {
+            struct ibv_async_event ev;
+            struct pollfd afd = {.fd = ctx->async_fd, .events = POLLIN};
+            ibv_wr_start(qx);
+            qx->wr_id = 34;
+            ibv_wr_rdma_write(qx, fm->rkey + 0x100, (uintptr_t)m);
+            ibv_wr_set_sge(qx, fm->lkey, (uintptr_t)m, 8);
+            if (ibv_wr_complete(qx))
+                DIE("wr_complete");
+            for (i = 0, seen = 0; i < 5000000 && !seen; i++) {
+                if (ibv_start_poll(cx, &pa) != 0)
+                    continue;
+                printf("bad_rkey=%s\n", ibv_wc_status_str(cx->status));
+                seen = 1;
+                ibv_end_poll(cx);
+            }
+            rc = poll(&afd, 1, 10000);
+            printf("async_readable=%d\n", rc == 1);
+            rc = ibv_get_async_event(ctx, &ev);
+            printf("async_event=%d %s %d\n", rc,
+                   ibv_event_type_str(ev.event_type), ev.element.qp == qp);
+            ibv_ack_async_event(&ev);
+        }
         if (ibv_destroy_qp(qp) || ibv_dereg_mr(fm))
             DIE("destroy wr_*");
         free(m);

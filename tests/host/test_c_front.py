@@ -312,6 +312,10 @@ PROBE_EXPECTED = {
     # written | received | counter after | value fetched
     "wr_api_data": "written by wr_*|inline!|42|40",
     "wr_not_enabled": "Invalid argument",
+    # a bad rkey: the requester's completion, the responder's async event
+    "bad_rkey": "remote access error",
+    "async_readable": "1",
+    "async_event": "0 local access violation work queue error 1",
     "busy": ", ".join(["Device or resource busy"] * 2),
     "closed": "1",
 }
@@ -326,8 +330,9 @@ def test_probe_program(env, tmp_path):
     ibv_create_cq_ex (standard fields; timestamps EOPNOTSUPP) polled with
     ibv_start_poll/ibv_next_poll, ibv_create_qp_ex, the ibv_wr_* API (a
     WRITE, an inline SEND and a FETCH_AND_ADD in one wr_complete; an op
-    the QP was not created for: EINVAL), and EBUSY for a CQ or PD still in
-    use."""
+    the QP was not created for: EINVAL), a bad rkey's REM_ACCESS_ERR and
+    the responder's IBV_EVENT_QP_ACCESS_ERR through poll() on the async fd,
+    and EBUSY for a CQ or PD still in use."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or not os.path.exists("/usr/include/infiniband/verbs.h"):
         pytest.skip("no C compiler or no libibverbs-dev")
