@@ -66,7 +66,9 @@ FABRIC_LIB = ("librdma_fabric.so",
               ["csrc/status.c", "csrc/fabric_lib.c", "csrc/provider_ucx.c"],
               ["-ldl", "-lpthread"])
 FRONT_LIB = ("librdma_fabric_verbs.so",
-             ["csrc/fabric_verbs/ibv_front.c"],
+             ["csrc/fabric_verbs/device.c", "csrc/fabric_verbs/objects.c",
+              "csrc/fabric_verbs/datapath.c", "csrc/fabric_verbs/extended.c",
+              "csrc/fabric_verbs/convert.c"],
              ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
               "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
               "-ldl", "-lpthread"])
@@ -92,7 +94,8 @@ class BuildExtAndLibs(build_ext):
         deps = sources + LIB_DEPENDS
         if name == FRONT_LIB[0]:
             deps += [os.path.join(outdir, FABRIC_LIB[0]),
-                     "csrc/fabric_verbs/ibv_front.map"]
+                     "csrc/fabric_verbs/ibv_front.map",
+                     "csrc/fabric_verbs/front.h"]
         if (not self.force and os.path.exists(target) and
                 all(os.path.getmtime(d) <= os.path.getmtime(target)
                     for d in deps)):
