@@ -112,7 +112,12 @@ fabric(void)
             p_state = 1;
         }
         else {
-            fv_failed(&st);
+            /* said once, always (libibverbs warns about a driver it
+               cannot load the same way): the program sees no ucx0 */
+            fprintf(stderr, "rdma-fabric-verbs: no ucx0: %s failed: %s "
+                    "(%s)\n", st.func ? st.func : "?", strerror(st.err),
+                    st.msg);
+            errno = st.err ? st.err : EIO;
             p_state = -1;
         }
         free(d);

@@ -241,6 +241,30 @@ def test_ibv_devices_without_front_end_has_no_ucx0(env):
     assert "ucx0" not in res.stdout
 
 
+@pytest.mark.parametrize("setting,why", [
+    ({"RDMA_UCX_LIBRARY": "/nonexistent/libucp.so.0"},
+     "cannot load /nonexistent/libucp.so.0"),
+    ({"RDMA_UCX_DIR": None}, "has mode 0777: it must be 0700"),
+], ids=["no-ucx", "open-rendezvous-dir"])
+def test_fabric_unavailable(env, tmp_path, setting, why):
+    """When the fabric cannot start, the program sees no ucx0 (its other
+    devices stay), and one line on stderr says why."""
+    if setting.get("RDMA_UCX_DIR", "") is None:
+        d = tmp_path / "open"
+        d.mkdir()
+        d.chmod(0o777)
+        setting = {"RDMA_UCX_DIR": str(d)}
+    env.update(setting)
+    res = run(on_fabric("ibv_devices"), env)
+    assert res.returncode == 0, res.stderr
+    assert "ucx0" not in res.stdout
+    assert "rdma-fabric-verbs: no ucx0: " in res.stderr, res.stderr
+    assert why in res.stderr, res.stderr
+    res = run(on_fabric("ibv_devinfo", "-d", "ucx0"), env)
+    assert res.returncode != 0
+    assert "ucx0" in res.stdout + res.stderr
+
+
 def test_ucx_sees_only_real_devices(env):
     """UCX's own InfiniBand transport (libuct_ib) lists devices while the
     fabric starts: it gets the real ones only, never ucx0 (which would make
