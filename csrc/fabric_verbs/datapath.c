@@ -24,6 +24,8 @@ int
 fv_op_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
     struct fcq *c = container_of(cq, struct fcq, cq);
+    if (fv_stale(cq->context))
+        return -EINVAL;     /* inherited across fork() */
     return fv_prov->poll_cq(c->h, n, (struct pyrdma_wc *)wc);
 }
 
@@ -31,6 +33,8 @@ int
 fv_op_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
     struct fcq *c = container_of(cq, struct fcq, cq);
+    if (fv_stale(cq->context))
+        return EINVAL;
     return fv_prov->req_notify_cq(c->h, solicited_only);
 }
 
@@ -65,6 +69,10 @@ fv_op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
     struct ibv_send_wr *w;
     int rc;
 
+    if (fv_stale(qp->context)) {
+        *bad = wr;
+        return EINVAL;
+    }
     if (qp->qp_type == IBV_QPT_UD)
         return post_send_ud(q, wr, bad);
     for (w = wr; w != NULL; w = w->next) {
@@ -86,6 +94,10 @@ fv_op_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
              struct ibv_recv_wr **bad)
 {
     struct fqp *q = container_of(qp, struct fqp, qp);
+    if (fv_stale(qp->context)) {
+        *bad = wr;
+        return EINVAL;
+    }
     return fv_prov->post_recv(q->h, (struct pyrdma_recv_wr *)wr,
                         (struct pyrdma_recv_wr **)bad);
 }
@@ -95,6 +107,10 @@ fv_op_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
                  struct ibv_recv_wr **bad)
 {
     struct fsrq *s = container_of(srq, struct fsrq, srq);
+    if (fv_stale(srq->context)) {
+        *bad = wr;
+        return EINVAL;
+    }
     return fv_prov->post_srq_recv(s->h, (struct pyrdma_recv_wr *)wr,
                             (struct pyrdma_recv_wr **)bad);
 }

@@ -44,6 +44,7 @@
 const struct pyrdma_provider *fv_prov; /* the fabric, once loaded */
 struct ibv_device fv_dev;              /* the ucx0 device */
 __thread int fv_in_fabric;             /* >0: this thread runs the fabric */
+unsigned fv_gen;                       /* fork() generation (see fv_stale) */
 static int p_state;                    /* 0 unknown, 1 loaded, -1 failed */
 /* guards lists; never held while the fabric or UCX runs (UCX calls
    ibv_get_device_list and ibv_free_device_list while the node starts) */
@@ -83,6 +84,13 @@ fv_failed(const struct pyrdma_status *st)
     return errno;
 }
 
+/* In a child process after fork(): the contexts it inherited are stale. */
+static void
+forked_child(void)
+{
+    __atomic_add_fetch(&fv_gen, 1, __ATOMIC_RELAXED);
+}
+
 /* Load the fabric once; return 1 if it is usable. */
 static int
 fabric(void)
@@ -94,6 +102,7 @@ fabric(void)
     pthread_mutex_lock(&init_lock);
     if (p_state == 0) {
         const struct pyrdma_provider *p = pyrdma_fabric_provider();
+        pthread_atfork(NULL, NULL, forked_child);
         fv_in_fabric++;
         memset(&st, 0, sizeof(st));
         if (p->load(&st) == 0 && p->get_devices(&d, &n, &st) == 0 && n > 0) {
@@ -377,6 +386,7 @@ ibv_open_device(struct ibv_device *dev)
         errno = e;
         return NULL;
     }
+    c->gen = __atomic_load_n(&fv_gen, __ATOMIC_RELAXED);
     c->vctx.sz = sizeof(c->vctx);
     c->vctx.query_port = vop_query_port;
     c->vctx.query_device_ex = vop_query_device_ex;
@@ -407,6 +417,8 @@ ibv_close_device(struct ibv_context *ctx)
 
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx) : EINVAL;
+    if (fv_stale(ctx))
+        return EINVAL;   /* inherited across fork() */
     c = fv_ctx_of(ctx);
     if (fv_in_use(&c->users)) {
         /* the kernel destroys what is left of a closed context; the
@@ -434,6 +446,8 @@ ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, event) : (errno = EINVAL, -1);
+    if (fv_stale(ctx))
+        return (errno = EINVAL, -1);   /* inherited across fork() */
     for (;;) {
         int r = fv_prov->get_async_event(fv_ctx_of(ctx)->h, &e, &st);
         if (r < 0) {
@@ -506,6 +520,8 @@ ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
     struct pyrdma_device_attr a;
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, attr) : EINVAL;
+    if (fv_stale(ctx))
+        return EINVAL;   /* inherited across fork() */
     if (fv_prov->query_device(fv_ctx_of(ctx)->h, &a, &st) < 0)
         return fv_failed(&st);
     fv_device_out(attr, &a);
@@ -524,6 +540,8 @@ ibv_query_port(struct ibv_context *ctx, uint8_t port,
     int rc;
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, port, attr) : EINVAL;
+    if (fv_stale(ctx))
+        return EINVAL;   /* inherited across fork() */
     rc = vop_query_port(ctx, port, &full, sizeof(full));
     if (rc == 0)
         memcpy(attr, &full, offsetof(struct ibv_port_attr, flags));
@@ -540,6 +558,8 @@ ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index,
     struct pyrdma_gid_entry e;
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, port, index, gid) : -1;
+    if (fv_stale(ctx))
+        return -1;   /* inherited across fork() */
     if (fv_prov->query_gid(fv_ctx_of(ctx)->h, port, index, &e, &st) < 0) {
         fv_failed(&st);
         return -1;
@@ -561,6 +581,8 @@ _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, port, index, entry, flags, size)
                        : EINVAL;
+    if (fv_stale(ctx))
+        return EINVAL;   /* inherited across fork() */
     if (flags != 0)
         return EINVAL;
     if (port > 255 || index > INT32_MAX)
@@ -592,6 +614,8 @@ _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
 
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, entries, max, flags, size) : -EINVAL;
+    if (fv_stale(ctx))
+        return -EINVAL;   /* inherited across fork() */
     if (flags != 0 || size < sizeof(struct ibv_gid_entry))
         return -EINVAL;
     if (fv_prov->query_device(fv_ctx_of(ctx)->h, &da, &st) < 0)
@@ -630,6 +654,8 @@ ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
     struct pyrdma_gid_entry e;
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, port, index, type) : -1;
+    if (fv_stale(ctx))
+        return -1;   /* inherited across fork() */
     if (index > INT32_MAX ||
         fv_prov->query_gid(fv_ctx_of(ctx)->h, port, (int)index, &e, &st) < 0) {
         errno = EINVAL;
@@ -649,6 +675,8 @@ ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index,
     uint16_t p;
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, port, index, pkey) : -1;
+    if (fv_stale(ctx))
+        return -1;   /* inherited across fork() */
     if (fv_prov->query_pkey(fv_ctx_of(ctx)->h, port, index, &p, &st) < 0) {
         fv_failed(&st);
         return -1;
@@ -665,6 +693,8 @@ ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey)
     int i;
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, port, pkey) : -1;
+    if (fv_stale(ctx))
+        return -1;   /* inherited across fork() */
     for (i = 0; i < 128; i++) {
         __be16 p;
         if (ibv_query_pkey(ctx, port, i, &p) != 0)

@@ -13,7 +13,10 @@ static int
 cqx_next(struct ibv_cq_ex *cx)
 {
     struct fcq *c = cqx_of(cx);
-    int n = fv_prov->poll_cq(c->h, 1, &c->cur);
+    int n;
+    if (fv_stale(cx->context))
+        return EINVAL;      /* inherited across fork() */
+    n = fv_prov->poll_cq(c->h, 1, &c->cur);
     if (n < 0)
         return -n;
     if (n == 0)
@@ -438,6 +441,8 @@ x_complete(struct ibv_qp_ex *qx)
     struct fqp *q = qpx_of(qx);
     struct pyrdma_send_wr *bad = NULL;
     int i, rc;
+    if (fv_stale(q->qp.context))
+        q->xerr = EINVAL;   /* inherited across fork() */
     if (q->xerr != 0) {
         rc = q->xerr;
         x_start(qx);

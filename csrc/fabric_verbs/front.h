@@ -42,6 +42,8 @@ struct fctx {
     void *h;                   /* fabric context handle */
     int users;                 /* PDs, CQs and channels not yet destroyed
                                   (while any is, close leaves it open) */
+    unsigned gen;              /* fv_gen when opened (another value: a
+                                  child process inherited it by fork()) */
 };
 
 /* A protection domain. */
@@ -132,6 +134,8 @@ extern struct ibv_device fv_dev;               /* the ucx0 device */
 extern __thread int fv_in_fabric;              /* >0: this thread runs the
                                                   fabric (UCX may call
                                                   libibverbs then) */
+extern unsigned fv_gen;                        /* fork() generation: +1 in
+                                                  each child */
 
 /* Log a failure when RDMA_FABRIC_VERBS_DEBUG is set. */
 void fv_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -162,6 +166,15 @@ static inline struct fctx *
 fv_ctx_of(struct ibv_context *c)
 {
     return container_of(c, struct fctx, vctx.context);
+}
+
+/* 1 if ucx0 context c was opened before a fork() of this process (a child
+   inherited it): its objects are the parent's and every verb on them fails
+   (EINVAL, errno or NULL as the verb returns), as Python's do. */
+static inline int
+fv_stale(struct ibv_context *c)
+{
+    return fv_ctx_of(c)->gen != __atomic_load_n(&fv_gen, __ATOMIC_RELAXED);
 }
 
 /* Use counts: a NIC refuses to destroy an object that others still use

@@ -14,6 +14,8 @@ ibv_alloc_pd(struct ibv_context *ctx)
     struct fpd *p;
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx) : (errno = EINVAL, NULL);
+    if (fv_stale(ctx))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     p = calloc(1, sizeof(*p));
     if (p == NULL) {
         errno = ENOMEM;
@@ -38,6 +40,8 @@ ibv_dealloc_pd(struct ibv_pd *pd)
     struct fpd *p;
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd) : EINVAL;
+    if (fv_stale(pd->context))
+        return EINVAL;   /* inherited across fork() */
     p = container_of(pd, struct fpd, pd);
     if (fv_in_use(&p->users))
         return EBUSY;
@@ -85,6 +89,8 @@ ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd, addr, length, access)
                        : (errno = EINVAL, NULL);
+    if (fv_stale(pd->context))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     return reg_mr(pd, addr, length, (unsigned int)access);
 }
 
@@ -97,6 +103,8 @@ ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd, addr, length, iova, access)
                        : (errno = EINVAL, NULL);
+    if (fv_stale(pd->context))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     if (iova != (uintptr_t)addr) {
         errno = EOPNOTSUPP;     /* the fabric's MRs are addressed by VA */
         return NULL;
@@ -113,6 +121,8 @@ ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd, addr, length, iova, access)
                        : (errno = EINVAL, NULL);
+    if (fv_stale(pd->context))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     if (iova != (uintptr_t)addr) {
         errno = EOPNOTSUPP;
         return NULL;
@@ -129,6 +139,8 @@ ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd, offset, length, iova, fd, access)
                        : (errno = EINVAL, NULL);
+    if (fv_stale(pd->context))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     errno = EOPNOTSUPP;
     return NULL;
 }
@@ -142,6 +154,8 @@ ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
     if (!fv_ours(mr->context))
         return real_fn ? real_fn(mr, flags, pd, addr, length, access)
                        : IBV_REREG_MR_ERR_INPUT;
+    if (fv_stale(mr->context))
+        return IBV_REREG_MR_ERR_INPUT;   /* inherited across fork() */
     errno = EOPNOTSUPP;
     return IBV_REREG_MR_ERR_INPUT;     /* the old MR stays valid */
 }
@@ -154,6 +168,8 @@ ibv_dereg_mr(struct ibv_mr *mr)
     struct fmr *m;
     if (!fv_ours(mr->context))
         return real_fn ? real_fn(mr) : EINVAL;
+    if (fv_stale(mr->context))
+        return EINVAL;   /* inherited across fork() */
     m = container_of(mr, struct fmr, mr);
     if (fv_prov->dereg_mr(m->h, &st) < 0)
         return fv_failed(&st);
@@ -169,6 +185,8 @@ ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
          (struct ibv_context *, uint32_t));
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, handle) : (errno = EINVAL, NULL);
+    if (fv_stale(ctx))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     errno = EOPNOTSUPP;
     return NULL;
 }
@@ -180,6 +198,8 @@ ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
          (struct ibv_pd *, uint32_t));
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd, handle) : (errno = EINVAL, NULL);
+    if (fv_stale(pd->context))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     errno = EOPNOTSUPP;
     return NULL;
 }
@@ -196,6 +216,8 @@ ibv_create_comp_channel(struct ibv_context *ctx)
     struct fcc *c;
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx) : (errno = EINVAL, NULL);
+    if (fv_stale(ctx))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
         errno = ENOMEM;
@@ -230,6 +252,8 @@ ibv_destroy_comp_channel(struct ibv_comp_channel *cc)
     struct fcc *c;
     if (!fv_ours(cc->context))
         return real_fn ? real_fn(cc) : EINVAL;
+    if (fv_stale(cc->context))
+        return EINVAL;   /* inherited across fork() */
     c = container_of(cc, struct fcc, cc);
     if (__atomic_load_n(&cc->refcnt, __ATOMIC_ACQUIRE) != 0)
         return EBUSY;
@@ -289,6 +313,8 @@ ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, cqe, cq_context, channel, comp_vector)
                        : (errno = EINVAL, NULL);
+    if (fv_stale(ctx))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     c = fv_cq_new(ctx, cqe, cq_context, channel, comp_vector);
     return c ? &c->cq : NULL;
 }
@@ -301,6 +327,8 @@ ibv_resize_cq(struct ibv_cq *cq, int cqe)
     int actual = 0;
     if (!fv_ours(cq->context))
         return real_fn ? real_fn(cq, cqe) : EINVAL;
+    if (fv_stale(cq->context))
+        return EINVAL;   /* inherited across fork() */
     if (fv_prov->resize_cq == NULL)
         return EOPNOTSUPP;
     if (fv_prov->resize_cq(container_of(cq, struct fcq, cq)->h, cqe, &actual,
@@ -318,6 +346,8 @@ ibv_destroy_cq(struct ibv_cq *cq)
     struct fcq *c;
     if (!fv_ours(cq->context))
         return real_fn ? real_fn(cq) : EINVAL;
+    if (fv_stale(cq->context))
+        return EINVAL;   /* inherited across fork() */
     c = container_of(cq, struct fcq, cq);
     if (fv_in_use(&c->users))
         return EBUSY;   /* a QP still uses it */
@@ -344,6 +374,8 @@ ibv_get_cq_event(struct ibv_comp_channel *cc, struct ibv_cq **cq,
 
     if (!fv_ours(cc->context))
         return real_fn ? real_fn(cc, cq, cq_context) : (errno = EINVAL, -1);
+    if (fv_stale(cc->context))
+        return (errno = EINVAL, -1);   /* inherited across fork() */
     c = container_of(cc, struct fcc, cc);
     for (;;) {
         int r = fv_prov->get_cq_event(c->h, &got, &st);
@@ -371,6 +403,8 @@ ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
             real_fn(cq, nevents);
         return;
     }
+    if (fv_stale(cq->context))
+        return;     /* inherited across fork() */
     fv_prov->ack_cq_events(container_of(cq, struct fcq, cq)->h, nevents);
     pthread_mutex_lock(&cq->mutex);
     cq->comp_events_completed += nevents;
@@ -391,6 +425,8 @@ ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init)
     struct fsrq *s;
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd, init) : (errno = EINVAL, NULL);
+    if (fv_stale(pd->context))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
         errno = ENOMEM;
@@ -426,6 +462,8 @@ ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
     struct pyrdma_srq_attr a;
     if (!fv_ours(srq->context))
         return real_fn ? real_fn(srq, attr, mask) : EINVAL;
+    if (fv_stale(srq->context))
+        return EINVAL;   /* inherited across fork() */
     a.max_wr = attr->max_wr;
     a.max_sge = attr->max_sge;
     a.srq_limit = attr->srq_limit;
@@ -444,6 +482,8 @@ ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
     struct pyrdma_srq_attr a;
     if (!fv_ours(srq->context))
         return real_fn ? real_fn(srq, attr) : EINVAL;
+    if (fv_stale(srq->context))
+        return EINVAL;   /* inherited across fork() */
     if (fv_prov->query_srq(container_of(srq, struct fsrq, srq)->h, &a, &st) < 0)
         return fv_failed(&st);
     attr->max_wr = a.max_wr;
@@ -460,6 +500,8 @@ ibv_destroy_srq(struct ibv_srq *srq)
     struct fsrq *s;
     if (!fv_ours(srq->context))
         return real_fn ? real_fn(srq) : EINVAL;
+    if (fv_stale(srq->context))
+        return EINVAL;   /* inherited across fork() */
     s = container_of(srq, struct fsrq, srq);
     if (fv_in_use(&s->users))
         return EBUSY;   /* a QP still uses it */
@@ -487,6 +529,8 @@ ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init)
 
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd, init) : (errno = EINVAL, NULL);
+    if (fv_stale(pd->context))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     if (init->send_cq == NULL || init->recv_cq == NULL ||
         init->send_cq->context != pd->context ||
         init->recv_cq->context != pd->context ||
@@ -544,6 +588,8 @@ ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
     struct pyrdma_qp_attr a;
     if (!fv_ours(qp->context))
         return real_fn ? real_fn(qp, attr, mask) : EINVAL;
+    if (fv_stale(qp->context))
+        return EINVAL;   /* inherited across fork() */
     fv_qp_attr_in(&a, attr);
     if (fv_prov->modify_qp(container_of(qp, struct fqp, qp)->h, &a, mask,
                      &st) < 0)
@@ -564,6 +610,8 @@ ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
     struct pyrdma_qp_attr a;
     if (!fv_ours(qp->context))
         return real_fn ? real_fn(qp, attr, mask, init) : EINVAL;
+    if (fv_stale(qp->context))
+        return EINVAL;   /* inherited across fork() */
     memset(&a, 0, sizeof(a));
     if (fv_prov->query_qp(container_of(qp, struct fqp, qp)->h, &a, mask, &st) < 0)
         return fv_failed(&st);
@@ -590,6 +638,8 @@ ibv_destroy_qp(struct ibv_qp *qp)
     struct fqp *q;
     if (!fv_ours(qp->context))
         return real_fn ? real_fn(qp) : EINVAL;
+    if (fv_stale(qp->context))
+        return EINVAL;   /* inherited across fork() */
     q = container_of(qp, struct fqp, qp);
     if (fv_prov->destroy_qp(q->h, &st) < 0)
         return fv_failed(&st);
@@ -614,6 +664,8 @@ ibv_qp_to_qp_ex(struct ibv_qp *qp)
          (struct ibv_qp *));
     if (!fv_ours(qp->context))
         return real_fn ? real_fn(qp) : NULL;
+    if (fv_stale(qp->context))
+        return NULL;   /* inherited across fork() */
     if (container_of(qp, struct fqp, qp)->send_ops != 0)
         return &container_of(qp, struct fqp, qp)->qpx;
     errno = EOPNOTSUPP;     /* created without send_ops_flags */
@@ -627,6 +679,8 @@ ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
                                                struct ibv_ece *));
     if (!fv_ours(qp->context))
         return real_fn ? real_fn(qp, ece) : EINVAL;
+    if (fv_stale(qp->context))
+        return EINVAL;   /* inherited across fork() */
     return EOPNOTSUPP;
 }
 
@@ -637,6 +691,8 @@ ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
                                              struct ibv_ece *));
     if (!fv_ours(qp->context))
         return real_fn ? real_fn(qp, ece) : EINVAL;
+    if (fv_stale(qp->context))
+        return EINVAL;   /* inherited across fork() */
     return EOPNOTSUPP;
 }
 
@@ -648,6 +704,8 @@ ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op,
          (struct ibv_qp *, enum ibv_wr_opcode, uint32_t));
     if (!fv_ours(qp->context))
         return real_fn ? real_fn(qp, op, flags) : 0;
+    if (fv_stale(qp->context))
+        return 0;   /* inherited across fork() */
     return 0;   /* no guarantee is made about the order data lands in */
 }
 
@@ -659,6 +717,8 @@ ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
     struct pyrdma_status st;
     if (!fv_ours(qp->context))
         return real_fn ? real_fn(qp, gid, lid) : EINVAL;
+    if (fv_stale(qp->context))
+        return EINVAL;   /* inherited across fork() */
     if (fv_prov->attach_mcast == NULL)
         return EOPNOTSUPP;
     if (fv_prov->attach_mcast(container_of(qp, struct fqp, qp)->h, gid->raw, lid,
@@ -675,6 +735,8 @@ ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
     struct pyrdma_status st;
     if (!fv_ours(qp->context))
         return real_fn ? real_fn(qp, gid, lid) : EINVAL;
+    if (fv_stale(qp->context))
+        return EINVAL;   /* inherited across fork() */
     if (fv_prov->detach_mcast == NULL)
         return EOPNOTSUPP;
     if (fv_prov->detach_mcast(container_of(qp, struct fqp, qp)->h, gid->raw, lid,
@@ -696,6 +758,8 @@ ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
     struct fah *h;
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd, attr) : (errno = EINVAL, NULL);
+    if (fv_stale(pd->context))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     h = calloc(1, sizeof(*h));
     if (h == NULL) {
         errno = ENOMEM;
@@ -726,6 +790,8 @@ ibv_destroy_ah(struct ibv_ah *ah)
     struct fah *h;
     if (!fv_ours(ah->context))
         return real_fn ? real_fn(ah) : EINVAL;
+    if (fv_stale(ah->context))
+        return EINVAL;   /* inherited across fork() */
     h = container_of(ah, struct fah, ah);
     if (fv_prov->destroy_ah(h->h, &st) < 0)
         return fv_failed(&st);
@@ -743,6 +809,8 @@ ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc,
           struct ibv_ah_attr *));
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, port, wc, grh, ah) : EINVAL;
+    if (fv_stale(ctx))
+        return EINVAL;   /* inherited across fork() */
     memset(ah, 0, sizeof(*ah));
     ah->dlid = wc->slid;
     ah->sl = wc->sl;
@@ -769,6 +837,8 @@ ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
     struct ibv_ah_attr a;
     if (!fv_ours(pd->context))
         return real_fn ? real_fn(pd, wc, grh, port) : (errno = EINVAL, NULL);
+    if (fv_stale(pd->context))
+        return (errno = EINVAL, NULL);   /* inherited across fork() */
     if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &a) != 0)
         return NULL;
     return ibv_create_ah(pd, &a);
@@ -782,6 +852,8 @@ ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah_attr *attr,
          (struct ibv_context *, struct ibv_ah_attr *, uint8_t *, uint16_t *));
     if (!fv_ours(ctx))
         return real_fn ? real_fn(ctx, attr, eth_mac, vid) : EINVAL;
+    if (fv_stale(ctx))
+        return EINVAL;   /* inherited across fork() */
     return EOPNOTSUPP;      /* the fabric is not Ethernet */
 }
 

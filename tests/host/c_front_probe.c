@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -381,6 +382,37 @@ main(void)
     }
 
     extended(ctx, pd, mr, port.lid);
+
+    /* fork(): the child's inherited objects refuse every verb (they are
+       the parent's), a context it opens itself works; the parent's go on */
+    fflush(stdout);
+    {
+        pid_t pid = fork();
+        if (pid == 0) {
+            struct ibv_device **l2 = ibv_get_device_list(&n);
+            struct ibv_context *c2 = NULL;
+            struct ibv_pd *pd2 = NULL;
+            int post, pol, des;
+            bad = NULL;
+            post = ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr;
+            pol = ibv_poll_cq(cq, 1, &wc) == -EINVAL;
+            des = ibv_destroy_qp(qp) == EINVAL;
+            for (i = 0; l2 != NULL && i < n; i++)
+                if (strcmp(ibv_get_device_name(l2[i]), "ucx0") == 0)
+                    c2 = ibv_open_device(l2[i]);
+            if (c2 != NULL)
+                pd2 = ibv_alloc_pd(c2);
+            printf("fork_child=%d %d %d %d\n", post, pol, des,
+                   pd2 != NULL && ibv_dealloc_pd(pd2) == 0 &&
+                   ibv_close_device(c2) == 0);
+            fflush(stdout);
+            _exit(0);
+        }
+        if (pid < 0 || waitpid(pid, &rc, 0) != pid || rc != 0)
+            DIE("fork");
+        printf("fork_parent=%d\n", ibv_poll_cq(cq, 1, &wc) >= 0 &&
+               qp->qp_num != 0);
+    }
 
     /* objects still in use are not destroyed (EBUSY, as on a NIC) */
     printf("busy=%s, %s\n", strerror(ibv_destroy_cq(cq)),

@@ -340,6 +340,10 @@ PROBE_EXPECTED = {
     "bad_rkey": "remote access error",
     "async_readable": "1",
     "async_event": "0 local access violation work queue error 1",
+    # fork(): the child's inherited post/poll/destroy fail with EINVAL, its
+    # own context works; the parent's objects go on
+    "fork_child": "1 1 1 1",
+    "fork_parent": "1",
     "busy": ", ".join(["Device or resource busy"] * 2),
     "closed": "1",
 }
@@ -356,7 +360,9 @@ def test_probe_program(env, tmp_path):
     WRITE, an inline SEND and a FETCH_AND_ADD in one wr_complete; an op
     the QP was not created for: EINVAL), a bad rkey's REM_ACCESS_ERR and
     the responder's IBV_EVENT_QP_ACCESS_ERR through poll() on the async fd,
-    and EBUSY for a CQ or PD still in use."""
+    fork() (a child's inherited objects refuse verbs, its own context
+    works, the parent's objects go on), and EBUSY for a CQ or PD still in
+    use."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or not os.path.exists("/usr/include/infiniband/verbs.h"):
         pytest.skip("no C compiler or no libibverbs-dev")
