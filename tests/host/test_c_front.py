@@ -555,8 +555,17 @@ def test_perftest(env, tool, tls):
         pytest.skip(f"{tool} is not installed (Debian package perftest)")
     env.update(SHM if tls == "shm" else TCP)
     port = free_port()
-    args = [tool, "-d", "ucx0", "-p", str(port), "-n", "200"]
-    res = pair(on_fabric(*args), on_fabric(*args, "127.0.0.1"), port, env)
+    for _ in range(3):
+        args = [tool, "-d", "ucx0", "-p", str(port), "-n", "200"]
+        res = pair(on_fabric(*args), on_fabric(*args, "127.0.0.1"), port, env)
+        # perftest times with the CPU's cycle counter, whose rate it measures
+        # first; on a loaded machine that measure can fail ("Correlation
+        # coefficient r^2: ... < 0.9", "Can't produce a report"): the
+        # transfer was fine, only perftest's clock was not; run it again
+        if not any("Can't produce a report" in out + err
+                   for _, out, err in res):
+            break
+        port = free_port()
     for rc, out, err in res:
         assert rc == 0, out + err
     out = res[1][1]
