@@ -63,7 +63,7 @@ post_send_ud(struct fqp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 
 int
 fv_op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
-             struct ibv_send_wr **bad)
+                struct ibv_send_wr **bad)
 {
     struct fqp *q = container_of(qp, struct fqp, qp);
     struct ibv_send_wr *w;
@@ -85,13 +85,13 @@ fv_op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
         }
     }
     rc = fv_prov->post_send(q->h, (struct pyrdma_send_wr *)wr,
-                      (struct pyrdma_send_wr **)bad);
+                            (struct pyrdma_send_wr **)bad);
     return rc;
 }
 
 int
 fv_op_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
-             struct ibv_recv_wr **bad)
+                struct ibv_recv_wr **bad)
 {
     struct fqp *q = container_of(qp, struct fqp, qp);
     if (fv_stale(qp->context)) {
@@ -99,12 +99,12 @@ fv_op_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
         return EINVAL;
     }
     return fv_prov->post_recv(q->h, (struct pyrdma_recv_wr *)wr,
-                        (struct pyrdma_recv_wr **)bad);
+                              (struct pyrdma_recv_wr **)bad);
 }
 
 int
 fv_op_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
-                 struct ibv_recv_wr **bad)
+                    struct ibv_recv_wr **bad)
 {
     struct fsrq *s = container_of(srq, struct fsrq, srq);
     if (fv_stale(srq->context)) {
@@ -112,7 +112,7 @@ fv_op_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
         return EINVAL;
     }
     return fv_prov->post_srq_recv(s->h, (struct pyrdma_recv_wr *)wr,
-                            (struct pyrdma_recv_wr **)bad);
+                                  (struct pyrdma_recv_wr **)bad);
 }
 
 struct ibv_mw *

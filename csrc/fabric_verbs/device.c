@@ -20,9 +20,10 @@
  *  - The objects are genuine: a struct verbs_context (abi_compat says
  *    "extended"), ibv_pd, ibv_cq, ibv_qp, ibv_srq, ibv_mr, ibv_ah and
  *    ibv_comp_channel with their public fields filled, each embedded in a
- *    struct of front.h with the fabric's handle (objects.c).  The inline data-path
- *    calls (ibv_post_send, ibv_post_recv, ibv_post_srq_recv, ibv_poll_cq,
- *    ibv_req_notify_cq) reach the fabric through context->ops; the inline
+ *    struct of front.h with the fabric's handle (objects.c).  The inline
+ *    data-path calls (ibv_post_send, ibv_post_recv, ibv_post_srq_recv,
+ *    ibv_poll_cq, ibv_req_notify_cq) reach the fabric through context->ops
+ *    (datapath.c); the inline
  *    _ex calls through verbs_get_ctx_op find query_port, query_device_ex,
  *    create_cq_ex and create_qp_ex (extended.c) and NULL for the rest, so
  *    they fail with EOPNOTSUPP as on a provider that lacks them.
@@ -78,8 +79,8 @@ fv_debug(const char *fmt, ...)
 int
 fv_failed(const struct pyrdma_status *st)
 {
-    fv_debug("%s failed: %s (%s)", st->func ? st->func : "?", strerror(st->err),
-          st->msg);
+    fv_debug("%s failed: %s (%s)", st->func ? st->func : "?",
+             strerror(st->err), st->msg);
     errno = st->err ? st->err : EIO;
     return errno;
 }
@@ -623,7 +624,8 @@ _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
     for (port = 1; port <= da.phys_port_cnt; port++) {
         struct pyrdma_port_attr pa;
         int i;
-        if (fv_prov->query_port(fv_ctx_of(ctx)->h, (uint8_t)port, &pa, &st) < 0)
+        if (fv_prov->query_port(fv_ctx_of(ctx)->h, (uint8_t)port, &pa,
+                                &st) < 0)
             return -fv_failed(&st);
         for (i = 0; i < pa.gid_tbl_len; i++) {
             struct ibv_gid_entry *o;

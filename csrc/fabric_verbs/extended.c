@@ -122,7 +122,7 @@ fv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a)
         return NULL;
     }
     c = fv_cq_new(ctx, (int)a->cqe, a->cq_context, a->channel,
-               (int)a->comp_vector);
+                  (int)a->comp_vector);
     if (c == NULL)
         return NULL;
     cx = &c->cqx;

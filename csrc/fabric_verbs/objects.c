@@ -64,8 +64,8 @@ reg_mr(struct ibv_pd *pd, void *addr, size_t length, unsigned int access)
     }
     /* the optional flags (relaxed ordering...) may be ignored */
     access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
-    if (fv_prov->reg_mr(container_of(pd, struct fpd, pd)->h, addr, length, access,
-                  &m->h, &info, &st) < 0) {
+    if (fv_prov->reg_mr(fv_pd_of(pd)->h, addr, length, access, &m->h, &info,
+                        &st) < 0) {
         fv_failed(&st);
         free(m);
         return NULL;
@@ -268,7 +268,7 @@ ibv_destroy_comp_channel(struct ibv_comp_channel *cc)
 /* A new CQ of ucx0 (channel checked by the caller); NULL with errno. */
 struct fcq *
 fv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
-       struct ibv_comp_channel *channel, int comp_vector)
+          struct ibv_comp_channel *channel, int comp_vector)
 {
     struct pyrdma_status st;
     struct fcq *c;
@@ -484,7 +484,7 @@ ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
         return real_fn ? real_fn(srq, attr) : EINVAL;
     if (fv_stale(srq->context))
         return EINVAL;   /* inherited across fork() */
-    if (fv_prov->query_srq(container_of(srq, struct fsrq, srq)->h, &a, &st) < 0)
+    if (fv_prov->query_srq(fv_srq_of(srq)->h, &a, &st) < 0)
         return fv_failed(&st);
     attr->max_wr = a.max_wr;
     attr->max_sge = a.max_sge;
@@ -551,8 +551,7 @@ ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init)
     fv_cap_in(&a.cap, &init->cap);
     a.qp_type = init->qp_type;
     a.sq_sig_all = init->sq_sig_all;
-    if (fv_prov->create_qp(container_of(pd, struct fpd, pd)->h, &a, &q->h, &qpn,
-                     &st) < 0) {
+    if (fv_prov->create_qp(fv_pd_of(pd)->h, &a, &q->h, &qpn, &st) < 0) {
         fv_failed(&st);
         free(q);
         return NULL;
@@ -613,7 +612,8 @@ ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
     if (fv_stale(qp->context))
         return EINVAL;   /* inherited across fork() */
     memset(&a, 0, sizeof(a));
-    if (fv_prov->query_qp(container_of(qp, struct fqp, qp)->h, &a, mask, &st) < 0)
+    if (fv_prov->query_qp(container_of(qp, struct fqp, qp)->h, &a, mask,
+                          &st) < 0)
         return fv_failed(&st);
     fv_qp_attr_out(attr, &a);
     if (init != NULL) {
@@ -721,8 +721,8 @@ ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
         return EINVAL;   /* inherited across fork() */
     if (fv_prov->attach_mcast == NULL)
         return EOPNOTSUPP;
-    if (fv_prov->attach_mcast(container_of(qp, struct fqp, qp)->h, gid->raw, lid,
-                        &st) < 0)
+    if (fv_prov->attach_mcast(container_of(qp, struct fqp, qp)->h, gid->raw,
+                              lid, &st) < 0)
         return fv_failed(&st);
     return 0;
 }
@@ -739,8 +739,8 @@ ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
         return EINVAL;   /* inherited across fork() */
     if (fv_prov->detach_mcast == NULL)
         return EOPNOTSUPP;
-    if (fv_prov->detach_mcast(container_of(qp, struct fqp, qp)->h, gid->raw, lid,
-                        &st) < 0)
+    if (fv_prov->detach_mcast(container_of(qp, struct fqp, qp)->h, gid->raw,
+                              lid, &st) < 0)
         return fv_failed(&st);
     return 0;
 }

@@ -2,8 +2,8 @@
 
 ::
 
-    python -m rdma.fabric exec -- ibv_devinfo -v      # run CMD with ucx0
-    python -m rdma.fabric preload                     # print the LD_PRELOAD value
+    python -m rdma.fabric exec -- ibv_devinfo -v  # run CMD with ucx0
+    python -m rdma.fabric preload                 # what to put in LD_PRELOAD
     LD_PRELOAD="$(python -m rdma.fabric preload)" ibv_devices
 """
 from __future__ import annotations

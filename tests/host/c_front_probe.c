@@ -188,7 +188,8 @@ extended(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
             ibv_end_poll(cx);
         }
         printf("wr_api_data=%s|%s|%lu|%lu\n", m + 1024, m + 512,
-               (unsigned long)*counter, (unsigned long)*(uint64_t *)(m + 3072));
+               (unsigned long)*counter,
+               (unsigned long)*(uint64_t *)(m + 3072));
         /* an opcode the QP was not created for */
         ibv_wr_start(qx);
         ibv_wr_rdma_read(qx, fm->rkey, (uintptr_t)m);

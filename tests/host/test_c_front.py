@@ -533,7 +533,8 @@ def test_pingpong_c_and_python(env, mode, c_is_server, gid, tls):
     q = ["-q", "4"] if mode == "srq" else []
     c = [f"ibv_{mode}_pingpong", "-d", "ucx0", "-p", str(port), "-n",
          str(iters), *q, *g]
-    py = [sys.executable, "-P", "-m", "rdma", "pingpong", mode, "-p", str(port),
+    py = [sys.executable, "-P", "-m", "rdma", "pingpong", mode, "-p",
+          str(port),
           "-n", str(iters), "--timeout", str(T // 2), *q, *g]
     if c_is_server:
         res = pair(on_fabric(*c), py + ["127.0.0.1"], port, env)
