@@ -10,14 +10,29 @@ Build options (environment variables):
     with the ASan runtime preloaded (see tests/README).
 ``RDMA_WERROR=1``
     turn compiler warnings into errors (CI does).
+
+Besides the extensions, build_ext builds two shared libraries with no
+Python in them, next to the package's rdma/fabric/__init__.py:
+
+``librdma_fabric.so``
+    the software fabric (csrc/provider_ucx.c) on its own; it exports
+    ``pyrdma_fabric_provider()`` and ``pyrdma_fabric_version()`` only
+    (csrc/fabric_lib.h);
+``librdma_fabric_verbs.so``
+    the ibv_* front end for unmodified C programs (csrc/fabric_verbs/),
+    loaded with LD_PRELOAD (``python -m rdma.fabric preload``).
 """
 import os
+import shlex
+import subprocess
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 SOURCES = [
     "csrc/module.c",
     "csrc/errors.c",
+    "csrc/status.c",
     "csrc/obj.c",
     "csrc/structs.c",
     "csrc/context.c",
@@ -46,7 +61,57 @@ if os.environ.get("RDMA_DEBUG", "") == "asan":
 if os.environ.get("RDMA_WERROR", "") not in ("", "0"):
     cflags.append("-Werror")
 
+# The standalone libraries: (name, sources, extra link arguments).
+FABRIC_LIB = ("librdma_fabric.so",
+              ["csrc/status.c", "csrc/fabric_lib.c", "csrc/provider_ucx.c"],
+              ["-ldl", "-lpthread"])
+FRONT_LIB = ("librdma_fabric_verbs.so",
+             ["csrc/fabric_verbs/device.c", "csrc/fabric_verbs/objects.c",
+              "csrc/fabric_verbs/datapath.c", "csrc/fabric_verbs/extended.c",
+              "csrc/fabric_verbs/convert.c"],
+             ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
+              "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
+              "-ldl", "-lpthread"])
+LIB_DEPENDS = ["csrc/provider.h", "csrc/fabric_lib.h", "rdma/include/pyrdma.h"]
+
+
+class BuildExtAndLibs(build_ext):
+    """build_ext, then the two Python-free shared libraries (if stale)."""
+
+    def run(self) -> None:
+        super().run()
+        if self.inplace:
+            outdir = os.path.join("rdma", "fabric")
+        else:
+            outdir = os.path.join(self.build_lib, "rdma", "fabric")
+        os.makedirs(outdir, exist_ok=True)
+        for name, sources, link in (FABRIC_LIB, FRONT_LIB):
+            self._shared_lib(outdir, name, sources, link)
+
+    def _shared_lib(self, outdir: str, name: str, sources: list,
+                    link: list) -> None:
+        target = os.path.join(outdir, name)
+        deps = sources + LIB_DEPENDS
+        if name == FRONT_LIB[0]:
+            deps += [os.path.join(outdir, FABRIC_LIB[0]),
+                     "csrc/fabric_verbs/ibv_front.map",
+                     "csrc/fabric_verbs/front.h"]
+        if (not self.force and os.path.exists(target) and
+                all(os.path.getmtime(d) <= os.path.getmtime(target)
+                    for d in deps)):
+            return
+        cc = shlex.split(os.environ.get("CC", "cc"))
+        cmd = (cc + ["-shared", "-fPIC", "-O2", "-g", "-pthread"] + cflags +
+               ["-Icsrc", "-Irdma/include", "-o", target + ".tmp"] + sources +
+               ldflags + ["-Wl,--no-undefined", "-Wl,-soname," + name] +
+               [a.format(outdir=outdir) for a in link])
+        print(" ".join(shlex.quote(c) for c in cmd))
+        subprocess.check_call(cmd)
+        os.replace(target + ".tmp", target)
+
+
 setup(
+    cmdclass={"build_ext": BuildExtAndLibs},
     ext_modules=[
         Extension(
             "rdma._ibverbs",

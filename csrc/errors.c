@@ -1,27 +1,7 @@
 /* errors.c - raising rdma.SysError from provider failures. */
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 
 #include "rdma.h"
-
-/* Fill *st and return -1 (providers call this; no Python here). */
-int
-pyrdma_fail(struct pyrdma_status *st, int err, const char *func,
-            const char *fmt, ...)
-{
-    va_list ap;
-
-    st->err = err;
-    st->func = func;
-    st->msg[0] = '\0';
-    if (fmt != NULL && fmt[0] != '\0') {
-        va_start(ap, fmt);
-        vsnprintf(st->msg, sizeof(st->msg), fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 PyObject *
 pyrdma_raise_sys(pyrdma_state *st, int err, const char *func, const char *msg)

@@ -1,0 +1,246 @@
+/* front.h - the internal header of the verbs front end
+   (csrc/fabric_verbs/): its objects, its state and the helpers its files
+   share.  See device.c for how the front end coexists with libibverbs. */
+#ifndef PYRDMA_FABRIC_VERBS_FRONT_H
+#define PYRDMA_FABRIC_VERBS_FRONT_H
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include "fabric_lib.h"
+
+/* verbs.h wraps these in macros; here they are the functions themselves */
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+#undef ibv_query_port
+
+#define EXPORT __attribute__((visibility("default")))
+#define container_of(p, type, member) \
+    ((type *)((char *)(p) - offsetof(type, member)))
+
+/* ------------------------------------------------------------------ */
+/* objects                                                             */
+
+/* A ucx0 context. */
+struct fctx {
+    struct verbs_context vctx; /* what the program sees: vctx.context */
+    void *h;                   /* fabric context handle */
+    int users;                 /* PDs, CQs and channels not yet destroyed
+                                  (while any is, close leaves it open) */
+    unsigned gen;              /* fv_gen when opened (another value: a
+                                  child process inherited it by fork()) */
+};
+
+/* A protection domain. */
+struct fpd {
+    struct ibv_pd pd;          /* what the program sees */
+    void *h;                   /* fabric PD handle */
+    int users;                 /* MRs, QPs, SRQs and AHs in it */
+};
+
+/* A memory region. */
+struct fmr {
+    struct ibv_mr mr;          /* what the program sees */
+    void *h;                   /* fabric MR handle */
+};
+
+/* A completion channel. */
+struct fcc {
+    struct ibv_comp_channel cc; /* what the program sees (fd: an epoll fd) */
+    void *h;                    /* fabric channel handle */
+    int prov_fd;                /* the fabric's eventfd, watched by cc.fd */
+};
+
+/* A completion queue (ibv_create_cq or ibv_create_cq_ex). */
+struct fcq {
+    union {
+        struct ibv_cq cq;      /* what the program sees */
+        struct ibv_cq_ex cqx;  /* the same, extended (it begins as an
+                                  ibv_cq: ibv_cq_ex_to_cq is a cast) */
+    };
+    void *h;                   /* fabric CQ handle */
+    int users;                 /* QPs using it (as send and as recv CQ) */
+    struct pyrdma_wc cur;      /* cq_ex: the completion being read */
+};
+
+/* A shared receive queue. */
+struct fsrq {
+    struct ibv_srq srq;        /* what the program sees */
+    void *h;                   /* fabric SRQ handle */
+    int users;                 /* QPs using it */
+};
+
+/* A queue pair. */
+struct fqp {
+    union {
+        struct ibv_qp qp;      /* what the program sees */
+        struct ibv_qp_ex qpx;  /* the same with the ibv_wr_* API (it begins
+                                  with the ibv_qp) */
+    };
+    void *h;                   /* fabric QP handle */
+    int sq_sig_all;            /* as created (for ibv_query_qp) */
+    uint64_t send_ops;         /* IBV_QP_EX_WITH_* it was created with; 0:
+                                  no ibv_wr_* API (ibv_qp_to_qp_ex NULL) */
+    struct xwr *x;             /* ibv_wr_*: the WRs since wr_start */
+    int nx, capx;              /*   how many, allocated */
+    struct pyrdma_sge *sg;     /*   their s/g entries */
+    int nsg, capsg;            /*   how many, allocated */
+    uint8_t *ib;               /*   their inline data */
+    size_t nib, capib;         /*   bytes, allocated */
+    int xerr;                  /*   an errno for wr_complete, or 0 */
+};
+
+/* A work request being built with the ibv_wr_* API. */
+struct xwr {
+    struct pyrdma_send_wr wr;  /* sg_list and next are set by wr_complete */
+    int sge_first;             /* its first entry in fqp.sg */
+    int nsge;                  /* its entries */
+    int inl;                   /* 1: its entries' addr are offsets in fqp.ib */
+};
+
+/* An address handle. */
+struct fah {
+    struct ibv_ah ah;          /* what the program sees */
+    void *h;                   /* fabric AH handle */
+};
+
+/* A device list handed out by ibv_get_device_list. */
+struct flist {
+    struct flist *next;        /* registry of lists handed out */
+    struct ibv_device **real;  /* the real list inside it (or NULL) */
+    struct ibv_device *devs[]; /* NULL-terminated: real devices, then ucx0 */
+};
+
+/* ------------------------------------------------------------------ */
+/* state and helpers (device.c unless said)                            */
+
+extern const struct pyrdma_provider *fv_prov; /* the fabric, once loaded */
+extern struct ibv_device fv_dev;               /* the ucx0 device */
+extern __thread int fv_in_fabric;              /* >0: this thread runs the
+                                                  fabric (UCX may call
+                                                  libibverbs then) */
+extern unsigned fv_gen;                        /* fork() generation: +1 in
+                                                  each child */
+
+/* Log a failure when RDMA_FABRIC_VERBS_DEBUG is set. */
+void fv_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Set errno from a failed fabric call; return its errno value. */
+int fv_failed(const struct pyrdma_status *st);
+/* The real libibverbs function name@version (NULL if not loaded). */
+void *fv_real_sym(const char *name, const char *version);
+/* A new value for an object's handle field. */
+uint32_t fv_new_handle(void);
+/* An epoll fd watching fd; -1 with errno. */
+int fv_watch_fd(int fd);
+/* Wait until fd is readable unless it is O_NONBLOCK; 0, or -1 with errno. */
+int fv_wait_fd(int fd);
+
+/* In each interposer: real_fn, the real libibverbs function. */
+#define REAL(ret, name, ver, params) \
+    static ret (*real_fn) params; \
+    if (real_fn == NULL) \
+        *(void **)&real_fn = fv_real_sym(#name, ver)
+
+static inline int
+fv_ours(const struct ibv_context *c)
+{
+    return c != NULL && c->device == &fv_dev;
+}
+
+static inline struct fctx *
+fv_ctx_of(struct ibv_context *c)
+{
+    return container_of(c, struct fctx, vctx.context);
+}
+
+/* 1 if ucx0 context c was opened before a fork() of this process (a child
+   inherited it): its objects are the parent's and every verb on them fails
+   (EINVAL, errno or NULL as the verb returns), as Python's do. */
+static inline int
+fv_stale(struct ibv_context *c)
+{
+    return fv_ctx_of(c)->gen != __atomic_load_n(&fv_gen, __ATOMIC_RELAXED);
+}
+
+/* Use counts: a NIC refuses to destroy an object that others still use
+   (EBUSY); the fabric itself leaves that to its caller. */
+static inline void
+fv_use(int *users, int d)
+{
+    __atomic_add_fetch(users, d, __ATOMIC_ACQ_REL);
+}
+
+static inline int
+fv_in_use(int *users)
+{
+    return __atomic_load_n(users, __ATOMIC_ACQUIRE) != 0;
+}
+
+static inline struct fpd *
+fv_pd_of(struct ibv_pd *p)
+{
+    return container_of(p, struct fpd, pd);
+}
+
+static inline struct fcq *
+fv_cq_of(struct ibv_cq *c)
+{
+    return container_of(c, struct fcq, cq);
+}
+
+static inline struct fsrq *
+fv_srq_of(struct ibv_srq *s)
+{
+    return container_of(s, struct fsrq, srq);
+}
+
+/* conversions between libibverbs' and the fabric's structs (convert.c) */
+void fv_ah_in(struct pyrdma_ah_attr *o, const struct ibv_ah_attr *a);
+void fv_ah_out(struct ibv_ah_attr *o, const struct pyrdma_ah_attr *a);
+void fv_cap_in(struct pyrdma_qp_cap *o, const struct ibv_qp_cap *c);
+void fv_cap_out(struct ibv_qp_cap *o, const struct pyrdma_qp_cap *c);
+void fv_qp_attr_in(struct pyrdma_qp_attr *o, const struct ibv_qp_attr *a);
+void fv_qp_attr_out(struct ibv_qp_attr *o, const struct pyrdma_qp_attr *a);
+void fv_port_out(struct ibv_port_attr *o, const struct pyrdma_port_attr *a);
+void fv_device_out(struct ibv_device_attr *o,
+                   const struct pyrdma_device_attr *a);
+
+/* context->ops, the inline data path (datapath.c) */
+int fv_op_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int fv_op_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int fv_op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+                    struct ibv_send_wr **bad);
+int fv_op_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+                    struct ibv_recv_wr **bad);
+int fv_op_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+                        struct ibv_recv_wr **bad);
+struct ibv_mw *fv_op_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int fv_op_dealloc_mw(struct ibv_mw *mw);
+int fv_op_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b);
+
+/* objects (objects.c): a new CQ of ucx0, NULL with errno */
+struct fcq *fv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
+                      struct ibv_comp_channel *channel, int comp_vector);
+
+/* the _ex verbs of the verbs_context (extended.c) */
+struct ibv_cq_ex *fv_create_cq_ex(struct ibv_context *ctx,
+                                  struct ibv_cq_init_attr_ex *a);
+struct ibv_qp *fv_create_qp_ex(struct ibv_context *ctx,
+                               struct ibv_qp_init_attr_ex *a);
+
+#endif /* PYRDMA_FABRIC_VERBS_FRONT_H */
