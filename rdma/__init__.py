@@ -52,6 +52,12 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
         port = get_end_port(port)
     if verbs is None and getattr(port, "has_umad", False):
         return get_umad(port, path, **kwargs)
+    if verbs is None and path is None and \
+            getattr(port, "provider", None) == "ucx":
+        raise RDMAError(f"{port} is the software fabric, which has no umad "
+                        f"and no subnet manager, SA or PMA behind QP1 for "
+                        f"MADs through a verbs QP (rdma.vmad): GMPs need an "
+                        f"InfiniBand device or the ibsim shim")
     try:
         import rdma.vmad as vmad
     except ImportError:
