@@ -237,6 +237,39 @@ LINK_SPEED_10Gb0 = 0x4
 LINK_SPEED_EXT_14Gb0 = 0x1
 LINK_SPEED_EXT_25Gb7 = 0x2
 
+#: PortCounters fields that count errors: (our field, infiniband-diags'
+#: name), in the order ibqueryerrors prints them.
+PC_ERROR_COUNTERS = (
+    ("symbolErrorCounter", "SymbolErrorCounter"),
+    ("linkErrorRecoveryCounter", "LinkErrorRecoveryCounter"),
+    ("linkDownedCounter", "LinkDownedCounter"),
+    ("portRcvErrors", "PortRcvErrors"),
+    ("portRcvRemotePhysicalErrors", "PortRcvRemotePhysicalErrors"),
+    ("portRcvSwitchRelayErrors", "PortRcvSwitchRelayErrors"),
+    ("portXmitDiscards", "PortXmitDiscards"),
+    ("portXmitConstraintErrors", "PortXmitConstraintErrors"),
+    ("portRcvConstraintErrors", "PortRcvConstraintErrors"),
+    ("localLinkIntegrityErrors", "LocalLinkIntegrityErrors"),
+    ("excessiveBufferOverrunErrors", "ExcessiveBufferOverrunErrors"),
+    ("VL15Dropped", "VL15Dropped"),
+)
+
+_WIDTH_STR = {LINK_WIDTH_1x: "1x", LINK_WIDTH_4x: "4x", LINK_WIDTH_8x: "8x",
+              LINK_WIDTH_12x: "12x", LINK_WIDTH_2x: "2x"}
+_SPEED_STR = {LINK_SPEED_2Gb5: "SDR", LINK_SPEED_5Gb0: "DDR",
+              LINK_SPEED_10Gb0: "QDR"}
+_EXT_SPEED_STR = {1: "FDR", 2: "EDR", 4: "HDR", 8: "NDR"}
+
+
+def link_rate_str(pinf) -> str:
+    """A PortInfo's active link as ibnetdiscover writes it: ``4xSDR``
+    (``?`` for a width or speed it does not know)."""
+    ext = getattr(pinf, "linkSpeedExtActive", 0)
+    speed = (_EXT_SPEED_STR.get(ext) if ext
+             else _SPEED_STR.get(pinf.linkSpeedActive))
+    return f"{_WIDTH_STR.get(pinf.linkWidthActive, '?')}{speed or '?'}"
+
+
 #: PortInfo port states.
 PORT_STATE_NOP = 0
 PORT_STATE_DOWN = 1
@@ -506,4 +539,4 @@ __all__ += list(_structs.__all__) + [
     "MADClassError", "MADTimeoutError", "MADFormatError",
     "mad_status_words", "sa_status_word", "lifetime_to_us",
     "MCMEMBER_JOIN_FULL", "conv_lid", "lid_lmc_range", "const_str",
-    "get_fmt_payload"]
+    "get_fmt_payload", "PC_ERROR_COUNTERS", "link_rate_str"]

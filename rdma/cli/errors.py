@@ -19,26 +19,13 @@ import argparse
 import sys
 from typing import Any, Dict, List, Tuple
 
+from rdma import IBA
 from rdma.cli._ibopts import CmdError, add_device_options, get_end_port
 
 __all__ = ["add_parser", "ibqueryerrors", "ERROR_COUNTERS", "port_errors"]
 
-#: PortCounters fields that count errors: (our field, infiniband-diags'
-#: name), in the order ibqueryerrors prints them.
-ERROR_COUNTERS: Tuple[Tuple[str, str], ...] = (
-    ("symbolErrorCounter", "SymbolErrorCounter"),
-    ("linkErrorRecoveryCounter", "LinkErrorRecoveryCounter"),
-    ("linkDownedCounter", "LinkDownedCounter"),
-    ("portRcvErrors", "PortRcvErrors"),
-    ("portRcvRemotePhysicalErrors", "PortRcvRemotePhysicalErrors"),
-    ("portRcvSwitchRelayErrors", "PortRcvSwitchRelayErrors"),
-    ("portXmitDiscards", "PortXmitDiscards"),
-    ("portXmitConstraintErrors", "PortXmitConstraintErrors"),
-    ("portRcvConstraintErrors", "PortRcvConstraintErrors"),
-    ("localLinkIntegrityErrors", "LocalLinkIntegrityErrors"),
-    ("excessiveBufferOverrunErrors", "ExcessiveBufferOverrunErrors"),
-    ("VL15Dropped", "VL15Dropped"),
-)
+#: PortCounters error counters (:data:`rdma.IBA.PC_ERROR_COUNTERS`).
+ERROR_COUNTERS = IBA.PC_ERROR_COUNTERS
 _ALL_PORT_SELECT = 0x100      # ClassPortInfo:CapabilityMask bit (PerfMgt)
 
 
@@ -93,7 +80,6 @@ def _thresholds(specs: List[str]) -> Dict[str, int]:
 
 
 def _pm_path(end_port: Any, lid: int) -> Any:
-    import rdma.IBA as IBA
     import rdma.path
     return rdma.path.IBPath(end_port, DLID=lid, SLID=end_port.lid, dqpn=1,
                             sqpn=1, qkey=IBA.IB_DEFAULT_QP1_QKEY)
@@ -101,7 +87,6 @@ def _pm_path(end_port: Any, lid: int) -> Any:
 
 def ibqueryerrors(args: argparse.Namespace) -> int:
     """Run ``ibtool ibqueryerrors``; return the exit status."""
-    import rdma.IBA as IBA
     import rdma.discovery
     import rdma.subnet
     import rdma.umad

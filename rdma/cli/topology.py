@@ -15,14 +15,12 @@ import sys
 import time
 from typing import Any, List
 
+from rdma import IBA
 from rdma.cli._ibopts import add_device_options, get_end_port
 
 __all__ = ["add_parsers", "discover", "topology_lines", "ibnetdiscover",
            "ibswitches", "ibhosts"]
 
-_WIDTH = {1: "1x", 2: "4x", 4: "8x", 8: "12x", 16: "2x"}
-_SPEED = {1: "SDR", 2: "DDR", 4: "QDR"}
-_EXT_SPEED = {1: "FDR", 2: "EDR", 4: "HDR", 8: "NDR"}
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -72,11 +70,7 @@ def _lid_info(node: Any) -> str:
 
 
 def _rate(pinf: Any) -> str:
-    if pinf is None:
-        return ""
-    ext = getattr(pinf, "linkSpeedExtActive", 0)
-    speed = _EXT_SPEED.get(ext) if ext else _SPEED.get(pinf.linkSpeedActive)
-    return f"{_WIDTH.get(pinf.linkWidthActive, '?')}{speed or '?'}"
+    return "" if pinf is None else IBA.link_rate_str(pinf)
 
 
 def _name(node: Any) -> str:

@@ -24,28 +24,14 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from rdma import IBA
+
 __all__ = ["discover", "Topology", "parse_topology", "check_topology",
            "check_link_rates", "check_error_counters", "check_routes",
            "check_sm", "node_name", "ERROR_COUNTERS"]
 
-#: PortCounters error counters: (our field, infiniband-diags' name).
-ERROR_COUNTERS: Tuple[Tuple[str, str], ...] = (
-    ("symbolErrorCounter", "SymbolErrorCounter"),
-    ("linkErrorRecoveryCounter", "LinkErrorRecoveryCounter"),
-    ("linkDownedCounter", "LinkDownedCounter"),
-    ("portRcvErrors", "PortRcvErrors"),
-    ("portRcvRemotePhysicalErrors", "PortRcvRemotePhysicalErrors"),
-    ("portRcvSwitchRelayErrors", "PortRcvSwitchRelayErrors"),
-    ("portXmitDiscards", "PortXmitDiscards"),
-    ("portXmitConstraintErrors", "PortXmitConstraintErrors"),
-    ("portRcvConstraintErrors", "PortRcvConstraintErrors"),
-    ("localLinkIntegrityErrors", "LocalLinkIntegrityErrors"),
-    ("excessiveBufferOverrunErrors", "ExcessiveBufferOverrunErrors"),
-    ("VL15Dropped", "VL15Dropped"),
-)
-_WIDTH = {1: "1x", 2: "4x", 4: "8x", 8: "12x", 16: "2x"}
-_SPEED = {1: "SDR", 2: "DDR", 4: "QDR"}
-_EXT_SPEED = {1: "FDR", 2: "EDR", 4: "HDR", 8: "NDR"}
+#: PortCounters error counters (:data:`rdma.IBA.PC_ERROR_COUNTERS`).
+ERROR_COUNTERS = IBA.PC_ERROR_COUNTERS
 _IS_SM = 1 << 1               # PortInfo:CapabilityMask IsSM
 _SM_MASTER = 3
 
@@ -70,12 +56,6 @@ def node_name(node: Any) -> str:
 
 def _who(node: Any) -> str:
     return f"\"{node.desc}\" ({node_name(node)})"
-
-
-def _rate(pinf: Any) -> str:
-    ext = getattr(pinf, "linkSpeedExtActive", 0)
-    speed = _EXT_SPEED.get(ext) if ext else _SPEED.get(pinf.linkSpeedActive)
-    return f"{_WIDTH.get(pinf.linkWidthActive, '?')}{speed or '?'}"
 
 
 # -- the expected topology ---------------------------------------------------
@@ -178,7 +158,7 @@ def check_link_rates(sbn: Any, expected: Optional[Topology] = None,
             expected.links.get(key) if expected is not None else None)
         if want is None or port.pinf is None:
             continue
-        have = _rate(port.pinf)
+        have = IBA.link_rate_str(port.pinf)
         if have.lower() != want.lower():
             a, b = key
             known = expected or Topology()
@@ -189,7 +169,6 @@ def check_link_rates(sbn: Any, expected: Optional[Topology] = None,
 
 
 def _pm_path(umad: Any, lid: int) -> Any:
-    import rdma.IBA as IBA
     import rdma.path
     ep = umad.end_port
     return rdma.path.IBPath(ep, DLID=lid, SLID=ep.lid, dqpn=1, sqpn=1,
@@ -202,7 +181,6 @@ def check_error_counters(umad: Any, sbn: Any,
     """Failures: every linked port's PortCounters error counter above its
     threshold (``thresholds`` by infiniband-diags' counter name, else
     ``default``), and ports whose counters cannot be read."""
-    import rdma.IBA as IBA
     thresholds = dict(thresholds or {})
     known = {n for _, n in ERROR_COUNTERS}
     bad = set(thresholds) - known
@@ -289,7 +267,6 @@ def check_routes(sbn: Any) -> List[str]:
 def check_sm(umad: Any, sbn: Any) -> List[str]:
     """Failures unless exactly one port's SMInfo says MASTER (asked of
     every end port whose CapabilityMask has IsSM)."""
-    import rdma.IBA as IBA
     import rdma.path
     masters, out = [], []
     for p in sbn.iterend_ports():
