@@ -12,13 +12,16 @@ JSON line, connects an RC QP and plays its role (see :func:`peer_main`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
+import shutil
 import struct
 import subprocess
 import sys
 import time
+import uuid
 
 import rdma
 import rdma.ibverbs as ibv
@@ -73,6 +76,39 @@ def node_stats(pid: int | None = None) -> dict | None:
         if head[2] == pid:
             return dict(zip(STAT_NAMES, head[5:]), guid=head[4])
     return None
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True,
+                          timeout=20, check=check)
+
+
+@contextlib.contextmanager
+def netns_pair(prefix: str):
+    """Two network namespaces joined by a veth, 198.51.100.1 and .2
+    (names start with *prefix*); yields their names and always removes
+    them.  Skips the test without root or iproute2."""
+    import pytest
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2")
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"{prefix}a{tag}", f"{prefix}b{tag}"
+    va, vb = f"{prefix[-2:]}a{tag}", f"{prefix[-2:]}b{tag}"
+    try:
+        _ip("netns", "add", a)
+        _ip("netns", "add", b)
+        _ip("link", "add", va, "type", "veth", "peer", "name", vb)
+        _ip("link", "set", va, "netns", a)
+        _ip("link", "set", vb, "netns", b)
+        for ns, dev, addr in ((a, va, "198.51.100.1/24"),
+                              (b, vb, "198.51.100.2/24")):
+            _ip("-n", ns, "addr", "add", addr, "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield a, b
+    finally:
+        _ip("netns", "del", a, check=False)
+        _ip("netns", "del", b, check=False)
 
 
 class PeerProcess:

@@ -16,11 +16,12 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 from rdma import fabric
+
+import fabric_helpers as fh
 
 T = 60          # seconds for any one process
 IBV_TOOLS = ("ibv_devices", "ibv_devinfo", "ibv_rc_pingpong",
@@ -466,34 +467,11 @@ def test_peer_killed_mid_transfer(env, monkeypatch):
     assert took < 15, took
 
 
-def _ip(*args, check=True):
-    return subprocess.run(["ip", *args], check=check, capture_output=True,
-                          timeout=T)
-
-
 @pytest.fixture
 def netns_pair():
     """Two network namespaces joined by a veth: 198.51.100.1 and .2."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2")
-    tag = uuid.uuid4().hex[:6]
-    a, b = f"rdmaca{tag}", f"rdmacb{tag}"
-    try:
-        _ip("netns", "add", a)
-        _ip("netns", "add", b)
-        _ip("link", "add", f"ca{tag}", "type", "veth", "peer", "name",
-            f"cb{tag}")
-        _ip("link", "set", f"ca{tag}", "netns", a)
-        _ip("link", "set", f"cb{tag}", "netns", b)
-        for ns, dev, addr in ((a, f"ca{tag}", "198.51.100.1/24"),
-                              (b, f"cb{tag}", "198.51.100.2/24")):
-            _ip("-n", ns, "addr", "add", addr, "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        yield a, b
-    finally:
-        _ip("netns", "del", a, check=False)
-        _ip("netns", "del", b, check=False)
+    with fh.netns_pair("rdmac") as pair:
+        yield pair
 
 
 @pytest.mark.parametrize("gid", [True, False], ids=["gid", "lid"])

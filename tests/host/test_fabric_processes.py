@@ -7,12 +7,10 @@ connection data (GID, LID, QPN) from one to the other, as an application
 would out of band.
 """
 import os
-import shutil
 import signal
 import struct
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -80,33 +78,11 @@ def test_two_processes_one_host(tls, use_lid):
     check_pair(*run_pair(env, env, use_lid=use_lid))
 
 
-def _ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True,
-                          timeout=20, check=check)
-
-
 @pytest.fixture
 def netns_pair():
     """Two network namespaces joined by a veth: 198.51.100.1 and .2."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2")
-    tag = uuid.uuid4().hex[:6]
-    a, b = f"rdmafa{tag}", f"rdmafb{tag}"
-    try:
-        _ip("netns", "add", a)
-        _ip("netns", "add", b)
-        _ip("link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
-        _ip("link", "set", f"va{tag}", "netns", a)
-        _ip("link", "set", f"vb{tag}", "netns", b)
-        for ns, dev, addr in ((a, f"va{tag}", "198.51.100.1/24"),
-                              (b, f"vb{tag}", "198.51.100.2/24")):
-            _ip("-n", ns, "addr", "add", addr, "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        yield a, b
-    finally:
-        _ip("netns", "del", a, check=False)
-        _ip("netns", "del", b, check=False)
+    with fh.netns_pair("rdmaf") as pair:
+        yield pair
 
 
 def test_two_network_namespaces(netns_pair):
