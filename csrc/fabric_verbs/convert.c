@@ -5,21 +5,30 @@
 /* ------------------------------------------------------------------ */
 /* conversions                                                         */
 
+/* Each struct pair below has the same field names on both sides: one
+   list of them serves both directions (F: copy one field). */
+#define AH_FIELDS(F)                                                    \
+    F(grh.flow_label) F(grh.sgid_index) F(grh.hop_limit)                \
+    F(grh.traffic_class) F(dlid) F(sl) F(src_path_bits) F(static_rate)  \
+    F(is_global) F(port_num)
+#define CAP_FIELDS(F)                                                   \
+    F(max_send_wr) F(max_recv_wr) F(max_send_sge) F(max_recv_sge)       \
+    F(max_inline_data)
+#define QP_ATTR_FIELDS(F)                                               \
+    F(qp_state) F(cur_qp_state) F(path_mtu) F(path_mig_state) F(qkey)   \
+    F(rq_psn) F(sq_psn) F(dest_qp_num) F(pkey_index) F(alt_pkey_index)  \
+    F(en_sqd_async_notify) F(sq_draining) F(max_rd_atomic)              \
+    F(max_dest_rd_atomic) F(min_rnr_timer) F(port_num) F(timeout)       \
+    F(retry_cnt) F(rnr_retry) F(alt_port_num) F(alt_timeout)            \
+    F(rate_limit)
+#define COPY(f) o->f = a->f;
+
 void
 fv_ah_in(struct pyrdma_ah_attr *o, const struct ibv_ah_attr *a)
 {
     memset(o, 0, sizeof(*o));
     memcpy(o->grh.dgid, a->grh.dgid.raw, 16);
-    o->grh.flow_label = a->grh.flow_label;
-    o->grh.sgid_index = a->grh.sgid_index;
-    o->grh.hop_limit = a->grh.hop_limit;
-    o->grh.traffic_class = a->grh.traffic_class;
-    o->dlid = a->dlid;
-    o->sl = a->sl;
-    o->src_path_bits = a->src_path_bits;
-    o->static_rate = a->static_rate;
-    o->is_global = a->is_global;
-    o->port_num = a->port_num;
+    AH_FIELDS(COPY)
 }
 
 void
@@ -27,100 +36,41 @@ fv_ah_out(struct ibv_ah_attr *o, const struct pyrdma_ah_attr *a)
 {
     memset(o, 0, sizeof(*o));
     memcpy(o->grh.dgid.raw, a->grh.dgid, 16);
-    o->grh.flow_label = a->grh.flow_label;
-    o->grh.sgid_index = a->grh.sgid_index;
-    o->grh.hop_limit = a->grh.hop_limit;
-    o->grh.traffic_class = a->grh.traffic_class;
-    o->dlid = a->dlid;
-    o->sl = a->sl;
-    o->src_path_bits = a->src_path_bits;
-    o->static_rate = a->static_rate;
-    o->is_global = a->is_global;
-    o->port_num = a->port_num;
+    AH_FIELDS(COPY)
 }
 
 void
-fv_cap_in(struct pyrdma_qp_cap *o, const struct ibv_qp_cap *c)
+fv_cap_in(struct pyrdma_qp_cap *o, const struct ibv_qp_cap *a)
 {
-    o->max_send_wr = c->max_send_wr;
-    o->max_recv_wr = c->max_recv_wr;
-    o->max_send_sge = c->max_send_sge;
-    o->max_recv_sge = c->max_recv_sge;
-    o->max_inline_data = c->max_inline_data;
+    CAP_FIELDS(COPY)
 }
 
 void
-fv_cap_out(struct ibv_qp_cap *o, const struct pyrdma_qp_cap *c)
+fv_cap_out(struct ibv_qp_cap *o, const struct pyrdma_qp_cap *a)
 {
-    o->max_send_wr = c->max_send_wr;
-    o->max_recv_wr = c->max_recv_wr;
-    o->max_send_sge = c->max_send_sge;
-    o->max_recv_sge = c->max_recv_sge;
-    o->max_inline_data = c->max_inline_data;
+    CAP_FIELDS(COPY)
 }
 
 void
 fv_qp_attr_in(struct pyrdma_qp_attr *o, const struct ibv_qp_attr *a)
 {
     memset(o, 0, sizeof(*o));
-    o->qp_state = a->qp_state;
-    o->cur_qp_state = a->cur_qp_state;
-    o->path_mtu = a->path_mtu;
-    o->path_mig_state = a->path_mig_state;
-    o->qkey = a->qkey;
-    o->rq_psn = a->rq_psn;
-    o->sq_psn = a->sq_psn;
-    o->dest_qp_num = a->dest_qp_num;
+    QP_ATTR_FIELDS(COPY)
     o->qp_access_flags = (uint32_t)a->qp_access_flags;
     fv_cap_in(&o->cap, &a->cap);
     fv_ah_in(&o->ah_attr, &a->ah_attr);
     fv_ah_in(&o->alt_ah_attr, &a->alt_ah_attr);
-    o->pkey_index = a->pkey_index;
-    o->alt_pkey_index = a->alt_pkey_index;
-    o->en_sqd_async_notify = a->en_sqd_async_notify;
-    o->sq_draining = a->sq_draining;
-    o->max_rd_atomic = a->max_rd_atomic;
-    o->max_dest_rd_atomic = a->max_dest_rd_atomic;
-    o->min_rnr_timer = a->min_rnr_timer;
-    o->port_num = a->port_num;
-    o->timeout = a->timeout;
-    o->retry_cnt = a->retry_cnt;
-    o->rnr_retry = a->rnr_retry;
-    o->alt_port_num = a->alt_port_num;
-    o->alt_timeout = a->alt_timeout;
-    o->rate_limit = a->rate_limit;
 }
 
 void
 fv_qp_attr_out(struct ibv_qp_attr *o, const struct pyrdma_qp_attr *a)
 {
     memset(o, 0, sizeof(*o));
-    o->qp_state = a->qp_state;
-    o->cur_qp_state = a->cur_qp_state;
-    o->path_mtu = a->path_mtu;
-    o->path_mig_state = a->path_mig_state;
-    o->qkey = a->qkey;
-    o->rq_psn = a->rq_psn;
-    o->sq_psn = a->sq_psn;
-    o->dest_qp_num = a->dest_qp_num;
+    QP_ATTR_FIELDS(COPY)
     o->qp_access_flags = (int)a->qp_access_flags;
     fv_cap_out(&o->cap, &a->cap);
     fv_ah_out(&o->ah_attr, &a->ah_attr);
     fv_ah_out(&o->alt_ah_attr, &a->alt_ah_attr);
-    o->pkey_index = a->pkey_index;
-    o->alt_pkey_index = a->alt_pkey_index;
-    o->en_sqd_async_notify = a->en_sqd_async_notify;
-    o->sq_draining = a->sq_draining;
-    o->max_rd_atomic = a->max_rd_atomic;
-    o->max_dest_rd_atomic = a->max_dest_rd_atomic;
-    o->min_rnr_timer = a->min_rnr_timer;
-    o->port_num = a->port_num;
-    o->timeout = a->timeout;
-    o->retry_cnt = a->retry_cnt;
-    o->rnr_retry = a->rnr_retry;
-    o->alt_port_num = a->alt_port_num;
-    o->alt_timeout = a->alt_timeout;
-    o->rate_limit = a->rate_limit;
 }
 
 void
