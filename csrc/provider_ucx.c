@@ -631,6 +631,7 @@ static struct node {
     struct tsock *ts;      /* connections accepted on them, as last seen */
     int nts;
     uint64_t guard_at;     /* next guard pass (ns), 0: none due */
+    uint64_t guard_scan;   /* the last look at UCX's connections (ns) */
     uint64_t log_at;       /* the guard's next log line (ns) */
     uint64_t log_closed, log_denied; /* not logged yet */
     struct obox *ob_head, *ob_tail, *ob_free;
@@ -2616,7 +2617,9 @@ ring_bell(struct peer *p)
  * TCP connection to its listening sockets (this listener's, and the tcp
  * transport's own) and holds an fd for it until the peer speaks, forever;
  * the guard watches those sockets (edge-triggered in the progress
- * thread's epoll set), finds the connections among the process's fds,
+ * thread's epoll set; UCX's async thread may accept a connection before
+ * that thread sees the edge, which then never comes, so the guard also
+ * looks every GUARD_IDLE_NS), finds the connections among the process's fds,
  * and shuts down (UCX then closes them) those that have not become a
  * connection request (listener) or sent anything (tcp transport) after
  * AUTH_DEADLINE_NS, and at once those beyond MAX_PENDING.
@@ -2626,6 +2629,7 @@ enum { HELLO_NONE, HELLO_NODE, HELLO_SHARED };
 #define AUTH_DEADLINE_NS 2000000000ull /* to authenticate after connecting */
 #define MAX_PENDING 32          /* unauthenticated connections held */
 #define GUARD_EVERY_NS 100000000ull    /* guard passes while any pend */
+#define GUARD_IDLE_NS 500000000ull     /* and at least this often */
 #define GUARD_TAG 0x47415244ull /* epoll data of a listening socket */
 #define LOG_EVERY_NS 10000000000ull    /* the guard logs at most this often */
 
@@ -3129,8 +3133,22 @@ sock_scan(uint64_t t)
     struct tsock *cur = NULL;
     int ncur = 0, ccur = 0, i, k, waiting = 0, room;
 
-    if (N.nlsn == 0 || (d = opendir("/proc/self/fd")) == NULL)
+    if (N.nlsn == 0)
         return 0;
+    /* Connections still in a listening socket's accept queue: UCX has not
+       accepted them yet, so they are not among the fds below, and the
+       edge that woke the guard has passed.  Look again soon.  (Checked
+       before the scan: one accepted after it is checked by the next.) */
+    for (k = 0; k < N.nlsn; k++) {
+        struct tcp_info li;
+        socklen_t ll = sizeof(li);
+        memset(&li, 0, sizeof(li));
+        if (getsockopt(N.lsn_fd[k], IPPROTO_TCP, TCP_INFO, &li, &ll) == 0 &&
+            li.tcpi_state == 10 /* TCP_LISTEN */ && li.tcpi_unacked > 0)
+            waiting = 1;        /* tcpi_unacked: the accept queue's length */
+    }
+    if ((d = opendir("/proc/self/fd")) == NULL)
+        return waiting;
     while ((e = readdir(d)) != NULL) {
         struct sockaddr_in la, pa;
         socklen_t sl = sizeof(la);
@@ -3272,6 +3290,7 @@ guard_pass(uint64_t t)
     UNLOCK();
     for (k = 0; k < n; k++)
         ep_close_force(eps[k]);
+    N.guard_scan = t;
     if (sock_scan(t))
         waiting = 1;
     LOCK();
@@ -3279,6 +3298,20 @@ guard_pass(uint64_t t)
         N.guard_at = t + GUARD_EVERY_NS;
     guard_log(t);
     UNLOCK();
+}
+
+/* The guard's pass if one is due (progress thread). */
+static void
+guard_maybe(uint64_t t)
+{
+    if (N.nlsn != 0 && t - N.guard_scan >= GUARD_IDLE_NS) {
+        LOCK();
+        if (N.guard_at == 0 || N.guard_at > t)
+            N.guard_at = t;
+        UNLOCK();
+    }
+    if (__atomic_load_n(&N.guard_at, __ATOMIC_RELAXED) != 0)
+        guard_pass(t);
 }
 
 /* Something for the guard in epoll events ev[0..n)? */
@@ -3885,8 +3918,7 @@ progress_main(void *arg)
             k = (unsigned)epoll_wait(N.quietfd, ev, 4, 1);
             if ((int)k > 0)
                 guard_events(ev, (int)k);
-            if (__atomic_load_n(&N.guard_at, __ATOMIC_RELAXED) != 0)
-                guard_pass(now_ns());
+            guard_maybe(now_ns());
             idle = 0;
             continue;
         }
@@ -3912,8 +3944,7 @@ progress_main(void *arg)
             timers();
             drain(1);
             last_timers = t;
-            if (__atomic_load_n(&N.guard_at, __ATOMIC_RELAXED) != 0)
-                guard_pass(t);
+            guard_maybe(t);
         }
         if (n) {
             idle = 0;
@@ -3940,8 +3971,7 @@ progress_main(void *arg)
         __atomic_store_n(&N.pt_asleep, 0, __ATOMIC_RELAXED);
         if ((int)k > 0)
             guard_events(ev, (int)k);
-        if (__atomic_load_n(&N.guard_at, __ATOMIC_RELAXED) != 0)
-            guard_pass(now_ns());
+        guard_maybe(now_ns());
         if (N.nrx)
             rings_sleep(0);
         idle = 0;

@@ -497,7 +497,14 @@ def test_connections_to_ucx_tcp_transport_are_bounded():
             s = socket.create_connection(("127.0.0.1", ports[0]), timeout=2)
             s.sendall(b"\x01")
             socks.append(s)
-        time.sleep(0.5)
+        # Those beyond MAX_PENDING are shut down at the guard's first look
+        # (at most GUARD_IDLE, 0.5 s, after they are accepted: UCX's
+        # thread may accept them before the guard sees the listening
+        # socket's edge), well before the others' 2 s deadline.
+        end = time.monotonic() + 1.5
+        while (_fds(b.pid) > base + MAX_PENDING + 16
+               and time.monotonic() < end):
+            time.sleep(0.05)
         assert _fds(b.pid) <= base + MAX_PENDING + 16, (_fds(b.pid), base)
         end = time.monotonic() + DEADLINE + 5
         left = list(socks)

@@ -92,7 +92,11 @@ def test_slow_host_is_named(make_cluster, tmp_path):
     c = make_cluster(N)
     c.slow(2, "50mbit")
     xml = tmp_path / "v.xml"
+    # Thresholds relaxed as in test_healthy_run (a healthy pair was
+    # seen at 48 % of the typical bandwidth in a CI run); h2's pairs are
+    # at 0.5 % of it.
     rc, out, err = validate(c, "--quick", "--checks", "atomics,perf",
+                            "--slow-fraction", "0.2", "--lat-factor", "10",
                             "--junitxml", str(xml))
     assert rc == 1, out + err
     cases = junit_cases(xml)
