@@ -15,7 +15,7 @@ Besides the extensions, build_ext builds two shared libraries with no
 Python in them, next to the package's rdma/fabric/__init__.py:
 
 ``librdma_fabric.so``
-    the software fabric (csrc/provider_ucx.c) on its own; it exports
+    the software fabric (csrc/fabric/) on its own; it exports
     ``pyrdma_fabric_provider()`` and ``pyrdma_fabric_version()`` only
     (csrc/fabric_lib.h);
 ``librdma_fabric_verbs.so``
@@ -28,6 +28,12 @@ import subprocess
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+
+# The software fabric (csrc/fabric/: fabric.h and wire.h are its headers).
+FABRIC_SOURCES = ["csrc/fabric/" + f + ".c" for f in (
+    "node", "peer", "auth", "wire", "ring", "mr", "cq", "qp", "req", "resp",
+    "rel", "ops")]
+FABRIC_HEADERS = ["csrc/fabric/fabric.h", "csrc/fabric/wire.h"]
 
 SOURCES = [
     "csrc/module.c",
@@ -43,8 +49,7 @@ SOURCES = [
     "csrc/wr.c",
     "csrc/capi.c",
     "csrc/provider_verbs.c",
-    "csrc/provider_ucx.c",
-]
+] + FABRIC_SOURCES
 
 cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
           "-fvisibility=hidden"]
@@ -63,7 +68,7 @@ if os.environ.get("RDMA_WERROR", "") not in ("", "0"):
 
 # The standalone libraries: (name, sources, extra link arguments).
 FABRIC_LIB = ("librdma_fabric.so",
-              ["csrc/status.c", "csrc/fabric_lib.c", "csrc/provider_ucx.c"],
+              ["csrc/status.c", "csrc/fabric_lib.c"] + FABRIC_SOURCES,
               ["-ldl", "-lpthread"])
 FRONT_LIB = ("librdma_fabric_verbs.so",
              ["csrc/fabric_verbs/device.c", "csrc/fabric_verbs/objects.c",
@@ -72,7 +77,8 @@ FRONT_LIB = ("librdma_fabric_verbs.so",
              ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
               "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
               "-ldl", "-lpthread"])
-LIB_DEPENDS = ["csrc/provider.h", "csrc/fabric_lib.h", "rdma/include/pyrdma.h"]
+LIB_DEPENDS = (["csrc/provider.h", "csrc/fabric_lib.h", "rdma/include/pyrdma.h"]
+               + FABRIC_HEADERS)
 
 
 class BuildExtAndLibs(build_ext):
@@ -117,7 +123,7 @@ setup(
             "rdma._ibverbs",
             sources=SOURCES,
             depends=["csrc/rdma.h", "csrc/provider.h", "csrc/constants.inc",
-                     "rdma/include/pyrdma.h"],
+                     "rdma/include/pyrdma.h"] + FABRIC_HEADERS,
             include_dirs=["rdma/include"],
             define_macros=macros,
             extra_compile_args=cflags,

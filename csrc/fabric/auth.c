@@ -1,0 +1,747 @@
+/* auth.c - who may talk to this node: the HELLO that opens every
+   endpoint (SipHash MAC, session ids), the table of authenticated senders
+   and the message counters of rejects, and the guard that bounds the
+   unauthenticated connections to the listener and to UCX's TCP sockets. */
+#include "fabric.h"
+
+/* ------------------------------------------------------------------ */
+/* authentication and the listener's guard                             */
+
+/*
+ * Who may talk to this node (docs/fabric.rst, "Security model").
+ *
+ * HELLO: the first message on every endpoint a node makes to another
+ * (peer_get) is AM_CTL_HELLO, sent with UCP_AM_SEND_FLAG_REPLY so that
+ * the receiver learns the endpoint it came on.  It carries the sender's
+ * GUID, LID and pid, a random session id (sid) and a MAC: SipHash-2-4 of
+ * (receiver GUID, sender GUID, sid, pid) under a 128-bit key, in wire
+ * fields (op: key mode, cmp: MAC, imm: pid):
+ *  - HELLO_NODE, a node of the same host (same boot id, any network
+ *    namespace): the receiver's own key, random, in its node record (a
+ *    0600 file in the user's 0700 rendezvous directory: only the same
+ *    user can read it);
+ *  - HELLO_SHARED, another host: the key derived from RDMA_UCX_SECRET;
+ *  - HELLO_NONE: no key; accepted only in open mode (RDMA_UCX_SECRET
+ *    unset and the listener on a non-loopback RDMA_UCX_ADDR).
+ * An accepted HELLO makes an auth entry (sender GUID -> sid).  Every later
+ * message of the sender carries its sid, and a request, response or
+ * control message counts only if (src_guid, sid) is an entry's: for RC
+ * and UC through q->peer->rx_sid (one comparison on the hot path), for
+ * UD, control messages and requests to unknown QPs through the table.
+ * So a sender can neither act as another node nor reach a QP that is not
+ * connected to it.  An entry is replaced only by a HELLO of the same pid
+ * or once its node is gone (same host: its pid; else: the endpoint its
+ * HELLO came on failed).
+ *
+ * The guard: the listener (the port in the GUID) accepts every
+ * connection request into an endpoint (struct acc); one without a valid
+ * HELLO after AUTH_DEADLINE_NS is closed, and beyond MAX_PENDING such
+ * endpoints a request is rejected.  Below UCP, UCX itself accepts every
+ * TCP connection to its listening sockets (this listener's, and the tcp
+ * transport's own) and holds an fd for it until the peer speaks, forever;
+ * the guard watches those sockets (edge-triggered in the progress
+ * thread's epoll set; UCX's async thread may accept a connection before
+ * that thread sees the edge, which then never comes, so the guard also
+ * looks every GUARD_IDLE_NS), finds the connections among the process's fds,
+ * and shuts down (UCX then closes them) those that have not become a
+ * connection request (listener) or sent anything (tcp transport) after
+ * AUTH_DEADLINE_NS, and at once those beyond MAX_PENDING.
+ */
+#define AUTH_DEADLINE_NS 2000000000ull /* to authenticate after connecting */
+#define MAX_PENDING 32          /* unauthenticated connections held */
+#define GUARD_EVERY_NS 100000000ull    /* guard passes while any pend */
+#define GUARD_IDLE_NS 500000000ull     /* and at least this often */
+#define LOG_EVERY_NS 10000000000ull    /* the guard logs at most this often */
+
+/* An endpoint the listener accepted. */
+struct acc {
+    ucp_ep_h ep;           /* NULL: the entry is free */
+    uint32_t gen;          /* incremented when the entry is reused */
+    int authed;            /* a valid HELLO came on it */
+    int dead;              /* it failed: close it */
+    uint64_t deadline;     /* close it then unless authed */
+    struct sockaddr_in client; /* the connecting socket's address */
+};
+#define MAX_ACC 4096            /* accepted endpoints at a time */
+static struct acc acc_tab[MAX_ACC];
+static uint32_t acc_hi;     /* entries in use are below this */
+
+/* Forget every accepted endpoint (fab_node_up, before the node starts). */
+void
+fab_auth_init(void)
+{
+    memset(acc_tab, 0, sizeof(acc_tab));
+    acc_hi = 0;
+}
+
+/* A TCP connection accepted by one of UCX's listening sockets. */
+struct tsock {
+    int fd;                /* its fd (UCX's: only shut down, never closed) */
+    uint64_t ino;          /* its inode: a reused fd is another socket */
+    uint64_t seen;         /* first seen (ns) */
+    int cm;                /* 1: on the listener's port, 0: tcp transport */
+    int ok;                /* proven: left alone */
+    struct sockaddr_in peer; /* the other end */
+};
+
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND() do { \
+        v0 += v1; v1 = ROTL64(v1, 13); v1 ^= v0; v0 = ROTL64(v0, 32); \
+        v2 += v3; v3 = ROTL64(v3, 16); v3 ^= v2; \
+        v0 += v3; v3 = ROTL64(v3, 21); v3 ^= v0; \
+        v2 += v1; v1 = ROTL64(v1, 17); v1 ^= v2; v2 = ROTL64(v2, 32); \
+    } while (0)
+
+/* SipHash-2-4 of n 64-bit words under key k. */
+static uint64_t
+siphash(const uint64_t k[2], const uint64_t *m, int n)
+{
+    uint64_t v0 = k[0] ^ 0x736f6d6570736575ull;
+    uint64_t v1 = k[1] ^ 0x646f72616e646f6dull;
+    uint64_t v2 = k[0] ^ 0x6c7967656e657261ull;
+    uint64_t v3 = k[1] ^ 0x7465646279746573ull;
+    uint64_t b = (uint64_t)(n * 8) << 56;
+    int i;
+    for (i = 0; i < n; i++) {
+        v3 ^= m[i];
+        SIPROUND();
+        SIPROUND();
+        v0 ^= m[i];
+    }
+    v3 ^= b;
+    SIPROUND();
+    SIPROUND();
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND();
+    SIPROUND();
+    SIPROUND();
+    SIPROUND();
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* The MAC of a HELLO from src to dst. */
+static uint64_t
+hello_mac(const uint64_t k[2], uint64_t dst, uint64_t src, uint64_t sid,
+          uint32_t pid)
+{
+    uint64_t m[4] = {dst, src, sid, pid};
+    return siphash(k, m, 4);
+}
+
+/* The key of a secret string (RDMA_UCX_SECRET). */
+void
+fab_secret_key(const char *s, uint64_t k[2])
+{
+    static const uint64_t k0[2] = {0x72646d6175637831ull, 1};
+    static const uint64_t k1[2] = {0x72646d6175637831ull, 2};
+    uint64_t m[33];
+    size_t len = strlen(s), i;
+    int n;
+    if (len > 256)
+        len = 256;
+    memset(m, 0, sizeof(m));
+    for (i = 0; i < len; i++)
+        m[i / 8] |= (uint64_t)(uint8_t)s[i] << (8 * (i % 8));
+    n = (int)((len + 7) / 8);
+    m[n++] = len;
+    k[0] = siphash(k0, m, n);
+    k[1] = siphash(k1, m, n);
+}
+
+/* Random bytes (getrandom; 0 or -1). */
+int
+fab_random_bytes(void *buf, size_t n)
+{
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t k;
+    if (fd < 0)
+        return -1;
+    k = read(fd, buf, n);
+    close(fd);
+    return k == (ssize_t)n ? 0 : -1;
+}
+
+/* A new session id (never 0). */
+static uint64_t
+new_sid(void)
+{
+    uint64_t sid = 0;
+    while (sid == 0)
+        if (fab_random_bytes(&sid, sizeof(sid)) < 0)
+            sid = now_ns() ^ ((uint64_t)getpid() << 32);
+    return sid;
+}
+
+/* Count a dropped message: malformed (bad) or not allowed. */
+void
+fab_rx_bad(void)
+{
+    if (N.sh != NULL)
+        __atomic_fetch_add(&N.sh->st_rx_bad, 1, __ATOMIC_RELAXED);
+}
+
+void
+fab_rx_denied(void)
+{
+    if (N.sh != NULL)
+        __atomic_fetch_add(&N.sh->st_rx_denied, 1, __ATOMIC_RELAXED);
+}
+
+/* The auth entry of guid (N.lock held), or NULL. */
+struct auth *
+fab_auth_find(uint64_t guid)
+{
+    int i;
+    for (i = 0; i < N.nauth; i++)
+        if (N.auth[i].guid == guid)
+            return &N.auth[i];
+    return NULL;
+}
+
+/* Is (guid, sid) an authenticated sender?  (N.lock held) */
+int
+fab_auth_ok(uint64_t guid, uint64_t sid)
+{
+    struct auth *a = fab_auth_find(guid);
+    return a != NULL && a->sid == sid;
+}
+
+/* The acc_ref (index and generation, never 0) of accepted entry i. */
+static uint32_t
+acc_ref(uint32_t i)
+{
+    return ((acc_tab[i].gen & 0xFFFFF) << 12 | i) + 1;
+}
+
+/* The entry an acc_ref names, or NULL if it has been reused since. */
+static struct acc *
+acc_get(uint32_t ref)
+{
+    uint32_t i;
+    if (ref == 0)
+        return NULL;
+    i = (ref - 1) & (MAX_ACC - 1);
+    if (i >= acc_hi || acc_tab[i].ep == NULL || acc_ref(i) != ref)
+        return NULL;
+    return &acc_tab[i];
+}
+
+/* The senders whose HELLO came on accepted entry ref lose their entry
+   (the endpoint failed or was closed; N.lock held). */
+static void
+auth_drop_acc(uint32_t ref)
+{
+    int i, k;
+    for (i = 0; i < N.nauth;) {
+        if (N.auth[i].acc != ref) {
+            i++;
+            continue;
+        }
+        for (k = 0; k < N.npeers; k++)
+            if (N.peers[k]->guid == N.auth[i].guid)
+                N.peers[k]->rx_sid = 0;
+        N.auth[i] = N.auth[--N.nauth];
+    }
+}
+
+/* A rate-limited line on stderr: connections closed, messages denied. */
+static void
+guard_log(uint64_t t)
+{
+    if (N.log_closed + N.log_denied == 0 || t < N.log_at)
+        return;
+    fprintf(stderr, "rdma (ucx fabric node %016llx): closed %llu "
+            "unauthenticated connection(s), refused %llu HELLO(s) "
+            "(logged at most every %llu s)\n",
+            (unsigned long long)N.guid, (unsigned long long)N.log_closed,
+            (unsigned long long)N.log_denied,
+            (unsigned long long)(LOG_EVERY_NS / 1000000000ull));
+    N.log_closed = N.log_denied = 0;
+    N.log_at = t + LOG_EVERY_NS;
+}
+
+/* A HELLO arrived on endpoint ep (the reply endpoint; NULL if the sender
+   did not say it).  N.lock not held. */
+void
+fab_hello_rx(const struct wire *h, ucp_ep_h ep)
+{
+    const uint64_t *key = NULL;
+    struct auth *a;
+    uint32_t ref = 0, i;
+    int ok, k;
+
+    if (h->op == HELLO_NODE)
+        key = N.secret;
+    else if (h->op == HELLO_SHARED && N.have_shared)
+        key = N.shared;
+    ok = h->sid != 0 && h->src_guid != 0 &&
+         (key != NULL ? hello_mac(key, N.guid, h->src_guid, h->sid, h->imm)
+                        == h->cmp
+                      : h->op == HELLO_NONE && N.open_mode);
+    LOCK();
+    for (i = 0; ep != NULL && i < acc_hi; i++)
+        if (acc_tab[i].ep == ep) {
+            ref = acc_ref(i);
+            break;
+        }
+    a = ok ? fab_auth_find(h->src_guid) : NULL;
+    if (a != NULL && a->sid != h->sid && a->pid != (pid_t)h->imm) {
+        /* another sender says it is that node: only if it is gone */
+        struct acc *x = acc_get(a->acc);
+        int gone = a->same_host ? !fab_pid_alive(a->pid)
+                                : a->acc != 0 && (x == NULL || x->dead);
+        if (!gone)
+            ok = 0;
+    }
+    if (!ok) {
+        fab_rx_denied();
+        N.log_denied++;
+        if (ref != 0 && !acc_tab[(ref - 1) & (MAX_ACC - 1)].authed)
+            acc_tab[(ref - 1) & (MAX_ACC - 1)].deadline = 0; /* close it */
+        N.guard_at = 1;
+        UNLOCK();
+        return;
+    }
+    if (a == NULL && N.nauth == N.cauth) {
+        /* full: first forget the nodes of this host that ended (those of
+           other hosts go with their endpoint) */
+        int j;
+        for (j = 0; j < N.nauth;) {
+            if (N.auth[j].same_host && !fab_pid_alive(N.auth[j].pid)) {
+                for (k = 0; k < N.npeers; k++)
+                    if (N.peers[k]->guid == N.auth[j].guid)
+                        N.peers[k]->rx_sid = 0;
+                N.auth[j] = N.auth[--N.nauth];
+            }
+            else
+                j++;
+        }
+    }
+    if (a == NULL) {
+        if (N.nauth == N.cauth) {
+            int nc = N.cauth ? N.cauth * 2 : 16;
+            struct auth *na = realloc(N.auth, sizeof(*na) * (size_t)nc);
+            if (na == NULL) {
+                UNLOCK();
+                return;
+            }
+            N.auth = na;
+            N.cauth = nc;
+        }
+        a = &N.auth[N.nauth++];
+    }
+    a->guid = h->src_guid;
+    a->sid = h->sid;
+    a->pid = (pid_t)h->imm;
+    a->same_host = h->op == HELLO_NODE;
+    a->acc = ref;
+    if (ref != 0 && !acc_tab[(ref - 1) & (MAX_ACC - 1)].authed) {
+        acc_tab[(ref - 1) & (MAX_ACC - 1)].authed = 1;
+        N.npending--;
+    }
+    for (k = 0; k < N.npeers; k++)
+        if (N.peers[k]->guid == h->src_guid)
+            N.peers[k]->rx_sid = h->sid;
+    UNLOCK();
+}
+
+static void
+close_cb(void *req, ucs_status_t status, void *user)
+{
+    (void)status;
+    (void)user;
+    U.request_free(req);
+}
+
+/* Close an endpoint at once (no lock held). */
+static void
+ep_close_force(ucp_ep_h ep)
+{
+    ucp_request_param_t prm;
+    ucs_status_ptr_t r;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
+    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    prm.cb.send = close_cb;
+    r = U.ep_close_nbx(ep, &prm);
+    (void)r;                    /* a request: close_cb frees it */
+}
+
+/* An accepted endpoint failed. */
+static void
+acc_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    struct acc *a;
+    (void)ep;
+    (void)status;
+    LOCK();
+    a = acc_get((uint32_t)(uintptr_t)arg);
+    if (a != NULL) {
+        a->dead = 1;
+        N.guard_at = 1;
+    }
+    UNLOCK();
+}
+
+void
+fab_conn_cb(ucp_conn_request_h req, void *arg)
+{
+    ucp_conn_request_attr_t ca;
+    ucp_ep_params_t ep;
+    ucp_ep_h h;
+    uint32_t i;
+    (void)arg;
+
+    memset(&ca, 0, sizeof(ca));
+    ca.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (U.conn_request_query(req, &ca) != UCS_OK)
+        ca.client_address.ss_family = AF_UNSPEC;
+    LOCK();
+    for (i = 0; i < acc_hi; i++)
+        if (acc_tab[i].ep == NULL)
+            break;
+    if (N.npending >= MAX_PENDING || i == MAX_ACC) {
+        /* too many unauthenticated (or at all): refused */
+        fab_rx_denied();
+        N.log_closed++;
+        N.guard_at = 1;
+        UNLOCK();
+        U.listener_reject(N.listener, req);
+        return;
+    }
+    if (i == acc_hi)
+        acc_hi++;
+    acc_tab[i].gen++;
+    acc_tab[i].ep = (ucp_ep_h)1;        /* taken */
+    acc_tab[i].authed = acc_tab[i].dead = 0;
+    acc_tab[i].deadline = now_ns() + AUTH_DEADLINE_NS;
+    memset(&acc_tab[i].client, 0, sizeof(acc_tab[i].client));
+    if (ca.client_address.ss_family == AF_INET)
+        memcpy(&acc_tab[i].client, &ca.client_address,
+               sizeof(acc_tab[i].client));
+    N.npending++;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.conn_request = req;
+    ep.err_handler.cb = acc_err_cb;
+    ep.err_handler.arg = (void *)(uintptr_t)acc_ref(i);
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    N.guard_at = 1;
+    UNLOCK();
+    if (U.ep_create(N.w, &ep, &h) != UCS_OK) {
+        LOCK();
+        acc_tab[i].ep = NULL;
+        N.npending--;
+        UNLOCK();
+        return;
+    }
+    LOCK();
+    acc_tab[i].ep = h;
+    UNLOCK();
+}
+
+/* A HELLO being sent. */
+struct hello_tx {
+    struct wire h;         /* the message */
+    int state;             /* 0: in flight, 1: sent (or failed), 2: its
+                              sender stopped waiting */
+};
+
+static void
+hello_sent_cb(void *req, ucs_status_t status, void *user)
+{
+    struct hello_tx *x = user;
+    (void)status;
+    if (__atomic_exchange_n(&x->state, 1, __ATOMIC_ACQ_REL) == 2)
+        free(x);
+    U.request_free(req);
+}
+
+/* Say HELLO to p on its new endpoint (its first message; no lock held):
+   our session with it, proven with key (mode HELLO_*).  It is sent with
+   UCP_AM_SEND_FLAG_REPLY (the receiver learns the endpoint), which UCX
+   may hold back until the endpoint is connected while later messages
+   without the flag go ahead: so this waits (at most 5 s, driving
+   progress) until UCX has sent it, and the peer's requests follow it. */
+void
+fab_hello_send(struct peer *p, const uint64_t *key, int mode)
+{
+    struct hello_tx *x = calloc(1, sizeof(*x));
+    struct wire *h;
+    ucp_request_param_t prm;
+    ucs_status_ptr_t r;
+    uint64_t t0;
+
+    p->tx_sid = new_sid();
+    if (x == NULL)
+        return;                 /* its messages will be dropped */
+    h = &x->h;
+    h->kind = AM_CTL_HELLO;
+    h->op = (uint8_t)mode;
+    h->src_guid = N.guid;
+    h->src_lid = N.lid;
+    h->sid = p->tx_sid;
+    h->imm = (uint32_t)getpid();
+    h->cmp = key != NULL ? hello_mac(key, p->guid, N.guid, h->sid, h->imm)
+                         : 0;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_REPLY;     /* tells the endpoint */
+    prm.cb.send = hello_sent_cb;
+    prm.user_data = x;
+    r = U.am_send_nbx(p->ep, AM_REQ, h, sizeof(*h), NULL, 0, &prm);
+    if (!UCS_PTR_IS_PTR(r)) {
+        free(x);
+        return;
+    }
+    t0 = now_ns();
+    while (__atomic_load_n(&x->state, __ATOMIC_ACQUIRE) == 0 &&
+           now_ns() - t0 < 5000000000ull)
+        if (U.worker_progress(N.w) == 0)
+            sched_yield();
+    if (__atomic_exchange_n(&x->state, 2, __ATOMIC_ACQ_REL) == 1)
+        free(x);
+}
+
+/* Find UCX's listening sockets: the AF_INET listening sockets of this
+   process (inode, fd, port), at most max; return how many. */
+int
+fab_listen_scan(uint64_t *ino, int *fds, uint16_t *ports, int max)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+    if (d == NULL)
+        return 0;
+    while ((e = readdir(d)) != NULL && n < max) {
+        struct sockaddr_in la;
+        socklen_t sl = sizeof(la);
+        struct stat sb;
+        int fd, on = 0;
+        socklen_t ol = sizeof(on);
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        fd = atoi(e->d_name);
+        if (fd == dirfd(d) || fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode) ||
+            getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) != 0 || !on ||
+            getsockname(fd, (struct sockaddr *)&la, &sl) != 0 ||
+            la.sin_family != AF_INET)
+            continue;
+        ino[n] = (uint64_t)sb.st_ino;
+        fds[n] = fd;
+        ports[n] = ntohs(la.sin_port);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Look at the TCP connections UCX's listening sockets accepted (no lock
+   held); shut down those that did not prove themselves in time, or at
+   once beyond MAX_PENDING.  Return 1 if some wait for their deadline. */
+static int
+sock_scan(uint64_t t)
+{
+    DIR *d;
+    struct dirent *e;
+    struct tsock *cur = NULL;
+    int ncur = 0, ccur = 0, i, k, waiting = 0, room;
+
+    if (N.nlsn == 0)
+        return 0;
+    /* Connections still in a listening socket's accept queue: UCX has not
+       accepted them yet, so they are not among the fds below, and the
+       edge that woke the guard has passed.  Look again soon.  (Checked
+       before the scan: one accepted after it is checked by the next.) */
+    for (k = 0; k < N.nlsn; k++) {
+        struct tcp_info li;
+        socklen_t ll = sizeof(li);
+        memset(&li, 0, sizeof(li));
+        if (getsockopt(N.lsn_fd[k], IPPROTO_TCP, TCP_INFO, &li, &ll) == 0 &&
+            li.tcpi_state == 10 /* TCP_LISTEN */ && li.tcpi_unacked > 0)
+            waiting = 1;        /* tcpi_unacked: the accept queue's length */
+    }
+    if ((d = opendir("/proc/self/fd")) == NULL)
+        return waiting;
+    while ((e = readdir(d)) != NULL) {
+        struct sockaddr_in la, pa;
+        socklen_t sl = sizeof(la);
+        struct stat sb;
+        int fd;
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        fd = atoi(e->d_name);
+        if (fd == dirfd(d) || fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode) ||
+            getsockname(fd, (struct sockaddr *)&la, &sl) != 0 ||
+            la.sin_family != AF_INET)
+            continue;
+        for (k = 0; k < N.nlsn; k++)
+            if (ntohs(la.sin_port) == N.lsn_port[k] && fd != N.lsn_fd[k])
+                break;
+        sl = sizeof(pa);
+        if (k == N.nlsn ||
+            getpeername(fd, (struct sockaddr *)&pa, &sl) != 0 ||
+            pa.sin_family != AF_INET)
+            continue;
+        if (ncur == ccur) {
+            int nc = ccur ? ccur * 2 : 64;
+            struct tsock *nt = realloc(cur, sizeof(*nt) * (size_t)nc);
+            if (nt == NULL)
+                break;
+            cur = nt;
+            ccur = nc;
+        }
+        memset(&cur[ncur], 0, sizeof(cur[ncur]));
+        cur[ncur].fd = fd;
+        cur[ncur].ino = (uint64_t)sb.st_ino;
+        cur[ncur].seen = t;
+        cur[ncur].cm = N.lsn_port[k] == N.port;
+        cur[ncur].peer = pa;
+        ncur++;
+    }
+    closedir(d);
+    /* what was seen before: when, and whether it proved itself */
+    for (i = 0; i < ncur; i++)
+        for (k = 0; k < N.nts; k++)
+            if (N.ts[k].fd == cur[i].fd && N.ts[k].ino == cur[i].ino) {
+                cur[i].seen = N.ts[k].seen;
+                cur[i].ok = N.ts[k].ok;
+                break;
+            }
+    LOCK();
+    for (i = 0; i < ncur; i++) {
+        struct tsock *c = &cur[i];
+        if (c->ok)
+            continue;
+        if (c->cm) {
+            /* a connection request became an endpoint (which has a
+               deadline of its own) */
+            uint32_t j;
+            for (j = 0; j < acc_hi && !c->ok; j++)
+                c->ok = acc_tab[j].ep != NULL &&
+                        acc_tab[j].client.sin_port == c->peer.sin_port &&
+                        acc_tab[j].client.sin_addr.s_addr ==
+                        c->peer.sin_addr.s_addr;
+        }
+        else {
+            /* the tcp transport: a peer's UCX sends its connection
+               request at once and ours answers it; a byte or two that
+               UCX waits to complete does not count */
+            struct tcp_info ti;
+            socklen_t tl = sizeof(ti);
+            memset(&ti, 0, sizeof(ti));
+            c->ok = getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0
+                    && ti.tcpi_bytes_received > 0 && ti.tcpi_bytes_acked > 0;
+        }
+    }
+    /* the unproven: the oldest MAX_PENDING wait for their deadline */
+    room = MAX_PENDING;
+    for (k = 0; k < 2; k++)
+        for (i = 0; i < ncur; i++) {
+            struct tsock *c = &cur[i];
+            if (c->ok || (k == 0) != (c->seen < t))
+                continue;
+            if (c->ok == 0 && t - c->seen < AUTH_DEADLINE_NS && room > 0) {
+                room--;
+                waiting = 1;
+                continue;
+            }
+            /* UCX sees the connection end and closes its fd; not seen
+               again unless UCX keeps it (then it is shut down again) */
+            shutdown(c->fd, SHUT_RDWR);
+            c->ok = -1;
+            fab_rx_denied();
+            N.log_closed++;
+        }
+    UNLOCK();
+    free(N.ts);
+    N.ts = cur;
+    N.nts = ncur;
+    return waiting;
+}
+
+/* The guard's pass (progress thread, no lock held): close accepted
+   endpoints that failed or did not authenticate in time, look at the
+   connections UCX accepted.  Runs when a listening socket has a new
+   connection, and every GUARD_EVERY_NS while anything is pending. */
+static void
+guard_pass(uint64_t t)
+{
+    ucp_ep_h eps[64];
+    int n = 0, k, waiting = 0;
+    uint32_t i;
+
+    LOCK();
+    if (N.guard_at == 0 || t < N.guard_at) {
+        UNLOCK();
+        return;
+    }
+    N.guard_at = 0;
+    for (i = 0; i < acc_hi; i++) {
+        struct acc *a = &acc_tab[i];
+        if (a->ep == NULL || a->ep == (ucp_ep_h)1)
+            continue;
+        if (a->dead || (!a->authed && t >= a->deadline)) {
+            if (n == (int)(sizeof(eps) / sizeof(eps[0]))) {
+                waiting = 1;
+                break;
+            }
+            if (!a->authed) {
+                N.npending--;
+                if (!a->dead) {
+                    fab_rx_denied();
+                    N.log_closed++;
+                }
+            }
+            auth_drop_acc(acc_ref(i));
+            eps[n++] = a->ep;
+            a->ep = NULL;
+            continue;
+        }
+        if (!a->authed)
+            waiting = 1;
+    }
+    UNLOCK();
+    for (k = 0; k < n; k++)
+        ep_close_force(eps[k]);
+    N.guard_scan = t;
+    if (sock_scan(t))
+        waiting = 1;
+    LOCK();
+    if (waiting && (N.guard_at == 0 || N.guard_at > t + GUARD_EVERY_NS))
+        N.guard_at = t + GUARD_EVERY_NS;
+    guard_log(t);
+    UNLOCK();
+}
+
+/* The guard's pass if one is due (progress thread). */
+void
+fab_guard_maybe(uint64_t t)
+{
+    if (N.nlsn != 0 && t - N.guard_scan >= GUARD_IDLE_NS) {
+        LOCK();
+        if (N.guard_at == 0 || N.guard_at > t)
+            N.guard_at = t;
+        UNLOCK();
+    }
+    if (__atomic_load_n(&N.guard_at, __ATOMIC_RELAXED) != 0)
+        guard_pass(t);
+}
+
+/* Something for the guard in epoll events ev[0..n)? */
+void
+fab_guard_events(const struct epoll_event *ev, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        if (ev[i].data.u64 == GUARD_TAG) {
+            LOCK();
+            N.guard_at = 1;
+            UNLOCK();
+            return;
+        }
+}

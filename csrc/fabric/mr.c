@@ -1,0 +1,594 @@
+/* mr.c - memory and keys: MRs and the key table (reg_mr, dereg_mr),
+   alloc_mr memory (UCX-allocated, shared: the one-sided fast path) and
+   its revocation (mem_revoke), and the key page that same-host
+   initiators check (publishing QPs and MRs, mapping peers' pages, their
+   rkeys, the in-flight counts). */
+#include "fabric.h"
+
+/* ------------------------------------------------------------------ */
+/* the key page (one-sided fast path)                                  */
+
+/* Publish q's responder state for one-sided initiators (N.lock held):
+   RC, RTR/RTS, connected.  Withdrawing it only clears qpn; destroy_qp
+   then waits for the initiators still inside an op (fab_sh_quiesce). */
+void
+fab_sh_qp_sync(struct uqp *q)
+{
+    struct sh_qp *e;
+    int ok;
+    if (N.sh == NULL)
+        return;
+    e = &N.sh->qp[q->qpn & (MAX_QP - 1)];
+    ok = !q->destroyed && q->type == IBV_QPT_RC && q->peer != NULL &&
+         (q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS);
+    if (!ok) {
+        if (__atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == q->qpn)
+            __atomic_store_n(&e->qpn, 0, __ATOMIC_SEQ_CST);
+        return;
+    }
+    if (__atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == q->qpn &&
+        e->dest_qpn == q->attr.dest_qp_num &&
+        e->peer_guid == q->peer->guid) {
+        __atomic_store_n(&e->access, q->attr.qp_access_flags,
+                         __ATOMIC_SEQ_CST);
+        return;
+    }
+    __atomic_store_n(&e->qpn, 0, __ATOMIC_SEQ_CST);
+    e->dest_qpn = q->attr.dest_qp_num;
+    e->peer_guid = q->peer->guid;
+    e->pd = (uint64_t)(uintptr_t)q->pd;
+    e->access = q->attr.qp_access_flags;
+    __atomic_store_n(&e->qpn, q->qpn, __ATOMIC_SEQ_CST);
+}
+
+/* Wait (bounded) until no initiator is inside an op counted by *ctr.  An
+   initiator killed or stopped inside an op leaves the count up: after
+   SH_WAIT_NS the count is reset.  Return 0, or 1 if it was reset (an
+   initiator may still be inside: see mem_revoke). */
+int
+fab_sh_quiesce(uint32_t *ctr)
+{
+    uint64_t t0 = 0;
+    while (__atomic_load_n(ctr, __ATOMIC_SEQ_CST) != 0) {
+        uint64_t t = now_ns();
+        if (t0 == 0)
+            t0 = t;
+        else if (t - t0 > SH_WAIT_NS) {
+            __atomic_store_n(ctr, 0, __ATOMIC_SEQ_CST);
+            return 1;
+        }
+        sched_yield();
+    }
+    return 0;
+}
+
+/* Map the key page of a same-host node (NULL if it has none). */
+struct sh_page *
+fab_sh_map(uint64_t guid)
+{
+    char path[300];
+    struct sh_page *sh;
+    snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
+             (unsigned long long)guid);
+    sh = fab_shm_file_map(path, sizeof(*sh), 0, NULL);
+    if (sh == NULL)
+        return NULL;
+    if (sh->magic != SH_MAGIC || sh->version != SH_VERSION ||
+        sh->guid != guid) {
+        munmap(sh, sizeof(*sh));
+        return NULL;
+    }
+    return sh;
+}
+
+/* Create this node's key page; without it there is no fast path. */
+void
+fab_sh_create(void)
+{
+    char tmp[300];
+    struct sh_page *sh;
+    snprintf(N.shfile, sizeof(N.shfile), "%s/keys-%016llx", N.dir,
+             (unsigned long long)N.guid);
+    snprintf(tmp, sizeof(tmp), "%s.tmp%d", N.shfile, (int)getpid());
+    sh = fab_shm_file_create(tmp, sizeof(*sh));
+    if (sh == NULL)
+        return;
+    sh->version = SH_VERSION;
+    sh->pid = getpid();
+    sh->guid = N.guid;
+    __atomic_store_n(&sh->magic, SH_MAGIC, __ATOMIC_SEQ_CST);
+    if (rename(tmp, N.shfile) != 0) {
+        munmap(sh, sizeof(*sh));
+        unlink(tmp);
+        return;
+    }
+    N.sh = sh;
+}
+
+/* Unpack and cache the rkey of key at peer p (N.lock not held: UCP is
+   called).  A key the page does not (or no longer) describe is not
+   cached: its WRs keep the active-message path. */
+void
+fab_rk_fetch(struct peer *p, uint32_t key)
+{
+    struct sh_mr *m;
+    uint8_t buf[SH_RKEY_MAX];
+    uint32_t k1, len;
+    uint64_t addr;
+    ucp_rkey_h rkey = NULL, old = NULL;
+    void *base = NULL;
+    struct rkc *c;
+
+    if (p->sh == NULL || (key >> 8) == 0 || (key >> 8) >= SH_MR)
+        return;
+    m = &p->sh->mr[key >> 8];
+    k1 = __atomic_load_n(&m->key, __ATOMIC_SEQ_CST);
+    len = m->rkey_len;
+    addr = m->addr;
+    if (k1 != key || len == 0 || len > SH_RKEY_MAX)
+        return;
+    memcpy(buf, m->rkey, len);
+    if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != key)
+        return;                 /* changed while we copied */
+    if (U.ep_rkey_unpack(p->ep, buf, &rkey) != UCS_OK)
+        return;
+    if (U.rkey_ptr(rkey, addr, &base) != UCS_OK)
+        base = NULL;            /* not mappable: the AM path stays */
+    LOCK();
+    c = &p->rk[key >> 8];
+    if (c->key == key) {
+        old = rkey;             /* someone else was quicker */
+    }
+    else {
+        old = c->rkey;
+        c->addr = addr;
+        c->base = base;
+        c->rkey = rkey;
+        __atomic_store_n(&c->key, key, __ATOMIC_RELEASE);
+    }
+    UNLOCK();
+    if (old != NULL)
+        U.rkey_destroy(old);
+}
+
+/* ------------------------------------------------------------------ */
+/* MRs and alloc_mr memory                                            */
+
+static int
+mr_insert(struct umr *mr, struct pyrdma_mr_info *info,
+          struct pyrdma_status *st)
+{
+    uint32_t i;
+    LOCK();
+    for (i = 1; i < N.nmr; i++)
+        if (N.mrs[i] == NULL)
+            break;
+    if (i >= N.nmr) {
+        uint32_t nn = N.nmr ? N.nmr * 2 : 256;
+        struct umr **m;
+        uint8_t *g;
+        if (nn > (1u << 24)) {
+            UNLOCK();
+            return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "too many MRs");
+        }
+        m = realloc(N.mrs, sizeof(*m) * nn);
+        if (m == NULL) {
+            UNLOCK();
+            return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "");
+        }
+        N.mrs = m;
+        g = realloc(N.mr_gen, nn);
+        if (g == NULL) {
+            UNLOCK();
+            return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "");
+        }
+        N.mr_gen = g;
+        memset(N.mrs + N.nmr, 0, sizeof(*m) * (nn - N.nmr));
+        memset(N.mr_gen + N.nmr, 0, nn - N.nmr);
+        if (N.nmr == 0)
+            i = 1;
+        else
+            i = N.nmr;
+        N.nmr = nn;
+    }
+    N.mr_gen[i]++;
+    mr->key = (i << 8) | N.mr_gen[i];
+    N.mrs[i] = mr;
+    UNLOCK();
+    info->lkey = info->rkey = mr->key;
+    return 0;
+}
+
+/* Read the first number in file path into *v; return 0, or -1 if there
+   is none ("max", no file). */
+static int
+read_num(const char *path, unsigned long long *v)
+{
+    FILE *f = fopen(path, "re");
+    int n;
+    if (f == NULL)
+        return -1;
+    n = fscanf(f, "%llu", v);
+    fclose(f);
+    return n == 1 ? 0 : -1;
+}
+
+/* The smallest memory limit of the process's memory cgroup and its
+   ancestors (cgroup v2 memory.max, v1 memory.limit_in_bytes);
+   ULLONG_MAX if none. */
+static unsigned long long
+cgroup_mem_limit(void)
+{
+    unsigned long long lim = ULLONG_MAX, v;
+    char line[512], v1[1024] = "", v2[1024] = "", *path, *slash;
+    const char *file;
+    size_t root;
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (f == NULL)
+        return lim;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *c = strchr(line, ':'), *d = c ? strchr(c + 1, ':') : NULL;
+        if (d == NULL)
+            continue;
+        line[strcspn(line, "\n")] = 0;
+        *d = 0;
+        if (strcmp(line, "0") == 0 && c[1] == 0)            /* v2 */
+            snprintf(v2, sizeof(v2), "/sys/fs/cgroup%s", d + 1);
+        else if (strstr(c + 1, "memory") != NULL)          /* v1 */
+            snprintf(v1, sizeof(v1), "/sys/fs/cgroup/memory%s", d + 1);
+    }
+    fclose(f);
+    /* v1's memory controller if it has one (a hybrid layout), else v2 */
+    path = v1[0] ? v1 : v2;
+    file = v1[0] ? "memory.limit_in_bytes" : "memory.max";
+    root = strlen(v1[0] ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup");
+    while (path[0]) {           /* the cgroup, then each ancestor */
+        char fp[1100];
+        snprintf(fp, sizeof(fp), "%s/%s", path, file);
+        if (read_num(fp, &v) == 0 && v < lim)
+            lim = v;
+        slash = strrchr(path, '/');
+        if (slash == NULL || (size_t)(slash - path) < root)
+            break;
+        *slash = 0;
+    }
+    return lim;
+}
+
+/* The memory the process can have backed: RAM and swap, the memory
+   cgroup's limit (and swap); *as_left: the address space RLIMIT_AS leaves
+   (ULLONG_MAX: no limit). */
+static unsigned long long
+mem_backable(unsigned long long *as_left)
+{
+    unsigned long long lim = ULLONG_MAX, swap = 0, cg, vm;
+    struct sysinfo si;
+    struct rlimit rl;
+    if (sysinfo(&si) == 0) {
+        swap = (unsigned long long)si.totalswap * si.mem_unit;
+        lim = (unsigned long long)si.totalram * si.mem_unit + swap;
+    }
+    cg = cgroup_mem_limit();
+    if (cg < lim && cg + swap < lim)
+        lim = cg + swap;
+    *as_left = ULLONG_MAX;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        if (read_num("/proc/self/statm", &vm) < 0)
+            vm = 0;
+        vm *= (unsigned long long)sysconf(_SC_PAGESIZE);
+        *as_left = rl.rlim_cur > vm ? rl.rlim_cur - vm : 0;
+    }
+    return lim;
+}
+
+/* What UCX mapped at addr: 1 a SysV segment (its id in *shmid), 0
+   anonymous memory (mmap), -1 anything else or not found. */
+static int
+mem_kind(const void *addr, int *shmid)
+{
+    char line[4096];
+    int kind = -1;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long start, end, ino;
+        char name[4096] = "";
+        /* anonymous mappings may have merged with a neighbour */
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %4095s", &start, &end,
+                   &ino, name) < 3 || start > (uintptr_t)addr ||
+            end <= (uintptr_t)addr)
+            continue;
+        if (strncmp(name, "/SYSV", 5) == 0 && ino <= INT32_MAX &&
+            start == (uintptr_t)addr) {
+            *shmid = (int)ino;  /* a SysV segment's inode is its id */
+            kind = 1;
+        }
+        else if (name[0] == 0 && ino == 0)
+            kind = 0;
+        break;
+    }
+    fclose(f);
+    return kind;
+}
+
+/* Make the SysV segment shmid, just created by this process and attached
+   once (here), private: mode 0600 instead of UCX's 0660.  Return 0, or -1
+   if it cannot be, or if another process attached it in the meantime. */
+static int
+shm_private(int shmid, size_t length)
+{
+    struct shmid_ds ds;
+    if (shmctl(shmid, IPC_STAT, &ds) < 0 || ds.shm_cpid != getpid() ||
+        ds.shm_segsz < length)
+        return -1;
+    ds.shm_perm.mode = (ds.shm_perm.mode & ~0777u) | 0600;
+    if (shmctl(shmid, IPC_SET, &ds) < 0 || shmctl(shmid, IPC_STAT, &ds) < 0)
+        return -1;
+    return (ds.shm_perm.mode & 0777) == 0600 && ds.shm_nattch == 1 ? 0 : -1;
+}
+
+/* PD.alloc_mr memory: UCX allocates it (shared memory a same-host peer
+   can map: the one-sided fast path).  UCX is asked only for what max_mr_size
+   allows and memory can back (it would otherwise fall back to a POSIX
+   segment and write every byte of it); only SysV segments (made private
+   to the user) or anonymous memory are used (ALLOC_PRIO at init), both
+   zero-filled by the kernel, so no page is touched here. */
+int
+fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
+                 struct pyrdma_status *st)
+{
+    ucp_mem_map_params_t mp;
+    ucp_mem_attr_t a;
+    struct umem *u;
+    ucs_status_t s;
+    size_t rlen = 0;
+    void *rbuf = NULL;
+    unsigned long long can, as_left, held = 0;
+    int kind, shmid = -1;
+    (void)pd;
+    if (length > MAX_MR_SIZE)
+        return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "alloc_mr(): %zu bytes "
+                           "is more than max_mr_size (%llu)", length,
+                           MAX_MR_SIZE);
+    /* what a NIC would pin: the live alloc_mr memory of this process
+       holds part of what memory can back */
+    can = mem_backable(&as_left);
+    LOCK();
+    for (u = N.umems; u != NULL; u = u->next)
+        held += u->len;
+    UNLOCK();
+    if (length > as_left || length > can || held > can - length)
+        return pyrdma_fail(st, ENOMEM, "mmap", "alloc_mr(): %zu bytes "
+                           "cannot be backed: RAM and swap or the memory "
+                           "cgroup allow %llu (alloc_mr memory holds %llu), "
+                           "RLIMIT_AS leaves %llu", length, can, held,
+                           as_left);
+    u = calloc(1, sizeof(*u));
+    if (u == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = NULL;
+    mp.length = length;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    s = U.mem_map(N.uctx, &mp, &u->memh);
+    if (s != UCS_OK) {
+        free(u);
+        return ucs_fail(st, s, "ucp_mem_map", "alloc_mr()");
+    }
+    memset(&a, 0, sizeof(a));
+    a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    if (U.mem_query(u->memh, &a) != UCS_OK ||
+        ((uintptr_t)a.address & 4095) != 0 || a.length < length) {
+        U.mem_unmap(N.uctx, u->memh);
+        free(u);
+        return pyrdma_fail(st, ENOMEM, "ucp_mem_map", "alloc_mr(): UCX "
+                           "gave no page-aligned memory");
+    }
+    u->addr = a.address;
+    u->len = length;
+    u->maplen = (a.length + 4095) & ~(size_t)4095;
+    kind = mem_kind(u->addr, &shmid);
+    if (kind == 1 && shm_private(shmid, length) < 0) {
+        U.mem_unmap(N.uctx, u->memh);
+        free(u);
+        return pyrdma_fail(st, EACCES, "shmctl", "alloc_mr(): could not make "
+                           "the shared memory segment private (mode 0600)");
+    }
+    if (kind < 0)
+        memset(u->addr, 0, length);     /* not known to be zero-filled */
+    if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
+        if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
+            memcpy(u->rkey, rbuf, rlen);
+            u->rkey_len = rlen;
+        }
+        U.rkey_buffer_release(rbuf);
+    }
+    LOCK();
+    u->next = N.umems;
+    N.umems = u;
+    UNLOCK();
+    *mem = u->addr;
+    *cookie = u;
+    return 0;
+}
+
+/* Move the mapping of len bytes at from to to (replacing what is there),
+   with the system call itself: UCX's memory hooks intercept mremap(3)
+   and do not pass a new address on.  to, or MAP_FAILED. */
+static void *
+raw_mremap(void *from, size_t len, void *to)
+{
+    long r = syscall(SYS_mremap, from, len, len,
+                     MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    return r == -1 ? MAP_FAILED : (void *)r;
+}
+
+/* The last view of alloc_mr memory is gone and its MR is deregistered. */
+void
+fab_free_mr_mem(void *cookie)
+{
+    struct umem *u = cookie, **pp;
+    LOCK();
+    for (pp = &N.umems; *pp; pp = &(*pp)->next)
+        if (*pp == u) {
+            *pp = u->next;
+            break;
+        }
+    if (u->shadow != NULL) {
+        /* UCX's own mapping goes back where UCX unmaps it (in place of
+           the private copy) */
+        if (raw_mremap(u->shadow, u->maplen, u->addr) == MAP_FAILED)
+            munmap(u->shadow, u->maplen);
+        u->shadow = NULL;
+    }
+    UNLOCK();
+    U.mem_unmap(N.uctx, u->memh);
+    free(u->rkey);
+    free(u);
+}
+
+/* An initiator is still inside a one-sided op on memory u after its MR
+   was deregistered and the wait for it ran out (stopped with SIGSTOP, or
+   descheduled for a second, in the middle of a large copy): it writes or
+   reads through its own mapping of UCX's shared memory, which only
+   ending the sharing can stop.  So this process's view of u becomes a
+   private copy (no byte an initiator writes from now on lands in it, and
+   no read sees what the owner writes from now on), every other MR in u
+   leaves the key page (they go on through the active-message path, into
+   the private copy), and UCX's mapping moves aside until free_mr_mem.
+   N.lock held (the responder touches user memory only under it).
+   0 or -1 (then nothing changed but the withdrawals). */
+static int
+mem_revoke(struct umem *u)
+{
+    uint8_t *copy, *aside;
+    uint32_t i;
+
+    if (u->shadow != NULL)
+        return 0;
+    for (i = 1; i < N.nmr && i < SH_MR; i++) {
+        struct umr *m = N.mrs[i];
+        if (m != NULL && m->umem == u && m->shared) {
+            __atomic_store_n(&N.sh->mr[i].key, 0, __ATOMIC_SEQ_CST);
+            m->shared = 0;
+        }
+    }
+    copy = mmap(NULL, u->maplen, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    aside = mmap(NULL, u->maplen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+    if (copy == MAP_FAILED || aside == MAP_FAILED) {
+        if (copy != MAP_FAILED)
+            munmap(copy, u->maplen);
+        if (aside != MAP_FAILED)
+            munmap(aside, u->maplen);
+        return -1;
+    }
+    memcpy(copy, u->addr, u->maplen);
+    /* the shared pages move aside (into the reservation), the copy takes
+       their place: a few microseconds in which addr is unmapped, under
+       N.lock (Python code runs under the GIL, held by the caller) */
+    if (raw_mremap(u->addr, u->maplen, aside) == MAP_FAILED) {
+        munmap(copy, u->maplen);
+        munmap(aside, u->maplen);
+        return -1;
+    }
+    if (raw_mremap(copy, u->maplen, u->addr) == MAP_FAILED) {
+        /* put the shared pages back: the owner keeps its memory */
+        raw_mremap(aside, u->maplen, u->addr);
+        munmap(copy, u->maplen);
+        return -1;
+    }
+    u->shadow = aside;
+    if (N.sh != NULL)
+        __atomic_fetch_add(&N.sh->st_revoked, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* Publish mr in the key page if it lies in UCX-allocated memory (N.lock
+   held). */
+static void
+sh_mr_publish(struct umr *mr)
+{
+    struct umem *u;
+    struct sh_mr *e;
+    uint32_t idx = mr->key >> 8;
+    if (N.sh == NULL || idx >= SH_MR)
+        return;
+    for (u = N.umems; u; u = u->next)
+        if (mr->addr >= u->addr && mr->len <= u->len &&
+            (size_t)(mr->addr - u->addr) <= u->len - mr->len)
+            break;
+    if (u == NULL)
+        return;
+    mr->umem = u;
+    if (u->rkey == NULL || u->shadow != NULL)
+        return;                 /* no rkey, or revoked (mem_revoke) */
+    e = &N.sh->mr[idx];
+    __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
+    e->access = mr->access;
+    e->pd = (uint64_t)(uintptr_t)mr->pd;
+    e->addr = (uint64_t)(uintptr_t)mr->addr;
+    e->len = mr->len;
+    memcpy(e->rkey, u->rkey, u->rkey_len);
+    e->rkey_len = (uint32_t)u->rkey_len;
+    __atomic_store_n(&e->key, mr->key, __ATOMIC_SEQ_CST);
+    mr->shared = 1;
+}
+
+int
+fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
+           void **out, struct pyrdma_mr_info *info,
+           struct pyrdma_status *st)
+{
+    struct umr *mr;
+    if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+        !(access & IBV_ACCESS_LOCAL_WRITE))
+        return pyrdma_fail(st, EINVAL, "ibv_reg_mr", "remote write or atomic "
+                           "access needs IBV_ACCESS_LOCAL_WRITE");
+    mr = calloc(1, sizeof(*mr));
+    if (mr == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    mr->pd = pd;
+    mr->addr = addr;
+    mr->len = length;
+    mr->access = access;
+    if (mr_insert(mr, info, st) < 0) {
+        free(mr);
+        return -1;
+    }
+    LOCK();
+    sh_mr_publish(mr);
+    UNLOCK();
+    *out = mr;
+    return 0;
+}
+
+int
+fab_dereg_mr(void *vmr, struct pyrdma_status *st)
+{
+    struct umr *mr = vmr;
+    struct sh_mr *e = NULL;
+    (void)st;
+    LOCK();
+    N.mrs[mr->key >> 8] = NULL;
+    if (mr->shared) {
+        /* no new one-sided op can start; wait for those inside one */
+        e = &N.sh->mr[mr->key >> 8];
+        __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
+    }
+    UNLOCK();
+    if (e != NULL && fab_sh_quiesce(&e->inflight)) {
+        /* an initiator is still inside an op on it: fence it out */
+        LOCK();
+        if (mr->umem != NULL)
+            mem_revoke(mr->umem);
+        UNLOCK();
+    }
+    free(mr);
+    return 0;
+}

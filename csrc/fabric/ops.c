@@ -1,0 +1,321 @@
+/* ops.c - what provider.h sees: the device, context and port verbs,
+   async events, PDs, AHs, multicast (unsupported) and the ops table
+   pyrdma_provider_ucx that points at every verb of the fabric. */
+#include "fabric.h"
+
+/* ------------------------------------------------------------------ */
+/* asynchronous events of a context                                   */
+
+void
+fab_ctx_event(struct uctx *c, int type, int kind, void *element)
+{
+    uint64_t one = 1;
+    if (c->ev_tail - c->ev_head == c->ev_cap) {
+        uint32_t ncap = c->ev_cap ? c->ev_cap * 2 : 16, i;
+        struct aev *n = malloc(sizeof(*n) * ncap);
+        if (n == NULL)
+            return;
+        for (i = 0; i < c->ev_tail - c->ev_head; i++)
+            n[i] = c->ev[(c->ev_head + i) % (c->ev_cap ? c->ev_cap : 1)];
+        free(c->ev);
+        c->ev = n;
+        c->ev_tail -= c->ev_head;
+        c->ev_head = 0;
+        c->ev_cap = ncap;
+    }
+    c->ev[c->ev_tail % c->ev_cap] = (struct aev){type, kind, element};
+    c->ev_tail++;
+    if (write(c->async_fd, &one, sizeof(one)) < 0) {
+        /* the counter cannot overflow in practice */
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* device, context, port                                               */
+
+static int
+get_devices(struct pyrdma_devinfo **out, int *n, struct pyrdma_status *st)
+{
+    struct pyrdma_devinfo *d;
+
+    *out = NULL;
+    *n = 0;
+    if (fab_node_up(st) < 0)
+        return -1;
+    d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    snprintf(d->name, sizeof(d->name), "%s", DEV_NAME);
+    d->node_guid = N.guid;
+    d->node_type = IBV_NODE_CA;
+    d->transport_type = IBV_TRANSPORT_IB;
+    *out = d;
+    *n = 1;
+    return 0;
+}
+
+static int
+open_device(const char *name, void **out, struct pyrdma_status *st)
+{
+    struct uctx *c;
+
+    if (strcmp(name, DEV_NAME) != 0)
+        return pyrdma_fail(st, ENODEV, "ibv_open_device", "no device %s "
+                           "(the ucx provider has %s)", name, DEV_NAME);
+    if (fab_node_up(st) < 0)
+        return -1;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    c->async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->async_fd < 0) {
+        free(c);
+        return pyrdma_fail(st, errno, "eventfd", "");
+    }
+    *out = c;
+    return 0;
+}
+
+static int
+close_device(void *vc, struct pyrdma_status *st)
+{
+    struct uctx *c = vc;
+    (void)st;
+    LOCK();
+    close(c->async_fd);
+    free(c->ev);
+    free(c);
+    UNLOCK();
+    return 0;
+}
+
+static int
+query_device(void *vc, struct pyrdma_device_attr *a, struct pyrdma_status *st)
+{
+    unsigned maj = 0, min = 0, rel = 0;
+    (void)vc;
+    (void)st;
+    U.get_version(&maj, &min, &rel);
+    memset(a, 0, sizeof(*a));
+    snprintf(a->fw_ver, sizeof(a->fw_ver), "ucx-%u.%u.%u", maj, min, rel);
+    a->node_guid = N.guid;
+    a->sys_image_guid = N.guid;
+    a->max_mr_size = MAX_MR_SIZE;
+    a->page_size_cap = 0xfffff000;
+    a->vendor_id = 0;
+    a->vendor_part_id = 0x5543;
+    a->hw_ver = 1;
+    a->max_qp = MAX_QP - 2;
+    a->max_qp_wr = MAX_WR;
+    a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN |
+                          IBV_DEVICE_SHUTDOWN_PORT | IBV_DEVICE_SYS_IMAGE_GUID;
+    a->max_sge = MAX_SGE;
+    a->max_sge_rd = MAX_SGE;
+    a->max_cq = 1 << 16;
+    a->max_cqe = MAX_CQE;
+    a->max_mr = 1 << 20;
+    a->max_pd = 1 << 16;
+    a->max_qp_rd_atom = MAX_RD_ATOM;
+    a->max_res_rd_atom = MAX_RD_ATOM * (MAX_QP - 2);
+    a->max_qp_init_rd_atom = MAX_RD_ATOM;
+    a->atomic_cap = IBV_ATOMIC_HCA;
+    a->max_ah = 1 << 16;
+    a->max_srq = 1 << 16;
+    a->max_srq_wr = MAX_WR;
+    a->max_srq_sge = MAX_SGE;
+    a->max_pkeys = 1;
+    a->local_ca_ack_delay = 15;
+    a->phys_port_cnt = 1;
+    return 0;
+}
+
+static int
+query_port(void *vc, uint8_t port, struct pyrdma_port_attr *a,
+           struct pyrdma_status *st)
+{
+    (void)vc;
+    if (port != 1)
+        return pyrdma_fail(st, EINVAL, "ibv_query_port", "port %u: the "
+                           "fabric device has port 1 only", port);
+    memset(a, 0, sizeof(*a));
+    a->state = IBV_PORT_ACTIVE;
+    a->max_mtu = PORT_MTU;
+    a->active_mtu = PORT_MTU;
+    a->gid_tbl_len = 1;
+    a->port_cap_flags = 0;
+    a->max_msg_sz = MAX_MSG;
+    a->pkey_tbl_len = 1;
+    a->lid = N.lid;
+    a->sm_lid = 0;
+    a->lmc = 0;
+    a->max_vl_num = 1;
+    a->subnet_timeout = 18;
+    a->active_width = 1;
+    a->active_speed = 1;
+    a->phys_state = 5;
+    a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+    return 0;
+}
+
+static int
+query_gid(void *vc, uint8_t port, int index, struct pyrdma_gid_entry *e,
+          struct pyrdma_status *st)
+{
+    (void)vc;
+    if (port != 1 || index != 0)
+        return pyrdma_fail(st, EINVAL, "ibv_query_gid", "port %u index %d: "
+                           "the fabric port has one GID (1/0)", port, index);
+    memset(e, 0, sizeof(*e));
+    memcpy(e->gid, N.gid, 16);
+    e->gid_type = 0;        /* IBV_GID_TYPE_IB */
+    return 0;
+}
+
+static int
+query_pkey(void *vc, uint8_t port, int index, uint16_t *pkey,
+           struct pyrdma_status *st)
+{
+    (void)vc;
+    if (port != 1 || index != 0)
+        return pyrdma_fail(st, EINVAL, "ibv_query_pkey", "port %u index %d",
+                           port, index);
+    *pkey = 0xffff;
+    return 0;
+}
+
+int
+fab_async_fd(void *vc)
+{
+    return ((struct uctx *)vc)->async_fd;
+}
+
+static int
+get_async_event(void *vc, struct pyrdma_async_event *ev,
+                struct pyrdma_status *st)
+{
+    struct uctx *c = vc;
+    uint64_t v;
+    (void)st;
+    LOCK();
+    if (c->ev_head == c->ev_tail) {
+        UNLOCK();
+        return 0;
+    }
+    memset(ev, 0, sizeof(*ev));
+    ev->event_type = c->ev[c->ev_head % c->ev_cap].type;
+    ev->element_kind = c->ev[c->ev_head % c->ev_cap].kind;
+    ev->element = c->ev[c->ev_head % c->ev_cap].element;
+    c->ev_head++;
+    if (c->ev_head == c->ev_tail && read(c->async_fd, &v, sizeof(v)) < 0) {
+        /* already drained */
+    }
+    UNLOCK();
+    return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* PD, multicast                                                      */
+
+static int
+alloc_pd(void *vc, void **out, struct pyrdma_status *st)
+{
+    struct upd *pd = calloc(1, sizeof(*pd));
+    if (pd == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    pd->ctx = vc;
+    *out = pd;
+    return 0;
+}
+
+static int
+dealloc_pd(void *pd, struct pyrdma_status *st)
+{
+    (void)st;
+    free(pd);
+    return 0;
+}
+
+static int
+attach_mcast(void *qp, const uint8_t gid[16], uint16_t lid,
+             struct pyrdma_status *st)
+{
+    (void)qp;
+    (void)gid;
+    (void)lid;
+    return pyrdma_fail(st, EOPNOTSUPP, "ibv_attach_mcast", "multicast is "
+                       "not supported by the ucx fabric");
+}
+
+/* ------------------------------------------------------------------ */
+/* AH                                                                  */
+
+static int
+create_ah(void *pd, struct pyrdma_ah_attr *a, void **out,
+          struct pyrdma_status *st)
+{
+    struct uah *ah = calloc(1, sizeof(*ah));
+    if (ah == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    if (fab_ah_resolve(a, &ah->peer, st, "ibv_create_ah") < 0) {
+        free(ah);
+        return -1;
+    }
+    ah->pd = pd;
+    ah->attr = *a;
+    *out = ah;
+    return 0;
+}
+
+static int
+destroy_ah(void *ah, struct pyrdma_status *st)
+{
+    (void)st;
+    free(ah);
+    return 0;
+}
+
+const struct pyrdma_provider pyrdma_provider_ucx = {
+    .name = "ucx",
+    .library = "libucp.so.0",
+    .package = "libucx0",
+    .load = fab_load,
+    .get_devices = get_devices,
+    .open_device = open_device,
+    .close_device = close_device,
+    .query_device = query_device,
+    .query_port = query_port,
+    .query_gid = query_gid,
+    .query_pkey = query_pkey,
+    .async_fd = fab_async_fd,
+    .get_async_event = get_async_event,
+    .alloc_pd = alloc_pd,
+    .dealloc_pd = dealloc_pd,
+    .reg_mr = fab_reg_mr,
+    .dereg_mr = fab_dereg_mr,
+    .alloc_mr_mem = fab_alloc_mr_mem,
+    .free_mr_mem = fab_free_mr_mem,
+    .create_comp_channel = fab_create_comp_channel,
+    .destroy_comp_channel = fab_destroy_comp_channel,
+    .get_cq_event = fab_get_cq_event,
+    .ack_cq_events = fab_ack_cq_events,
+    .create_cq = fab_create_cq,
+    .destroy_cq = fab_destroy_cq,
+    .resize_cq = fab_resize_cq,
+    .req_notify_cq = fab_req_notify_cq,
+    .poll_cq = fab_poll_cq,
+    .create_srq = fab_create_srq,
+    .modify_srq = fab_modify_srq,
+    .query_srq = fab_query_srq,
+    .destroy_srq = fab_destroy_srq,
+    .post_srq_recv = fab_post_srq_recv,
+    .create_qp = fab_create_qp,
+    .modify_qp = fab_modify_qp,
+    .query_qp = fab_query_qp,
+    .destroy_qp = fab_destroy_qp,
+    .post_send = fab_post_send,
+    .post_recv = fab_post_recv,
+    .attach_mcast = attach_mcast,
+    .detach_mcast = attach_mcast,
+    .create_ah = create_ah,
+    .destroy_ah = destroy_ah,
+};

@@ -1,0 +1,391 @@
+/* peer.c - peers and addressing: node records and LID claims in the
+   rendezvous directory, stale-file sweeps, the endpoint to each peer node
+   (peer_get, with its HELLO), a peer's liveness and failure, and AH
+   resolution (GID or LID to peer). */
+#include "fabric.h"
+
+/* ------------------------------------------------------------------ */
+/* peers and addressing                                                */
+
+static void
+ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    struct peer *p = arg;
+    (void)ep;
+    (void)status;
+    LOCK();
+    if (p != NULL)
+        fab_peer_fail_locked(p);
+    UNLOCK();
+}
+
+/* Is process pid alive?  kill(pid, 0) also succeeds for a zombie (a
+   process that was killed and not yet reaped by its parent: its memory
+   and its node are gone, but writes "to" it kept completing), so the
+   state in /proc/<pid>/stat decides: Z (zombie) and X (dead) are dead.
+   Where /proc cannot be read the kill answer stands.  1 or 0. */
+int
+fab_pid_alive(pid_t pid)
+{
+    char path[40], buf[512];
+    const char *rp;
+    ssize_t n;
+    int fd;
+
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno != ENOENT;     /* ENOENT: it went meanwhile */
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    buf[n] = '\0';
+    /* "pid (comm) S ...": comm may hold spaces and parentheses */
+    rp = strrchr(buf, ')');
+    if (rp == NULL || rp[1] != ' ')
+        return 1;
+    return rp[2] != 'Z' && rp[2] != 'X';
+}
+
+/* Read the record of guid into *rec and a malloc'd address; 0 or -1. */
+static int
+record_read(uint64_t guid, struct record *rec, void **addr)
+{
+    char path[300];
+    int fd;
+    ssize_t n;
+
+    snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
+             (unsigned long long)guid);
+    fd = fab_priv_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return -1;
+    n = read(fd, rec, sizeof(*rec));
+    if (n != (ssize_t)sizeof(*rec) || rec->magic != REC_MAGIC ||
+        rec->alen > (1 << 20)) {
+        close(fd);
+        return -1;
+    }
+    *addr = malloc(rec->alen ? rec->alen : 1);
+    if (*addr == NULL || read(fd, *addr, rec->alen) != (ssize_t)rec->alen) {
+        free(*addr);
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Read a LID claim ("<pid> <guid>\n", claim_lid) from fd; 0 or -1. */
+static int
+lid_claim_read(int fd, int *pid, uint64_t *guid)
+{
+    char buf[64];
+    unsigned long long g;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    if (sscanf(buf, "%d %llx", pid, &g) != 2)
+        return -1;
+    *guid = g;
+    return 0;
+}
+
+/* The GUID that owns lid on this host, or 0. */
+uint64_t
+fab_lid_owner(uint16_t lid)
+{
+    char path[300];
+    int fd, pid = 0, rc;
+    uint64_t g = 0;
+
+    snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
+    fd = fab_priv_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return 0;
+    rc = lid_claim_read(fd, &pid, &g);
+    close(fd);
+    if (rc < 0 || !fab_pid_alive(pid))
+        return 0;
+    return g;
+}
+
+/* The pid that owns a file of the rendezvous directory (0: unknown, or not
+   one of this boot's: leave it alone). */
+static pid_t
+file_owner(const char *name)
+{
+    char path[600];
+    const char *tmp = strstr(name, ".tmp");
+    int fd;
+    pid_t pid = 0;
+
+    if (strncmp(name, "node-", 5) != 0 && strncmp(name, "keys-", 5) != 0 &&
+        strncmp(name, "lid-", 4) != 0 && strncmp(name, "ring-", 5) != 0)
+        return 0;                       /* not ours */
+    if (tmp != NULL)                    /* <name>.tmp<writer's pid> */
+        return (pid_t)atoi(tmp + 4);
+    snprintf(path, sizeof(path), "%s/%s", N.dir, name);
+    fd = fab_priv_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return 0;
+    if (name[0] == 'n') {
+        struct record r;
+        if (read(fd, &r, sizeof(r)) == (ssize_t)sizeof(r) &&
+            r.magic == REC_MAGIC &&
+            strncmp(r.boot_id, N.boot_id, sizeof(r.boot_id)) == 0)
+            pid = r.pid;
+    }
+    else if (name[0] == 'k' || name[0] == 'r') {
+        uint32_t head[3];               /* magic, version, pid */
+        if (read(fd, head, sizeof(head)) == (ssize_t)sizeof(head) &&
+            head[0] == (name[0] == 'k' ? SH_MAGIC : RING_MAGIC))
+            pid = (pid_t)head[2];
+    }
+    else {
+        int p;
+        uint64_t g;
+        if (lid_claim_read(fd, &p, &g) == 0)
+            pid = p;
+    }
+    close(fd);
+    return pid;
+}
+
+/* Remove what dead processes left in the rendezvous directory (node
+   record, key page, LID claim, temporary files).  A node removes its own
+   files at exit; a crash or SIGKILL leaves them, and they used to pile
+   up (thousands after many test runs).  Only a file whose owner pid is
+   known and no longer exists goes. */
+void
+fab_sweep_stale(void)
+{
+    DIR *d = opendir(N.dir);
+    struct dirent *e;
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        pid_t pid;
+        if (e->d_name[0] == '.')
+            continue;
+        pid = file_owner(e->d_name);
+        if (pid > 0 && !fab_pid_alive(pid)) {
+            char path[600];
+            snprintf(path, sizeof(path), "%s/%s", N.dir, e->d_name);
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
+int
+fab_same_host(const struct record *r)
+{
+    return r->netns == N.netns && strcmp(r->boot_id, N.boot_id) == 0;
+}
+
+/* Find or make the peer for (guid, lid); dgid_known: guid came from a
+   GID.  Return 0 or -1 with *st set, naming func (the verb resolving the
+   address).  Called without N.lock. */
+static int
+peer_get(uint64_t guid, uint16_t lid, struct peer **out,
+         struct pyrdma_status *st, const char *func)
+{
+    struct peer *p = NULL;
+    struct record rec;
+    void *addr = NULL;
+    ucp_ep_params_t ep;
+    ucs_status_t s;
+    struct sockaddr_in sin;
+    int i, have_rec = 0, rec_ok = 0;
+    const uint64_t *key = NULL;
+    uint64_t nkey[2];
+    int mode = HELLO_NONE;
+
+    if (guid == 0 && lid != 0) {
+        if (lid == N.lid)
+            guid = N.guid;
+        else
+            guid = fab_lid_owner(lid);
+        if (guid == 0)
+            return pyrdma_fail(st, EHOSTUNREACH, func,
+                               "no fabric node has LID 0x%x on this host "
+                               "(rendezvous directory %s); use the GID to "
+                               "reach another host", lid, N.dir);
+    }
+    LOCK();
+    for (i = 0; i < N.npeers; i++)
+        if (N.peers[i]->guid == guid && !N.peers[i]->failed) {
+            *out = N.peers[i];
+            UNLOCK();
+            return 0;
+        }
+    UNLOCK();
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    p->guid = guid;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.err_handler.cb = ep_err_cb;
+    ep.err_handler.arg = p;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    if (guid == N.guid) {
+        ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep.address = N.waddr;
+        p->lid = N.lid;
+        p->pid = getpid();
+    }
+    else if ((rec_ok = record_read(guid, &rec, &addr) == 0) &&
+             fab_same_host(&rec) && fab_pid_alive(rec.pid)) {
+        have_rec = 1;
+        ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep.address = addr;
+        p->lid = rec.lid;
+        p->pid = rec.pid;
+    }
+    else {
+        uint32_t ip;
+        uint16_t port;
+        uint64_t be = htobe64(guid);
+        memcpy(&ip, (uint8_t *)&be, 4);
+        memcpy(&port, (uint8_t *)&be + 4, 2);
+        if (fab_forked_from_node) {
+            free(addr);
+            free(p);
+            return pyrdma_fail(st, EOPNOTSUPP, "ibv_modify_qp",
+                               "fabric node %016llx is reached over tcp, "
+                               "and " FORK_TCP_MSG,
+                               (unsigned long long)guid);
+        }
+        if (port == 0 || ip == 0) {
+            free(addr);
+            free(p);
+            return pyrdma_fail(st, EHOSTUNREACH, func,
+                               "fabric node %016llx is not on this host and "
+                               "has no listener (set RDMA_UCX_ADDR on both "
+                               "hosts)", (unsigned long long)guid);
+        }
+        memset(&sin, 0, sizeof(sin));
+        sin.sin_family = AF_INET;
+        sin.sin_addr.s_addr = ip;
+        sin.sin_port = port;
+        ep.field_mask |= UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                         UCP_EP_PARAM_FIELD_FLAGS;
+        ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+        ep.sockaddr.addr = (struct sockaddr *)&sin;
+        ep.sockaddr.addrlen = sizeof(sin);
+        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    }
+    /* the key of our HELLO: a node of this host (any network
+       namespace) publishes its own, else RDMA_UCX_SECRET, else none */
+    if (guid == N.guid) {
+        key = N.secret;
+        mode = HELLO_NODE;
+    }
+    else if (rec_ok && strcmp(rec.boot_id, N.boot_id) == 0) {
+        memcpy(nkey, rec.secret, sizeof(nkey));
+        key = nkey;
+        mode = HELLO_NODE;
+    }
+    else if (N.have_shared) {
+        key = N.shared;
+        mode = HELLO_SHARED;
+    }
+    s = U.ep_create(N.w, &ep, &p->ep);
+    free(addr);
+    if (s != UCS_OK) {
+        free(p);
+        return ucs_fail(st, s, "ucp_ep_create", "connecting to a fabric node");
+    }
+    fab_hello_send(p, key, mode);
+    /* same host: its key page opens the one-sided fast path */
+    if (guid == N.guid)
+        p->sh = N.sh;
+    else if (have_rec && N.sh != NULL)
+        p->sh = fab_sh_map(guid);
+    if (p->sh != NULL && (p->rk = calloc(SH_MR, sizeof(*p->rk))) == NULL) {
+        if (p->sh != N.sh)
+            munmap(p->sh, sizeof(*p->sh));
+        p->sh = NULL;
+    }
+    LOCK();
+    if (N.npeers == N.cpeers) {
+        int nc = N.cpeers ? N.cpeers * 2 : 16;
+        struct peer **np = realloc(N.peers, sizeof(*np) * (size_t)nc);
+        if (np == NULL) {
+            UNLOCK();
+            return pyrdma_fail(st, ENOMEM, "realloc", "");
+        }
+        N.peers = np;
+        N.cpeers = nc;
+    }
+    {
+        struct auth *a = fab_auth_find(guid);
+        p->rx_sid = a != NULL ? a->sid : 0;
+    }
+    N.peers[N.npeers++] = p;
+    UNLOCK();
+    wake_progress();
+    *out = p;
+    return 0;
+}
+
+/* Resolve an address vector to a peer. */
+int
+fab_ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
+               struct pyrdma_status *st, const char *func)
+{
+    uint64_t guid = 0;
+    if (a->port_num > 1)
+        return pyrdma_fail(st, EINVAL, func, "port_num %u: the fabric "
+                           "device has one port", a->port_num);
+    if (a->is_global) {
+        if (a->grh.sgid_index != 0)
+            return pyrdma_fail(st, EINVAL, func, "sgid_index %u: the GID "
+                               "table has one entry", a->grh.sgid_index);
+        if (a->grh.dgid[0] == 0xff)
+            return pyrdma_fail(st, EOPNOTSUPP, func, "multicast is not "
+                               "supported by the ucx fabric");
+        memcpy(&guid, a->grh.dgid + 8, 8);
+        guid = be64toh(guid);
+        if (guid == 0)
+            return pyrdma_fail(st, EINVAL, func, "the DGID has no GUID");
+        return peer_get(guid, 0, out, st, func);
+    }
+    if (a->dlid == 0 || a->dlid >= 0xC000)
+        return pyrdma_fail(st, EINVAL, func, "dlid 0x%x is not a unicast "
+                           "LID (and the ah_attr has no GRH)", a->dlid);
+    return peer_get(0, a->dlid, out, st, func);
+}
+
+/* ------------------------------------------------------------------ */
+/* a peer's failure                                                   */
+
+/* A peer is gone: its QPs' outstanding WRs fail, the request ring to it
+   goes (ring_put takes no ring of a failed peer).  N.lock held. */
+void
+fab_peer_fail_locked(struct peer *p)
+{
+    int k;
+    p->failed = 1;
+    if (p->tx != NULL) {
+        if (!__atomic_load_n(&p->tx->open, __ATOMIC_ACQUIRE)) {
+            char path[300];     /* never mapped: its file is still there */
+            fab_ring_name(path, sizeof(path), N.guid, p->guid);
+            unlink(path);
+        }
+        munmap(p->tx, sizeof(*p->tx));
+        p->tx = NULL;
+    }
+    for (k = 0; k < (int)N.qp_hi; k++) {
+        struct uqp *q = N.qps[k];
+        if (q != NULL && q->peer == p && !q->destroyed)
+            fab_sq_fail_outstanding(q, IBV_WC_RETRY_EXC_ERR);
+    }
+}

@@ -1,0 +1,479 @@
+/* qp.c - QP and SRQ objects: create, modify (the QP state machine and
+   its attribute table), query and destroy, a QP's reset and its move to
+   the error state. */
+#include "fabric.h"
+
+/* ------------------------------------------------------------------ */
+/* the error state                                                    */
+
+void
+fab_qp_enter_err(struct uqp *q)
+{
+    if (q->attr.qp_state == IBV_QPS_ERR)
+        return;
+    q->attr.qp_state = IBV_QPS_ERR;
+    fab_sh_qp_sync(q);
+    if (q->srq != NULL)
+        fab_ctx_event(q->pd->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, PYRDMA_EV_QP,
+                      q->qp_context);
+    else
+        fab_rq_flush(q);
+}
+
+/* ------------------------------------------------------------------ */
+/* SRQ                                                                 */
+
+int
+fab_create_srq(void *pd, struct pyrdma_srq_attr *a, void *ctxp, void **out,
+               struct pyrdma_status *st)
+{
+    struct usrq *s;
+    if (a->max_wr < 1 || a->max_wr > MAX_WR || a->max_sge > MAX_SGE)
+        return pyrdma_fail(st, EINVAL, "ibv_create_srq", "max_wr %u / "
+                           "max_sge %u (limits %d / %d)", a->max_wr,
+                           a->max_sge, MAX_WR, MAX_SGE);
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    if (fab_rq_init(&s->rq, a->max_wr, a->max_sge ? a->max_sge : 1) < 0) {
+        free(s);
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    }
+    s->pd = pd;
+    s->srq_context = ctxp;
+    s->limit = a->srq_limit;
+    a->max_sge = s->rq.max_sge;
+    *out = s;
+    return 0;
+}
+
+int
+fab_modify_srq(void *vs, struct pyrdma_srq_attr *a, int mask,
+               struct pyrdma_status *st)
+{
+    struct usrq *s = vs;
+    if (mask & PYRDMA_SRQ_MAX_WR)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "resizing an SRQ "
+                           "is not supported by the ucx fabric");
+    if (mask & PYRDMA_SRQ_LIMIT) {
+        if (a->srq_limit > s->rq.max_wr)
+            return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "srq_limit %u "
+                               "> max_wr %u", a->srq_limit, s->rq.max_wr);
+        LOCK();
+        s->limit = a->srq_limit;
+        UNLOCK();
+    }
+    return 0;
+}
+
+int
+fab_query_srq(void *vs, struct pyrdma_srq_attr *a, struct pyrdma_status *st)
+{
+    struct usrq *s = vs;
+    (void)st;
+    a->max_wr = s->rq.max_wr;
+    a->max_sge = s->rq.max_sge;
+    a->srq_limit = s->limit;
+    return 0;
+}
+
+int
+fab_destroy_srq(void *vs, struct pyrdma_status *st)
+{
+    struct usrq *s = vs;
+    (void)st;
+    fab_rq_free(&s->rq);
+    free(s);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* QP                                                                  */
+
+int
+fab_create_qp(void *vpd, struct pyrdma_qp_init_attr *a, void **out,
+              uint32_t *qpn, struct pyrdma_status *st)
+{
+    struct uqp *q;
+    struct pyrdma_qp_cap *c = &a->cap;
+    uint32_t n, i, idx;
+
+    if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC &&
+        a->qp_type != IBV_QPT_UD)
+        return pyrdma_fail(st, EINVAL, "ibv_create_qp", "qp_type %d",
+                           a->qp_type);
+    if (c->max_send_wr > MAX_WR || c->max_recv_wr > MAX_WR ||
+        c->max_send_sge > MAX_SGE || c->max_recv_sge > MAX_SGE ||
+        c->max_inline_data > MAX_INLINE)
+        return pyrdma_fail(st, EINVAL, "ibv_create_qp", "capacities beyond "
+                           "the device's (wr %d, sge %d, inline %d)", MAX_WR,
+                           MAX_SGE, MAX_INLINE);
+    q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    q->pd = vpd;
+    q->scq = a->send_cq;
+    q->rcq = a->recv_cq;
+    q->srq = a->srq;
+    q->qp_context = a->qp_context;
+    q->type = a->qp_type;
+    q->sq_sig_all = a->sq_sig_all;
+    if (c->max_send_sge == 0)
+        c->max_send_sge = 1;
+    if (c->max_recv_sge == 0)
+        c->max_recv_sge = 1;
+    if (q->srq != NULL) {
+        c->max_recv_wr = 0;
+        c->max_recv_sge = 0;
+    }
+    q->cap = *c;
+    n = pow2(c->max_send_wr ? c->max_send_wr : 1);
+    q->sq = calloc(n, sizeof(*q->sq));
+    if (q->sq == NULL)
+        goto nomem;
+    for (i = 0; i < n; i++) {
+        q->sq[i].sge = calloc(c->max_send_sge, sizeof(struct pyrdma_sge));
+        if (q->sq[i].sge == NULL)
+            goto nomem;
+        q->sq[i].buf = q->sq[i].small;
+        q->sq[i].cap = SLOT_SMALL;
+    }
+    q->sq_mask = n - 1;
+    if (q->srq == NULL &&
+        fab_rq_init(&q->rq, c->max_recv_wr, c->max_recv_sge) < 0)
+        goto nomem;
+    pthread_mutex_init(&q->post_lock, NULL);
+    q->attr.qp_state = IBV_QPS_RESET;
+    q->attr.cap = *c;
+    q->attr.path_mtu = PORT_MTU;
+    q->attr.port_num = 1;
+    LOCK();
+    for (i = 0; i < MAX_QP; i++) {
+        idx = (N.qp_next + i) & (MAX_QP - 1);
+        if (idx >= 2 && N.qps[idx] == NULL)
+            break;
+    }
+    if (i == MAX_QP) {
+        UNLOCK();
+        pyrdma_fail(st, ENOMEM, "ibv_create_qp", "too many QPs");
+        goto fail;
+    }
+    N.qp_next = idx + 1;
+    if (idx + 1 > N.qp_hi)
+        N.qp_hi = idx + 1;
+    N.qp_gen[idx] = (uint16_t)((N.qp_gen[idx] + 1) & 0x3ff);
+    q->qpn = ((uint32_t)N.qp_gen[idx] << QPN_IDX_BITS) | idx;
+    N.qps[idx] = q;
+    UNLOCK();
+    *out = q;
+    *qpn = q->qpn;
+    return 0;
+nomem:
+    pyrdma_fail(st, ENOMEM, "calloc", "");
+fail:
+    if (q->sq)
+        for (i = 0; i <= q->sq_mask || (q->sq_mask == 0 && i < n); i++) {
+            if (i >= n)
+                break;
+            free(q->sq[i].sge);
+        }
+    free(q->sq);
+    fab_rq_free(&q->rq);
+    free(q);
+    return -1;
+}
+
+/* The IBA modify_qp table: required and optional attributes. */
+#define M(x) PYRDMA_QP_##x
+static int
+qp_table(int type, int cur, int next, int *req, int *opt)
+{
+    int ud = type == IBV_QPT_UD, rc = type == IBV_QPT_RC;
+    *req = *opt = 0;
+    if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
+        return 1;
+    switch (cur) {
+    case IBV_QPS_RESET:
+        if (next != IBV_QPS_INIT)
+            return 0;
+        *req = M(PKEY_INDEX) | M(PORT) | (ud ? M(QKEY) : M(ACCESS_FLAGS));
+        return 1;
+    case IBV_QPS_INIT:
+        if (next == IBV_QPS_INIT) {
+            *opt = M(PKEY_INDEX) | M(PORT) | (ud ? M(QKEY) : M(ACCESS_FLAGS));
+            return 1;
+        }
+        if (next != IBV_QPS_RTR)
+            return 0;
+        if (!ud)
+            *req = M(AV) | M(PATH_MTU) | M(DEST_QPN) | M(RQ_PSN) |
+                   (rc ? M(MAX_DEST_RD_ATOMIC) | M(MIN_RNR_TIMER) : 0);
+        *opt = M(PKEY_INDEX) | (ud ? M(QKEY) : M(ACCESS_FLAGS) | M(ALT_PATH));
+        return 1;
+    case IBV_QPS_RTR:
+        if (next != IBV_QPS_RTS)
+            return 0;
+        *req = M(SQ_PSN) | (rc ? M(TIMEOUT) | M(RETRY_CNT) | M(RNR_RETRY) |
+                                 M(MAX_QP_RD_ATOMIC) : 0);
+        *opt = M(CUR_STATE) | (ud ? M(QKEY) : M(ACCESS_FLAGS) | M(ALT_PATH) |
+                               M(PATH_MIG_STATE) |
+                               (rc ? M(MIN_RNR_TIMER) : 0));
+        return 1;
+    case IBV_QPS_RTS:
+    case IBV_QPS_SQE:
+        if (next != IBV_QPS_RTS)
+            return 0;
+        *opt = M(CUR_STATE) | (ud ? M(QKEY) : M(ACCESS_FLAGS) | M(ALT_PATH) |
+                               M(PATH_MIG_STATE) |
+                               (rc ? M(MIN_RNR_TIMER) : 0));
+        return 1;
+    case IBV_QPS_ERR:
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* Forget everything in flight (RESET).  N.lock held. */
+static void
+qp_reset(struct uqp *q)
+{
+    q->sq_head = q->sq_tail;
+    q->err_pending = 0;
+    q->epoch++;
+    q->rx_seen = q->alt = 0;
+    q->naked = 0;
+    q->dead_valid = 0;
+    q->rq.head = q->rq.tail;
+    fab_inmsg_list_free(q->inq);
+    fab_inmsg_list_free(q->ooo);
+    q->inq = q->inq_tail = q->ooo = NULL;
+    q->peer = NULL;
+    memset(&q->attr, 0, sizeof(q->attr));
+    q->attr.cap = q->cap;
+    q->attr.path_mtu = PORT_MTU;
+    q->attr.port_num = 1;
+}
+
+int
+fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
+              struct pyrdma_status *st)
+{
+    struct uqp *q = vq;
+    int cur, next, req, opt;
+    struct peer *peer = NULL;
+    const int known = M(STATE) | M(CUR_STATE) | M(EN_SQD_ASYNC_NOTIFY) |
+                      M(ACCESS_FLAGS) | M(PKEY_INDEX) | M(PORT) | M(QKEY) |
+                      M(AV) | M(PATH_MTU) | M(TIMEOUT) | M(RETRY_CNT) |
+                      M(RNR_RETRY) | M(RQ_PSN) | M(MAX_QP_RD_ATOMIC) |
+                      M(ALT_PATH) | M(MIN_RNR_TIMER) | M(SQ_PSN) |
+                      M(MAX_DEST_RD_ATOMIC) | M(PATH_MIG_STATE) | M(CAP) |
+                      M(DEST_QPN) | M(RATE_LIMIT);
+
+    if (mask & ~known)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "unknown attribute "
+                           "mask bits 0x%x", mask & ~known);
+    LOCK();
+    cur = q->attr.qp_state;
+    UNLOCK();
+    next = (mask & M(STATE)) ? a->qp_state : cur;
+    if ((mask & M(CUR_STATE)) && a->cur_qp_state != cur)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "cur_qp_state %d but "
+                           "the QP is in state %d", a->cur_qp_state, cur);
+    if (next == IBV_QPS_SQD)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "SQD is not supported "
+                           "by the ucx fabric");
+    if (!qp_table(q->type, cur, next, &req, &opt))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "illegal transition "
+                           "%d -> %d", cur, next);
+    opt |= M(STATE) | M(CUR_STATE);
+    if ((mask & req) != req)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "transition %d -> %d "
+                           "needs attribute mask 0x%x (missing 0x%x)", cur,
+                           next, req, req & ~mask);
+    if (mask & ~(req | opt))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "attribute mask 0x%x "
+                           "not allowed in transition %d -> %d",
+                           mask & ~(req | opt), cur, next);
+    if ((mask & M(PORT)) && a->port_num != 1)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "port_num %u",
+                           a->port_num);
+    if ((mask & M(PKEY_INDEX)) && a->pkey_index != 0)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "pkey_index %u",
+                           a->pkey_index);
+    if ((mask & M(PATH_MTU)) && (a->path_mtu < IBV_MTU_256 ||
+                                 a->path_mtu > PORT_MTU))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "path_mtu %d",
+                           a->path_mtu);
+    if (((mask & M(TIMEOUT)) && a->timeout > 31) ||
+        ((mask & M(RETRY_CNT)) && a->retry_cnt > 7) ||
+        ((mask & M(RNR_RETRY)) && a->rnr_retry > 7) ||
+        ((mask & M(MIN_RNR_TIMER)) && a->min_rnr_timer > 31) ||
+        ((mask & M(MAX_QP_RD_ATOMIC)) && a->max_rd_atomic > MAX_RD_ATOM) ||
+        ((mask & M(MAX_DEST_RD_ATOMIC)) &&
+         a->max_dest_rd_atomic > MAX_RD_ATOM) ||
+        ((mask & M(DEST_QPN)) && a->dest_qp_num > 0xFFFFFF))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "attribute out of "
+                           "range");
+    if ((mask & M(ACCESS_FLAGS)) &&
+        (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE |
+                                          IBV_ACCESS_REMOTE_WRITE |
+                                          IBV_ACCESS_REMOTE_READ |
+                                          IBV_ACCESS_REMOTE_ATOMIC |
+                                          IBV_ACCESS_MW_BIND)))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "qp_access_flags "
+                           "0x%x", a->qp_access_flags);
+    if (mask & M(AV)) {
+        if (fab_ah_resolve(&a->ah_attr, &peer, st, "ibv_modify_qp") < 0)
+            return -1;
+    }
+    LOCK();
+    if (q->attr.qp_state != cur) {
+        UNLOCK();
+        return pyrdma_fail(st, EAGAIN, "ibv_modify_qp", "the QP changed "
+                           "state meanwhile");
+    }
+    if (next == IBV_QPS_RESET) {
+        qp_reset(q);
+        fab_sh_qp_sync(q);
+        UNLOCK();
+        return 0;
+    }
+    if (mask & M(ACCESS_FLAGS))
+        q->attr.qp_access_flags = a->qp_access_flags;
+    if (mask & M(PKEY_INDEX))
+        q->attr.pkey_index = a->pkey_index;
+    if (mask & M(PORT))
+        q->attr.port_num = a->port_num;
+    if (mask & M(QKEY))
+        q->attr.qkey = a->qkey;
+    if (mask & M(AV)) {
+        q->attr.ah_attr = a->ah_attr;
+        q->peer = peer;
+    }
+    if (mask & M(PATH_MTU))
+        q->attr.path_mtu = a->path_mtu;
+    if (mask & M(TIMEOUT))
+        q->attr.timeout = a->timeout;
+    if (mask & M(RETRY_CNT))
+        q->attr.retry_cnt = a->retry_cnt;
+    if (mask & M(RNR_RETRY))
+        q->attr.rnr_retry = a->rnr_retry;
+    if (mask & M(RQ_PSN)) {
+        q->attr.rq_psn = a->rq_psn & 0xFFFFFF;
+        q->expect_psn = q->attr.rq_psn;
+    }
+    if (mask & M(MAX_QP_RD_ATOMIC))
+        q->attr.max_rd_atomic = a->max_rd_atomic;
+    if (mask & M(MIN_RNR_TIMER))
+        q->attr.min_rnr_timer = a->min_rnr_timer;
+    if (mask & M(SQ_PSN)) {
+        q->attr.sq_psn = a->sq_psn & 0xFFFFFF;
+        q->next_psn = q->attr.sq_psn;
+    }
+    if (mask & M(MAX_DEST_RD_ATOMIC))
+        q->attr.max_dest_rd_atomic = a->max_dest_rd_atomic;
+    if (mask & M(DEST_QPN))
+        q->attr.dest_qp_num = a->dest_qp_num;
+    if (mask & M(ALT_PATH)) {
+        q->attr.alt_ah_attr = a->alt_ah_attr;
+        q->attr.alt_pkey_index = a->alt_pkey_index;
+        q->attr.alt_port_num = a->alt_port_num;
+        q->attr.alt_timeout = a->alt_timeout;
+    }
+    if (mask & M(PATH_MIG_STATE))
+        q->attr.path_mig_state = a->path_mig_state;
+    if (next == IBV_QPS_ERR) {
+        uint32_t i;
+        for (i = q->sq_head; i != q->sq_tail; i++) {
+            struct slot *s = &q->sq[i & q->sq_mask];
+            if (!s->done) {
+                s->done = 1;
+                s->status = IBV_WC_WR_FLUSH_ERR;
+            }
+        }
+        q->err_pending = 1;
+        fab_qp_enter_err(q);
+        fab_sq_advance(q);
+    }
+    else {
+        q->attr.qp_state = next;
+        if (next == IBV_QPS_RTS)
+            q->err_pending = 0;
+    }
+    fab_sh_qp_sync(q);
+    UNLOCK();
+    return 0;
+}
+#undef M
+
+int
+fab_query_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
+             struct pyrdma_status *st)
+{
+    struct uqp *q = vq;
+    (void)mask;
+    (void)st;
+    LOCK();
+    *a = q->attr;
+    a->cur_qp_state = q->attr.qp_state;
+    a->cap = q->cap;
+    UNLOCK();
+    return 0;
+}
+
+int
+fab_destroy_qp(void *vq, struct pyrdma_status *st)
+{
+    struct uqp *q = vq;
+    struct obox *o;
+    uint32_t i;
+    int busy = 0;
+    (void)st;
+    pthread_mutex_lock(&q->post_lock);
+    LOCK();
+    q->destroyed = 1;
+    fab_sh_qp_sync(q);              /* no new one-sided op can start */
+    N.qps[q->qpn & (MAX_QP - 1)] = NULL;
+    fab_inmsg_list_free(q->inq);
+    fab_inmsg_list_free(q->ooo);
+    q->inq = q->inq_tail = q->ooo = NULL;
+    fab_dack_queue(q, 0);           /* no reply will carry it: send it now */
+    fab_dack_unlist(q);
+    for (o = N.ob_head; o; o = o->next)
+        if (o->qp == q)
+            o->qp = NULL;
+    for (i = 0; i <= q->sq_mask; i++) {
+        q->sq[i].qp = NULL;
+        if (q->sq[i].inflight)
+            busy = 1;
+    }
+    if (busy) {
+        /* UCP still reads some slot buffers: keep them until exit */
+        struct grave *g = malloc(sizeof(*g));
+        if (g != NULL) {
+            g->sq = q->sq;
+            g->next = N.graves;
+            N.graves = g;
+        }
+        q->sq = NULL;
+    }
+    UNLOCK();
+    if (N.sh != NULL)           /* wait for those inside one */
+        fab_sh_quiesce(&N.sh->qp[q->qpn & (MAX_QP - 1)].inflight);
+    pthread_mutex_unlock(&q->post_lock);
+    pthread_mutex_destroy(&q->post_lock);
+    /* its ACKs (deferred ones too) go out before the process may end */
+    fab_drain_out();
+    if (q->sq != NULL) {
+        for (i = 0; i <= q->sq_mask; i++) {
+            if (q->sq[i].buf != q->sq[i].small)
+                free(q->sq[i].buf);
+            free(q->sq[i].sge);
+        }
+        free(q->sq);
+    }
+    fab_rq_free(&q->rq);
+    free(q);
+    return 0;
+}

@@ -1,0 +1,57 @@
+/* wire.h - the fabric's wire format: the header of every message
+   (struct wire) and its codes.  A message is a UCP active message
+   (AM_REQ, AM_RESP, or a control kind AM_CTL_*) or an entry of a request
+   ring (ring.c); wire.c receives and checks them. */
+#ifndef PYRDMA_FABRIC_WIRE_H
+#define PYRDMA_FABRIC_WIRE_H
+
+#include <stdint.h>
+
+/* active message ids (and struct wire.kind of requests and responses) */
+#define AM_REQ 17
+#define AM_RESP 18
+/* control messages (struct wire with this kind, through UCP) */
+#define AM_CTL_RINGOPEN 40      /* map my ring to you (ring.c) */
+#define AM_CTL_BELL 41          /* look at your rings (ring.c) */
+#define AM_CTL_HELLO 42         /* authenticate (the first message; auth.c) */
+/* HELLO key modes (struct wire.op of AM_CTL_HELLO; auth.c) */
+enum { HELLO_NONE, HELLO_NODE, HELLO_SHARED };
+#define GRH_LEN 40              /* the GRH in front of a UD receive */
+
+/* REQ operations */
+enum { OP_SEND, OP_WRITE, OP_READ, OP_CAS, OP_FAA };
+/* REQ flags */
+enum { F_IMM = 1, F_SOLICITED = 2, F_ACK = 4 };
+/* RESP codes */
+enum { R_ACK, R_READ, R_ATOMIC, R_RNR_WAIT, R_RNR_EXC, R_REM_ACCESS,
+       R_REM_INV, R_REM_OP, R_NOQP };
+
+/* The header of every message ("BTH" + "RETH"/"AtomicETH"/"DETH"). */
+struct wire {
+    uint8_t kind;        /* AM_REQ or AM_RESP */
+    uint8_t op;          /* REQ: OP_*; RESP: R_* */
+    uint8_t flags;       /* F_*; F_ACK: ack_psn/ack_epoch are valid */
+    uint8_t rnr_retry;   /* requester's rnr_retry (REQ) */
+    uint32_t dst_qpn;    /* the QP it is for */
+    uint32_t src_qpn;    /* the QP it is from */
+    uint32_t psn;        /* REQ: its PSN; ACK: last PSN acknowledged */
+    uint32_t slot;       /* requester's SQ index (echoed) */
+    uint32_t epoch;      /* requester QP incarnation (echoed) */
+    uint64_t src_guid;   /* sending node */
+    uint16_t src_lid;    /* sending node's LID */
+    uint16_t qp_type;    /* IBV_QPT_* of the sender */
+    uint32_t imm;        /* immediate data, network order */
+    uint32_t rkey;       /* remote key */
+    uint32_t qkey;       /* UD Q_Key */
+    uint32_t len;        /* payload bytes (SEND/WRITE) or READ length */
+    uint32_t ack_psn;    /* REQ with F_ACK: a cumulative ACK the request */
+    uint64_t raddr;      /* remote address */
+    uint64_t cmp;        /* atomic compare or add */
+    uint64_t swap;       /* atomic swap */
+    uint32_t ack_epoch;  /*   carries for the sender's own QP (piggyback) */
+    uint32_t pad;
+    uint64_t sid;        /* the sender's session with the receiver (its
+                            HELLO): binds the message to src_guid */
+};
+
+#endif /* PYRDMA_FABRIC_WIRE_H */
