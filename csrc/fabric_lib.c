@@ -1,5 +1,6 @@
 /* fabric_lib.c - what the standalone fabric library exports: the ops table
-   of provider_ucx.c, built with hidden visibility, behind two functions. */
+   of the software fabric (csrc/fabric/, its table in ops.c), built with
+   hidden visibility, behind two functions. */
 #include "fabric_lib.h"
 
 #define EXPORT __attribute__((visibility("default")))

@@ -365,7 +365,8 @@ struct pyrdma_provider {
     int (*destroy_ah)(void *ah, struct pyrdma_status *st);
 };
 
-/* The providers compiled in. */
+/* The providers compiled in (provider_verbs.c; the software fabric's in
+   csrc/fabric/ops.c). */
 extern const struct pyrdma_provider pyrdma_provider_verbs;
 extern const struct pyrdma_provider pyrdma_provider_ucx;
 

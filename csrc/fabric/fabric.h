@@ -27,7 +27,7 @@
  * A "NIC" in software.  Every process has one fabric node (device "ucx0"):
  * a UCP context and worker (thread mode MULTI), a sockaddr listener, a
  * progress thread and an entry in the rendezvous directory.  Contexts,
- * PDs, CQs, QPs... are plain C structs of this file, guarded by one mutex
+ * PDs, CQs, QPs... are plain C structs (declared here), guarded by one mutex
  * (N.lock); UCP is never called with N.lock held, so the only lock order is
  * "UCP worker lock, then N.lock" (inside UCP callbacks).
  *
@@ -686,221 +686,135 @@ extern const int fab_wc_opcode_of[];
 extern int fab_forked_from_node;
 
 /* wire.c */
-int
-fab_msg_check(const struct wire *h, size_t plen);
-void
-fab_am_dispatch(const struct wire *h, const uint8_t *pl, size_t plen);
-ucs_status_t
-fab_am_cb(void *arg, const void *header, size_t header_length, void *data,
-          size_t length, const ucp_am_recv_param_t *param);
+int fab_msg_check(const struct wire *h, size_t plen);
+void fab_am_dispatch(const struct wire *h, const uint8_t *pl, size_t plen);
+ucs_status_t fab_am_cb(void *arg, const void *header, size_t header_length,
+                       void *data, size_t length,
+                       const ucp_am_recv_param_t *param);
 
 /* node.c */
-int
-fab_load(struct pyrdma_status *st);
-int
-fab_priv_open(const char *path, int flags, mode_t mode);
-void *
-fab_shm_file_map(const char *path, size_t size, int oflags, void *at);
-void *
-fab_shm_file_create(const char *tmp, size_t size);
-int
-fab_node_up(struct pyrdma_status *st);
+int fab_load(struct pyrdma_status *st);
+int fab_priv_open(const char *path, int flags, mode_t mode);
+void *fab_shm_file_map(const char *path, size_t size, int oflags, void *at);
+void *fab_shm_file_create(const char *tmp, size_t size);
+int fab_node_up(struct pyrdma_status *st);
 
 /* peer.c */
-int
-fab_pid_alive(pid_t pid);
-uint64_t
-fab_lid_owner(uint16_t lid);
-void
-fab_sweep_stale(void);
-int
-fab_same_host(const struct record *r);
-int
-fab_ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
-               struct pyrdma_status *st, const char *func);
-void
-fab_peer_fail_locked(struct peer *p);
+int fab_pid_alive(pid_t pid);
+uint64_t fab_lid_owner(uint16_t lid);
+void fab_sweep_stale(void);
+int fab_same_host(const struct record *r);
+int fab_ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
+                   struct pyrdma_status *st, const char *func);
+void fab_peer_fail_locked(struct peer *p);
 
 /* auth.c */
-void
-fab_auth_init(void);
-void
-fab_secret_key(const char *s, uint64_t k[2]);
-int
-fab_random_bytes(void *buf, size_t n);
-void
-fab_rx_bad(void);
-void
-fab_rx_denied(void);
-struct auth *
-fab_auth_find(uint64_t guid);
-int
-fab_auth_ok(uint64_t guid, uint64_t sid);
-void
-fab_hello_rx(const struct wire *h, ucp_ep_h ep);
-void
-fab_conn_cb(ucp_conn_request_h req, void *arg);
-void
-fab_hello_send(struct peer *p, const uint64_t *key, int mode);
-int
-fab_listen_scan(uint64_t *ino, int *fds, uint16_t *ports, int max);
-void
-fab_guard_maybe(uint64_t t);
-void
-fab_guard_events(const struct epoll_event *ev, int n);
+void fab_auth_init(void);
+void fab_secret_key(const char *s, uint64_t k[2]);
+int fab_random_bytes(void *buf, size_t n);
+void fab_rx_bad(void);
+void fab_rx_denied(void);
+struct auth *fab_auth_find(uint64_t guid);
+int fab_auth_ok(uint64_t guid, uint64_t sid);
+void fab_hello_rx(const struct wire *h, ucp_ep_h ep);
+void fab_conn_cb(ucp_conn_request_h req, void *arg);
+void fab_hello_send(struct peer *p, const uint64_t *key, int mode);
+int fab_listen_scan(uint64_t *ino, int *fds, uint16_t *ports, int max);
+void fab_guard_maybe(uint64_t t);
+void fab_guard_events(const struct epoll_event *ev, int n);
 
 /* ring.c */
-void
-fab_ring_name(char *buf, size_t n, uint64_t src, uint64_t dst);
-unsigned
-fab_rings_poll(void);
-void
-fab_rings_check(uint64_t t);
-void
-fab_ring_accept(uint64_t src);
-int
-fab_tls_shm(void);
-void
-fab_ring_make(struct peer *p);
-void
-fab_rings_sleep(uint32_t v);
-void
-fab_ring_bell(struct peer *p);
+void fab_ring_name(char *buf, size_t n, uint64_t src, uint64_t dst);
+unsigned fab_rings_poll(void);
+void fab_rings_check(uint64_t t);
+void fab_ring_accept(uint64_t src);
+int fab_tls_shm(void);
+void fab_ring_make(struct peer *p);
+void fab_rings_sleep(uint32_t v);
+void fab_ring_bell(struct peer *p);
 
 /* mr.c */
-void
-fab_sh_qp_sync(struct uqp *q);
-int
-fab_sh_quiesce(uint32_t *ctr);
-struct sh_page *
-fab_sh_map(uint64_t guid);
-void
-fab_sh_create(void);
-void
-fab_rk_fetch(struct peer *p, uint32_t key);
-int
-fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
-                 struct pyrdma_status *st);
-void
-fab_free_mr_mem(void *cookie);
-int
-fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
-           void **out, struct pyrdma_mr_info *info,
-           struct pyrdma_status *st);
-int
-fab_dereg_mr(void *vmr, struct pyrdma_status *st);
+void fab_sh_qp_sync(struct uqp *q);
+int fab_sh_quiesce(uint32_t *ctr);
+struct sh_page *fab_sh_map(uint64_t guid);
+void fab_sh_create(void);
+void fab_rk_fetch(struct peer *p, uint32_t key);
+int fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
+                     struct pyrdma_status *st);
+void fab_free_mr_mem(void *cookie);
+int fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
+               void **out, struct pyrdma_mr_info *info,
+               struct pyrdma_status *st);
+int fab_dereg_mr(void *vmr, struct pyrdma_status *st);
 
 /* cq.c */
-void
-fab_cc_push(struct ucc *cc, struct ucq *cq);
-void
-fab_qp_cq_lost(struct uqp *q);
-int
-fab_create_comp_channel(void *vc, void **out, int *fd,
-                        struct pyrdma_status *st);
-int
-fab_destroy_comp_channel(void *vcc, struct pyrdma_status *st);
-int
-fab_get_cq_event(void *vcc, void **cq_context, struct pyrdma_status *st);
-void
-fab_ack_cq_events(void *cq, unsigned int n);
-int
-fab_create_cq(void *vc, int cqe, void *cq_context, void *vcc, int vector,
-              void **out, int *actual, struct pyrdma_status *st);
-int
-fab_destroy_cq(void *vcq, struct pyrdma_status *st);
-int
-fab_resize_cq(void *vcq, int cqe, int *actual, struct pyrdma_status *st);
-int
-fab_req_notify_cq(void *vcq, int solicited_only);
-int
-fab_poll_cq(void *vcq, int n, struct pyrdma_wc *wc);
+void fab_cc_push(struct ucc *cc, struct ucq *cq);
+void fab_qp_cq_lost(struct uqp *q);
+int fab_create_comp_channel(void *vc, void **out, int *fd,
+                            struct pyrdma_status *st);
+int fab_destroy_comp_channel(void *vcc, struct pyrdma_status *st);
+int fab_get_cq_event(void *vcc, void **cq_context, struct pyrdma_status *st);
+void fab_ack_cq_events(void *cq, unsigned int n);
+int fab_create_cq(void *vc, int cqe, void *cq_context, void *vcc, int vector,
+                  void **out, int *actual, struct pyrdma_status *st);
+int fab_destroy_cq(void *vcq, struct pyrdma_status *st);
+int fab_resize_cq(void *vcq, int cqe, int *actual, struct pyrdma_status *st);
+int fab_req_notify_cq(void *vcq, int solicited_only);
+int fab_poll_cq(void *vcq, int n, struct pyrdma_wc *wc);
 
 /* qp.c */
-void
-fab_qp_enter_err(struct uqp *q);
-int
-fab_create_srq(void *pd, struct pyrdma_srq_attr *a, void *ctxp, void **out,
-               struct pyrdma_status *st);
-int
-fab_modify_srq(void *vs, struct pyrdma_srq_attr *a, int mask,
-               struct pyrdma_status *st);
-int
-fab_query_srq(void *vs, struct pyrdma_srq_attr *a, struct pyrdma_status *st);
-int
-fab_destroy_srq(void *vs, struct pyrdma_status *st);
-int
-fab_create_qp(void *vpd, struct pyrdma_qp_init_attr *a, void **out,
-              uint32_t *qpn, struct pyrdma_status *st);
-int
-fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
-              struct pyrdma_status *st);
-int
-fab_query_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
-             struct pyrdma_status *st);
-int
-fab_destroy_qp(void *vq, struct pyrdma_status *st);
+void fab_qp_enter_err(struct uqp *q);
+int fab_create_srq(void *pd, struct pyrdma_srq_attr *a, void *ctxp, void **out,
+                   struct pyrdma_status *st);
+int fab_modify_srq(void *vs, struct pyrdma_srq_attr *a, int mask,
+                   struct pyrdma_status *st);
+int fab_query_srq(void *vs, struct pyrdma_srq_attr *a,
+                  struct pyrdma_status *st);
+int fab_destroy_srq(void *vs, struct pyrdma_status *st);
+int fab_create_qp(void *vpd, struct pyrdma_qp_init_attr *a, void **out,
+                  uint32_t *qpn, struct pyrdma_status *st);
+int fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
+                  struct pyrdma_status *st);
+int fab_query_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
+                 struct pyrdma_status *st);
+int fab_destroy_qp(void *vq, struct pyrdma_status *st);
 
 /* req.c */
-int
-fab_post_send(void *vq, struct pyrdma_send_wr *wr,
-              struct pyrdma_send_wr **bad);
+int fab_post_send(void *vq, struct pyrdma_send_wr *wr,
+                  struct pyrdma_send_wr **bad);
 
 /* resp.c */
-int
-fab_rq_init(struct rq *r, uint32_t max_wr, uint32_t max_sge);
-void
-fab_rq_free(struct rq *r);
-void
-fab_rq_flush(struct uqp *q);
-void
-fab_inmsg_free(struct inmsg *m);
-void
-fab_inq_run(struct uqp *q);
-void
-fab_inmsg_list_free(struct inmsg *m);
-void
-fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
-           struct inmsg **rndv_msg);
-int
-fab_post_srq_recv(void *vs, struct pyrdma_recv_wr *wr,
+int fab_rq_init(struct rq *r, uint32_t max_wr, uint32_t max_sge);
+void fab_rq_free(struct rq *r);
+void fab_rq_flush(struct uqp *q);
+void fab_inmsg_free(struct inmsg *m);
+void fab_inq_run(struct uqp *q);
+void fab_inmsg_list_free(struct inmsg *m);
+void fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
+                struct inmsg **rndv_msg);
+int fab_post_srq_recv(void *vs, struct pyrdma_recv_wr *wr,
+                      struct pyrdma_recv_wr **bad);
+int fab_post_recv(void *vq, struct pyrdma_recv_wr *wr,
                   struct pyrdma_recv_wr **bad);
-int
-fab_post_recv(void *vq, struct pyrdma_recv_wr *wr,
-              struct pyrdma_recv_wr **bad);
 
 /* rel.c */
-void
-fab_dack_queue(struct uqp *q, int late);
-void
-fab_dack_unlist(struct uqp *q);
-void
-fab_queue_ack(struct uqp *q, const struct wire *h);
-void
-fab_queue_resp(struct uqp *q, const struct wire *h, int code, const void *data,
-               size_t dlen);
-void
-fab_drain(int all);
-void
-fab_drain_out(void);
-void
-fab_sq_advance(struct uqp *q);
-void
-fab_sq_fail(struct uqp *q, uint32_t i, int status);
-void
-fab_sq_fail_outstanding(struct uqp *q, int status);
-void
-fab_on_resp(const struct wire *h, const uint8_t *pl, size_t plen);
-void
-fab_on_piggyback_ack(const struct wire *h);
-void
-fab_timers(void);
+void fab_dack_queue(struct uqp *q, int late);
+void fab_dack_unlist(struct uqp *q);
+void fab_queue_ack(struct uqp *q, const struct wire *h);
+void fab_queue_resp(struct uqp *q, const struct wire *h, int code,
+                    const void *data, size_t dlen);
+void fab_drain(int all);
+void fab_drain_out(void);
+void fab_sq_advance(struct uqp *q);
+void fab_sq_fail(struct uqp *q, uint32_t i, int status);
+void fab_sq_fail_outstanding(struct uqp *q, int status);
+void fab_on_resp(const struct wire *h, const uint8_t *pl, size_t plen);
+void fab_on_piggyback_ack(const struct wire *h);
+void fab_timers(void);
 
 /* ops.c */
-void
-fab_ctx_event(struct uctx *c, int type, int kind, void *element);
-int
-fab_async_fd(void *vc);
+void fab_ctx_event(struct uctx *c, int type, int kind, void *element);
+int fab_async_fd(void *vc);
 
 /* ------------------------------------------------------------------ */
 /* small helpers of the data path (inline: no call across files)       */

@@ -3,7 +3,8 @@
 Two shared libraries with no Python in them are built next to this file:
 
 ``librdma_fabric.so``
-    the fabric itself (the provider ops table of ``csrc/provider_ucx.c``),
+    the fabric itself (``csrc/fabric/``; its provider ops table is in
+    ``csrc/fabric/ops.c``),
     exporting ``pyrdma_fabric_provider()`` (``csrc/fabric_lib.h``);
 ``librdma_fabric_verbs.so``
     a verbs front end: preloaded into an unmodified C program linked against

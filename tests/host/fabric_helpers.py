@@ -36,7 +36,7 @@ from verbs_fixtures import (GRH_LEN, MR_ALL, PORT, QKEY,  # noqa: E402,F401
 
 
 #: the head of a fabric node's key page (struct sh_page in
-#: csrc/provider_ucx.c): magic, version, owner pid, pad, GUID, counters
+#: csrc/fabric/fabric.h): magic, version, owner pid, pad, GUID, counters
 STATS = struct.Struct("<IIiIQ" + "Q" * 14)
 STAT_NAMES = ("fast_write", "fast_read", "fast_atomic", "am_req", "ack_msg",
               "ack_piggy", "ack_late", "ring_req", "ring_gone", "ring_bell",

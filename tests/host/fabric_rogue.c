@@ -12,7 +12,7 @@
          (FLAGS 1: UCP_AM_SEND_FLAG_REPLY)
      wait MS    progress for MS ms                -> "alive" or "closed"
      quit
-   The record layout is the provider's struct record (csrc/provider_ucx.c). */
+   The record layout is the provider's struct record (csrc/fabric/fabric.h). */
 
 #include <stdint.h>
 #include <stdio.h>
@@ -24,7 +24,7 @@
 #include <netinet/in.h>
 #include <ucp/api/ucp.h>
 
-/* The head of a node record (struct record in csrc/provider_ucx.c). */
+/* The head of a node record (struct record in csrc/fabric/fabric.h). */
 struct record {
     uint32_t magic;        /* 0x52554358 */
     pid_t pid;             /* owner */

@@ -37,7 +37,7 @@ import rdma.ibverbs as ibv
 HERE = Path(__file__).resolve().parent
 HELPER = str(HERE / "fabric_helpers.py")
 SHM = {"UCX_TLS": "shm,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
-#: struct wire (csrc/provider_ucx.c), the header of every message
+#: struct wire (csrc/fabric/wire.h), the header of every message
 WIRE = struct.Struct("<BBBBIIIIIQHHIIIIIQQQIIQ")
 #: the head of a node record (struct record)
 RECORD = struct.Struct("<IiQ40sQH6x2QI4x")
