@@ -1,7 +1,7 @@
 /* cq.c - completion queues and completion channels: create, resize,
    destroy, arm (req_notify_cq), poll_cq (which also drives progress when
    the CQ is empty), the channel's events, and a full CQ's effect on its
-   QPs.  cq_push, which adds an entry, is inline in fabric.h. */
+   QPs. */
 #include "fabric.h"
 
 /* ------------------------------------------------------------------ */
@@ -59,6 +59,28 @@ fab_qp_cq_lost(struct uqp *q)
     q->err_pending = 1;
     fab_qp_enter_err(q);
     fab_ctx_event(q->pd->ctx, IBV_EVENT_QP_FATAL, PYRDMA_EV_QP, q->qp_context);
+}
+
+/* Append a completion; raise the CQ's event if it is armed for it. */
+void
+fab_cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited)
+{
+    if (cq->tail - cq->head >= cq->cqe) {
+        if (!cq->overrun) {
+            cq->overrun = 1;
+            fab_ctx_event(cq->ctx, IBV_EVENT_CQ_ERR, PYRDMA_EV_CQ,
+                          cq->cq_context);
+        }
+        fab_qp_cq_lost(qp_lookup(wc->qp_num));
+        return;
+    }
+    cq->ring[cq->tail & cq->mask] = *wc;
+    __atomic_store_n(&cq->tail, cq->tail + 1, __ATOMIC_RELEASE);
+    if (cq->armed && cq->cc != NULL &&
+        (cq->armed == 1 || solicited || wc->status != IBV_WC_SUCCESS)) {
+        cq->armed = 0;
+        fab_cc_push(cq->cc, cq);
+    }
 }
 
 /* ------------------------------------------------------------------ */

@@ -734,6 +734,8 @@ void fab_rings_sleep(uint32_t v);
 void fab_ring_bell(struct peer *p);
 
 /* mr.c */
+int fab_check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n,
+                   int write, int bad_status);
 void fab_sh_qp_sync(struct uqp *q);
 int fab_sh_quiesce(uint32_t *ctr);
 struct sh_page *fab_sh_map(uint64_t guid);
@@ -748,6 +750,7 @@ int fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
 int fab_dereg_mr(void *vmr, struct pyrdma_status *st);
 
 /* cq.c */
+void fab_cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited);
 void fab_cc_push(struct ucc *cc, struct ucq *cq);
 void fab_qp_cq_lost(struct uqp *q);
 int fab_create_comp_channel(void *vc, void **out, int *fd,
@@ -877,24 +880,6 @@ in_mr(const struct umr *mr, uint64_t addr, uint64_t len)
     return addr >= start && len <= mr->len && addr - start <= mr->len - len;
 }
 
-/* Check a local s/g list against the key table: 0 or an IBV_WC_* status. */
-static inline int
-check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n, int write,
-           int bad_status)
-{
-    int i;
-    for (i = 0; i < n; i++) {
-        struct umr *mr;
-        if (sg[i].length == 0)
-            continue;
-        mr = mr_lookup(sg[i].lkey);
-        if (mr == NULL || mr->pd != pd || !in_mr(mr, sg[i].addr, sg[i].length)
-            || (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
-            return bad_status;
-    }
-    return 0;
-}
-
 /* Scatter len bytes of src into a checked s/g list; return bytes copied. */
 static inline size_t
 scatter(const struct pyrdma_sge *sg, int n, const uint8_t *src, size_t len)
@@ -917,28 +902,6 @@ qp_lookup(uint32_t qpn)
     uint32_t idx = qpn & (MAX_QP - 1);
     struct uqp *q = N.qps[idx];
     return (q != NULL && q->qpn == qpn && !q->destroyed) ? q : NULL;
-}
-
-/* Append a completion; raise the CQ's event if it is armed for it. */
-static inline void
-cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited)
-{
-    if (cq->tail - cq->head >= cq->cqe) {
-        if (!cq->overrun) {
-            cq->overrun = 1;
-            fab_ctx_event(cq->ctx, IBV_EVENT_CQ_ERR, PYRDMA_EV_CQ,
-                          cq->cq_context);
-        }
-        fab_qp_cq_lost(qp_lookup(wc->qp_num));
-        return;
-    }
-    cq->ring[cq->tail & cq->mask] = *wc;
-    __atomic_store_n(&cq->tail, cq->tail + 1, __ATOMIC_RELEASE);
-    if (cq->armed && cq->cc != NULL &&
-        (cq->armed == 1 || solicited || wc->status != IBV_WC_SUCCESS)) {
-        cq->armed = 0;
-        fab_cc_push(cq->cc, cq);
-    }
 }
 
 /* Is anything queued that fab_drain(0) would send (N.lock held)?  Deferred

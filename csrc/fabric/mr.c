@@ -154,6 +154,24 @@ fab_rk_fetch(struct peer *p, uint32_t key)
 /* ------------------------------------------------------------------ */
 /* MRs and alloc_mr memory                                            */
 
+/* Check a local s/g list against the key table: 0 or an IBV_WC_* status. */
+int
+fab_check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n, int write,
+               int bad_status)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        struct umr *mr;
+        if (sg[i].length == 0)
+            continue;
+        mr = mr_lookup(sg[i].lkey);
+        if (mr == NULL || mr->pd != pd || !in_mr(mr, sg[i].addr, sg[i].length)
+            || (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
+            return bad_status;
+    }
+    return 0;
+}
+
 static int
 mr_insert(struct umr *mr, struct pyrdma_mr_info *info,
           struct pyrdma_status *st)

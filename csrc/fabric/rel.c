@@ -359,7 +359,7 @@ fab_sq_advance(struct uqp *q)
                         ? fab_wc_opcode_of[s->opcode] : IBV_WC_SEND;
             wc.byte_len = s->byte_len;
             wc.qp_num = q->qpn;
-            cq_push(q->scq, &wc, 0);
+            fab_cq_push(q->scq, &wc, 0);
         }
         if (s->status != IBV_WC_SUCCESS && s->status != IBV_WC_WR_FLUSH_ERR)
             fab_qp_enter_err(q);
@@ -442,8 +442,8 @@ fab_on_resp(const struct wire *h, const uint8_t *pl, size_t plen)
     switch (h->op) {
     case R_READ:
     case R_ATOMIC: {
-        int bad = check_sges(q->pd, s->sge, s->num_sge, 1,
-                             IBV_WC_LOC_PROT_ERR);
+        int bad = fab_check_sges(q->pd, s->sge, s->num_sge, 1,
+                                 IBV_WC_LOC_PROT_ERR);
         if (bad) {
             fab_sq_fail(q, h->slot, bad);
             break;

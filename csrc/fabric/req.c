@@ -41,8 +41,8 @@ gather(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
     size_t need = sizeof(struct wire) + total, off = sizeof(struct wire);
     int i;
     if (!inline_data) {
-        int bad = check_sges(q->pd, wr->sg_list, wr->num_sge, 0,
-                             IBV_WC_LOC_QP_OP_ERR);
+        int bad = fab_check_sges(q->pd, wr->sg_list, wr->num_sge, 0,
+                                 IBV_WC_LOC_QP_OP_ERR);
         if (bad)
             return bad;
     }
@@ -156,7 +156,7 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
         if (op == OP_WRITE && wr->num_sge == 1 && h->lmr != NULL &&
             sg->lkey == h->lkey && in_mr(h->lmr, sg->addr, sg->length))
             ;                   /* the same local MR as the last WR */
-        else if (check_sges(q->pd, sg, wr->num_sge, op != OP_WRITE, 1))
+        else if (fab_check_sges(q->pd, sg, wr->num_sge, op != OP_WRITE, 1))
             return 0;
         else if (op == OP_WRITE && wr->num_sge == 1 && sg->length) {
             h->lmr = mr_lookup(sg->lkey);
@@ -285,7 +285,7 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
                 wc.opcode = fab_wc_opcode_of[wr->opcode];
                 wc.byte_len = byte_len;
                 wc.qp_num = q->qpn;
-                cq_push(q->scq, &wc, 0);
+                fab_cq_push(q->scq, &wc, 0);
             }
             return -1;
         }
@@ -328,8 +328,8 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
         status = gather(q, s, wr, total, inline_data);
     else {
         /* READ / atomics: the local s/g list is written on completion */
-        status = check_sges(q->pd, wr->sg_list, wr->num_sge, 1,
-                            IBV_WC_LOC_PROT_ERR);
+        status = fab_check_sges(q->pd, wr->sg_list, wr->num_sge, 1,
+                                IBV_WC_LOC_PROT_ERR);
         memcpy(s->sge, wr->sg_list, sizeof(*s->sge) * (size_t)wr->num_sge);
         s->num_sge = wr->num_sge;
         s->len = sizeof(struct wire);

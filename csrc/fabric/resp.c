@@ -74,7 +74,7 @@ fab_rq_flush(struct uqp *q)
         wc.opcode = IBV_WC_RECV;
         wc.qp_num = q->qpn;
         q->rq.head++;
-        cq_push(q->rcq, &wc, 0);
+        fab_cq_push(q->rcq, &wc, 0);
     }
 }
 
@@ -211,13 +211,14 @@ rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
             room += w->sge[i].length;
         want = h->op == OP_SEND ? plen + (q->type == IBV_QPT_UD ? GRH_LEN : 0)
                                 : 0;
-        bad = check_sges(q->pd, w->sge, w->num_sge, 1, IBV_WC_LOC_PROT_ERR);
+        bad = fab_check_sges(q->pd, w->sge, w->num_sge, 1,
+                             IBV_WC_LOC_PROT_ERR);
         r->head++;
         if (!bad && want > room)
             bad = IBV_WC_LOC_LEN_ERR;
         if (bad) {
             wc.status = bad;
-            cq_push(q->rcq, &wc, 0);
+            fab_cq_push(q->rcq, &wc, 0);
             if (rc)
                 rx_nak(q, h, bad == IBV_WC_LOC_LEN_ERR ? R_REM_INV : R_REM_OP);
             fab_qp_enter_err(q);    /* UD too, as rxe and mlx5 do */
@@ -261,7 +262,7 @@ rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
                           PYRDMA_EV_SRQ,
                           q->srq->srq_context);
         }
-        cq_push(q->rcq, &wc, h->flags & F_SOLICITED);
+        fab_cq_push(q->rcq, &wc, h->flags & F_SOLICITED);
     }
     if (rc)
         fab_queue_ack(q, h);
