@@ -1,0 +1,219 @@
+"""Multicast forwarding tables against infiniband-diags on one ibsim fabric
+of this module's own (two 24-port switches, 32 HCAs: MFT entries have
+two 16-port positions), with multicast groups joined through the SA:
+
+- ``ibtool ibroute -M`` (every option) equal to ``ibroute -M``;
+- ``ibtool ibtracert -m MLID`` and ``-n`` equal to ``ibtracert``;
+- :meth:`rdma.subnet.Switch.get_switch_fdb` with ``do_mfdb`` (by SMPs and
+  through an :class:`rdma.satransactor.SATransactor`) equal to the masks
+  ``ibroute -M -n`` prints.
+"""
+import json
+import sys
+
+import pytest
+
+from conftest import HERE
+from fabric import Fabric
+
+TOPOLOGY = HERE / "topologies" / "2sw32hca"
+OPS = str(HERE / "mcast_ops.py")
+#: Groups and the HCAs that join them: the IPoIB broadcast group (opensm
+#: makes it, MLID 0xc000) and two groups the first joiner creates.
+GROUPS = [("ff12:401b:ffff::ffff:ffff", False,
+           ["Hca1", "Hca5", "Hca17", "Hca30"]),
+          ("ff12:601b:ffff::1:ff00:1", True, ["Hca2", "Hca20", "Hca21"]),
+          ("ff12:601b:ffff::1:ff00:2", True, ["Hca16", "Hca3"])]
+#: MLIDs with ports in each switch's table.
+ROWS = {"Switch1": 3, "Switch2": 2}
+
+
+@pytest.fixture(scope="module")
+def mfab(tmp_path_factory):
+    """The module's fabric with the groups of GROUPS joined; yields
+    (fabric, {group MGID: MLID}, {node name: LID})."""
+    f = Fabric(TOPOLOGY, tmp_path_factory.mktemp("mcast"))
+    try:
+        f.start()
+        mlids = {}
+        for mgid, create, members in GROUPS:
+            for node in members:
+                argv = [sys.executable, OPS, "join", mgid]
+                if create and node == members[0]:
+                    argv.append("create")
+                mlids[mgid] = json.loads(f.run(argv, node).stdout)
+        out = f.run(["saquery", "-N"], "Hca2").stdout
+        lids = {}
+        lid = None
+        for line in out.splitlines():
+            line = line.strip()
+            if line.startswith("lid."):
+                lid = int(line.split(".")[-1], 0)
+            elif line.startswith("NodeDescription.") and lid is not None:
+                lids[line.split(".", 1)[1].strip(".")] = lid
+        yield f, mlids, lids
+    finally:
+        f.close()
+
+
+def both(f, argv, node="Hca2"):
+    """(infiniband-diags' result, ours): stdout and whether it failed."""
+    t = f.run(list(argv), node, check=False)
+    o = f.run([sys.executable, "-m", "rdma", *argv], node, check=False)
+    return (t.stdout, t.returncode != 0), (o.stdout, o.returncode != 0), o
+
+
+def test_groups_have_distinct_mlids(mfab):
+    f, mlids, lids = mfab
+    assert sorted(mlids.values()) == [0xC000, 0xC001, 0xC002]
+    assert {"Switch1", "Switch2", "Hca1", "Hca32"} <= set(lids)
+
+
+@pytest.mark.parametrize("opts", [[], ["-n"], ["-a"], ["-n", "-a"],
+                                  ["@", "0xc001"],
+                                  ["@", "0xc001", "0xc001"],
+                                  ["@", "0xc3f0", "0xd000"],
+                                  ["@", "0xbfff"]],
+                         ids=lambda o: " ".join(o) or "plain")
+@pytest.mark.parametrize("switch", ["Switch1", "Switch2"])
+def test_ibroute_multicast(mfab, switch, opts):
+    """ibroute -M: the header (25 ports: a tens row too), every MLID with
+    a port mask, masks in both 16-port positions, the count line."""
+    f, mlids, lids = mfab
+    sw = str(lids[switch])
+    if "@" in opts:
+        i = opts.index("@")
+        argv = ["ibroute", "-M", *opts[:i], sw, *opts[i + 1:]]
+    else:
+        argv = ["ibroute", "-M", *opts, sw]
+    theirs, ours, res = both(f, argv)
+    assert ours == theirs, res.stderr
+    assert "mlids dumped" in ours[0]
+    if not opts:
+        rows = [ln for ln in ours[0].splitlines() if ln.startswith("0xc")]
+        # Group 3 has members on Switch1 only.
+        assert len(rows) == ROWS[switch]
+        # A group spans both switches: an inter-switch port (17 or 18,
+        # position 1) is in its mask.
+        assert any(r[12 + 2 * 17] == "x" or r[12 + 2 * 18] == "x"
+                   for r in rows)
+
+
+def test_ibroute_multicast_by_route(mfab):
+    f, _, _ = mfab
+    theirs, ours, res = both(f, ["ibroute", "-M", "-D", "0,1,17"])
+    assert ours == theirs and "DR path" in ours[0]
+
+
+def test_ibroute_multicast_errors(mfab):
+    """Not a switch, a start MLID that is not a number: one line, no
+    traceback."""
+    f, _, lids = mfab
+    for argv, words in ((["ibroute", "-M", str(lids["Hca4"])],
+                         "not a switch"),
+                        (["ibroute", "-M", str(lids["Switch1"]), "zz"],
+                         "zz"),
+                        (["ibroute", "-M", str(lids["Switch1"]),
+                          "0x1ffff"], "0x1ffff")):
+        res = f.run([sys.executable, "-m", "rdma", *argv], "Hca2",
+                    check=False)
+        assert res.returncode == 2, res.stderr
+        assert words in res.stderr and "Traceback" not in res.stderr
+
+
+def _reference_masks(f, lid):
+    """{mlid: mask} from infiniband-diags' ``ibroute -M -n``."""
+    out = f.run(["ibroute", "-M", "-n", str(lid)], "Hca2").stdout
+    masks = {}
+    for line in out.splitlines():
+        if line.startswith("0xc"):
+            mlid, hexes = line.split()
+            masks[f"0x{int(mlid, 16):04x}"] = sum(
+                int(hexes[i:i + 4], 16) << (4 * i)
+                for i in range(0, len(hexes), 4))
+    return masks
+
+
+@pytest.mark.parametrize("how", ["smp", "sa"])
+def test_switch_get_switch_fdb_mfdb(mfab, how):
+    """Switch.get_switch_fdb(do_mfdb=True): the whole table (capacity
+    rounded to 32 MLIDs), every non-empty entry equal to ibroute's, read
+    by SMPs or through the SA (MulticastForwardingTableRecords)."""
+    f, _, lids = mfab
+    for name in ("Switch1", "Switch2"):
+        lid = lids[name]
+        want = _reference_masks(f, lid)
+        got = json.loads(f.run([sys.executable, OPS, "mfdb", str(lid),
+                                how], "Hca2").stdout)
+        assert got["masks"] == want and len(want) == ROWS[name]
+        assert got["size"] % 32 == 0 and got["size"] >= 32
+
+
+def test_mft_attribute_modifier_range(mfab):
+    f, _, _ = mfab
+    errs = json.loads(f.run([sys.executable, OPS, "bad_mft"],
+                            "Hca2").stdout)
+    assert "block 600" in errs[0] and "position 16" in errs[1]
+
+
+def _pairs(lids):
+    return [("Hca1", "Hca30"), ("Hca30", "Hca1"), ("Hca17", "Hca5"),
+            ("Hca5", "Hca1"), ("Switch1", "Hca17"), ("Switch2", "Hca5"),
+            ("Hca2", "Hca21"), ("Hca20", "Hca2"), ("Hca3", "Hca16"),
+            ("Hca16", "Switch1"), ("Hca30", "Switch2"),
+            ("Hca1", "Switch2")]
+
+
+@pytest.mark.parametrize("brief", [False, True])
+def test_ibtracert_multicast(mfab, brief):
+    """ibtracert -m MLID SRC DST for members of each group (CA to CA on
+    one switch and across, switch sources and destinations): the same
+    hops, ports and LIDs as infiniband-diags'."""
+    f, mlids, lids = mfab
+    n = ["-n"] if brief else []
+    checked = 0
+    for mgid, _, members in GROUPS:
+        mlid = f"0x{mlids[mgid]:x}"
+        for s, d in _pairs(lids):
+            if s.startswith("Hca") and s not in members:
+                continue
+            if d.startswith("Hca") and d not in members:
+                continue
+            theirs, ours, res = both(f, ["ibtracert", *n, "-m", mlid,
+                                         str(lids[s]), str(lids[d])])
+            assert ours[0] == theirs[0], (mgid, s, d, res.stderr)
+            assert not ours[1] and not theirs[1]
+            checked += 1
+    assert checked >= 10
+
+
+def test_ibtracert_multicast_no_route(mfab):
+    """A destination that is not in the group, an MLID past the
+    switches' tables, a unicast LID as MLID, source = destination: both
+    tools fail; ours says why in one line."""
+    f, mlids, lids = mfab
+    for args, words in ((["0xc001", lids["Hca1"], lids["Hca5"]],
+                         "no multicast route"),
+                        (["0xc3ff", lids["Hca1"], lids["Hca5"]],
+                         "no multicast route"),
+                        (["0xbfff", lids["Hca1"], lids["Hca5"]],
+                         "not a multicast LID"),
+                        (["0xc000", lids["Hca1"], lids["Hca1"]],
+                         "two different ports")):
+        argv = ["ibtracert", "-m", *map(str, args)]
+        theirs, ours, res = both(f, argv)
+        assert theirs[1] and ours[1]
+        assert words in res.stderr and "Traceback" not in res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_ibtracert_no_info(mfab):
+    """ibtracert -n: GUIDs and ports only, for CA-CA across the
+    switches, CA-switch and switch-CA."""
+    f, _, lids = mfab
+    for s, d in (("Hca1", "Hca32"), ("Hca17", "Switch1"),
+                 ("Switch2", "Hca3"), ("Hca4", "Hca9")):
+        theirs, ours, res = both(f, ["ibtracert", "-n", str(lids[s]),
+                                     str(lids[d])])
+        assert ours == theirs, res.stderr
+        assert ours[0].startswith("From {0x")
