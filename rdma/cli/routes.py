@@ -1,17 +1,21 @@
-"""``ibtool ibroute`` and ``ibtool ibtracert``: unicast forwarding, printed
-as infiniband-diags prints it.
+"""``ibtool ibroute`` and ``ibtool ibtracert``: unicast and multicast
+forwarding, printed as infiniband-diags prints it.
 
 ::
 
-    ibtool ibroute [-a] [-n] SWITCH [STARTLID [ENDLID]]  # a switch's LFT
-    ibtool ibtracert SLID DLID                          # the route between
-                                                        # two LIDs
+    ibtool ibroute [-a] [-n] SWITCH [STARTLID [ENDLID]]     # a switch's LFT
+    ibtool ibroute -M [-a] [-n] SWITCH [STARTMLID [ENDMLID]]  # its MFT
+    ibtool ibtracert [-n] SLID DLID        # the route between two LIDs
+    ibtool ibtracert [-n] -m MLID SLID DLID  # through a multicast tree
 
 ``ibroute`` reads SwitchInfo and the LinearForwardingTable blocks of the
 switch and, for each LID in use, the NodeInfo and NodeDescription of its
-destination (LID-routed SMPs).  ``ibtracert`` discovers the subnet with
-the forwarding tables (:mod:`rdma.discovery`) and follows the links and
-the tables from the source port to the destination LID.
+destination (LID-routed SMPs); with ``-M`` the MulticastForwardingTable
+blocks (every 16-port position of a block in parallel).  ``ibtracert``
+discovers the subnet with the forwarding tables (:mod:`rdma.discovery`)
+and follows the links and the tables from the source port to the
+destination LID; with ``-m`` it walks the multicast tree breadth first
+down the switches' MFT entries for the MLID, as infiniband-diags does.
 """
 from __future__ import annotations
 
@@ -542,8 +546,9 @@ def _mft_entry(sched: Any, sbn: Any, sw: Any, mlid: int) -> Any:
     path = sbn.get_path_smp(sched, sw.get_port(0))
     block = [0] * 32
 
+    import rdma.subnet
+
     def one(pos: int):
-        import rdma.subnet
         inf = yield sched.SubnGet(
             IBA.SMPMulticastForwardingTable, path,
             rdma.subnet.mft_attribute_modifier(idx // 32, pos))
