@@ -5,26 +5,26 @@ a :class:`rdma.sched.MADSchedule`...).  Its :meth:`SubnGet` of an SMP
 attribute that the SA keeps a record of becomes a SubnAdmGet of that
 record, to the SA, and returns the attribute inside the record:
 
-=======================  ================================================
-SMP attribute            SA record (fields set from the path and modifier)
-=======================  ================================================
-NodeInfo                 NodeRecord (LID)
-NodeDescription          NodeRecord (LID)
-PortInfo                 PortInfoRecord (endportLID, portNum; modifier 0
-                         of a node not known to be a switch: a GetTable,
-                         the port 0 record if there is one, else the first)
-SwitchInfo               SwitchInfoRecord (LID)
-LinearForwardingTable    LinearForwardingTableRecord (LID, blockNum)
-MulticastForwardingTable MulticastForwardingTableRecord (LID, blockNum =
-                         modifier bits 8:0, position = bits 31:28)
-GUIDInfo                 GUIDInfoRecord (LID, blockNum)
-PKeyTable                P_KeyTableRecord (LID, blockNum, portNum of a
-                         switch)
-SLtoVLMappingTable       SLtoVLMappingTableRecord (LID, input, output port)
-VLArbitrationTable       VLArbitrationTableRecord (LID, outputPortNum,
-                         blockNum)
-SMInfo                   SMInfoRecord (LID)
-=======================  ================================================
+=========================  ================================================
+SMP attribute              SA record (fields set from the path and modifier)
+=========================  ================================================
+NodeInfo                   NodeRecord (LID)
+NodeDescription            NodeRecord (LID)
+PortInfo                   PortInfoRecord (endportLID, portNum; modifier 0
+                           of a node not known to be a switch: a GetTable,
+                           the port 0 record if there is one, else the first)
+SwitchInfo                 SwitchInfoRecord (LID)
+LinearForwardingTable      LinearForwardingTableRecord (LID, blockNum)
+MulticastForwardingTable   MulticastForwardingTableRecord (LID, blockNum =
+                           modifier bits 8:0, position = bits 31:28)
+GUIDInfo                   GUIDInfoRecord (LID, blockNum)
+PKeyTable                  P_KeyTableRecord (LID, blockNum, portNum of a
+                           switch)
+SLtoVLMappingTable         SLtoVLMappingTableRecord (LID, input, output port)
+VLArbitrationTable         VLArbitrationTableRecord (LID, outputPortNum,
+                           blockNum)
+SMInfo                     SMInfoRecord (LID)
+=========================  ================================================
 
 Every other RPC (SubnSet included: the SA cannot write a node's
 attributes) goes to the wrapped transactor unchanged, as in python-rdma.
