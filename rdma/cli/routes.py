@@ -5,7 +5,8 @@ forwarding, printed as infiniband-diags prints it.
 
     ibtool ibroute [-a] [-n] SWITCH [STARTLID [ENDLID]]     # a switch's LFT
     ibtool ibroute -M [-a] [-n] SWITCH [STARTMLID [ENDMLID]]  # its MFT
-    ibtool ibtracert [-n] SLID DLID        # the route between two LIDs
+    ibtool ibtracert [-n] [-r] SLID DLID   # the route between two LIDs
+    ibtool ibtracert -G SGUID DGUID        # ... two port GUIDs
     ibtool ibtracert [-n] -m MLID SLID DLID  # through a multicast tree
 
 ``ibroute`` reads SwitchInfo and the LinearForwardingTable blocks of the
@@ -59,6 +60,14 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("-m", "--mlid", metavar="MLID", default=None,
                    help="trace the multicast tree of MLID (0xc000 and "
                         "up) from the source to the destination")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-G", "--Guid", dest="addr_guid", action="store_true",
+                   help="the source and destination are port GUIDs (hex)")
+    g.add_argument("-L", "--Lid", dest="addr_lid", action="store_true",
+                   help="the source and destination are LIDs (default)")
+    p.add_argument("-r", "--reverse", action="store_true",
+                   help="swap the source and the destination "
+                        "(python-rdma's option)")
     add_device_options(p)
     p.set_defaults(func=ibtracert)
 
@@ -506,9 +515,17 @@ def ibtracert(args: argparse.Namespace) -> int:
     import rdma.umad
     import rdma.IBA as IBA
     if len(args.rest) != 2:
-        raise CmdError("give the source and the destination LID")
-    slid = _int(args.rest[0], "source LID")
-    dlid = _int(args.rest[1], "destination LID")
+        raise CmdError("give the source and the destination " +
+                       ("port GUID" if args.addr_guid else "LID"))
+    ends = list(args.rest)
+    if args.reverse:
+        ends.reverse()
+    if args.addr_guid:
+        guids = [_guid(t, w) for t, w in zip(ends, ("source",
+                                                    "destination"))]
+    else:
+        slid = _int(ends[0], "source LID")
+        dlid = _int(ends[1], "destination LID")
     mlid = None
     if args.mlid is not None:
         mlid = _mlid(args.mlid, "MLID")
@@ -523,6 +540,9 @@ def ibtracert(args: argparse.Namespace) -> int:
                                          "all_NodeDescription",
                                          "all_PortInfo",
                                          "all_topology", "all_LFDB"])
+        if args.addr_guid:
+            slid, dlid = (_lid_of_guid(sbn, g, w) for g, w in
+                          zip(guids, ("source", "destination")))
         if mlid is None:
             lines = trace(sbn, slid, dlid, args.no_info)
         else:
@@ -532,6 +552,26 @@ def ibtracert(args: argparse.Namespace) -> int:
                                 args.no_info, end_port.lid)
     print("\n".join(lines))
     return 0
+
+
+def _guid(text: str, what: str) -> int:
+    try:
+        v = int(text, 16)
+    except ValueError:
+        raise CmdError(f"bad {what} port GUID {text!r} (hex)") from None
+    if not 0 < v < 1 << 64:
+        raise CmdError(f"{what} port GUID {text!r} is not 64 bits")
+    return v
+
+
+def _lid_of_guid(sbn: Any, guid: int, what: str) -> int:
+    """The LID of the end port with port GUID *guid* in the discovered
+    subnet."""
+    port = sbn.ports.get(guid)
+    if port is None or not port.LID:
+        raise CmdError(f"{what} port GUID 0x{guid:016x} is not in the "
+                       f"subnet")
+    return port.LID
 
 
 def _mft_entry(sched: Any, sbn: Any, sw: Any, mlid: int) -> Any:

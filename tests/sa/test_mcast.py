@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import diags
 from conftest import HERE
 from fabric import Fabric
 
@@ -217,3 +218,34 @@ def test_ibtracert_no_info(mfab):
                                      str(lids[d])])
         assert ours == theirs, res.stderr
         assert ours[0].startswith("From {0x")
+
+
+def _port_guids(f):
+    """{node description: port GUID} of every end port (saquery)."""
+    out = f.run(["saquery", "-N"], "Hca2").stdout
+    guids = {}
+    for rec in diags.blocks(out, "NodeRecord dump"):
+        guids[rec["NodeDescription"]] = rec["port_guid"]
+    return guids
+
+
+def test_ibtracert_by_guid_and_reversed(mfab):
+    """-G: port GUIDs resolved through the discovered subnet give the
+    route ibtracert prints for their LIDs (the installed ibtracert's own
+    -G fails on ibsim: its SA PathRecord query does); -r (python-rdma's)
+    swaps the ends; a GUID nobody has is one line naming it."""
+    f, mlids, lids = mfab
+    guids = _port_guids(f)
+    ours = [sys.executable, "-m", "rdma", "ibtracert"]
+    for s, d, extra in (("Hca1", "Hca32", []), ("Hca30", "Switch1", []),
+                        ("Hca1", "Hca30", ["-m", "0xc000"])):
+        want = f.run(["ibtracert", *extra, str(lids[s]), str(lids[d])],
+                     "Hca2").stdout
+        got = f.run(ours + ["-G", *extra, guids[s], guids[d]],
+                    "Hca2").stdout
+        assert got == want and want.startswith("From ")
+        rev = f.run(ours + ["-r", *extra, str(lids[d]), str(lids[s])],
+                    "Hca2").stdout
+        assert rev == want
+    bad = f.run(ours + ["-G", guids["Hca1"], "0x999"], "Hca2", check=False)
+    assert bad.returncode == 2 and "0x0000000000000999" in bad.stderr
