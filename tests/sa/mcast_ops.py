@@ -87,7 +87,10 @@ def _reads(ni, port_states):
                 ("SMPMulticastForwardingTable", 0),
                 ("SMPMulticastForwardingTable", 1 << 28)]
     else:
-        out += [("SMPPKeyTable", 0), ("SMPGUIDInfo", 0)]
+        # Modifier 0 of a CA: "the port the SMP came in by"; through the
+        # SA a GetTable of the LID's PortInfoRecords.
+        out += [("SMPPortInfo", 0), ("SMPPKeyTable", 0),
+                ("SMPGUIDInfo", 0)]
     return out
 
 
