@@ -61,6 +61,24 @@ def mfdb(u, ep, lid, how="smp"):
                       for i, m in enumerate(sw.mfdb) if m}}
 
 
+def lfdb(u, ep, lid, how="smp"):
+    """The linear forwarding table of the switch at LID, read with
+    :meth:`rdma.subnet.Switch.get_switch_fdb` by SMPs or (``sa``) through
+    an SATransactor on the scheduler: ``[entries up to the last used]``."""
+    import rdma.discovery
+    import rdma.subnet
+    path = _lid_path(ep, int(lid, 0))
+    sw = rdma.subnet.Switch()
+    sw.ninf = u.SubnGet(IBA.SMPNodeInfo, path)
+    sched = rdma.discovery.scheduler_class()(u)
+    if how == "sa":
+        import rdma.satransactor
+        sched = rdma.satransactor.SATransactor(sched)
+    sched.run(queue=sw.get_switch_fdb(sched, True, False, path))
+    sw.trim_db()
+    return list(sw.lfdb)
+
+
 def bad_mft(u, ep):
     import rdma.subnet
     out = []

@@ -67,3 +67,19 @@ def test_sa_transactor_errors_name_the_problem(fabric):
     errs = dict(ops(fabric, "sa_errors"))
     assert "SANodeRecord" in errs["lid"] and "ERR_NO_RECORDS" in errs["lid"]
     assert "no link out of port 7" in errs["dr"]
+
+
+def test_switch_lfdb_through_the_sa(fabric, lids):
+    """Switch.get_switch_fdb on an SATransactor reads the linear
+    forwarding table with one GetTable of LinearForwardingTableRecords:
+    the same table as by SMPs, for both switches."""
+    tables = 0
+    for lid in lids:
+        ni = fabric.run(["smpquery", "nodeinfo", str(lid)], "Hca2").stdout
+        if "Switch" not in ni:
+            continue
+        by_smp = ops(fabric, "lfdb", str(lid))
+        by_sa = ops(fabric, "lfdb", str(lid), "sa")
+        assert by_sa == by_smp and len(by_smp) == 7
+        tables += 1
+    assert tables == 2
