@@ -68,6 +68,9 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("-r", "--reverse", action="store_true",
                    help="swap the source and the destination "
                         "(python-rdma's option)")
+    p.add_argument("--ports-file", metavar="FILE", default=None,
+                   help="trace each 'SOURCE DESTINATION' line of FILE "
+                        "instead of the arguments")
     add_device_options(p)
     p.set_defaults(func=ibtracert)
 
@@ -508,24 +511,41 @@ def mcast_trace(sbn: Any, mft_entry: Any, slid: int, dlid: int,
     return out
 
 
+def _pairs_from_file(name: str) -> List[Tuple[int, List[str]]]:
+    """``(line number, words)`` for each line of a ``--ports-file`` that
+    is not blank or a ``#`` comment.
+
+    :raises CmdError: if the file cannot be read."""
+    try:
+        with open(name) as f:
+            text = f.read()
+    except OSError as e:
+        raise CmdError(f"cannot open ports-file {name}: "
+                       f"{e.strerror}") from None
+    pairs = []
+    for n, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        pairs.append((n, words))
+    return pairs
+
+
 def ibtracert(args: argparse.Namespace) -> int:
     """Run ``ibtool ibtracert``; return the exit status."""
     import rdma.discovery
     import rdma.subnet
     import rdma.umad
     import rdma.IBA as IBA
-    if len(args.rest) != 2:
-        raise CmdError("give the source and the destination " +
-                       ("port GUID" if args.addr_guid else "LID"))
-    ends = list(args.rest)
-    if args.reverse:
-        ends.reverse()
-    if args.addr_guid:
-        guids = [_guid(t, w) for t, w in zip(ends, ("source",
-                                                    "destination"))]
+    what = "port GUID" if args.addr_guid else "LID"
+    if args.ports_file is not None:
+        # As infiniband-diags: the file's pairs, the arguments ignored.
+        pairs = _pairs_from_file(args.ports_file)
     else:
-        slid = _int(ends[0], "source LID")
-        dlid = _int(ends[1], "destination LID")
+        if len(args.rest) != 2:
+            raise CmdError(f"give the source and the destination {what}")
+        pairs = [(0, list(args.rest))]
+        _ends(pairs[0][1], args)            # bad arguments: before MADs
     mlid = None
     if args.mlid is not None:
         mlid = _mlid(args.mlid, "MLID")
@@ -540,18 +560,49 @@ def ibtracert(args: argparse.Namespace) -> int:
                                          "all_NodeDescription",
                                          "all_PortInfo",
                                          "all_topology", "all_LFDB"])
-        if args.addr_guid:
-            slid, dlid = (_lid_of_guid(sbn, g, w) for g, w in
-                          zip(guids, ("source", "destination")))
-        if mlid is None:
-            lines = trace(sbn, slid, dlid, args.no_info)
-        else:
-            def entry(sw: Any, m: int) -> Any:
-                return _mft_entry(sched, sbn, sw, m)
-            lines = mcast_trace(sbn, entry, slid, dlid, mlid,
-                                args.no_info, end_port.lid)
-    print("\n".join(lines))
+
+        def entry(sw: Any, m: int) -> Any:
+            return _mft_entry(sched, sbn, sw, m)
+        for n, ends in pairs:
+            try:
+                src, dst = _ends(ends, args)
+                if args.addr_guid:
+                    src = _lid_of_guid(sbn, src, "source")
+                    dst = _lid_of_guid(sbn, dst, "destination")
+                if mlid is None:
+                    lines = trace(sbn, src, dst, args.no_info)
+                else:
+                    lines = mcast_trace(sbn, entry, src, dst, mlid,
+                                        args.no_info, end_port.lid)
+            except CmdError as e:
+                raise _at_line(e, args, n) from None
+            print("\n".join(lines), flush=True)
+    if args.ports_file is not None:
+        print(f"{len(pairs)} lid/guid pairs processed from "
+              f"{args.ports_file}")
     return 0
+
+
+def _ends(words: List[str], args: argparse.Namespace) -> List[int]:
+    """The source and destination of one trace (LIDs, or port GUIDs with
+    ``-G``), swapped with ``-r``."""
+    if len(words) != 2:
+        raise CmdError(f"want a source and a destination, not "
+                       f"{' '.join(words)!r}")
+    if args.reverse:
+        words = words[::-1]
+    if args.addr_guid:
+        return [_guid(t, w) for t, w in zip(words, ("source",
+                                                    "destination"))]
+    return [_int(words[0], "source LID"),
+            _int(words[1], "destination LID")]
+
+
+def _at_line(e: CmdError, args: argparse.Namespace, n: int) -> CmdError:
+    """*e*, naming the line of the ports file it comes from."""
+    if args.ports_file is None:
+        return e
+    return CmdError(f"{e} (at line {n} of {args.ports_file})")
 
 
 def _guid(text: str, what: str) -> int:

@@ -249,3 +249,46 @@ def test_ibtracert_by_guid_and_reversed(mfab):
         assert rev == want
     bad = f.run(ours + ["-G", guids["Hca1"], "0x999"], "Hca2", check=False)
     assert bad.returncode == 2 and "0x0000000000000999" in bad.stderr
+
+
+def test_ibtracert_ports_file(mfab):
+    """--ports-file: every pair of the file traced (comments and blank
+    lines skipped, the arguments ignored), then the count line; LIDs,
+    -n, -G and -m; a pair that cannot be traced stops there, the traces
+    before it printed, the error naming the line."""
+    f, mlids, lids = mfab
+    guids = _port_guids(f)
+    L = {k: str(v) for k, v in lids.items()}
+    files = {
+        "lids.txt": f"# pairs\n{L['Hca1']} {L['Hca32']}\n\n"
+                    f"{L['Hca17']}   {L['Switch1']}\n{L['Hca5']} "
+                    f"{L['Hca4']}\n",
+        "guids.txt": f"{guids['Hca1']} {guids['Hca30']}\n"
+                     f"{guids['Switch2']} {guids['Hca3']}\n",
+        # One pair: infiniband-diags keeps the switches of a multicast
+        # walk for the next pair of the file (a static table in
+        # find_mcpath), so its second trace reports a "circle" and a wrong
+        # source; ours starts each walk afresh.
+        "mcast.txt": f"# one pair\n{L['Hca17']} {L['Hca5']}\n",
+        "bad.txt": f"{L['Hca1']} {L['Hca32']}\n999 {L['Hca1']}\n"
+                   f"{L['Hca2']} {L['Hca3']}\n",
+    }
+    for name, text in files.items():
+        (f.scratch / name).write_text(text)
+    for opts, name in ((["--ports-file", "lids.txt", "1", "2"], "lids.txt"),
+                       (["-n", "--ports-file", "lids.txt"], "lids.txt"),
+                       (["-G", "--ports-file", "guids.txt"], "guids.txt"),
+                       (["-m", "0xc000", "--ports-file", "mcast.txt"],
+                        "mcast.txt")):
+        theirs, ours, res = both(f, ["ibtracert", *opts])
+        assert ours == theirs, (opts, res.stderr)
+        assert ours[0].rstrip().endswith(f"pairs processed from {name}")
+    theirs, ours, res = both(f, ["ibtracert", "--ports-file", "bad.txt"])
+    # infiniband-diags prints its error line on stdout.
+    t_lines = [ln for ln in theirs[0].splitlines() if "iberror" not in ln]
+    assert theirs[1] and ours[1] and ours[0].splitlines() == t_lines
+    assert ours[0].count("From ") == 1
+    assert "999" in res.stderr and "line 2 of bad.txt" in res.stderr
+    missing = f.run([sys.executable, "-m", "rdma", "ibtracert",
+                     "--ports-file", "nowhere.txt"], "Hca2", check=False)
+    assert missing.returncode == 2 and "nowhere.txt" in missing.stderr
