@@ -270,6 +270,10 @@ class Switch(Node):
 
         :raises ValueError: for the multicast table of a switch whose
             NodeInfo is not known."""
+        if do_mfdb and self.ninf is None:
+            raise ValueError(f"{self!r}: the multicast forwarding table "
+                             f"needs the switch's NodeInfo (its number of "
+                             f"ports) first")
         if self.swinf is None:
             yield self.get_switch_inf(sched, path)
         by_sa = _is_sa_transactor(sched)
@@ -281,10 +285,6 @@ class Switch(Node):
                 yield sched.mqueue(self._get_LFDB(sched, i, path)
                                    for i in range(len(self.lfdb) // 64))
         if do_mfdb:
-            if self.ninf is None:
-                raise ValueError(f"{self!r}: the multicast forwarding "
-                                 f"table needs the switch's NodeInfo "
-                                 f"(its number of ports) first")
             self.mfdb = [0] * self.mfdb_size
             if by_sa:
                 yield self._get_MFDB_SA(sched, path)

@@ -153,3 +153,17 @@ def test_ibportstate_refused_set(tmp_path):
     assert len(err.splitlines()) == 1
     assert "SubnSet(SMPPortInfo" in err and "(0, 1)" in err
     assert "invalid attribute" in err
+
+
+@pytest.mark.parametrize("argv", [["2", "0"], ["3", "0"], ["-K", "2", "0"],
+                                  ["-K", "4", "1"]],
+                         ids=lambda a: " ".join(a))
+def test_ibportstate_query_port0_and_keys(fabric, argv):
+    """A switch's port 0 shows the M_Key fields as a CA port does; -K
+    shows the M_Key itself (read-only: the session fabric)."""
+    theirs = fabric.run(["ibportstate", *argv], "Hca2", check=False).stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", "ibportstate", *argv],
+                      "Hca2").stdout
+    t_lines = [ln for ln in theirs.splitlines() if "iberror" not in ln]
+    assert ours.splitlines() == t_lines
+    assert "Mkey:" in ours
