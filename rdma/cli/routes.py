@@ -440,6 +440,7 @@ def mcast_trace(sbn: Any, mft_entry: Any, slid: int, dlid: int,
         root = _MNode(src.parent, src, None, 0, 0)
         root.shown_port = src.port_id
     seen = {src.parent}
+    skipped: List[str] = []
     found = None
     todo = collections.deque([root])
     while todo and found is None:
@@ -448,6 +449,7 @@ def mcast_trace(sbn: Any, mft_entry: Any, slid: int, dlid: int,
         if isinstance(node, Switch):
             mask = mft_entry(node, mlid)
             if mask is None:
+                skipped.append(node.desc)
                 continue
             outs = [i for i in range(1, node.ninf.numPorts + 1)
                     if mask >> i & 1 and i != cur.upport]
@@ -474,8 +476,13 @@ def mcast_trace(sbn: Any, mft_entry: Any, slid: int, dlid: int,
             seen.add(peer.parent)
             todo.append(child)
     if found is None:
+        why = ""
+        if skipped:
+            why = (f" (no entry for it in the multicast table of "
+                   f"{', '.join(repr(d) for d in skipped)}: past its "
+                   f"capacity, or unreadable)")
         raise CmdError(f"no multicast route for MLID {mlid:#x} from LID "
-                       f"{slid} to LID {dlid}")
+                       f"{slid} to LID {dlid}{why}")
     if not is_sw and found.up is root and \
             isinstance(found.node, Switch) and local_lid and \
             local_lid not in range(*_lids(src)[:1], _lids(src)[1] + 1):

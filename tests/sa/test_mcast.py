@@ -197,6 +197,9 @@ def test_ibtracert_multicast_no_route(mfab):
                          "no multicast route"),
                         (["0xc3ff", lids["Hca1"], lids["Hca5"]],
                          "no multicast route"),
+                        (["0xd000", lids["Hca1"], lids["Hca5"]],
+                         "multicast table of 'Switch1': past its "
+                         "capacity"),
                         (["0xbfff", lids["Hca1"], lids["Hca5"]],
                          "not a multicast LID"),
                         (["0xc000", lids["Hca1"], lids["Hca1"]],
