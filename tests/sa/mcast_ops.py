@@ -79,6 +79,25 @@ def lfdb(u, ep, lid, how="smp"):
     return list(sw.lfdb)
 
 
+def sa_load(u, ep):
+    """python-rdma's way to discover through the SA: an SATransactor on
+    the scheduler given to :func:`rdma.discovery.load` (``sa=True``):
+    ``{switch node GUID: trimmed LFT}`` and the number of nodes."""
+    import rdma.discovery
+    import rdma.satransactor
+    import rdma.subnet
+    sat = rdma.satransactor.SATransactor(
+        rdma.discovery.scheduler_class()(u))
+    sbn = rdma.subnet.Subnet()
+    rdma.discovery.load(sat, sbn, ["all_NodeInfo", "all_SwitchInfo",
+                                   "all_LFDB"], sa=True)
+    out = {}
+    for sw in sbn.iterswitches():
+        sw.trim_db()
+        out[str(int(sw.ninf.nodeGUID))] = list(sw.lfdb)
+    return [out, len(sbn.all_nodes)]
+
+
 def bad_mft(u, ep):
     import rdma.subnet
     out = []

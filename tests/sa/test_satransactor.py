@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+import diags
 from conftest import HERE
 
 OPS = str(HERE / "mcast_ops.py")
@@ -83,3 +84,19 @@ def test_switch_lfdb_through_the_sa(fabric, lids):
         assert by_sa == by_smp and len(by_smp) == 7
         tables += 1
     assert tables == 2
+
+
+def test_discovery_load_through_an_sa_transactor(fabric, lids):
+    """rdma.discovery.load on an SATransactor (python-rdma's libibtool
+    does this for its --sa option): every node, and each switch's LFT
+    read with one GetTable equals the SMP-read table."""
+    tables, nodes = ops(fabric, "sa_load")
+    assert nodes == 6 and len(tables) == 2
+    by_smp = {}
+    for lid in lids:
+        ni = diags.fields(fabric.run(["smpquery", "nodeinfo", str(lid)],
+                                     "Hca2").stdout)
+        if ni["NodeType"] == "Switch":
+            by_smp[str(int(ni["Guid"], 16))] = ops(fabric, "lfdb",
+                                                       str(lid))
+    assert tables == by_smp
