@@ -229,9 +229,9 @@ def mcast_line(mlid: int, mask: int, nports: int, brief: bool,
 
 def _ibroute_mcast(args: argparse.Namespace, umad: Any, path: Any,
                    ni: Any, nd: Any, si: Any) -> int:
-    """``ibroute -M``: the multicast forwarding table, read block by
-    block (all positions of a block in parallel) with
-    :meth:`rdma.subnet.Switch.get_switch_fdb`'s block reader."""
+    """``ibroute -M``: the multicast forwarding table, the blocks of the
+    range read in parallel with :meth:`rdma.subnet.Switch`'s block
+    reader."""
     import sys
 
     import rdma.discovery
@@ -260,40 +260,23 @@ def _ibroute_mcast(args: argparse.Namespace, umad: Any, path: Any,
         print(" MLid")
     sw = rdma.subnet.Switch()
     sw.ninf, sw.swinf = ni, si
+    sw.mfdb = [0] * sw.mfdb_size
     sched = rdma.discovery.scheduler_class()(umad)
+    # Every block of the range, every position, in parallel.
+    blocks = range((first - IBA.LID_MULTICAST) // 32,
+                   (last - IBA.LID_MULTICAST) // 32 + 1)
+    sched.run(mqueue=(sw._get_MFDB(sched, blk, pos, path)
+                      for blk in blocks
+                      for pos in range(sw.mfdb_positions)))
     shown = 0
-    base = IBA.LID_MULTICAST // 32
-    for blk in range(first // 32, last // 32 + 1):
-        _read_mft_block(sched, sw, blk - base, path)
-        for mlid in range(max(blk * 32, first), min(blk * 32 + 32,
-                                                    last + 1)):
-            line = mcast_line(mlid, sw.mfdb[mlid % 32], nports,
-                              args.no_dests, args.all)
-            if line is not None:
-                print(line)
-                shown += 1
+    for mlid in range(first, last + 1):
+        line = mcast_line(mlid, sw.mfdb[mlid - IBA.LID_MULTICAST], nports,
+                          args.no_dests, args.all)
+        if line is not None:
+            print(line)
+            shown += 1
     print(f"{shown} {'' if args.all else 'valid '}mlids dumped ")
     return 0
-
-
-def _read_mft_block(sched: Any, sw: Any, idx: int, path: Any) -> None:
-    """Read block *idx* (every position) of *sw*'s MFT into ``sw.mfdb``
-    (32 entries: that block only)."""
-    import rdma.subnet
-    rdma.subnet.mft_attribute_modifier(idx, 0)     # range check
-    sw.mfdb = [0] * 32
-    sched.run(mqueue=(_shifted(sw, sched, idx, pos, path)
-                      for pos in range(sw.mfdb_positions)))
-
-
-def _shifted(sw: Any, sched: Any, idx: int, pos: int, path: Any):
-    """Coroutine: :meth:`Switch._get_MFDB` of block *idx* stored at
-    block 0 of ``sw.mfdb``."""
-    import rdma.IBA as IBA
-    import rdma.subnet
-    inf = yield sched.SubnGet(IBA.SMPMulticastForwardingTable, path,
-                              rdma.subnet.mft_attribute_modifier(idx, pos))
-    sw._merge_mfdb(0, pos, inf.portMaskBlock)
 
 
 def _lids(port: Any) -> Tuple[int, int]:
