@@ -53,8 +53,9 @@ def add_parsers(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "ibtracert", help="the route between two LIDs (like ibtracert)")
-    p.add_argument("rest", nargs="*", metavar="LID",
-                   help="the source and the destination LID")
+    p.add_argument("rest", nargs="*", metavar="END",
+                   help="the source and the destination (LIDs, or port "
+                        "GUIDs with -G)")
     p.add_argument("-n", "--no_info", action="store_true",
                    help="simple format: GUIDs and port numbers only")
     p.add_argument("-m", "--mlid", metavar="MLID", default=None,
