@@ -389,11 +389,13 @@ class SARandomForwardingTableRecord(BinStruct):
 
 
 class SAMulticastForwardingTableRecord(BinStruct):
-    """MulticastForwardingTableRecord (15.2.5.8)."""
+    """MulticastForwardingTableRecord (15.2.5.8).  The position is the
+    top nibble of the second 16-bit word and the block number its low 9
+    bits, as opensm fills them and saquery reads them."""
     MAD_LENGTH = 72
     MAD_ATTRIBUTE_ID = 0x17
     METHODS = _SA_GET
-    FIELDS = [F("LID", 16), R(2), F("position", 4), F("blockNum", 10),
+    FIELDS = [F("LID", 16), F("position", 4), R(3), F("blockNum", 9),
               R(32), N("multicastForwardingTable",
                        SMPMulticastForwardingTable)]
 

@@ -27,7 +27,8 @@ from rdma.IBA import GID, GUID
 
 __all__ = ["Node", "CA", "Switch", "Router", "Port", "Subnet",
            "NODE_CA", "NODE_SWITCH", "NODE_ROUTER", "PORT_STATE_DOWN",
-           "lid_lmc_range", "node_description"]
+           "lid_lmc_range", "node_description",
+           "mft_attribute_modifier"]
 
 #: NodeInfo.nodeType values (IBA 14.2.5.3).
 NODE_CA = 1
@@ -158,7 +159,8 @@ class Switch(Node):
     #: none); a :class:`bytearray` from LID 0 (None until loaded).
     lfdb: Optional[bytearray] = None
     #: The multicast forwarding table: ``mfdb[i]`` is the port mask of
-    #: LID 0xC000 + i (None until loaded).
+    #: MLID 0xC000 + i (bit *n* set: forward out of port *n*; all
+    #: positions joined into one int), None until loaded.
     mfdb: Optional[List[int]] = None
 
     def iterports(self) -> Iterator[Tuple["Port", int]]:
@@ -184,13 +186,30 @@ class Switch(Node):
         top = min(self.swinf.linearFDBTop, self.swinf.linearFDBCap)
         return (top + 64) // 64 * 64
 
+    @property
+    def mfdb_size(self) -> int:
+        """The MLIDs of the multicast forwarding table to read:
+        ``multicastFDBCap`` rounded up to a block of 32 (capped at the
+        multicast LID space)."""
+        cap = min(self.swinf.multicastFDBCap, IBA.LID_COUNT_MULTICAST)
+        return (cap + 31) // 32 * 32
+
+    @property
+    def mfdb_positions(self) -> int:
+        """How many 16-port position masks cover the switch's ports
+        (port 0 included)."""
+        return (self.ninf.numPorts + 1 + 15) // 16
+
     def trim_db(self) -> None:
-        """Drop unused entries (255) at the end of :attr:`lfdb`."""
+        """Drop unused entries (255) at the end of :attr:`lfdb`, and the
+        entries of :attr:`mfdb` past the last multicast LID (0xFFFE)."""
         if self.lfdb:
             n = len(self.lfdb)
             while n and self.lfdb[n - 1] == 255:
                 n -= 1
             del self.lfdb[n:]
+        if self.mfdb:
+            del self.mfdb[IBA.LID_COUNT_MULTICAST:]
 
     def get_switch_inf(self, sched: Any, path: Any):
         """Coroutine: read the SwitchInfo into :attr:`swinf`."""
@@ -201,21 +220,103 @@ class Switch(Node):
         inf = yield sched.SubnGet(IBA.SMPLinearForwardingTable, path, idx)
         self.lfdb[idx * 64:idx * 64 + 64] = bytes(inf.portBlock)
 
+    def _get_LFDB_SA(self, sched: Any, path: Any):
+        """Coroutine: read the whole LFT from the SA (one GetTable of
+        LinearForwardingTableRecords)."""
+        req = IBA.ComponentMask(IBA.SALinearForwardingTableRecord())
+        req.LID = sched.get_path_lid(path)
+        res = yield sched.SubnAdmGetTable(req)
+        for rec in res:
+            idx = rec.blockNum
+            if idx * 64 < len(self.lfdb):
+                self.lfdb[idx * 64:idx * 64 + 64] = bytes(
+                    rec.linearForwardingTable.portBlock)
+
+    def _merge_mfdb(self, idx: int, pos: int, masks: Any) -> None:
+        base = idx * 32
+        shift = pos * 16
+        for i, v in enumerate(masks):
+            if base + i < len(self.mfdb):
+                self.mfdb[base + i] |= int(v) << shift
+
+    def _get_MFDB(self, sched: Any, idx: int, pos: int, path: Any):
+        """Coroutine: read block *idx* (32 MLIDs from 0xC000 + 32 *
+        *idx*) of position *pos* (ports 16 * *pos* .. 16 * *pos* + 15) of
+        the multicast forwarding table into :attr:`mfdb`."""
+        inf = yield sched.SubnGet(IBA.SMPMulticastForwardingTable, path,
+                                  mft_attribute_modifier(idx, pos))
+        self._merge_mfdb(idx, pos, inf.portMaskBlock)
+
+    def _get_MFDB_SA(self, sched: Any, path: Any):
+        """Coroutine: read the whole MFT from the SA (one GetTable of
+        MulticastForwardingTableRecords)."""
+        req = IBA.ComponentMask(IBA.SAMulticastForwardingTableRecord())
+        req.LID = sched.get_path_lid(path)
+        res = yield sched.SubnAdmGetTable(req)
+        for rec in res:
+            self._merge_mfdb(rec.blockNum, rec.position,
+                             rec.multicastForwardingTable.portMaskBlock)
+
     def get_switch_fdb(self, sched: Any, do_lfdb: bool, do_mfdb: bool,
                        path: Any):
         """Coroutine: read the linear forwarding table (one SMP per block
-        of 64 LIDs, in parallel); :attr:`swinf` must be known.  The
-        multicast table is not read (*do_mfdb* raises
-        :exc:`NotImplementedError`)."""
-        if do_mfdb:
-            raise NotImplementedError("reading the multicast forwarding "
-                                      "table is not supported")
+        of 64 LIDs) into :attr:`lfdb` and/or the multicast forwarding
+        table (one SMP per block of 32 MLIDs and position of 16 ports)
+        into :attr:`mfdb`, all blocks in parallel.  The SwitchInfo is
+        read first if :attr:`swinf` is not known; the multicast table
+        needs the NodeInfo (:attr:`ninf`, for the number of ports).
+        Through a :class:`rdma.satransactor.SATransactor` the tables come
+        from the SA (one GetTable each), as python-rdma does.
+
+        :raises ValueError: for the multicast table of a switch whose
+            NodeInfo is not known."""
+        if do_mfdb and self.ninf is None:
+            raise ValueError(f"{self!r}: the multicast forwarding table "
+                             f"needs the switch's NodeInfo (its number of "
+                             f"ports) first")
+        if self.swinf is None:
+            yield self.get_switch_inf(sched, path)
+        by_sa = _is_sa_transactor(sched)
         if do_lfdb:
-            if self.swinf is None:
-                yield self.get_switch_inf(sched, path)
             self.lfdb = bytearray(b"\xff" * self.top_unicast_lid)
-            yield sched.mqueue(self._get_LFDB(sched, i, path)
-                               for i in range(len(self.lfdb) // 64))
+            if by_sa:
+                yield self._get_LFDB_SA(sched, path)
+            else:
+                yield sched.mqueue(self._get_LFDB(sched, i, path)
+                                   for i in range(len(self.lfdb) // 64))
+        if do_mfdb:
+            self.mfdb = [0] * self.mfdb_size
+            if by_sa:
+                yield self._get_MFDB_SA(sched, path)
+            else:
+                positions = self.mfdb_positions
+                yield sched.mqueue(
+                    self._get_MFDB(sched, idx, pos, path)
+                    for idx in range(len(self.mfdb) // 32)
+                    for pos in range(positions))
+
+
+def mft_attribute_modifier(block: int, position: int) -> int:
+    """The attribute modifier of a MulticastForwardingTable SMP (IBA
+    14.2.5.12): *block* of 32 MLIDs (0..511, block 0 is MLID 0xC000) in
+    bits 8:0 and *position* of 16 ports (0..15) in bits 31:28.
+
+    :raises ValueError: if either is out of range."""
+    if not 0 <= block <= 511:
+        raise ValueError(f"MulticastForwardingTable block {block} is not "
+                         f"in 0..511 (MLIDs 0xC000..0xFFFF, 32 a block)")
+    if not 0 <= position <= 15:
+        raise ValueError(f"MulticastForwardingTable position {position} "
+                         f"is not in 0..15 (16 ports a position)")
+    return block | (position << 28)
+
+
+def _is_sa_transactor(sched: Any) -> bool:
+    try:
+        import rdma.satransactor
+    except ImportError:             # pragma: no cover - same package
+        return False
+    return isinstance(sched, rdma.satransactor.SATransactor)
 
 
 class Port:

@@ -82,6 +82,14 @@ def speed_str(v: int, what: str = "") -> str:
     return _bits(SPEEDS, v, what)
 
 
+def ext_speed_str(v: int) -> str:
+    """A LinkSpeedExtSupported/Enabled value as libibmad prints it: ``0``,
+    or the extended speeds (``14.0625 Gbps or 25.78125 Gbps``)."""
+    if v == 0:
+        return "0"
+    return _bits(EXT_SPEEDS, v, "")
+
+
 def cap_lines(table: Dict[int, str], mask: int) -> List[str]:
     """The indented capability names infiniband-diags prints under a
     capability mask."""
@@ -157,8 +165,9 @@ def portinfo_lines(pi: Any, port0_capmask: Any = None) -> List[str]:
         out += dotted([
             ("LinkSpeedExtActive", "No Extended Speed" if ext == 0
              else _bits(EXT_SPEEDS, ext, "")),
-            ("LinkSpeedExtSupported", str(pi.linkSpeedExtSupported)),
-            ("LinkSpeedExtEnabled", str(pi.linkSpeedExtEnabled))])
+            ("LinkSpeedExtSupported",
+             ext_speed_str(pi.linkSpeedExtSupported)),
+            ("LinkSpeedExtEnabled", ext_speed_str(pi.linkSpeedExtEnabled))])
     return out
 
 

@@ -1,17 +1,22 @@
-"""``ibtool ibroute`` and ``ibtool ibtracert``: unicast forwarding, printed
-as infiniband-diags prints it.
+"""``ibtool ibroute`` and ``ibtool ibtracert``: unicast and multicast
+forwarding, printed as infiniband-diags prints it.
 
 ::
 
-    ibtool ibroute [-a] [-n] SWITCH [STARTLID [ENDLID]]  # a switch's LFT
-    ibtool ibtracert SLID DLID                          # the route between
-                                                        # two LIDs
+    ibtool ibroute [-a] [-n] SWITCH [STARTLID [ENDLID]]     # a switch's LFT
+    ibtool ibroute -M [-a] [-n] SWITCH [STARTMLID [ENDMLID]]  # its MFT
+    ibtool ibtracert [-n] [-r] SLID DLID   # the route between two LIDs
+    ibtool ibtracert -G SGUID DGUID        # ... two port GUIDs
+    ibtool ibtracert [-n] -m MLID SLID DLID  # through a multicast tree
 
 ``ibroute`` reads SwitchInfo and the LinearForwardingTable blocks of the
 switch and, for each LID in use, the NodeInfo and NodeDescription of its
-destination (LID-routed SMPs).  ``ibtracert`` discovers the subnet with
-the forwarding tables (:mod:`rdma.discovery`) and follows the links and
-the tables from the source port to the destination LID.
+destination (LID-routed SMPs); with ``-M`` the MulticastForwardingTable
+blocks (every 16-port position of a block in parallel).  ``ibtracert``
+discovers the subnet with the forwarding tables (:mod:`rdma.discovery`)
+and follows the links and the tables from the source port to the
+destination LID; with ``-m`` it walks the multicast tree breadth first
+down the switches' MFT entries for the MLID, as infiniband-diags does.
 """
 from __future__ import annotations
 
@@ -36,15 +41,37 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("-a", "--all", action="store_true",
                    help="show invalid entries (port 255) too")
     p.add_argument("-n", "--no_dests", action="store_true",
-                   help="do not query the destinations")
+                   help="do not query the destinations (with -M: show "
+                        "the port masks in hex)")
+    p.add_argument("-M", "--Multicast", action="store_true",
+                   dest="multicast",
+                   help="show the multicast forwarding table (MLIDs "
+                        "0xC000 and up)")
     add_device_options(p)
     add_target_options(p)
     p.set_defaults(func=ibroute)
 
     p = subparsers.add_parser(
         "ibtracert", help="the route between two LIDs (like ibtracert)")
-    p.add_argument("rest", nargs="*", metavar="LID",
-                   help="the source and the destination LID")
+    p.add_argument("rest", nargs="*", metavar="END",
+                   help="the source and the destination (LIDs, or port "
+                        "GUIDs with -G)")
+    p.add_argument("-n", "--no_info", action="store_true",
+                   help="simple format: GUIDs and port numbers only")
+    p.add_argument("-m", "--mlid", metavar="MLID", default=None,
+                   help="trace the multicast tree of MLID (0xc000 and "
+                        "up) from the source to the destination")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-G", "--Guid", dest="addr_guid", action="store_true",
+                   help="the source and destination are port GUIDs (hex)")
+    g.add_argument("-L", "--Lid", dest="addr_lid", action="store_true",
+                   help="the source and destination are LIDs (default)")
+    p.add_argument("-r", "--reverse", action="store_true",
+                   help="swap the source and the destination "
+                        "(python-rdma's option)")
+    p.add_argument("--ports-file", metavar="FILE", default=None,
+                   help="trace each 'SOURCE DESTINATION' line of FILE "
+                        "instead of the arguments")
     add_device_options(p)
     p.set_defaults(func=ibtracert)
 
@@ -107,6 +134,8 @@ def ibroute(args: argparse.Namespace) -> int:
             raise CmdError(f"{args.rest[0]} is not a switch")
         nd = smp_get(umad, IBA.SMPNodeDescription, path)
         si = smp_get(umad, IBA.SMPSwitchInfo, path)
+        if args.multicast:
+            return _ibroute_mcast(args, umad, path, ni, nd, si)
         top = si.linearFDBTop
         first = _int(args.rest[1], "start LID") if len(args.rest) > 1 else 0
         last = _int(args.rest[2], "end LID") if len(args.rest) > 2 else top
@@ -142,6 +171,115 @@ def ibroute(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mlid(text: str, what: str) -> int:
+    try:
+        v = int(text, 0)
+    except ValueError:
+        raise CmdError(f"bad {what} {text!r}") from None
+    if not 0 <= v <= 0xFFFF:
+        raise CmdError(f"{what} {v:#x} is not a 16-bit LID")
+    return v
+
+
+def mcast_range(cap: int, top: int, first: int, last: int,
+                show_all: bool) -> Tuple[int, int, List[str]]:
+    """The MLIDs ``ibroute -M`` shows for a switch with
+    ``multicastFDBCap`` *cap* and ``multicastFDBTop`` *top*, given the
+    start and end MLID of the command line (0: not given), and warnings
+    about MLIDs it had to move, as infiniband-diags does: the end is the
+    top of the table (or the capacity, or 0xFFFE) and a start below
+    0xC000 becomes 0xC000."""
+    import rdma.IBA as IBA
+    warns = []
+    if not last or last > IBA.LID_MULTICAST + cap - 1:
+        last = IBA.LID_MULTICAST + cap - 1
+    if not show_all and top and top < last:
+        if top < IBA.LID_MULTICAST - 1:
+            warns.append(f"the switch's MulticastFDBTop {top:#x} is not a "
+                         f"multicast LID; ignored")
+        else:
+            last = top
+    if not first:
+        first = IBA.LID_MULTICAST
+    elif first < IBA.LID_MULTICAST:
+        warns.append(f"start MLID {first:#x} is below 0xc000: starting at "
+                     f"0xc000")
+        first = IBA.LID_MULTICAST
+    if last > IBA.LID_MULTICAST + IBA.LID_COUNT_MULTICAST - 1:
+        warns.append(f"end MLID {last:#x} is above 0xfffe: ending at "
+                     f"0xfffe")
+        last = IBA.LID_MULTICAST + IBA.LID_COUNT_MULTICAST - 1
+    return first, last, warns
+
+
+def mcast_line(mlid: int, mask: int, nports: int, brief: bool,
+               show_all: bool) -> Any:
+    """One line of ``ibroute -M`` for *mlid* forwarded to the ports of
+    *mask* (None when it is empty and *show_all* is not set)."""
+    if not mask and not show_all:
+        return None
+    if brief:
+        chunks = (nports + 1 + 15) // 16
+        text = "".join(f"{(mask >> (16 * i)) & 0xFFFF:04x}"
+                       for i in range(chunks))
+    else:
+        text = "".join("x " if mask >> i & 1 else "  "
+                       for i in range(nports + 1))
+    return f"0x{mlid:04x}      {text}"
+
+
+def _ibroute_mcast(args: argparse.Namespace, umad: Any, path: Any,
+                   ni: Any, nd: Any, si: Any) -> int:
+    """``ibroute -M``: the multicast forwarding table, the blocks of the
+    range read in parallel with :meth:`rdma.subnet.Switch`'s block
+    reader."""
+    import sys
+
+    import rdma.discovery
+    import rdma.IBA as IBA
+    import rdma.subnet
+    first = _mlid(args.rest[1], "start MLID") if len(args.rest) > 1 else 0
+    last = _mlid(args.rest[2], "end MLID") if len(args.rest) > 2 else 0
+    first, last, warns = mcast_range(si.multicastFDBCap,
+                                     si.multicastFDBTop, first, last,
+                                     args.all)
+    for w in warns:
+        print(f"ibtool ibroute: warning: {w}", file=sys.stderr)
+    nports = ni.numPorts
+    desc = rdma.subnet.node_description(nd.nodeString)
+    print(f"Multicast mlids [0x{first:x}-0x{last:x}] of switch "
+          f"{_header(path)} guid 0x{int(ni.nodeGUID):016x} ({desc}):")
+    if args.no_dests:
+        print(" MLid       Port Mask")
+    else:
+        if nports > 9:
+            print("            " + "".join(
+                f"{chr(48 + i // 10) if i % 10 == 0 else ' '} "
+                for i in range(nports + 1)))
+        print("     Ports: " + "".join(f"{i % 10} "
+                                       for i in range(nports + 1)))
+        print(" MLid")
+    sw = rdma.subnet.Switch()
+    sw.ninf, sw.swinf = ni, si
+    sw.mfdb = [0] * sw.mfdb_size
+    sched = rdma.discovery.scheduler_class()(umad)
+    # Every block of the range, every position, in parallel.
+    blocks = range((first - IBA.LID_MULTICAST) // 32,
+                   (last - IBA.LID_MULTICAST) // 32 + 1)
+    sched.run(mqueue=(sw._get_MFDB(sched, blk, pos, path)
+                      for blk in blocks
+                      for pos in range(sw.mfdb_positions)))
+    shown = 0
+    for mlid in range(first, last + 1):
+        line = mcast_line(mlid, sw.mfdb[mlid - IBA.LID_MULTICAST], nports,
+                          args.no_dests, args.all)
+        if line is not None:
+            print(line)
+            shown += 1
+    print(f"{shown} {'' if args.all else 'valid '}mlids dumped ")
+    return 0
+
+
 def _lids(port: Any) -> Tuple[int, int]:
     lmc = port.pinf.LMC if port.pinf is not None else 0
     return port.LID, port.LID + (1 << lmc) - 1
@@ -152,9 +290,11 @@ def _kind(node: Any) -> str:
         type(node).__name__]
 
 
-def trace(sbn: Any, slid: int, dlid: int) -> List[str]:
-    """The lines ``ibtracert SLID DLID`` prints, from a subnet database
-    with the forwarding tables (``all_LFDB``)."""
+def trace(sbn: Any, slid: int, dlid: int, brief: bool = False
+          ) -> List[str]:
+    """The lines ``ibtracert SLID DLID`` prints (``ibtracert -n`` with
+    *brief*), from a subnet database with the forwarding tables
+    (``all_LFDB``)."""
     def end_of(lid: int, what: str) -> Any:
         port = sbn.lids[lid] if 0 < lid < len(sbn.lids) else None
         if port is None:
@@ -164,8 +304,12 @@ def trace(sbn: Any, slid: int, dlid: int) -> List[str]:
     src, dst = end_of(slid, "source"), end_of(dlid, "destination")
     node = src.parent
     a, b = _lids(src)
-    out = [f"From {_kind(node)} {{0x{int(node.ninf.nodeGUID):016x}}} "
-           f"portnum {src.port_id} lid {a}-{b} \"{node.desc}\""]
+    if brief:
+        out = [f"From {{0x{int(node.ninf.nodeGUID):016x}}}"
+               f"[{src.port_id}]"]
+    else:
+        out = [f"From {_kind(node)} {{0x{int(node.ninf.nodeGUID):016x}}} "
+               f"portnum {src.port_id} lid {a}-{b} \"{node.desc}\""]
     hops = 0
     here = src
     while here.to_end_port() is not dst:
@@ -188,16 +332,194 @@ def trace(sbn: Any, slid: int, dlid: int) -> List[str]:
         node, here = peer.parent, peer
         ep = peer.to_end_port()
         a, b = _lids(ep)
-        out.append(f"[{port.port_id}] -> {_kind(node)} port "
-                   f"{{0x{int(ep.portGUID):016x}}}[{peer.port_id}] lid "
-                   f"{a}-{b} \"{node.desc}\"")
+        if brief:
+            out.append(f"[{port.port_id}] -> {{0x{int(ep.portGUID):016x}}}"
+                       f"[{peer.port_id}]")
+        else:
+            out.append(f"[{port.port_id}] -> {_kind(node)} port "
+                       f"{{0x{int(ep.portGUID):016x}}}[{peer.port_id}] lid "
+                       f"{a}-{b} \"{node.desc}\"")
         if type(node).__name__ != "Switch" and ep is not dst:
             raise CmdError(f"the route to LID {dlid} ends at "
                            f"\"{node.desc}\"")
     a, b = _lids(dst)
-    out.append(f"To {_kind(node)} {{0x{int(node.ninf.nodeGUID):016x}}} "
-               f"portnum {dst.port_id} lid {a}-{b} \"{node.desc}\"")
+    if brief:
+        out.append(f"To {{0x{int(node.ninf.nodeGUID):016x}}}"
+                   f"[{dst.port_id}]")
+    else:
+        out.append(f"To {_kind(node)} {{0x{int(node.ninf.nodeGUID):016x}}} "
+                   f"portnum {dst.port_id} lid {a}-{b} \"{node.desc}\"")
     return out
+
+
+def _ingress(sbn: Any, slid: int, dlid: int, at: Any = None) -> Any:
+    """The port a unicast route from LID *slid* to LID *dlid* enters
+    node *at* by (default: the node of *dlid*); None if the route does
+    not enter it."""
+    src = sbn.lids[slid]
+    dst = sbn.lids[dlid]
+    if at is None:
+        at = dst.parent
+    node, here = src.parent, src
+    for _ in range(64):
+        if here.to_end_port() is dst:
+            return None
+        if isinstance(node, _subnet().Switch):
+            lfdb = node.lfdb or []
+            out_port = lfdb[dlid] if dlid < len(lfdb) else 0xFF
+            port = node.get_port_nc(out_port) if out_port != 0xFF else None
+        else:
+            port = here
+        peer = sbn.topology.get(port) if port is not None else None
+        if peer is None:
+            return None
+        node, here = peer.parent, peer
+        if node is at:
+            return peer.port_id
+    return None
+
+
+def _subnet():
+    import rdma.subnet
+    return rdma.subnet
+
+
+class _MNode:
+    """A node of the multicast tree walk (``ibtracert -m``)."""
+
+    def __init__(self, node: Any, port: Any, up: Any, egress: int,
+                 upport: int):
+        self.node, self.port, self.up = node, port, up
+        self.egress, self.upport = egress, upport
+
+
+def mcast_trace(sbn: Any, mft_entry: Any, slid: int, dlid: int,
+                mlid: int, brief: bool = False,
+                local_lid: int = 0) -> List[str]:
+    """The lines ``ibtracert -m MLID SLID DLID`` prints: a breadth-first
+    walk from the source down the multicast forwarding tables
+    (``mft_entry(switch, mlid)`` returns a switch's port mask, or None
+    if the switch has no such entry) until the destination's port.
+    *local_lid* is the LID of the port the trace is run from (a switch
+    source is shown with the port the route from there enters it by)."""
+    import collections
+    Switch = _subnet().Switch
+
+    def end_of(lid: int, what: str) -> Any:
+        port = sbn.lids[lid] if 0 < lid < len(sbn.lids) else None
+        if port is None:
+            raise CmdError(f"{what} LID {lid} is not in the subnet")
+        return port
+
+    src, dst = end_of(slid, "source"), end_of(dlid, "destination")
+    if src is dst:
+        raise CmdError(f"a multicast trace needs two different ports "
+                       f"(source and destination are LID {slid})")
+    is_sw = isinstance(src.parent, Switch)
+    if is_sw:
+        ing = _ingress(sbn, local_lid, slid) if local_lid else None
+        root = _MNode(src.parent, src, None, 0, 0)
+        root.shown_port = ing if ing is not None else 0
+    else:
+        root = _MNode(src.parent, src, None, 0, 0)
+        root.shown_port = src.port_id
+    seen = {src.parent}
+    skipped: List[str] = []
+    found = None
+    todo = collections.deque([root])
+    while todo and found is None:
+        cur = todo.popleft()
+        node = cur.node
+        if isinstance(node, Switch):
+            mask = mft_entry(node, mlid)
+            if mask is None:
+                skipped.append(node.desc)
+                continue
+            outs = [i for i in range(1, node.ninf.numPorts + 1)
+                    if mask >> i & 1 and i != cur.upport]
+        elif cur is root:
+            outs = [src.port_id]
+        else:
+            continue
+        for i in outs:
+            port = node.get_port_nc(i)
+            if port is None:
+                continue
+            if port.pinf is not None and port.pinf.portPhysicalState != 5:
+                continue                # not LinkUp
+            peer = sbn.topology.get(port)
+            if peer is None:
+                continue
+            child = _MNode(peer.parent, peer.to_end_port(), cur, i,
+                           peer.port_id)
+            if child.port is dst:
+                found = child
+                break
+            if peer.parent in seen:
+                continue
+            seen.add(peer.parent)
+            todo.append(child)
+    if found is None:
+        why = ""
+        if skipped:
+            why = (f" (no entry for it in the multicast table of "
+                   f"{', '.join(repr(d) for d in skipped)}: past its "
+                   f"capacity, or unreadable)")
+        raise CmdError(f"no multicast route for MLID {mlid:#x} from LID "
+                       f"{slid} to LID {dlid}{why}")
+    if not is_sw and found.up is root and \
+            isinstance(found.node, Switch) and local_lid and \
+            local_lid not in range(*_lids(src)[:1], _lids(src)[1] + 1):
+        # infiniband-diags reaches a remote CA's switch by the route from
+        # the local port and shows the port that route enters it by.
+        ing = _ingress(sbn, local_lid, slid, found.node)
+        if ing is not None:
+            found.upport = ing
+    chain = []
+    n = found
+    while n is not None:
+        chain.append(n)
+        n = n.up
+    chain.reverse()
+
+    def desc(n: Any) -> str:
+        return n.node.desc
+
+    a, b = _lids(src)
+    out = [f"From {_kind(src.parent)} 0x{int(src.parent.ninf.nodeGUID):x} "
+           f"port {root.shown_port} lid {a}-{b} \"{desc(root)}\""]
+    for n in chain[1:]:
+        guid = int(n.node.ninf.nodeGUID)
+        if brief:
+            out.append(f"[{n.egress}] -> {_kind(n.node)} "
+                       f"{{0x{guid:016x}}}[{n.upport}]")
+        else:
+            out.append(f"[{n.egress}] -> {_kind(n.node)} 0x{guid:x}"
+                       f"[{n.upport}] lid {n.port.LID} \"{desc(n)}\"")
+    a, b = _lids(dst)
+    out.append(f"To {_kind(dst.parent)} 0x{int(dst.parent.ninf.nodeGUID):x}"
+               f" port {found.upport} lid {a}-{b} \"{desc(found)}\"")
+    return out
+
+
+def _pairs_from_file(name: str) -> List[Tuple[int, List[str]]]:
+    """``(line number, words)`` for each line of a ``--ports-file`` that
+    is not blank or a ``#`` comment.
+
+    :raises CmdError: if the file cannot be read."""
+    try:
+        with open(name) as f:
+            text = f.read()
+    except OSError as e:
+        raise CmdError(f"cannot open ports-file {name}: "
+                       f"{e.strerror}") from None
+    pairs = []
+    for n, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        pairs.append((n, words))
+    return pairs
 
 
 def ibtracert(args: argparse.Namespace) -> int:
@@ -205,16 +527,117 @@ def ibtracert(args: argparse.Namespace) -> int:
     import rdma.discovery
     import rdma.subnet
     import rdma.umad
-    if len(args.rest) != 2:
-        raise CmdError("give the source and the destination LID")
-    slid = _int(args.rest[0], "source LID")
-    dlid = _int(args.rest[1], "destination LID")
+    import rdma.IBA as IBA
+    what = "port GUID" if args.addr_guid else "LID"
+    if args.ports_file is not None:
+        # As infiniband-diags: the file's pairs, the arguments ignored.
+        pairs = _pairs_from_file(args.ports_file)
+    else:
+        if len(args.rest) != 2:
+            raise CmdError(f"give the source and the destination {what}")
+        pairs = [(0, list(args.rest))]
+        _ends(pairs[0][1], args)            # bad arguments: before MADs
+    mlid = None
+    if args.mlid is not None:
+        mlid = _mlid(args.mlid, "MLID")
+        if not IBA.LID_MULTICAST <= mlid < IBA.LID_PERMISSIVE:
+            raise CmdError(f"MLID {mlid:#x} is not a multicast LID "
+                           f"(0xc000..0xfffe)")
     end_port = get_end_port(args)
     with rdma.umad.UMAD(end_port) as umad:
         sched = rdma.discovery.scheduler_class()(umad)
         sbn = rdma.subnet.Subnet()
         rdma.discovery.load(sched, sbn, ["all_NodeInfo",
                                          "all_NodeDescription",
+                                         "all_PortInfo",
                                          "all_topology", "all_LFDB"])
-    print("\n".join(trace(sbn, slid, dlid)))
+
+        def entry(sw: Any, m: int) -> Any:
+            return _mft_entry(sched, sbn, sw, m)
+        for n, ends in pairs:
+            try:
+                src, dst = _ends(ends, args)
+                if args.addr_guid:
+                    src = _lid_of_guid(sbn, src, "source")
+                    dst = _lid_of_guid(sbn, dst, "destination")
+                if mlid is None:
+                    lines = trace(sbn, src, dst, args.no_info)
+                else:
+                    lines = mcast_trace(sbn, entry, src, dst, mlid,
+                                        args.no_info, end_port.lid)
+            except CmdError as e:
+                raise _at_line(e, args, n) from None
+            print("\n".join(lines), flush=True)
+    if args.ports_file is not None:
+        print(f"{len(pairs)} lid/guid pairs processed from "
+              f"{args.ports_file}")
     return 0
+
+
+def _ends(words: List[str], args: argparse.Namespace) -> List[int]:
+    """The source and destination of one trace (LIDs, or port GUIDs with
+    ``-G``), swapped with ``-r``."""
+    if len(words) != 2:
+        raise CmdError(f"want a source and a destination, not "
+                       f"{' '.join(words)!r}")
+    if args.reverse:
+        words = words[::-1]
+    if args.addr_guid:
+        return [_guid(t, w) for t, w in zip(words, ("source",
+                                                    "destination"))]
+    return [_int(words[0], "source LID"),
+            _int(words[1], "destination LID")]
+
+
+def _at_line(e: CmdError, args: argparse.Namespace, n: int) -> CmdError:
+    """*e*, naming the line of the ports file it comes from."""
+    if args.ports_file is None:
+        return e
+    return CmdError(f"{e} (at line {n} of {args.ports_file})")
+
+
+def _guid(text: str, what: str) -> int:
+    try:
+        v = int(text, 16)
+    except ValueError:
+        raise CmdError(f"bad {what} port GUID {text!r} (hex)") from None
+    if not 0 < v < 1 << 64:
+        raise CmdError(f"{what} port GUID {text!r} is not 64 bits")
+    return v
+
+
+def _lid_of_guid(sbn: Any, guid: int, what: str) -> int:
+    """The LID of the end port with port GUID *guid* in the discovered
+    subnet."""
+    port = sbn.ports.get(guid)
+    if port is None or not port.LID:
+        raise CmdError(f"{what} port GUID 0x{guid:016x} is not in the "
+                       f"subnet")
+    return port.LID
+
+
+def _mft_entry(sched: Any, sbn: Any, sw: Any, mlid: int) -> Any:
+    """The port mask of *mlid* in switch *sw*'s multicast forwarding
+    table (every position of its block, read by SMPs), or None when the
+    MLID is past the switch's ``multicastFDBCap`` or cannot be read."""
+    import rdma.IBA as IBA
+    from rdma._errors import RDMAError
+    idx = mlid - IBA.LID_MULTICAST
+    if sw.swinf is None or idx >= sw.swinf.multicastFDBCap:
+        return None
+    path = sbn.get_path_smp(sched, sw.get_port(0))
+    block = [0] * 32
+
+    import rdma.subnet
+
+    def one(pos: int):
+        inf = yield sched.SubnGet(
+            IBA.SMPMulticastForwardingTable, path,
+            rdma.subnet.mft_attribute_modifier(idx // 32, pos))
+        for i, v in enumerate(inf.portMaskBlock):
+            block[i] |= int(v) << (16 * pos)
+    try:
+        sched.run(mqueue=(one(pos) for pos in range(sw.mfdb_positions)))
+    except (IBA.MADError, RDMAError):
+        return None
+    return block[idx % 32]

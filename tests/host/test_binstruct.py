@@ -221,8 +221,11 @@ def test_wrappers_of_smp_attributes():
     raw = lft.pack()
     assert raw[:4] == b"\x00\x02\x00\x01" and raw[8] == 3
     assert lft.component_mask() == 0b11
-    mft = IBA.SAMulticastForwardingTableRecord(position=0xF, blockNum=0x3FF)
-    assert mft.pack()[2:4] == b"\x3f\xff"
+    # opensm and saquery: position in bits 15:12, block in bits 8:0.
+    mft = IBA.SAMulticastForwardingTableRecord(position=0xF, blockNum=0x1FF)
+    assert mft.pack()[2:4] == b"\xf1\xff"
+    assert IBA.SAMulticastForwardingTableRecord(position=1).pack()[2:4] \
+        == b"\x10\x00"
     assert IBA.SASwitchInfoRecord.COMPONENT_MASK["switchInfo.linearFDBTop"] \
         == 5
 
