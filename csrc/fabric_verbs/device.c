@@ -138,8 +138,11 @@ fabric(void)
     return ok;
 }
 
-/* Return 1 if the caller at ret is part of UCX (libucp, libuct*, libucs,
-   libucm): it must see the real devices only. */
+/* Return 1 if the caller at ret must see the real devices only: UCX
+   (libucp, libuct*, libucs, libucm), and librdmacm, which lists the
+   devices to match them with the kernel's rdma_cm (ucx0 has none) while
+   holding its own lock: UCX's rdmacm transport, which the fabric's node
+   starts, takes that lock again. */
 static int
 from_ucx(const void *ret)
 {
@@ -151,16 +154,38 @@ from_ucx(const void *ret)
         return 0;
     base = strrchr(info.dli_fname, '/');
     base = base ? base + 1 : info.dli_fname;
-    return strncmp(base, "libuc", 5) == 0;
+    return strncmp(base, "libuc", 5) == 0 ||
+           strncmp(base, "librdmacm.", 10) == 0;
 }
 
-/* The real libibverbs function name@version (NULL if not loaded). */
+/* The real libibverbs function name@version (NULL if there is none).
+   RTLD_NEXT finds it when the program links libibverbs.  When libibverbs
+   came with a library that was dlopen()ed (UCX's libuct_ib, pyverbs in a
+   Python process), it is not in the global scope, yet the preloaded front
+   end still comes first for that library's calls: look in libibverbs
+   itself then. */
 void *
 fv_real_sym(const char *name, const char *version)
 {
-    void *f = dlvsym(RTLD_NEXT, name, version);
+    static void *lib;   /* libibverbs.so.1, opened at the first need */
+    void *h, *f = dlvsym(RTLD_NEXT, name, version);
     if (f == NULL)
         f = dlsym(RTLD_NEXT, name);
+    if (f != NULL)
+        return f;
+    h = __atomic_load_n(&lib, __ATOMIC_ACQUIRE);
+    if (h == NULL) {
+        h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL) {
+            fv_debug("no real %s: %s", name, dlerror());
+            return NULL;
+        }
+        /* another thread may have opened it too: that only counts twice */
+        __atomic_store_n(&lib, h, __ATOMIC_RELEASE);
+    }
+    f = dlvsym(h, name, version);
+    if (f == NULL)
+        f = dlsym(h, name);
     return f;
 }
 
