@@ -17,6 +17,8 @@ import json
 import os
 import select
 import shutil
+import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -76,6 +78,91 @@ def node_stats(pid: int | None = None) -> dict | None:
         if head[2] == pid:
             return dict(zip(STAT_NAMES, head[5:]), guid=head[4])
     return None
+
+
+# ---- processes talking over a TCP port (the C tools, ibtool) ----------
+
+def free_port() -> int:
+    """A TCP port that is free now."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _proc_net_tcp(netns: str | None = None) -> list[str]:
+    """The socket lines of /proc/net/tcp and tcp6 (of network namespace
+    *netns*)."""
+    if netns is not None:
+        res = subprocess.run(["ip", "netns", "exec", netns, "cat",
+                              "/proc/net/tcp", "/proc/net/tcp6"],
+                             capture_output=True, text=True, timeout=60)
+        return [line for line in res.stdout.splitlines()
+                if not line.lstrip().startswith("sl")]
+    lines = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                lines += f.readlines()[1:]
+        except FileNotFoundError:
+            continue
+    return lines
+
+
+def listening(port: int, netns: str | None = None) -> bool:
+    """True once a TCP socket listens on *port* (IPv4 or IPv6; in network
+    namespace *netns*)."""
+    for line in _proc_net_tcp(netns):
+        parts = line.split()
+        if len(parts) > 3 and parts[3] == "0A" and \
+                int(parts[1].rsplit(":", 1)[1], 16) == port:
+            return True
+    return False
+
+
+def popen(cmd: list, env: dict) -> subprocess.Popen:
+    """Start *cmd* in a session of its own, its output piped (text)."""
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+
+
+def kill(p: subprocess.Popen) -> None:
+    """Kill *p*'s session if it still runs; reap it."""
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+
+
+def wait_listening(srv: subprocess.Popen, port: int, timeout: float,
+                   netns: str | None = None) -> None:
+    """Wait until server *srv* listens on *port*; fail with its output if
+    it ends first or *timeout* seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not listening(port, netns):
+        assert srv.poll() is None, srv.communicate()
+        assert time.monotonic() < deadline, "server not listening"
+        time.sleep(0.02)
+
+
+def pair(server_cmd: list, client_cmd: list, port: int, env: dict, *,
+         client_env: dict | None = None, netns: str | None = None,
+         timeout: float = 60) -> tuple:
+    """Run a server, wait until it listens on *port* (in network namespace
+    *netns*), run the client; return ((rc, out, err) of the server, the
+    same of the client).  Each waits at most *timeout* seconds; both are
+    killed at the end."""
+    srv = popen(server_cmd, env)
+    cli = None
+    try:
+        wait_listening(srv, port, timeout, netns)
+        cli = popen(client_cmd, env if client_env is None else client_env)
+        c_out, c_err = cli.communicate(timeout=timeout)
+        s_out, s_err = srv.communicate(timeout=timeout)
+        return (srv.returncode, s_out, s_err), (cli.returncode, c_out, c_err)
+    finally:
+        kill(srv)
+        if cli is not None:
+            kill(cli)
 
 
 def _ip(*args, check=True):
