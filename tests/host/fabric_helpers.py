@@ -134,11 +134,12 @@ def kill(p: subprocess.Popen) -> None:
 
 
 def wait_listening(srv: subprocess.Popen, port: int, timeout: float,
-                   netns: str | None = None) -> None:
-    """Wait until server *srv* listens on *port*; fail with its output if
-    it ends first or *timeout* seconds pass."""
+                   netns: str | None = None, ready=None) -> None:
+    """Wait until server *srv* listens on *port* (``ready(port)`` is true;
+    default: a TCP socket listens, in network namespace *netns*); fail
+    with its output if it ends first or *timeout* seconds pass."""
     deadline = time.monotonic() + timeout
-    while not listening(port, netns):
+    while not (ready(port) if ready else listening(port, netns)):
         assert srv.poll() is None, srv.communicate()
         assert time.monotonic() < deadline, "server not listening"
         time.sleep(0.02)
@@ -146,15 +147,15 @@ def wait_listening(srv: subprocess.Popen, port: int, timeout: float,
 
 def pair(server_cmd: list, client_cmd: list, port: int, env: dict, *,
          client_env: dict | None = None, netns: str | None = None,
-         timeout: float = 60) -> tuple:
+         timeout: float = 60, ready=None) -> tuple:
     """Run a server, wait until it listens on *port* (in network namespace
-    *netns*), run the client; return ((rc, out, err) of the server, the
-    same of the client).  Each waits at most *timeout* seconds; both are
-    killed at the end."""
+    *netns*; or until ``ready(port)``), run the client; return ((rc, out,
+    err) of the server, the same of the client).  Each waits at most
+    *timeout* seconds; both are killed at the end."""
     srv = popen(server_cmd, env)
     cli = None
     try:
-        wait_listening(srv, port, timeout, netns)
+        wait_listening(srv, port, timeout, netns, ready)
         cli = popen(client_cmd, env if client_env is None else client_env)
         c_out, c_err = cli.communicate(timeout=timeout)
         s_out, s_err = srv.communicate(timeout=timeout)

@@ -202,16 +202,37 @@ def test_rxe_and_ucx0_at_once(env):
 
 # ---- perftest on rxe ----------------------------------------------------
 
-@pytest.mark.parametrize("tool", ["ib_write_bw", "ib_send_lat"])
-def test_perftest_on_rxe(env, tool):
+def rdma_cm_listening(port):
+    """True once an rdma_cm ID listens on port (iproute2's rdma tool: an
+    rdma_cm listener has no TCP socket)."""
+    tool = shutil.which("rdma", path="/usr/sbin:/sbin:/usr/bin:/bin")
+    out = subprocess.run([tool, "resource", "show", "cm_id"],
+                         capture_output=True, text=True, timeout=T).stdout
+    return any("LISTEN" in line and re.search(rf"[:\]]{port}\b", line)
+               for line in out.splitlines())
+
+
+PERFTESTS = [("ib_write_bw", []), ("ib_send_lat", []),
+             ("ib_write_bw", ["-R"])]    # rdma_cm: librdmacm's device list
+
+
+@pytest.mark.parametrize("tool,extra", PERFTESTS,
+                         ids=[" ".join([t, *e]) for t, e in PERFTESTS])
+def test_perftest_on_rxe(env, tool, extra):
+    """perftest on rxe, both sides preloaded; with -R the connection is
+    made by librdmacm (which lists the devices itself)."""
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed (Debian package perftest)")
     for _ in range(3):
         port = fh.free_port()
         args = [tool, "-d", DEVICE, "-x", str(GID_INDEX), "-p", str(port),
-                "-n", "200"]
-        res = fh.pair(on_fabric(*args), on_fabric(*args, "127.0.0.1"), port,
-                      env, timeout=T)
+                "-n", "200", *extra]
+        if "-R" in extra:
+            res = fh.pair(on_fabric(*args), on_fabric(*args, IP), port,
+                          env, timeout=T, ready=rdma_cm_listening)
+        else:
+            res = fh.pair(on_fabric(*args), on_fabric(*args, "127.0.0.1"),
+                          port, env, timeout=T)
         # perftest's cycle-counter calibration can fail on a loaded
         # (here: emulated) CPU; the transfer was fine: run it again
         if not any("Can't produce a report" in out + err
