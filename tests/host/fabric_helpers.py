@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -164,6 +165,64 @@ def pair(server_cmd: list, client_cmd: list, port: int, env: dict, *,
         kill(srv)
         if cli is not None:
             kill(cli)
+
+
+# ---- C verbs programs through the verbs front end --------------------
+
+#: a pingpong tool's summary line, and its local address line
+PINGPONG_ITERS = re.compile(r"^(\d+) iters in [\d.]+ seconds = [\d.]+ "
+                            r"usec/iter$", re.M)
+PINGPONG_LOCAL = re.compile(r"local address:\s+LID 0x([0-9a-f]+), QPN "
+                            r"0x([0-9a-f]+).*GID ([0-9a-f:.]+)")
+
+
+def c_front_missing(tools) -> str | None:
+    """Why C programs cannot run through the verbs front end here (its
+    library, rdma-core's *tools*), or None."""
+    from rdma import fabric
+    try:
+        fabric.library_path()
+    except FileNotFoundError as e:
+        return str(e)
+    absent = [t for t in tools if shutil.which(t) is None]
+    if absent:
+        return ("rdma-core's tools are not installed (Debian package "
+                f"ibverbs-utils): {', '.join(absent)}")
+    return None
+
+
+def check_pingpong(res, iters: int) -> list:
+    """Both sides of a pingpong ((rc, out, err) each) ran *iters* round
+    trips; return their local-address matches (LID, QPN, GID)."""
+    addrs = []
+    for rc, out, err in res:
+        assert rc == 0, out + err
+        m = PINGPONG_ITERS.search(out)
+        assert m and int(m.group(1)) == iters, out + err
+        addrs.append(PINGPONG_LOCAL.search(out))
+    return addrs
+
+
+# ---- a VMAD answering requests ----------------------------------------
+
+def vmad_serve(srv, answers, timeout: float = 10) -> list:
+    """Answer requests on VMAD *srv* in turn with the statuses in
+    *answers* (a ClassPortInfo whose capabilityMask is srv's QP number);
+    return the low 32 bits of each request's TID.  Stops early when no
+    request comes within *timeout* seconds."""
+    import rdma.IBA as IBA
+    seen = []
+    for status in answers:
+        got = srv.recvfrom(time.monotonic() + timeout)
+        if got is None:
+            break
+        buf, path = got
+        fmt, _ = srv.parse_request(buf, path)
+        seen.append(fmt.transactionID & 0xFFFFFFFF)
+        cpi = IBA.MADClassPortInfo(baseVersion=1, classVersion=1,
+                                   capabilityMask=srv.qp_num & 0xFFFF)
+        srv.send_reply(fmt, cpi, path, status=status)
+    return seen
 
 
 def _ip(*args, check=True):

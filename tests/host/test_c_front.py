@@ -28,19 +28,7 @@ SHM = {"UCX_TLS": "shm,self"}
 TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
 
 
-def _missing():
-    try:
-        fabric.library_path()
-    except FileNotFoundError as e:
-        return str(e)
-    absent = [t for t in IBV_TOOLS if shutil.which(t) is None]
-    if absent:
-        return ("rdma-core's tools are not installed (Debian package "
-                f"ibverbs-utils): {', '.join(absent)}")
-    return None
-
-
-_REASON = _missing()
+_REASON = fh.c_front_missing(IBV_TOOLS)
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 
@@ -76,21 +64,7 @@ def pair(server_cmd, client_cmd, port, env, client_env=None, netns=None):
                    netns=netns, timeout=T)
 
 
-ITERS = re.compile(r"^(\d+) iters in [\d.]+ seconds = [\d.]+ usec/iter$",
-                   re.M)
-LOCAL = re.compile(r"local address:\s+LID 0x([0-9a-f]+), QPN 0x([0-9a-f]+)"
-                   r".*GID ([0-9a-f:]+)")
-
-
-def check_pingpong(res, iters):
-    """Both sides ran iters round trips; return their local addresses."""
-    addrs = []
-    for rc, out, err in res:
-        assert rc == 0, out + err
-        m = ITERS.search(out)
-        assert m and int(m.group(1)) == iters, out + err
-        addrs.append(LOCAL.search(out))
-    return addrs
+check_pingpong = fh.check_pingpong
 
 
 # ---- the libraries ---------------------------------------------------

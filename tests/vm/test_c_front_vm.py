@@ -17,8 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from rdma import fabric
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "host"))
 import fabric_helpers as fh  # noqa: E402
 from verbs_fixtures import DEVICE, GID_INDEX  # noqa: E402
@@ -28,26 +26,9 @@ HOST = Path(__file__).resolve().parent.parent / "host"
 IP = os.environ.get("RDMA_TESTVM_IP", "192.0.2.1")
 SHM = {"UCX_TLS": "shm,self"}
 TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
-ITERS = re.compile(r"^(\d+) iters in [\d.]+ seconds = [\d.]+ usec/iter$",
-                   re.M)
-LOCAL = re.compile(r"local address:\s+LID 0x([0-9a-f]+), QPN 0x([0-9a-f]+)"
-                   r".*GID ([0-9a-f:.]+)")
 
-
-def _missing():
-    try:
-        fabric.library_path()
-    except FileNotFoundError as e:
-        return str(e)
-    absent = [t for t in ("ibv_devices", "ibv_devinfo", "ibv_rc_pingpong")
-              if shutil.which(t) is None]
-    if absent:
-        return ("rdma-core's tools are not installed (Debian package "
-                f"ibverbs-utils): {', '.join(absent)}")
-    return None
-
-
-_REASON = _missing()
+_REASON = fh.c_front_missing(("ibv_devices", "ibv_devinfo",
+                              "ibv_rc_pingpong"))
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 
@@ -75,15 +56,7 @@ def run(cmd, env):
     return res
 
 
-def check_pingpong(res, iters):
-    """Both sides ran iters round trips; return their local addresses."""
-    addrs = []
-    for rc, out, err in res:
-        assert rc == 0, out + err
-        m = ITERS.search(out)
-        assert m and int(m.group(1)) == iters, out + err
-        addrs.append(LOCAL.search(out))
-    return addrs
+check_pingpong = fh.check_pingpong
 
 
 # ---- the device list and the queries ----------------------------------

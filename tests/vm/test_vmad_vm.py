@@ -32,6 +32,9 @@ import rdma
 import rdma.IBA as IBA
 import rdma.path
 import rdma.vmad
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "host"))
+import fabric_helpers as fh  # noqa: E402
 from verbs_fixtures import (DEVICE, GID_INDEX, HOST1_DEVICE, HOST2_DEVICE,
                             TWO_HOST)
 
@@ -137,21 +140,8 @@ def test_gmps_between_two_vmads():
             answers = [0, IBA.MAD_STATUS_BUSY, 0,
                        IBA.MAD_STATUS_INVALID_ATTR_OR_MODIFIER]
             seen = []
-
-            def serve():
-                for status in answers:
-                    got = srv.recvfrom(time.monotonic() + 30)
-                    if got is None:
-                        return
-                    buf, rpath = got
-                    fmt, _ = srv.parse_request(buf, rpath)
-                    seen.append(fmt.transactionID & 0xFFFFFFFF)
-                    cpi = IBA.MADClassPortInfo(
-                        baseVersion=1, classVersion=1,
-                        capabilityMask=srv.qp_num & 0xFFFF)
-                    srv.send_reply(fmt, cpi, rpath, status=status)
-
-            t = threading.Thread(target=serve)
+            t = threading.Thread(target=lambda: seen.extend(
+                fh.vmad_serve(srv, answers, timeout=30)))
             t.start()
             try:
                 got = cli.PerformanceGet(IBA.MADClassPortInfo, path)
