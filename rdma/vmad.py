@@ -6,6 +6,12 @@ back to that QP: GMPs (SA, PerfMgt...) to QP1 of a remote port work on a
 device whose kernel runs a GSI agent (InfiniBand HCAs, rxe), without
 umad.  SMPs need QP0 and umad: use :func:`rdma.get_umad`.
 
+On rxe (RoCE) the round trip through QP1 works, but the kernel serves no
+GMP class itself: a Get of a class that no process registered through
+umad on the target port is answered "unsupported method/attribute"
+(status 0x0C, a :class:`rdma.MADError`); SMPs are dropped (a
+:class:`rdma.MADTimeoutError`).  See docs/mads.rst.
+
 All MADs of one VMAD use the P_Key and Q_Key of the path it was made
 with.  The software fabric (``ucx0``) has no QP0/QP1 and no management
 agents: a VMAD there refuses a path to QP1 with a clear

@@ -138,8 +138,11 @@ fabric(void)
     return ok;
 }
 
-/* Return 1 if the caller at ret is part of UCX (libucp, libuct*, libucs,
-   libucm): it must see the real devices only. */
+/* Return 1 if the caller at ret must see the real devices only: UCX
+   (libucp, libuct*, libucs, libucm), and librdmacm, which lists the
+   devices to match them with the kernel's rdma_cm (ucx0 has none) while
+   holding its own lock: UCX's rdmacm transport, which the fabric's node
+   starts, takes that lock again. */
 static int
 from_ucx(const void *ret)
 {
@@ -151,16 +154,38 @@ from_ucx(const void *ret)
         return 0;
     base = strrchr(info.dli_fname, '/');
     base = base ? base + 1 : info.dli_fname;
-    return strncmp(base, "libuc", 5) == 0;
+    return strncmp(base, "libuc", 5) == 0 ||
+           strncmp(base, "librdmacm.", 10) == 0;
 }
 
-/* The real libibverbs function name@version (NULL if not loaded). */
+/* The real libibverbs function name@version (NULL if there is none).
+   RTLD_NEXT finds it when the program links libibverbs.  When libibverbs
+   came with a library that was dlopen()ed (UCX's libuct_ib, pyverbs in a
+   Python process), it is not in the global scope, yet the preloaded front
+   end still comes first for that library's calls: look in libibverbs
+   itself then. */
 void *
 fv_real_sym(const char *name, const char *version)
 {
-    void *f = dlvsym(RTLD_NEXT, name, version);
+    static void *lib;   /* libibverbs.so.1, opened at the first need */
+    void *h, *f = dlvsym(RTLD_NEXT, name, version);
     if (f == NULL)
         f = dlsym(RTLD_NEXT, name);
+    if (f != NULL)
+        return f;
+    h = __atomic_load_n(&lib, __ATOMIC_ACQUIRE);
+    if (h == NULL) {
+        h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL) {
+            fv_debug("no real %s: %s", name, dlerror());
+            return NULL;
+        }
+        /* another thread may have opened it too: that only counts twice */
+        __atomic_store_n(&lib, h, __ATOMIC_RELEASE);
+    }
+    f = dlvsym(h, name, version);
+    if (f == NULL)
+        f = dlsym(h, name);
     return f;
 }
 
@@ -412,14 +437,11 @@ ibv_open_device(struct ibv_device *dev)
 EXPORT int
 ibv_close_device(struct ibv_context *ctx)
 {
-    REAL(int, ibv_close_device, "IBVERBS_1.1", (struct ibv_context *));
+    FORWARD(int, ibv_close_device, "IBVERBS_1.1", (struct ibv_context *), ctx,
+            (ctx), EINVAL);
     struct pyrdma_status st;
     struct fctx *c;
 
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx) : EINVAL;
-    if (fv_stale(ctx))
-        return EINVAL;   /* inherited across fork() */
     c = fv_ctx_of(ctx);
     if (fv_in_use(&c->users)) {
         /* the kernel destroys what is left of a closed context; the
@@ -440,15 +462,12 @@ ibv_close_device(struct ibv_context *ctx)
 EXPORT int
 ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 {
-    REAL(int, ibv_get_async_event, "IBVERBS_1.1",
-         (struct ibv_context *, struct ibv_async_event *));
+    FORWARD(int, ibv_get_async_event, "IBVERBS_1.1",
+            (struct ibv_context *, struct ibv_async_event *), ctx,
+            (ctx, event), (errno = EINVAL, -1));
     struct pyrdma_status st;
     struct pyrdma_async_event e;
 
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, event) : (errno = EINVAL, -1);
-    if (fv_stale(ctx))
-        return (errno = EINVAL, -1);   /* inherited across fork() */
     for (;;) {
         int r = fv_prov->get_async_event(fv_ctx_of(ctx)->h, &e, &st);
         if (r < 0) {
@@ -515,14 +534,11 @@ ibv_ack_async_event(struct ibv_async_event *event)
 EXPORT int
 ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 {
-    REAL(int, ibv_query_device, "IBVERBS_1.1",
-         (struct ibv_context *, struct ibv_device_attr *));
+    FORWARD(int, ibv_query_device, "IBVERBS_1.1",
+            (struct ibv_context *, struct ibv_device_attr *), ctx, (ctx, attr),
+            EINVAL);
     struct pyrdma_status st;
     struct pyrdma_device_attr a;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, attr) : EINVAL;
-    if (fv_stale(ctx))
-        return EINVAL;   /* inherited across fork() */
     if (fv_prov->query_device(fv_ctx_of(ctx)->h, &a, &st) < 0)
         return fv_failed(&st);
     fv_device_out(attr, &a);
@@ -535,14 +551,11 @@ EXPORT int
 ibv_query_port(struct ibv_context *ctx, uint8_t port,
                struct _compat_ibv_port_attr *attr)
 {
-    REAL(int, ibv_query_port, "IBVERBS_1.1",
-         (struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *));
+    FORWARD(int, ibv_query_port, "IBVERBS_1.1",
+            (struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *),
+            ctx, (ctx, port, attr), EINVAL);
     struct ibv_port_attr full;
     int rc;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, port, attr) : EINVAL;
-    if (fv_stale(ctx))
-        return EINVAL;   /* inherited across fork() */
     rc = vop_query_port(ctx, port, &full, sizeof(full));
     if (rc == 0)
         memcpy(attr, &full, offsetof(struct ibv_port_attr, flags));
@@ -553,14 +566,11 @@ EXPORT int
 ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index,
               union ibv_gid *gid)
 {
-    REAL(int, ibv_query_gid, "IBVERBS_1.1",
-         (struct ibv_context *, uint8_t, int, union ibv_gid *));
+    FORWARD(int, ibv_query_gid, "IBVERBS_1.1",
+            (struct ibv_context *, uint8_t, int, union ibv_gid *), ctx,
+            (ctx, port, index, gid), -1);
     struct pyrdma_status st;
     struct pyrdma_gid_entry e;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, port, index, gid) : -1;
-    if (fv_stale(ctx))
-        return -1;   /* inherited across fork() */
     if (fv_prov->query_gid(fv_ctx_of(ctx)->h, port, index, &e, &st) < 0) {
         fv_failed(&st);
         return -1;
@@ -573,17 +583,13 @@ EXPORT int
 _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
                   struct ibv_gid_entry *entry, uint32_t flags, size_t size)
 {
-    REAL(int, _ibv_query_gid_ex, "IBVERBS_1.11",
-         (struct ibv_context *, uint32_t, uint32_t, struct ibv_gid_entry *,
-          uint32_t, size_t));
+    FORWARD(int, _ibv_query_gid_ex, "IBVERBS_1.11",
+            (struct ibv_context *, uint32_t, uint32_t, struct ibv_gid_entry *,
+             uint32_t, size_t), ctx, (ctx, port, index, entry, flags, size),
+            EINVAL);
     struct pyrdma_status st;
     struct pyrdma_gid_entry e;
     struct ibv_gid_entry out;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, port, index, entry, flags, size)
-                       : EINVAL;
-    if (fv_stale(ctx))
-        return EINVAL;   /* inherited across fork() */
     if (flags != 0)
         return EINVAL;
     if (port > 255 || index > INT32_MAX)
@@ -605,18 +611,14 @@ EXPORT ssize_t
 _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
                      size_t max, uint32_t flags, size_t size)
 {
-    REAL(ssize_t, _ibv_query_gid_table, "IBVERBS_1.11",
-         (struct ibv_context *, struct ibv_gid_entry *, size_t, uint32_t,
-          size_t));
+    FORWARD(ssize_t, _ibv_query_gid_table, "IBVERBS_1.11",
+            (struct ibv_context *, struct ibv_gid_entry *, size_t, uint32_t,
+             size_t), ctx, (ctx, entries, max, flags, size), -EINVAL);
     struct pyrdma_status st;
     struct pyrdma_device_attr da;
     ssize_t n = 0;
     uint32_t port;
 
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, entries, max, flags, size) : -EINVAL;
-    if (fv_stale(ctx))
-        return -EINVAL;   /* inherited across fork() */
     if (flags != 0 || size < sizeof(struct ibv_gid_entry))
         return -EINVAL;
     if (fv_prov->query_device(fv_ctx_of(ctx)->h, &da, &st) < 0)
@@ -650,14 +652,11 @@ EXPORT int
 ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
                    int *type)
 {
-    REAL(int, ibv_query_gid_type, "IBVERBS_PRIVATE_34",
-         (struct ibv_context *, uint8_t, unsigned int, int *));
+    FORWARD(int, ibv_query_gid_type, "IBVERBS_PRIVATE_34",
+            (struct ibv_context *, uint8_t, unsigned int, int *), ctx,
+            (ctx, port, index, type), -1);
     struct pyrdma_status st;
     struct pyrdma_gid_entry e;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, port, index, type) : -1;
-    if (fv_stale(ctx))
-        return -1;   /* inherited across fork() */
     if (index > INT32_MAX ||
         fv_prov->query_gid(fv_ctx_of(ctx)->h, port, (int)index, &e, &st) < 0) {
         errno = EINVAL;
@@ -671,14 +670,11 @@ EXPORT int
 ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index,
                __be16 *pkey)
 {
-    REAL(int, ibv_query_pkey, "IBVERBS_1.1",
-         (struct ibv_context *, uint8_t, int, __be16 *));
+    FORWARD(int, ibv_query_pkey, "IBVERBS_1.1",
+            (struct ibv_context *, uint8_t, int, __be16 *), ctx,
+            (ctx, port, index, pkey), -1);
     struct pyrdma_status st;
     uint16_t p;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, port, index, pkey) : -1;
-    if (fv_stale(ctx))
-        return -1;   /* inherited across fork() */
     if (fv_prov->query_pkey(fv_ctx_of(ctx)->h, port, index, &p, &st) < 0) {
         fv_failed(&st);
         return -1;
@@ -690,13 +686,10 @@ ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index,
 EXPORT int
 ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey)
 {
-    REAL(int, ibv_get_pkey_index, "IBVERBS_1.5",
-         (struct ibv_context *, uint8_t, __be16));
+    FORWARD(int, ibv_get_pkey_index, "IBVERBS_1.5",
+            (struct ibv_context *, uint8_t, __be16), ctx, (ctx, port, pkey),
+            -1);
     int i;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, port, pkey) : -1;
-    if (fv_stale(ctx))
-        return -1;   /* inherited across fork() */
     for (i = 0; i < 128; i++) {
         __be16 p;
         if (ibv_query_pkey(ctx, port, i, &p) != 0)

@@ -177,6 +177,19 @@ fv_stale(struct ibv_context *c)
     return fv_ctx_of(c)->gen != __atomic_load_n(&fv_gen, __ATOMIC_RELAXED);
 }
 
+/* The head of most interposers: real_fn (see REAL), then the dispatch.
+   A call on an object of another device goes to the real libibverbs
+   function (args: its arguments in parentheses); one on a ucx0 object
+   inherited across fork() fails.  bad is what the verb returns on failure
+   (with errno set where the verb sets it), also when libibverbs lacks the
+   function. */
+#define FORWARD(ret, name, ver, params, ctx, args, bad) \
+    REAL(ret, name, ver, params); \
+    if (!fv_ours(ctx)) \
+        return real_fn ? real_fn args : (bad); \
+    if (fv_stale(ctx)) \
+        return (bad)
+
 /* Use counts: a NIC refuses to destroy an object that others still use
    (EBUSY); the fabric itself leaves that to its caller. */
 static inline void
@@ -207,6 +220,12 @@ static inline struct fsrq *
 fv_srq_of(struct ibv_srq *s)
 {
     return container_of(s, struct fsrq, srq);
+}
+
+static inline struct fqp *
+fv_qp_of(struct ibv_qp *q)
+{
+    return container_of(q, struct fqp, qp);
 }
 
 /* conversions between libibverbs' and the fabric's structs (convert.c) */

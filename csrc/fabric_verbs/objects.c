@@ -4,52 +4,103 @@
 #include "front.h"
 
 /* ------------------------------------------------------------------ */
+/* what making and destroying every object shares                     */
+
+/* A zeroed object of size bytes; NULL with errno ENOMEM. */
+static void *
+obj_new(size_t size)
+{
+    void *o = calloc(1, size);
+    if (o == NULL)
+        errno = ENOMEM;
+    return o;
+}
+
+/* The fabric refused to create o (status st): errno from st, o freed;
+   NULL. */
+static void *
+obj_failed(void *o, const struct pyrdma_status *st)
+{
+    int e = fv_failed(st);
+    free(o);
+    errno = e;
+    return NULL;
+}
+
+/* The public fields of a new object o of context ctx (context, handle);
+   ctx counts it. */
+#define IN_CONTEXT(o, ctx_) \
+    ((o)->context = (ctx_), (o)->handle = fv_new_handle(), \
+     fv_use(&fv_ctx_of(ctx_)->users, 1))
+
+/* The public fields of a new object o of PD pd (context, pd, handle); the
+   PD counts it. */
+#define IN_PD(o, pd_) \
+    ((o)->context = (pd_)->context, (o)->pd = (pd_), \
+     (o)->handle = fv_new_handle(), fv_use(&fv_pd_of(pd_)->users, 1))
+
+/* Destroy the fabric object h (with the fabric's destroy op) of a ucx0
+   object: EBUSY while users (NULL: not counted) says others still use it.
+   Then parent, the count of the context or PD it was in, goes down.  0 or
+   an errno; the caller frees the object's own parts. */
+static int
+unmake(void *h, int *users, int (*destroy)(void *, struct pyrdma_status *),
+       int *parent)
+{
+    struct pyrdma_status st;
+    if (users != NULL && fv_in_use(users))
+        return EBUSY;
+    if (destroy(h, &st) < 0)
+        return fv_failed(&st);
+    fv_use(parent, -1);
+    return 0;
+}
+
+/* The mutex and condition of a CQ, SRQ or QP (libibverbs' fields, used
+   by the event calls). */
+static void
+sync_init(pthread_mutex_t *m, pthread_cond_t *c)
+{
+    pthread_mutex_init(m, NULL);
+    pthread_cond_init(c, NULL);
+}
+
+static void
+sync_fini(pthread_mutex_t *m, pthread_cond_t *c)
+{
+    pthread_mutex_destroy(m);
+    pthread_cond_destroy(c);
+}
+
+/* ------------------------------------------------------------------ */
 /* PD, MR                                                              */
 
 EXPORT struct ibv_pd *
 ibv_alloc_pd(struct ibv_context *ctx)
 {
-    REAL(struct ibv_pd *, ibv_alloc_pd, "IBVERBS_1.1", (struct ibv_context *));
+    FORWARD(struct ibv_pd *, ibv_alloc_pd, "IBVERBS_1.1",
+            (struct ibv_context *), ctx, (ctx), (errno = EINVAL, NULL));
     struct pyrdma_status st;
-    struct fpd *p;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx) : (errno = EINVAL, NULL);
-    if (fv_stale(ctx))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
-    p = calloc(1, sizeof(*p));
-    if (p == NULL) {
-        errno = ENOMEM;
+    struct fpd *p = obj_new(sizeof(*p));
+    if (p == NULL)
         return NULL;
-    }
-    if (fv_prov->alloc_pd(fv_ctx_of(ctx)->h, &p->h, &st) < 0) {
-        fv_failed(&st);
-        free(p);
-        return NULL;
-    }
-    p->pd.context = ctx;
-    p->pd.handle = fv_new_handle();
-    fv_use(&fv_ctx_of(ctx)->users, 1);
+    if (fv_prov->alloc_pd(fv_ctx_of(ctx)->h, &p->h, &st) < 0)
+        return obj_failed(p, &st);
+    IN_CONTEXT(&p->pd, ctx);
     return &p->pd;
 }
 
 EXPORT int
 ibv_dealloc_pd(struct ibv_pd *pd)
 {
-    REAL(int, ibv_dealloc_pd, "IBVERBS_1.1", (struct ibv_pd *));
-    struct pyrdma_status st;
-    struct fpd *p;
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd) : EINVAL;
-    if (fv_stale(pd->context))
-        return EINVAL;   /* inherited across fork() */
-    p = container_of(pd, struct fpd, pd);
-    if (fv_in_use(&p->users))
-        return EBUSY;
-    if (fv_prov->dealloc_pd(p->h, &st) < 0)
-        return fv_failed(&st);
-    fv_use(&fv_ctx_of(pd->context)->users, -1);
-    free(p);
-    return 0;
+    FORWARD(int, ibv_dealloc_pd, "IBVERBS_1.1", (struct ibv_pd *),
+            pd->context, (pd), EINVAL);
+    struct fpd *p = fv_pd_of(pd);
+    int e = unmake(p->h, &p->users, fv_prov->dealloc_pd,
+                   &fv_ctx_of(pd->context)->users);
+    if (e == 0)
+        free(p);
+    return e;
 }
 
 static struct ibv_mr *
@@ -57,40 +108,28 @@ reg_mr(struct ibv_pd *pd, void *addr, size_t length, unsigned int access)
 {
     struct pyrdma_status st;
     struct pyrdma_mr_info info;
-    struct fmr *m = calloc(1, sizeof(*m));
-    if (m == NULL) {
-        errno = ENOMEM;
+    struct fmr *m = obj_new(sizeof(*m));
+    if (m == NULL)
         return NULL;
-    }
     /* the optional flags (relaxed ordering...) may be ignored */
     access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
     if (fv_prov->reg_mr(fv_pd_of(pd)->h, addr, length, access, &m->h, &info,
-                        &st) < 0) {
-        fv_failed(&st);
-        free(m);
-        return NULL;
-    }
-    m->mr.context = pd->context;
-    m->mr.pd = pd;
+                        &st) < 0)
+        return obj_failed(m, &st);
     m->mr.addr = addr;
     m->mr.length = length;
-    m->mr.handle = fv_new_handle();
     m->mr.lkey = info.lkey;
     m->mr.rkey = info.rkey;
-    fv_use(&fv_pd_of(pd)->users, 1);
+    IN_PD(&m->mr, pd);
     return &m->mr;
 }
 
 EXPORT struct ibv_mr *
 ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-    REAL(struct ibv_mr *, ibv_reg_mr, "IBVERBS_1.1",
-         (struct ibv_pd *, void *, size_t, int));
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd, addr, length, access)
-                       : (errno = EINVAL, NULL);
-    if (fv_stale(pd->context))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
+    FORWARD(struct ibv_mr *, ibv_reg_mr, "IBVERBS_1.1",
+            (struct ibv_pd *, void *, size_t, int), pd->context,
+            (pd, addr, length, access), (errno = EINVAL, NULL));
     return reg_mr(pd, addr, length, (unsigned int)access);
 }
 
@@ -98,13 +137,9 @@ EXPORT struct ibv_mr *
 ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
                 int access)
 {
-    REAL(struct ibv_mr *, ibv_reg_mr_iova, "IBVERBS_1.7",
-         (struct ibv_pd *, void *, size_t, uint64_t, int));
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd, addr, length, iova, access)
-                       : (errno = EINVAL, NULL);
-    if (fv_stale(pd->context))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
+    FORWARD(struct ibv_mr *, ibv_reg_mr_iova, "IBVERBS_1.7",
+            (struct ibv_pd *, void *, size_t, uint64_t, int), pd->context,
+            (pd, addr, length, iova, access), (errno = EINVAL, NULL));
     if (iova != (uintptr_t)addr) {
         errno = EOPNOTSUPP;     /* the fabric's MRs are addressed by VA */
         return NULL;
@@ -116,13 +151,10 @@ EXPORT struct ibv_mr *
 ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
                  unsigned int access)
 {
-    REAL(struct ibv_mr *, ibv_reg_mr_iova2, "IBVERBS_1.8",
-         (struct ibv_pd *, void *, size_t, uint64_t, unsigned int));
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd, addr, length, iova, access)
-                       : (errno = EINVAL, NULL);
-    if (fv_stale(pd->context))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
+    FORWARD(struct ibv_mr *, ibv_reg_mr_iova2, "IBVERBS_1.8",
+            (struct ibv_pd *, void *, size_t, uint64_t, unsigned int),
+            pd->context, (pd, addr, length, iova, access),
+            (errno = EINVAL, NULL));
     if (iova != (uintptr_t)addr) {
         errno = EOPNOTSUPP;
         return NULL;
@@ -134,13 +166,10 @@ EXPORT struct ibv_mr *
 ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
                   uint64_t iova, int fd, int access)
 {
-    REAL(struct ibv_mr *, ibv_reg_dmabuf_mr, "IBVERBS_1.12",
-         (struct ibv_pd *, uint64_t, size_t, uint64_t, int, int));
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd, offset, length, iova, fd, access)
-                       : (errno = EINVAL, NULL);
-    if (fv_stale(pd->context))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
+    FORWARD(struct ibv_mr *, ibv_reg_dmabuf_mr, "IBVERBS_1.12",
+            (struct ibv_pd *, uint64_t, size_t, uint64_t, int, int),
+            pd->context, (pd, offset, length, iova, fd, access),
+            (errno = EINVAL, NULL));
     errno = EOPNOTSUPP;
     return NULL;
 }
@@ -149,13 +178,10 @@ EXPORT int
 ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
              size_t length, int access)
 {
-    REAL(int, ibv_rereg_mr, "IBVERBS_1.1",
-         (struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int));
-    if (!fv_ours(mr->context))
-        return real_fn ? real_fn(mr, flags, pd, addr, length, access)
-                       : IBV_REREG_MR_ERR_INPUT;
-    if (fv_stale(mr->context))
-        return IBV_REREG_MR_ERR_INPUT;   /* inherited across fork() */
+    FORWARD(int, ibv_rereg_mr, "IBVERBS_1.1",
+            (struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int),
+            mr->context, (mr, flags, pd, addr, length, access),
+            IBV_REREG_MR_ERR_INPUT);
     errno = EOPNOTSUPP;
     return IBV_REREG_MR_ERR_INPUT;     /* the old MR stays valid */
 }
@@ -163,30 +189,21 @@ ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 EXPORT int
 ibv_dereg_mr(struct ibv_mr *mr)
 {
-    REAL(int, ibv_dereg_mr, "IBVERBS_1.1", (struct ibv_mr *));
-    struct pyrdma_status st;
-    struct fmr *m;
-    if (!fv_ours(mr->context))
-        return real_fn ? real_fn(mr) : EINVAL;
-    if (fv_stale(mr->context))
-        return EINVAL;   /* inherited across fork() */
-    m = container_of(mr, struct fmr, mr);
-    if (fv_prov->dereg_mr(m->h, &st) < 0)
-        return fv_failed(&st);
-    fv_use(&fv_pd_of(mr->pd)->users, -1);
-    free(m);
-    return 0;
+    FORWARD(int, ibv_dereg_mr, "IBVERBS_1.1", (struct ibv_mr *),
+            mr->context, (mr), EINVAL);
+    struct fmr *m = container_of(mr, struct fmr, mr);
+    int e = unmake(m->h, NULL, fv_prov->dereg_mr, &fv_pd_of(mr->pd)->users);
+    if (e == 0)
+        free(m);
+    return e;
 }
 
 EXPORT struct ibv_pd *
 ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
 {
-    REAL(struct ibv_pd *, ibv_import_pd, "IBVERBS_1.10",
-         (struct ibv_context *, uint32_t));
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, handle) : (errno = EINVAL, NULL);
-    if (fv_stale(ctx))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
+    FORWARD(struct ibv_pd *, ibv_import_pd, "IBVERBS_1.10",
+            (struct ibv_context *, uint32_t), ctx, (ctx, handle),
+            (errno = EINVAL, NULL));
     errno = EOPNOTSUPP;
     return NULL;
 }
@@ -194,12 +211,9 @@ ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
 EXPORT struct ibv_mr *
 ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
 {
-    REAL(struct ibv_mr *, ibv_import_mr, "IBVERBS_1.10",
-         (struct ibv_pd *, uint32_t));
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd, handle) : (errno = EINVAL, NULL);
-    if (fv_stale(pd->context))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
+    FORWARD(struct ibv_mr *, ibv_import_mr, "IBVERBS_1.10",
+            (struct ibv_pd *, uint32_t), pd->context, (pd, handle),
+            (errno = EINVAL, NULL));
     errno = EOPNOTSUPP;
     return NULL;
 }
@@ -210,25 +224,16 @@ ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
 EXPORT struct ibv_comp_channel *
 ibv_create_comp_channel(struct ibv_context *ctx)
 {
-    REAL(struct ibv_comp_channel *, ibv_create_comp_channel, "IBVERBS_1.0",
-         (struct ibv_context *));
+    FORWARD(struct ibv_comp_channel *, ibv_create_comp_channel,
+            "IBVERBS_1.0", (struct ibv_context *), ctx, (ctx),
+            (errno = EINVAL, NULL));
     struct pyrdma_status st;
-    struct fcc *c;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx) : (errno = EINVAL, NULL);
-    if (fv_stale(ctx))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
-    c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        errno = ENOMEM;
+    struct fcc *c = obj_new(sizeof(*c));
+    if (c == NULL)
         return NULL;
-    }
     if (fv_prov->create_comp_channel(fv_ctx_of(ctx)->h, &c->h, &c->prov_fd,
-                               &st) < 0) {
-        fv_failed(&st);
-        free(c);
-        return NULL;
-    }
+                                     &st) < 0)
+        return obj_failed(c, &st);
     c->cc.fd = fv_watch_fd(c->prov_fd);
     if (c->cc.fd < 0) {
         int e = errno;
@@ -246,20 +251,13 @@ ibv_create_comp_channel(struct ibv_context *ctx)
 EXPORT int
 ibv_destroy_comp_channel(struct ibv_comp_channel *cc)
 {
-    REAL(int, ibv_destroy_comp_channel, "IBVERBS_1.0",
-         (struct ibv_comp_channel *));
-    struct pyrdma_status st;
-    struct fcc *c;
-    if (!fv_ours(cc->context))
-        return real_fn ? real_fn(cc) : EINVAL;
-    if (fv_stale(cc->context))
-        return EINVAL;   /* inherited across fork() */
-    c = container_of(cc, struct fcc, cc);
-    if (__atomic_load_n(&cc->refcnt, __ATOMIC_ACQUIRE) != 0)
-        return EBUSY;
-    if (fv_prov->destroy_comp_channel(c->h, &st) < 0)
-        return fv_failed(&st);
-    fv_use(&fv_ctx_of(cc->context)->users, -1);
+    FORWARD(int, ibv_destroy_comp_channel, "IBVERBS_1.0",
+            (struct ibv_comp_channel *), cc->context, (cc), EINVAL);
+    struct fcc *c = container_of(cc, struct fcc, cc);
+    int e = unmake(c->h, &cc->refcnt, fv_prov->destroy_comp_channel,
+                   &fv_ctx_of(cc->context)->users);
+    if (e != 0)
+        return e;
     close(cc->fd);
     free(c);
     return 0;
@@ -277,29 +275,21 @@ fv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
         errno = EINVAL;
         return NULL;
     }
-    c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        errno = ENOMEM;
+    c = obj_new(sizeof(*c));
+    if (c == NULL)
         return NULL;
-    }
     /* the fabric's cq_context is the ibv_cq: get_cq_event returns it */
     if (fv_prov->create_cq(fv_ctx_of(ctx)->h, cqe, &c->cq,
                      channel ? container_of(channel, struct fcc, cc)->h : NULL,
-                     comp_vector, &c->h, &actual, &st) < 0) {
-        fv_failed(&st);
-        free(c);
-        return NULL;
-    }
-    c->cq.context = ctx;
+                     comp_vector, &c->h, &actual, &st) < 0)
+        return obj_failed(c, &st);
     c->cq.channel = channel;
     c->cq.cq_context = cq_context;
-    c->cq.handle = fv_new_handle();
     c->cq.cqe = actual;
-    pthread_mutex_init(&c->cq.mutex, NULL);
-    pthread_cond_init(&c->cq.cond, NULL);
+    sync_init(&c->cq.mutex, &c->cq.cond);
     if (channel != NULL)
         __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
-    fv_use(&fv_ctx_of(ctx)->users, 1);
+    IN_CONTEXT(&c->cq, ctx);
     return c;
 }
 
@@ -307,32 +297,24 @@ EXPORT struct ibv_cq *
 ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
               struct ibv_comp_channel *channel, int comp_vector)
 {
-    REAL(struct ibv_cq *, ibv_create_cq, "IBVERBS_1.1",
-         (struct ibv_context *, int, void *, struct ibv_comp_channel *, int));
-    struct fcq *c;
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, cqe, cq_context, channel, comp_vector)
-                       : (errno = EINVAL, NULL);
-    if (fv_stale(ctx))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
-    c = fv_cq_new(ctx, cqe, cq_context, channel, comp_vector);
+    FORWARD(struct ibv_cq *, ibv_create_cq, "IBVERBS_1.1",
+            (struct ibv_context *, int, void *, struct ibv_comp_channel *,
+             int), ctx, (ctx, cqe, cq_context, channel, comp_vector),
+            (errno = EINVAL, NULL));
+    struct fcq *c = fv_cq_new(ctx, cqe, cq_context, channel, comp_vector);
     return c ? &c->cq : NULL;
 }
 
 EXPORT int
 ibv_resize_cq(struct ibv_cq *cq, int cqe)
 {
-    REAL(int, ibv_resize_cq, "IBVERBS_1.1", (struct ibv_cq *, int));
+    FORWARD(int, ibv_resize_cq, "IBVERBS_1.1", (struct ibv_cq *, int),
+            cq->context, (cq, cqe), EINVAL);
     struct pyrdma_status st;
     int actual = 0;
-    if (!fv_ours(cq->context))
-        return real_fn ? real_fn(cq, cqe) : EINVAL;
-    if (fv_stale(cq->context))
-        return EINVAL;   /* inherited across fork() */
     if (fv_prov->resize_cq == NULL)
         return EOPNOTSUPP;
-    if (fv_prov->resize_cq(container_of(cq, struct fcq, cq)->h, cqe, &actual,
-                     &st) < 0)
+    if (fv_prov->resize_cq(fv_cq_of(cq)->h, cqe, &actual, &st) < 0)
         return fv_failed(&st);
     cq->cqe = actual;
     return 0;
@@ -341,23 +323,17 @@ ibv_resize_cq(struct ibv_cq *cq, int cqe)
 EXPORT int
 ibv_destroy_cq(struct ibv_cq *cq)
 {
-    REAL(int, ibv_destroy_cq, "IBVERBS_1.1", (struct ibv_cq *));
-    struct pyrdma_status st;
-    struct fcq *c;
-    if (!fv_ours(cq->context))
-        return real_fn ? real_fn(cq) : EINVAL;
-    if (fv_stale(cq->context))
-        return EINVAL;   /* inherited across fork() */
-    c = container_of(cq, struct fcq, cq);
-    if (fv_in_use(&c->users))
-        return EBUSY;   /* a QP still uses it */
-    if (fv_prov->destroy_cq(c->h, &st) < 0)
-        return fv_failed(&st);
-    fv_use(&fv_ctx_of(cq->context)->users, -1);
+    FORWARD(int, ibv_destroy_cq, "IBVERBS_1.1", (struct ibv_cq *),
+            cq->context, (cq), EINVAL);
+    struct fcq *c = fv_cq_of(cq);
+    /* EBUSY while a QP still uses it */
+    int e = unmake(c->h, &c->users, fv_prov->destroy_cq,
+                   &fv_ctx_of(cq->context)->users);
+    if (e != 0)
+        return e;
     if (cq->channel != NULL)
         __atomic_sub_fetch(&cq->channel->refcnt, 1, __ATOMIC_ACQ_REL);
-    pthread_mutex_destroy(&cq->mutex);
-    pthread_cond_destroy(&cq->cond);
+    sync_fini(&cq->mutex, &cq->cond);
     free(c);
     return 0;
 }
@@ -366,17 +342,13 @@ EXPORT int
 ibv_get_cq_event(struct ibv_comp_channel *cc, struct ibv_cq **cq,
                  void **cq_context)
 {
-    REAL(int, ibv_get_cq_event, "IBVERBS_1.1",
-         (struct ibv_comp_channel *, struct ibv_cq **, void **));
+    FORWARD(int, ibv_get_cq_event, "IBVERBS_1.1",
+            (struct ibv_comp_channel *, struct ibv_cq **, void **),
+            cc->context, (cc, cq, cq_context), (errno = EINVAL, -1));
     struct pyrdma_status st;
-    struct fcc *c;
+    struct fcc *c = container_of(cc, struct fcc, cc);
     void *got = NULL;
 
-    if (!fv_ours(cc->context))
-        return real_fn ? real_fn(cc, cq, cq_context) : (errno = EINVAL, -1);
-    if (fv_stale(cc->context))
-        return (errno = EINVAL, -1);   /* inherited across fork() */
-    c = container_of(cc, struct fcc, cc);
     for (;;) {
         int r = fv_prov->get_cq_event(c->h, &got, &st);
         if (r < 0) {
@@ -396,6 +368,7 @@ ibv_get_cq_event(struct ibv_comp_channel *cc, struct ibv_cq **cq,
 EXPORT void
 ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 {
+    /* returns nothing: FORWARD's return of a value does not fit */
     REAL(void, ibv_ack_cq_events, "IBVERBS_1.1",
          (struct ibv_cq *, unsigned int));
     if (!fv_ours(cq->context)) {
@@ -405,7 +378,7 @@ ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
     }
     if (fv_stale(cq->context))
         return;     /* inherited across fork() */
-    fv_prov->ack_cq_events(container_of(cq, struct fcq, cq)->h, nevents);
+    fv_prov->ack_cq_events(fv_cq_of(cq)->h, nevents);
     pthread_mutex_lock(&cq->mutex);
     cq->comp_events_completed += nevents;
     pthread_cond_signal(&cq->cond);
@@ -418,57 +391,39 @@ ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 EXPORT struct ibv_srq *
 ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init)
 {
-    REAL(struct ibv_srq *, ibv_create_srq, "IBVERBS_1.1",
-         (struct ibv_pd *, struct ibv_srq_init_attr *));
+    FORWARD(struct ibv_srq *, ibv_create_srq, "IBVERBS_1.1",
+            (struct ibv_pd *, struct ibv_srq_init_attr *), pd->context,
+            (pd, init), (errno = EINVAL, NULL));
     struct pyrdma_status st;
     struct pyrdma_srq_attr a;
-    struct fsrq *s;
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd, init) : (errno = EINVAL, NULL);
-    if (fv_stale(pd->context))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
-    s = calloc(1, sizeof(*s));
-    if (s == NULL) {
-        errno = ENOMEM;
+    struct fsrq *s = obj_new(sizeof(*s));
+    if (s == NULL)
         return NULL;
-    }
     a.max_wr = init->attr.max_wr;
     a.max_sge = init->attr.max_sge;
     a.srq_limit = init->attr.srq_limit;
-    if (fv_prov->create_srq(container_of(pd, struct fpd, pd)->h, &a, s, &s->h,
-                      &st) < 0) {
-        fv_failed(&st);
-        free(s);
-        return NULL;
-    }
+    if (fv_prov->create_srq(fv_pd_of(pd)->h, &a, s, &s->h, &st) < 0)
+        return obj_failed(s, &st);
     init->attr.max_wr = a.max_wr;
     init->attr.max_sge = a.max_sge;
-    s->srq.context = pd->context;
     s->srq.srq_context = init->srq_context;
-    s->srq.pd = pd;
-    s->srq.handle = fv_new_handle();
-    fv_use(&fv_pd_of(pd)->users, 1);
-    pthread_mutex_init(&s->srq.mutex, NULL);
-    pthread_cond_init(&s->srq.cond, NULL);
+    sync_init(&s->srq.mutex, &s->srq.cond);
+    IN_PD(&s->srq, pd);
     return &s->srq;
 }
 
 EXPORT int
 ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 {
-    REAL(int, ibv_modify_srq, "IBVERBS_1.1",
-         (struct ibv_srq *, struct ibv_srq_attr *, int));
+    FORWARD(int, ibv_modify_srq, "IBVERBS_1.1",
+            (struct ibv_srq *, struct ibv_srq_attr *, int), srq->context,
+            (srq, attr, mask), EINVAL);
     struct pyrdma_status st;
     struct pyrdma_srq_attr a;
-    if (!fv_ours(srq->context))
-        return real_fn ? real_fn(srq, attr, mask) : EINVAL;
-    if (fv_stale(srq->context))
-        return EINVAL;   /* inherited across fork() */
     a.max_wr = attr->max_wr;
     a.max_sge = attr->max_sge;
     a.srq_limit = attr->srq_limit;
-    if (fv_prov->modify_srq(container_of(srq, struct fsrq, srq)->h, &a, mask,
-                      &st) < 0)
+    if (fv_prov->modify_srq(fv_srq_of(srq)->h, &a, mask, &st) < 0)
         return fv_failed(&st);
     return 0;
 }
@@ -476,14 +431,11 @@ ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 EXPORT int
 ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
 {
-    REAL(int, ibv_query_srq, "IBVERBS_1.1",
-         (struct ibv_srq *, struct ibv_srq_attr *));
+    FORWARD(int, ibv_query_srq, "IBVERBS_1.1",
+            (struct ibv_srq *, struct ibv_srq_attr *), srq->context,
+            (srq, attr), EINVAL);
     struct pyrdma_status st;
     struct pyrdma_srq_attr a;
-    if (!fv_ours(srq->context))
-        return real_fn ? real_fn(srq, attr) : EINVAL;
-    if (fv_stale(srq->context))
-        return EINVAL;   /* inherited across fork() */
     if (fv_prov->query_srq(fv_srq_of(srq)->h, &a, &st) < 0)
         return fv_failed(&st);
     attr->max_wr = a.max_wr;
@@ -495,21 +447,15 @@ ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
 EXPORT int
 ibv_destroy_srq(struct ibv_srq *srq)
 {
-    REAL(int, ibv_destroy_srq, "IBVERBS_1.1", (struct ibv_srq *));
-    struct pyrdma_status st;
-    struct fsrq *s;
-    if (!fv_ours(srq->context))
-        return real_fn ? real_fn(srq) : EINVAL;
-    if (fv_stale(srq->context))
-        return EINVAL;   /* inherited across fork() */
-    s = container_of(srq, struct fsrq, srq);
-    if (fv_in_use(&s->users))
-        return EBUSY;   /* a QP still uses it */
-    if (fv_prov->destroy_srq(s->h, &st) < 0)
-        return fv_failed(&st);
-    fv_use(&fv_pd_of(srq->pd)->users, -1);
-    pthread_mutex_destroy(&srq->mutex);
-    pthread_cond_destroy(&srq->cond);
+    FORWARD(int, ibv_destroy_srq, "IBVERBS_1.1", (struct ibv_srq *),
+            srq->context, (srq), EINVAL);
+    struct fsrq *s = fv_srq_of(srq);
+    /* EBUSY while a QP still uses it */
+    int e = unmake(s->h, &s->users, fv_prov->destroy_srq,
+                   &fv_pd_of(srq->pd)->users);
+    if (e != 0)
+        return e;
+    sync_fini(&srq->mutex, &srq->cond);
     free(s);
     return 0;
 }
@@ -517,20 +463,28 @@ ibv_destroy_srq(struct ibv_srq *srq)
 /* ------------------------------------------------------------------ */
 /* QP                                                                  */
 
+/* The CQs and SRQ of a QP counting it (d: 1) or no longer (d: -1). */
+static void
+qp_uses(struct ibv_cq *send_cq, struct ibv_cq *recv_cq, struct ibv_srq *srq,
+        int d)
+{
+    fv_use(&fv_cq_of(send_cq)->users, d);
+    fv_use(&fv_cq_of(recv_cq)->users, d);
+    if (srq != NULL)
+        fv_use(&fv_srq_of(srq)->users, d);
+}
+
 EXPORT struct ibv_qp *
 ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init)
 {
-    REAL(struct ibv_qp *, ibv_create_qp, "IBVERBS_1.1",
-         (struct ibv_pd *, struct ibv_qp_init_attr *));
+    FORWARD(struct ibv_qp *, ibv_create_qp, "IBVERBS_1.1",
+            (struct ibv_pd *, struct ibv_qp_init_attr *), pd->context,
+            (pd, init), (errno = EINVAL, NULL));
     struct pyrdma_status st;
     struct pyrdma_qp_init_attr a;
     struct fqp *q;
     uint32_t qpn = 0;
 
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd, init) : (errno = EINVAL, NULL);
-    if (fv_stale(pd->context))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
     if (init->send_cq == NULL || init->recv_cq == NULL ||
         init->send_cq->context != pd->context ||
         init->recv_cq->context != pd->context ||
@@ -538,60 +492,44 @@ ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init)
         errno = EINVAL;
         return NULL;
     }
-    q = calloc(1, sizeof(*q));
-    if (q == NULL) {
-        errno = ENOMEM;
+    q = obj_new(sizeof(*q));
+    if (q == NULL)
         return NULL;
-    }
     memset(&a, 0, sizeof(a));
-    a.send_cq = container_of(init->send_cq, struct fcq, cq)->h;
-    a.recv_cq = container_of(init->recv_cq, struct fcq, cq)->h;
-    a.srq = init->srq ? container_of(init->srq, struct fsrq, srq)->h : NULL;
+    a.send_cq = fv_cq_of(init->send_cq)->h;
+    a.recv_cq = fv_cq_of(init->recv_cq)->h;
+    a.srq = init->srq ? fv_srq_of(init->srq)->h : NULL;
     a.qp_context = q;       /* async events name the fqp */
     fv_cap_in(&a.cap, &init->cap);
     a.qp_type = init->qp_type;
     a.sq_sig_all = init->sq_sig_all;
-    if (fv_prov->create_qp(fv_pd_of(pd)->h, &a, &q->h, &qpn, &st) < 0) {
-        fv_failed(&st);
-        free(q);
-        return NULL;
-    }
+    if (fv_prov->create_qp(fv_pd_of(pd)->h, &a, &q->h, &qpn, &st) < 0)
+        return obj_failed(q, &st);
     fv_cap_out(&init->cap, &a.cap);
     q->sq_sig_all = init->sq_sig_all;
-    q->qp.context = pd->context;
     q->qp.qp_context = init->qp_context;
-    q->qp.pd = pd;
     q->qp.send_cq = init->send_cq;
     q->qp.recv_cq = init->recv_cq;
     q->qp.srq = init->srq;
-    q->qp.handle = fv_new_handle();
     q->qp.qp_num = qpn;
     q->qp.state = IBV_QPS_RESET;
     q->qp.qp_type = init->qp_type;
-    fv_use(&fv_pd_of(pd)->users, 1);
-    fv_use(&fv_cq_of(init->send_cq)->users, 1);
-    fv_use(&fv_cq_of(init->recv_cq)->users, 1);
-    if (init->srq != NULL)
-        fv_use(&fv_srq_of(init->srq)->users, 1);
-    pthread_mutex_init(&q->qp.mutex, NULL);
-    pthread_cond_init(&q->qp.cond, NULL);
+    sync_init(&q->qp.mutex, &q->qp.cond);
+    IN_PD(&q->qp, pd);
+    qp_uses(init->send_cq, init->recv_cq, init->srq, 1);
     return &q->qp;
 }
 
 EXPORT int
 ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
-    REAL(int, ibv_modify_qp, "IBVERBS_1.1",
-         (struct ibv_qp *, struct ibv_qp_attr *, int));
+    FORWARD(int, ibv_modify_qp, "IBVERBS_1.1",
+            (struct ibv_qp *, struct ibv_qp_attr *, int), qp->context,
+            (qp, attr, mask), EINVAL);
     struct pyrdma_status st;
     struct pyrdma_qp_attr a;
-    if (!fv_ours(qp->context))
-        return real_fn ? real_fn(qp, attr, mask) : EINVAL;
-    if (fv_stale(qp->context))
-        return EINVAL;   /* inherited across fork() */
     fv_qp_attr_in(&a, attr);
-    if (fv_prov->modify_qp(container_of(qp, struct fqp, qp)->h, &a, mask,
-                     &st) < 0)
+    if (fv_prov->modify_qp(fv_qp_of(qp)->h, &a, mask, &st) < 0)
         return fv_failed(&st);
     if (mask & IBV_QP_STATE)
         qp->state = attr->qp_state;
@@ -602,18 +540,14 @@ EXPORT int
 ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
              struct ibv_qp_init_attr *init)
 {
-    REAL(int, ibv_query_qp, "IBVERBS_1.1",
-         (struct ibv_qp *, struct ibv_qp_attr *, int,
-          struct ibv_qp_init_attr *));
+    FORWARD(int, ibv_query_qp, "IBVERBS_1.1",
+            (struct ibv_qp *, struct ibv_qp_attr *, int,
+             struct ibv_qp_init_attr *), qp->context,
+            (qp, attr, mask, init), EINVAL);
     struct pyrdma_status st;
     struct pyrdma_qp_attr a;
-    if (!fv_ours(qp->context))
-        return real_fn ? real_fn(qp, attr, mask, init) : EINVAL;
-    if (fv_stale(qp->context))
-        return EINVAL;   /* inherited across fork() */
     memset(&a, 0, sizeof(a));
-    if (fv_prov->query_qp(container_of(qp, struct fqp, qp)->h, &a, mask,
-                          &st) < 0)
+    if (fv_prov->query_qp(fv_qp_of(qp)->h, &a, mask, &st) < 0)
         return fv_failed(&st);
     fv_qp_attr_out(attr, &a);
     if (init != NULL) {
@@ -624,7 +558,7 @@ ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
         init->srq = qp->srq;
         init->cap = attr->cap;
         init->qp_type = qp->qp_type;
-        init->sq_sig_all = container_of(qp, struct fqp, qp)->sq_sig_all;
+        init->sq_sig_all = fv_qp_of(qp)->sq_sig_all;
     }
     qp->state = attr->qp_state;
     return 0;
@@ -633,23 +567,15 @@ ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
 EXPORT int
 ibv_destroy_qp(struct ibv_qp *qp)
 {
-    REAL(int, ibv_destroy_qp, "IBVERBS_1.1", (struct ibv_qp *));
-    struct pyrdma_status st;
-    struct fqp *q;
-    if (!fv_ours(qp->context))
-        return real_fn ? real_fn(qp) : EINVAL;
-    if (fv_stale(qp->context))
-        return EINVAL;   /* inherited across fork() */
-    q = container_of(qp, struct fqp, qp);
-    if (fv_prov->destroy_qp(q->h, &st) < 0)
-        return fv_failed(&st);
-    fv_use(&fv_pd_of(qp->pd)->users, -1);
-    fv_use(&fv_cq_of(qp->send_cq)->users, -1);
-    fv_use(&fv_cq_of(qp->recv_cq)->users, -1);
-    if (qp->srq != NULL)
-        fv_use(&fv_srq_of(qp->srq)->users, -1);
-    pthread_mutex_destroy(&qp->mutex);
-    pthread_cond_destroy(&qp->cond);
+    FORWARD(int, ibv_destroy_qp, "IBVERBS_1.1", (struct ibv_qp *),
+            qp->context, (qp), EINVAL);
+    struct fqp *q = fv_qp_of(qp);
+    int e = unmake(q->h, NULL, fv_prov->destroy_qp,
+                   &fv_pd_of(qp->pd)->users);
+    if (e != 0)
+        return e;
+    qp_uses(qp->send_cq, qp->recv_cq, qp->srq, -1);
+    sync_fini(&qp->mutex, &qp->cond);
     free(q->x);
     free(q->sg);
     free(q->ib);
@@ -660,14 +586,10 @@ ibv_destroy_qp(struct ibv_qp *qp)
 EXPORT struct ibv_qp_ex *
 ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
-    REAL(struct ibv_qp_ex *, ibv_qp_to_qp_ex, "IBVERBS_1.6",
-         (struct ibv_qp *));
-    if (!fv_ours(qp->context))
-        return real_fn ? real_fn(qp) : NULL;
-    if (fv_stale(qp->context))
-        return NULL;   /* inherited across fork() */
-    if (container_of(qp, struct fqp, qp)->send_ops != 0)
-        return &container_of(qp, struct fqp, qp)->qpx;
+    FORWARD(struct ibv_qp_ex *, ibv_qp_to_qp_ex, "IBVERBS_1.6",
+            (struct ibv_qp *), qp->context, (qp), NULL);
+    if (fv_qp_of(qp)->send_ops != 0)
+        return &fv_qp_of(qp)->qpx;
     errno = EOPNOTSUPP;     /* created without send_ops_flags */
     return NULL;
 }
@@ -675,24 +597,18 @@ ibv_qp_to_qp_ex(struct ibv_qp *qp)
 EXPORT int
 ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 {
-    REAL(int, ibv_query_ece, "IBVERBS_1.10", (struct ibv_qp *,
-                                               struct ibv_ece *));
-    if (!fv_ours(qp->context))
-        return real_fn ? real_fn(qp, ece) : EINVAL;
-    if (fv_stale(qp->context))
-        return EINVAL;   /* inherited across fork() */
+    FORWARD(int, ibv_query_ece, "IBVERBS_1.10",
+            (struct ibv_qp *, struct ibv_ece *), qp->context, (qp, ece),
+            EINVAL);
     return EOPNOTSUPP;
 }
 
 EXPORT int
 ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 {
-    REAL(int, ibv_set_ece, "IBVERBS_1.10", (struct ibv_qp *,
-                                             struct ibv_ece *));
-    if (!fv_ours(qp->context))
-        return real_fn ? real_fn(qp, ece) : EINVAL;
-    if (fv_stale(qp->context))
-        return EINVAL;   /* inherited across fork() */
+    FORWARD(int, ibv_set_ece, "IBVERBS_1.10",
+            (struct ibv_qp *, struct ibv_ece *), qp->context, (qp, ece),
+            EINVAL);
     return EOPNOTSUPP;
 }
 
@@ -700,49 +616,42 @@ EXPORT int
 ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op,
                            uint32_t flags)
 {
-    REAL(int, ibv_query_qp_data_in_order, "IBVERBS_1.14",
-         (struct ibv_qp *, enum ibv_wr_opcode, uint32_t));
-    if (!fv_ours(qp->context))
-        return real_fn ? real_fn(qp, op, flags) : 0;
-    if (fv_stale(qp->context))
-        return 0;   /* inherited across fork() */
+    FORWARD(int, ibv_query_qp_data_in_order, "IBVERBS_1.14",
+            (struct ibv_qp *, enum ibv_wr_opcode, uint32_t), qp->context,
+            (qp, op, flags), 0);
     return 0;   /* no guarantee is made about the order data lands in */
+}
+
+/* Attach (attach: 1) or detach QP qp of ucx0 to multicast group gid/lid. */
+static int
+mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid, int attach)
+{
+    struct pyrdma_status st;
+    int (*op)(void *, const uint8_t *, uint16_t, struct pyrdma_status *) =
+        attach ? fv_prov->attach_mcast : fv_prov->detach_mcast;
+    if (op == NULL)
+        return EOPNOTSUPP;
+    if (op(fv_qp_of(qp)->h, gid->raw, lid, &st) < 0)
+        return fv_failed(&st);
+    return 0;
 }
 
 EXPORT int
 ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-    REAL(int, ibv_attach_mcast, "IBVERBS_1.1",
-         (struct ibv_qp *, const union ibv_gid *, uint16_t));
-    struct pyrdma_status st;
-    if (!fv_ours(qp->context))
-        return real_fn ? real_fn(qp, gid, lid) : EINVAL;
-    if (fv_stale(qp->context))
-        return EINVAL;   /* inherited across fork() */
-    if (fv_prov->attach_mcast == NULL)
-        return EOPNOTSUPP;
-    if (fv_prov->attach_mcast(container_of(qp, struct fqp, qp)->h, gid->raw,
-                              lid, &st) < 0)
-        return fv_failed(&st);
-    return 0;
+    FORWARD(int, ibv_attach_mcast, "IBVERBS_1.1",
+            (struct ibv_qp *, const union ibv_gid *, uint16_t), qp->context,
+            (qp, gid, lid), EINVAL);
+    return mcast(qp, gid, lid, 1);
 }
 
 EXPORT int
 ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-    REAL(int, ibv_detach_mcast, "IBVERBS_1.1",
-         (struct ibv_qp *, const union ibv_gid *, uint16_t));
-    struct pyrdma_status st;
-    if (!fv_ours(qp->context))
-        return real_fn ? real_fn(qp, gid, lid) : EINVAL;
-    if (fv_stale(qp->context))
-        return EINVAL;   /* inherited across fork() */
-    if (fv_prov->detach_mcast == NULL)
-        return EOPNOTSUPP;
-    if (fv_prov->detach_mcast(container_of(qp, struct fqp, qp)->h, gid->raw,
-                              lid, &st) < 0)
-        return fv_failed(&st);
-    return 0;
+    FORWARD(int, ibv_detach_mcast, "IBVERBS_1.1",
+            (struct ibv_qp *, const union ibv_gid *, uint16_t), qp->context,
+            (qp, gid, lid), EINVAL);
+    return mcast(qp, gid, lid, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -751,66 +660,46 @@ ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 EXPORT struct ibv_ah *
 ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
-    REAL(struct ibv_ah *, ibv_create_ah, "IBVERBS_1.1",
-         (struct ibv_pd *, struct ibv_ah_attr *));
+    FORWARD(struct ibv_ah *, ibv_create_ah, "IBVERBS_1.1",
+            (struct ibv_pd *, struct ibv_ah_attr *), pd->context,
+            (pd, attr), (errno = EINVAL, NULL));
     struct pyrdma_status st;
     struct pyrdma_ah_attr a;
-    struct fah *h;
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd, attr) : (errno = EINVAL, NULL);
-    if (fv_stale(pd->context))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
-    h = calloc(1, sizeof(*h));
-    if (h == NULL) {
-        errno = ENOMEM;
+    int r;
+    struct fah *h = obj_new(sizeof(*h));
+    if (h == NULL)
         return NULL;
-    }
     fv_ah_in(&a, attr);
     fv_in_fabric++;
-    if (fv_prov->create_ah(container_of(pd, struct fpd, pd)->h, &a, &h->h,
-                     &st) < 0) {
-        fv_in_fabric--;
-        fv_failed(&st);
-        free(h);
-        return NULL;
-    }
+    r = fv_prov->create_ah(fv_pd_of(pd)->h, &a, &h->h, &st);
     fv_in_fabric--;
-    h->ah.context = pd->context;
-    h->ah.pd = pd;
-    h->ah.handle = fv_new_handle();
-    fv_use(&fv_pd_of(pd)->users, 1);
+    if (r < 0)
+        return obj_failed(h, &st);
+    IN_PD(&h->ah, pd);
     return &h->ah;
 }
 
 EXPORT int
 ibv_destroy_ah(struct ibv_ah *ah)
 {
-    REAL(int, ibv_destroy_ah, "IBVERBS_1.1", (struct ibv_ah *));
-    struct pyrdma_status st;
-    struct fah *h;
-    if (!fv_ours(ah->context))
-        return real_fn ? real_fn(ah) : EINVAL;
-    if (fv_stale(ah->context))
-        return EINVAL;   /* inherited across fork() */
-    h = container_of(ah, struct fah, ah);
-    if (fv_prov->destroy_ah(h->h, &st) < 0)
-        return fv_failed(&st);
-    fv_use(&fv_pd_of(ah->pd)->users, -1);
-    free(h);
-    return 0;
+    FORWARD(int, ibv_destroy_ah, "IBVERBS_1.1", (struct ibv_ah *),
+            ah->context, (ah), EINVAL);
+    struct fah *h = container_of(ah, struct fah, ah);
+    int e = unmake(h->h, NULL, fv_prov->destroy_ah,
+                   &fv_pd_of(ah->pd)->users);
+    if (e == 0)
+        free(h);
+    return e;
 }
 
 EXPORT int
 ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc,
                     struct ibv_grh *grh, struct ibv_ah_attr *ah)
 {
-    REAL(int, ibv_init_ah_from_wc, "IBVERBS_1.1",
-         (struct ibv_context *, uint8_t, struct ibv_wc *, struct ibv_grh *,
-          struct ibv_ah_attr *));
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, port, wc, grh, ah) : EINVAL;
-    if (fv_stale(ctx))
-        return EINVAL;   /* inherited across fork() */
+    FORWARD(int, ibv_init_ah_from_wc, "IBVERBS_1.1",
+            (struct ibv_context *, uint8_t, struct ibv_wc *,
+             struct ibv_grh *, struct ibv_ah_attr *), ctx,
+            (ctx, port, wc, grh, ah), EINVAL);
     memset(ah, 0, sizeof(*ah));
     ah->dlid = wc->slid;
     ah->sl = wc->sl;
@@ -832,13 +721,10 @@ EXPORT struct ibv_ah *
 ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
                       struct ibv_grh *grh, uint8_t port)
 {
-    REAL(struct ibv_ah *, ibv_create_ah_from_wc, "IBVERBS_1.1",
-         (struct ibv_pd *, struct ibv_wc *, struct ibv_grh *, uint8_t));
+    FORWARD(struct ibv_ah *, ibv_create_ah_from_wc, "IBVERBS_1.1",
+            (struct ibv_pd *, struct ibv_wc *, struct ibv_grh *, uint8_t),
+            pd->context, (pd, wc, grh, port), (errno = EINVAL, NULL));
     struct ibv_ah_attr a;
-    if (!fv_ours(pd->context))
-        return real_fn ? real_fn(pd, wc, grh, port) : (errno = EINVAL, NULL);
-    if (fv_stale(pd->context))
-        return (errno = EINVAL, NULL);   /* inherited across fork() */
     if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &a) != 0)
         return NULL;
     return ibv_create_ah(pd, &a);
@@ -848,12 +734,9 @@ EXPORT int
 ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah_attr *attr,
                             uint8_t eth_mac[6], uint16_t *vid)
 {
-    REAL(int, ibv_resolve_eth_l2_from_gid, "IBVERBS_1.1",
-         (struct ibv_context *, struct ibv_ah_attr *, uint8_t *, uint16_t *));
-    if (!fv_ours(ctx))
-        return real_fn ? real_fn(ctx, attr, eth_mac, vid) : EINVAL;
-    if (fv_stale(ctx))
-        return EINVAL;   /* inherited across fork() */
+    FORWARD(int, ibv_resolve_eth_l2_from_gid, "IBVERBS_1.1",
+            (struct ibv_context *, struct ibv_ah_attr *, uint8_t *,
+             uint16_t *), ctx, (ctx, attr, eth_mac, vid), EINVAL);
     return EOPNOTSUPP;      /* the fabric is not Ethernet */
 }
 

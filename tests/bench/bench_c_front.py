@@ -31,21 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_ucx import TLS, _free_port, run_perftest  # noqa: E402
-
-
-def _listening(port: int) -> bool:
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                next(f)
-                for line in f:
-                    parts = line.split()
-                    if parts[3] == "0A" and \
-                            int(parts[1].rsplit(":", 1)[1], 16) == port:
-                        return True
-        except FileNotFoundError:
-            continue
-    return False
+sys.path.insert(0, str(HERE.parent / "host"))
+from fabric_helpers import listening  # noqa: E402
 
 
 def run_c(tool: str, size: int, iters: int, env: dict) -> dict:
@@ -63,7 +50,7 @@ def run_c(tool: str, size: int, iters: int, env: dict) -> dict:
                                stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
-            while not _listening(port):
+            while not listening(port):
                 if srv.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"{tool} server did not start")
                 time.sleep(0.02)

@@ -15,8 +15,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
+import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -76,6 +79,150 @@ def node_stats(pid: int | None = None) -> dict | None:
         if head[2] == pid:
             return dict(zip(STAT_NAMES, head[5:]), guid=head[4])
     return None
+
+
+# ---- processes talking over a TCP port (the C tools, ibtool) ----------
+
+def free_port() -> int:
+    """A TCP port that is free now."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _proc_net_tcp(netns: str | None = None) -> list[str]:
+    """The socket lines of /proc/net/tcp and tcp6 (of network namespace
+    *netns*)."""
+    if netns is not None:
+        res = subprocess.run(["ip", "netns", "exec", netns, "cat",
+                              "/proc/net/tcp", "/proc/net/tcp6"],
+                             capture_output=True, text=True, timeout=60)
+        return [line for line in res.stdout.splitlines()
+                if not line.lstrip().startswith("sl")]
+    lines = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                lines += f.readlines()[1:]
+        except FileNotFoundError:
+            continue
+    return lines
+
+
+def listening(port: int, netns: str | None = None) -> bool:
+    """True once a TCP socket listens on *port* (IPv4 or IPv6; in network
+    namespace *netns*)."""
+    for line in _proc_net_tcp(netns):
+        parts = line.split()
+        if len(parts) > 3 and parts[3] == "0A" and \
+                int(parts[1].rsplit(":", 1)[1], 16) == port:
+            return True
+    return False
+
+
+def popen(cmd: list, env: dict) -> subprocess.Popen:
+    """Start *cmd* in a session of its own, its output piped (text)."""
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+
+
+def kill(p: subprocess.Popen) -> None:
+    """Kill *p*'s session if it still runs; reap it."""
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+
+
+def wait_listening(srv: subprocess.Popen, port: int, timeout: float,
+                   netns: str | None = None, ready=None) -> None:
+    """Wait until server *srv* listens on *port* (``ready(port)`` is true;
+    default: a TCP socket listens, in network namespace *netns*); fail
+    with its output if it ends first or *timeout* seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not (ready(port) if ready else listening(port, netns)):
+        assert srv.poll() is None, srv.communicate()
+        assert time.monotonic() < deadline, "server not listening"
+        time.sleep(0.02)
+
+
+def pair(server_cmd: list, client_cmd: list, port: int, env: dict, *,
+         client_env: dict | None = None, netns: str | None = None,
+         timeout: float = 60, ready=None) -> tuple:
+    """Run a server, wait until it listens on *port* (in network namespace
+    *netns*; or until ``ready(port)``), run the client; return ((rc, out,
+    err) of the server, the same of the client).  Each waits at most
+    *timeout* seconds; both are killed at the end."""
+    srv = popen(server_cmd, env)
+    cli = None
+    try:
+        wait_listening(srv, port, timeout, netns, ready)
+        cli = popen(client_cmd, env if client_env is None else client_env)
+        c_out, c_err = cli.communicate(timeout=timeout)
+        s_out, s_err = srv.communicate(timeout=timeout)
+        return (srv.returncode, s_out, s_err), (cli.returncode, c_out, c_err)
+    finally:
+        kill(srv)
+        if cli is not None:
+            kill(cli)
+
+
+# ---- C verbs programs through the verbs front end --------------------
+
+#: a pingpong tool's summary line, and its local address line
+PINGPONG_ITERS = re.compile(r"^(\d+) iters in [\d.]+ seconds = [\d.]+ "
+                            r"usec/iter$", re.M)
+PINGPONG_LOCAL = re.compile(r"local address:\s+LID 0x([0-9a-f]+), QPN "
+                            r"0x([0-9a-f]+).*GID ([0-9a-f:.]+)")
+
+
+def c_front_missing(tools) -> str | None:
+    """Why C programs cannot run through the verbs front end here (its
+    library, rdma-core's *tools*), or None."""
+    from rdma import fabric
+    try:
+        fabric.library_path()
+    except FileNotFoundError as e:
+        return str(e)
+    absent = [t for t in tools if shutil.which(t) is None]
+    if absent:
+        return ("rdma-core's tools are not installed (Debian package "
+                f"ibverbs-utils): {', '.join(absent)}")
+    return None
+
+
+def check_pingpong(res, iters: int) -> list:
+    """Both sides of a pingpong ((rc, out, err) each) ran *iters* round
+    trips; return their local-address matches (LID, QPN, GID)."""
+    addrs = []
+    for rc, out, err in res:
+        assert rc == 0, out + err
+        m = PINGPONG_ITERS.search(out)
+        assert m and int(m.group(1)) == iters, out + err
+        addrs.append(PINGPONG_LOCAL.search(out))
+    return addrs
+
+
+# ---- a VMAD answering requests ----------------------------------------
+
+def vmad_serve(srv, answers, timeout: float = 10) -> list:
+    """Answer requests on VMAD *srv* in turn with the statuses in
+    *answers* (a ClassPortInfo whose capabilityMask is srv's QP number);
+    return the low 32 bits of each request's TID.  Stops early when no
+    request comes within *timeout* seconds."""
+    import rdma.IBA as IBA
+    seen = []
+    for status in answers:
+        got = srv.recvfrom(time.monotonic() + timeout)
+        if got is None:
+            break
+        buf, path = got
+        fmt, _ = srv.parse_request(buf, path)
+        seen.append(fmt.transactionID & 0xFFFFFFFF)
+        cpi = IBA.MADClassPortInfo(baseVersion=1, classVersion=1,
+                                   capabilityMask=srv.qp_num & 0xFFFF)
+        srv.send_reply(fmt, cpi, path, status=status)
+    return seen
 
 
 def _ip(*args, check=True):

@@ -11,8 +11,6 @@ do.  Every process is bounded by a timeout and killed at the end.
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,19 +28,7 @@ SHM = {"UCX_TLS": "shm,self"}
 TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
 
 
-def _missing():
-    try:
-        fabric.library_path()
-    except FileNotFoundError as e:
-        return str(e)
-    absent = [t for t in IBV_TOOLS if shutil.which(t) is None]
-    if absent:
-        return ("rdma-core's tools are not installed (Debian package "
-                f"ibverbs-utils): {', '.join(absent)}")
-    return None
-
-
-_REASON = _missing()
+_REASON = fh.c_front_missing(IBV_TOOLS)
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 
@@ -66,89 +52,19 @@ def run(cmd, env, timeout=T):
                           timeout=timeout, env=env)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def _proc_net_tcp(netns=None):
-    """The lines of /proc/net/tcp and tcp6 (of network namespace netns)."""
-    if netns is not None:
-        res = subprocess.run(["ip", "netns", "exec", netns, "cat",
-                              "/proc/net/tcp", "/proc/net/tcp6"],
-                             capture_output=True, text=True, timeout=T)
-        return [line for line in res.stdout.splitlines()
-                if not line.lstrip().startswith("sl")]
-    lines = []
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                lines += f.readlines()[1:]
-        except FileNotFoundError:
-            continue
-    return lines
-
-
-def listening(port, netns=None):
-    """True once a TCP socket listens on port (IPv4 or IPv6)."""
-    for line in _proc_net_tcp(netns):
-        parts = line.split()
-        if len(parts) > 3 and parts[3] == "0A" and \
-                int(parts[1].rsplit(":", 1)[1], 16) == port:
-            return True
-    return False
-
-
-def popen(cmd, env):
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env)
-
-
-def kill(p):
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
+free_port = fh.free_port
+listening = fh.listening
+popen = fh.popen
+kill = fh.kill
 
 
 def pair(server_cmd, client_cmd, port, env, client_env=None, netns=None):
-    """Run a server, wait until it listens on port (in network namespace
-    netns), run the client; return ((rc, out, err) of the server, same of
-    the client)."""
-    srv = popen(server_cmd, env)
-    cli = None
-    try:
-        deadline = time.monotonic() + T
-        while not listening(port, netns):
-            assert srv.poll() is None, srv.communicate()
-            assert time.monotonic() < deadline, "server not listening"
-            time.sleep(0.02)
-        cli = popen(client_cmd, env if client_env is None else client_env)
-        c_out, c_err = cli.communicate(timeout=T)
-        s_out, s_err = srv.communicate(timeout=T)
-        return (srv.returncode, s_out, s_err), (cli.returncode, c_out, c_err)
-    finally:
-        kill(srv)
-        if cli is not None:
-            kill(cli)
+    """fabric_helpers.pair with this file's timeout."""
+    return fh.pair(server_cmd, client_cmd, port, env, client_env=client_env,
+                   netns=netns, timeout=T)
 
 
-ITERS = re.compile(r"^(\d+) iters in [\d.]+ seconds = [\d.]+ usec/iter$",
-                   re.M)
-LOCAL = re.compile(r"local address:\s+LID 0x([0-9a-f]+), QPN 0x([0-9a-f]+)"
-                   r".*GID ([0-9a-f:]+)")
-
-
-def check_pingpong(res, iters):
-    """Both sides ran iters round trips; return their local addresses."""
-    addrs = []
-    for rc, out, err in res:
-        assert rc == 0, out + err
-        m = ITERS.search(out)
-        assert m and int(m.group(1)) == iters, out + err
-        addrs.append(LOCAL.search(out))
-    return addrs
+check_pingpong = fh.check_pingpong
 
 
 # ---- the libraries ---------------------------------------------------
@@ -439,11 +355,8 @@ def test_peer_killed_mid_transfer(env, monkeypatch):
     srv = popen(on_fabric(*args), env)
     cli = None
     try:
+        fh.wait_listening(srv, port, T)
         deadline = time.monotonic() + T
-        while not listening(port):
-            assert srv.poll() is None, srv.communicate()
-            assert time.monotonic() < deadline, "server not listening"
-            time.sleep(0.02)
         cli = popen(on_fabric(*args, "127.0.0.1"), env)
         # until messages flow (the server's node has executed requests)
         while True:

@@ -6,13 +6,12 @@ import io
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
+
+import fabric_helpers as fh
 
 ENV = {"RDMA_PROVIDER": "ucx", "UCX_WARN_UNUSED_ENV_VARS": "n"}
 T = 120
@@ -34,61 +33,17 @@ _REASON = _fabric_missing()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def listening(port):
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                next(f)
-                for line in f:
-                    parts = line.split()
-                    if parts[3] == "0A" and \
-                            int(parts[1].rsplit(":", 1)[1], 16) == port:
-                        return True
-        except FileNotFoundError:
-            continue
-    return False
+free_port = fh.free_port
 
 
 def rdma(*args):
     return [sys.executable, "-m", "rdma", *args]
 
 
-def popen(cmd):
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,
-                            env=dict(os.environ, **ENV))
-
-
-def kill(p):
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-
-
 def pair(server_cmd, client_cmd, port):
-    srv = popen(server_cmd)
-    cli = None
-    try:
-        deadline = time.monotonic() + T
-        while not listening(port):
-            assert srv.poll() is None, srv.communicate()
-            assert time.monotonic() < deadline, "server not listening"
-            time.sleep(0.02)
-        cli = popen(client_cmd)
-        c_out, c_err = cli.communicate(timeout=T)
-        s_out, s_err = srv.communicate(timeout=T)
-        return (srv.returncode, s_out, s_err), (cli.returncode, c_out, c_err)
-    finally:
-        kill(srv)
-        if cli is not None:
-            kill(cli)
+    """fabric_helpers.pair on the fabric (ENV), with this file's timeout."""
+    return fh.pair(server_cmd, client_cmd, port, dict(os.environ, **ENV),
+                   timeout=T)
 
 
 @pytest.mark.parametrize("mode", ["rc", "uc", "ud", "srq"])

@@ -11,6 +11,8 @@ import rdma.IBA as IBA
 import rdma.path
 import rdma.vmad
 
+import fabric_helpers as fh
+
 QKEY = 0x00C0FFEE
 
 
@@ -38,22 +40,6 @@ def pair(ep):
         v.close()
 
 
-def _serve(srv, answers):
-    """Answer requests in turn with the statuses in *answers*."""
-    seen = []
-    for status in answers:
-        got = srv.recvfrom(time.monotonic() + 10)
-        if got is None:
-            break
-        buf, path = got
-        fmt, _ = srv.parse_request(buf, path)
-        seen.append(fmt.transactionID & 0xFFFFFFFF)
-        cpi = IBA.MADClassPortInfo(baseVersion=1, classVersion=1,
-                                   capabilityMask=srv.qp_num & 0xFFFF)
-        srv.send_reply(fmt, cpi, path, status=status)
-    return seen
-
-
 def test_qp1_on_the_fabric_is_refused(ep):
     with pytest.raises(rdma.RDMAError, match="software fabric .* has no "
                                              "QP0/QP1"):
@@ -64,7 +50,8 @@ def test_qp1_on_the_fabric_is_refused(ep):
 def test_rpcs_between_two_vmads(pair):
     srv, cli, path = pair()
     seen = []
-    t = threading.Thread(target=lambda: seen.extend(_serve(srv, [0, 0])))
+    t = threading.Thread(
+        target=lambda: seen.extend(fh.vmad_serve(srv, [0, 0])))
     t.start()
     try:
         assert cli.BMGet(IBA.MADClassPortInfo, path).capabilityMask == \
@@ -80,7 +67,7 @@ def test_rpcs_between_two_vmads(pair):
 def test_busy_and_error_answers(pair):
     srv, cli, path = pair()
     cli.busy_delay = 0.001
-    t = threading.Thread(target=_serve, args=(srv, [
+    t = threading.Thread(target=fh.vmad_serve, args=(srv, [
         IBA.MAD_STATUS_BUSY, IBA.MAD_STATUS_BUSY, 0,
         IBA.MAD_STATUS_UNSUP_METHOD_ATTR_COMBO]))
     t.start()

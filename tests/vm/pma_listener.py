@@ -1,0 +1,46 @@
+"""A PerfMgt agent in user space that only listens, for
+tests/vm/test_vmad_vm.py: rxe's kernel has no Performance Management
+agent (it answers every PerfMgt Get with "unsupported"); this process
+registers one through umad on a port, so that the PerfMgt requests
+arriving at that port's QP1 come to it instead.
+
+``python pma_listener.py DEVICE COUNT`` prints ``ready``, then for each
+PerfMgt request ``got QPN GID ATTRIBUTE PORTSELECT`` (the sender's QP and
+GID, the attribute's name, the PortSelect of a PortCounters request) and,
+after COUNT requests or 30 s, ``done N``.  It does not answer: replying
+through rdma.umad on RoCE fails (see docs/mads.rst).
+"""
+import sys
+import time
+
+import rdma
+import rdma.IBA as IBA
+import rdma.umad
+
+
+def main() -> int:
+    device, count = sys.argv[1], int(sys.argv[2])
+    u = rdma.umad.get_umad(rdma.get_end_port(device))
+    u.register_server(IBA.MAD_PERFORMANCE, 1,
+                      method_mask=1 << IBA.MAD_METHOD_GET)
+    print("ready", flush=True)
+    handled = 0
+    deadline = time.monotonic() + 30
+    while handled < count and time.monotonic() < deadline:
+        got = u.recvfrom(deadline)
+        if got is None:
+            break
+        buf, path = got
+        if buf[1] != IBA.MAD_PERFORMANCE:
+            continue
+        handled += 1
+        fmt, req = u.parse_request(buf, path)
+        print(f"got {path.sqpn} {path.SGID} {type(req).__name__} "
+              f"{getattr(req, 'portSelect', '-')}", flush=True)
+    print(f"done {handled}", flush=True)
+    u.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
