@@ -516,6 +516,13 @@ fab_node_up(struct pyrdma_status *st)
        tcp is faster with it).  UCX_RNDV_THRESH overrides. */
     if (getenv("UCX_RNDV_THRESH") == NULL)
         U.config_modify(cfg, "RNDV_THRESH", "256K");
+    /* Transports: shared memory and TCP, which the fabric is built and
+       tested on.  Left to itself UCX also picks its verbs transports on
+       any RDMA device of the machine; on Soft-RoCE (rxe) those break the
+       fabric (RC WRs end in RETRY_EXC_ERR; UCX 1.13's ud_verbs aborts).
+       UCX_TLS overrides. */
+    if (getenv("UCX_TLS") == NULL)
+        U.config_modify(cfg, "TLS", "shm,self,tcp");
     /* alloc_mr memory: SysV shared memory (made mode 0600 there), else
        anonymous memory; never a POSIX segment, whose allocation writes
        every byte of it to /dev/shm first (see alloc_mr_mem) */
