@@ -255,6 +255,10 @@ class BinStruct:
     def _convert(self, f: _Field, value: Any) -> Any:
         where = f"{type(self).__name__}.{f.name}"
         if f.kind == "struct":
+            if value is None and f.count == 1:
+                # python-rdma's "left out": printers skip the row, packing
+                # refuses it.
+                return None
             if f.count > 1:
                 value = list(value)
                 if len(value) != f.count or not all(
@@ -368,11 +372,15 @@ class BinStruct:
 
     # -- encoding
 
-    def _to_int(self) -> int:
+    def _to_int(self, shown: bool = False) -> int:
+        """The structure as one int; ``shown``: rows left out (None)
+        count as zero (for printing) instead of raising."""
         d = self.__dict__
         acc = 0
         for name, shift, bits, count, kind, struct in self._plan:
             value = d[name]
+            if value is None and shown:
+                continue
             if count == 1:
                 x = self._int_of(name, bits, kind, struct, value)
             else:
@@ -393,6 +401,10 @@ class BinStruct:
     def _int_of(self, name: str, bits: int, kind: str, struct: Any,
                 v: Any) -> int:
         if kind == "struct":
+            if v is None:
+                raise ValueError(f"{type(self).__name__}.{name} is None "
+                                 f"(left out): set a {struct.__name__} "
+                                 f"before packing")
             if not isinstance(v, struct):
                 raise TypeError(f"{type(self).__name__}.{name} must be a "
                                 f"{struct.__name__}")
@@ -437,6 +449,8 @@ class BinStruct:
         for f in self.FIELDS:
             if f.kind == "struct" and f.count == 1:
                 sub = self.__dict__[f.name]
+                if sub is None:
+                    continue
                 if f.name in s and not sub._set:
                     mask |= ((1 << f.comp) - 1) << f.comp_index
                 else:
@@ -574,6 +588,8 @@ def _is_zero(v: Any) -> bool:
 
 
 def _jsonable(f: _Field, v: Any) -> Any:
+    if v is None:
+        return None
     if f.kind == "struct":
         return [x.to_dict() for x in v] if f.count > 1 else v.to_dict()
     if f.kind == "gid":
@@ -588,6 +604,11 @@ def _jsonable(f: _Field, v: Any) -> Any:
 
 
 def _value_text(f: _Field, v: Any) -> str:
+    if f.kind == "int" and f.fmt == "d" and f.name:
+        # python-rdma's per-name formats (programs may add to them)
+        extra = getattr(_iba(), "MEMBER_FORMATS", {}).get(f.name)
+        if extra == "hex":
+            return f"0x{v:0{(f.bits + 3) // 4}x}"
     if f.kind == "gid":
         return str(v)
     if f.kind == "guid":
@@ -614,23 +635,36 @@ def _decoded_data(s: BinStruct, f: _Field) -> Any:
 
 
 def _dotted(out: TextIO, s: BinStruct, prefix: str = "",
-            column: int = 33, skip_reserved: bool = True) -> None:
+            column: int = 33, skip_reserved: bool = True, *,
+            colon: bool = False, name_map: Optional[Dict[str, str]] = None,
+            dump_list: bool = False) -> None:
+    """One ``Name.....value`` line per row of ``s`` (nested structures
+    with ``prefix``); ``colon`` ends each name with ``:``, ``name_map``
+    renames rows (keyed by the row name with its first letter upper
+    case), ``dump_list`` prints every array element on its own line."""
     for f in s.FIELDS:
         if skip_reserved and f.reserved:
             continue
         v = _decoded_data(s, f)
+        if v is None:                   # a row left out (set to None)
+            continue
         if isinstance(v, BinStruct) or f.kind == "struct":
             items = v if f.count > 1 else [v]
             for i, sub in enumerate(items):
                 tag = f"[{i}]" if f.count > 1 else ""
                 _dotted(out, sub, f"{prefix}{f.name}{tag}.", column,
-                        skip_reserved)
+                        skip_reserved, colon=colon, name_map=name_map,
+                        dump_list=dump_list)
             continue
-        name = prefix + f.name[0].upper() + f.name[1:]
+        cname = f.name[0].upper() + f.name[1:]
+        if name_map:
+            cname = name_map.get(cname, cname)
+        name = prefix + cname
+        sep = ":" if colon else ""
         if f.count > 1 and f.fmt != "s":
-            if f.bits > 16:
+            if f.bits > 16 or dump_list:
                 for i, x in enumerate(v):
-                    n = f"{name}[{i}]"
+                    n = f"{name}[{i}]{sep}"
                     out.write(f"{n}{'.' * max(1, column - len(n))}"
                               f"{_value_text(f, x)}\n")
                 continue
@@ -638,7 +672,8 @@ def _dotted(out: TextIO, s: BinStruct, prefix: str = "",
                                    for i, x in enumerate(v)) + "]"
         else:
             text = _value_text(f, v)
-        out.write(f"{name}{'.' * max(1, column - len(name))}{text}\n")
+        n = name + sep
+        out.write(f"{n}{'.' * max(1, column - len(n))}{text}\n")
 
 
 def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
@@ -646,7 +681,7 @@ def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
     in it; nested structures open with ``+`` and close with ``-``.  Zero
     words in which no row starts (padding, the empty end of a MAD) are
     left out."""
-    raw = s.pack()
+    raw = s._to_int(shown=True).to_bytes(s.MAD_LENGTH, "big")
     names: Dict[int, List[str]] = {}
     cursor = 0
 
@@ -662,6 +697,8 @@ def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
 
     for f in s.FIELDS:
         v = _decoded_data(s, f)
+        if v is None:                   # a row left out (set to None)
+            continue
         word = (f.offset // 32) * 4
         if isinstance(v, BinStruct) and f.offset % 32 == 0:
             flush(word)
