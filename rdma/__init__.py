@@ -102,9 +102,19 @@ def __getattr__(name: str) -> Any:
     if name == "WCError":
         from rdma.ibverbs import WCError
         return WCError
+    # python-rdma's submodules, imported on first use: its programs reach
+    # e.g. rdma.satransactor.SATransactor having imported only rdma.
     if name in ("path", "vtools", "aio", "ibverbs", "IBA", "sa", "umad",
                 "devices", "IBA_describe", "tools", "binstruct",
-                "madtransactor", "sched", "subnet", "discovery", "vmad"):
+                "madtransactor", "sched", "subnet", "discovery", "vmad",
+                "satransactor"):
         import importlib
-        return importlib.import_module(f"rdma.{name}")
+        try:
+            return importlib.import_module(f"rdma.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"rdma.{name}":
+                raise
+            raise AttributeError(f"module 'rdma' has no attribute {name!r} "
+                                 f"(rdma.{name} is not in this build)") \
+                from exc
     raise AttributeError(f"module 'rdma' has no attribute {name!r}")

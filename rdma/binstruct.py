@@ -136,6 +136,61 @@ def _zero(f: _Field) -> Any:
     return 0
 
 
+def _drop_slots(cls: type) -> None:
+    """python-rdma's structures name their rows in ``__slots__``; here
+    rows live in the instance dict, so the slot descriptors (which would
+    hide them) are removed from the class."""
+    slots = cls.__dict__.get("__slots__", ())
+    if isinstance(slots, str):
+        slots = (slots,)
+    for name in slots:
+        if isinstance(cls.__dict__.get(name), type(_SlotProbe.x)):
+            delattr(cls, name)
+
+
+class _SlotProbe:
+    __slots__ = ("x",)
+
+
+def _fields_of_members(cls: type) -> List[_Field]:
+    """FIELDS for a class that gives python-rdma's ``MEMBERS`` list."""
+    fields = []
+    for row in cls.__dict__["MEMBERS"]:
+        try:
+            name, bits, count = row
+        except (TypeError, ValueError):
+            raise TypeError(f"{cls.__name__}.MEMBERS: {row!r} is not "
+                            f"(name, bits, count)") from None
+        if not isinstance(name, str) or not isinstance(bits, int) or \
+                not isinstance(count, int) or bits <= 0 or count <= 0:
+            raise TypeError(f"{cls.__name__}.MEMBERS: {row!r} is not "
+                            f"(name, bits, count)")
+        if name.startswith("reserved_"):
+            fields.append(R(bits * count))
+        else:
+            fields.append(F(name, bits, count=count))
+    used = sum(f.bits * f.count for f in fields)
+    total = cls.__dict__.get("MAD_LENGTH", 0) * 8
+    if used < total:
+        # python-rdma lets MAD_LENGTH cover more than the rows: the rest
+        # is padding.
+        fields.append(R(total - used))
+    return fields
+
+
+def _class_attribute(cls: type, name: str) -> bool:
+    """True if ``name`` is a plain attribute declared by a subclass of
+    BinStruct (not a method, not one of BinStruct's own names)."""
+    if name.startswith("_") or hasattr(BinStruct, name):
+        return False
+    for klass in cls.__mro__:
+        if klass is BinStruct:
+            return False
+        if name in klass.__dict__:
+            return not callable(klass.__dict__[name])
+    return False
+
+
 class BinStruct:
     """Base of every MAD structure: a fixed-size, big-endian record.
 
@@ -170,6 +225,12 @@ class BinStruct:
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
+        _drop_slots(cls)
+        if "FIELDS" not in cls.__dict__ and "MEMBERS" in cls.__dict__:
+            # A structure written the way python-rdma's generator writes
+            # them: MEMBERS (name, bits, count) and usually its own
+            # zero/pack_into/unpack_from, which then override ours.
+            cls.FIELDS = _fields_of_members(cls)
         if "FIELDS" not in cls.__dict__:
             return
         if "LENGTH" in cls.__dict__ and "MAD_LENGTH" not in cls.__dict__:
@@ -247,6 +308,11 @@ class BinStruct:
     def __setattr__(self, name: str, value: Any) -> None:
         f = self._by_name.get(name)
         if f is None:
+            if _class_attribute(type(self), name):
+                # A subclass's own attribute (python-rdma programs declare
+                # e.g. ``buf = None`` on a structure and set it).
+                object.__setattr__(self, name, value)
+                return
             raise AttributeError(f"{type(self).__name__} has no field "
                                  f"{name!r}")
         self.__dict__[name] = self._convert(f, value)
