@@ -172,7 +172,9 @@ def convert(src: Path, dest: Path) -> Path:
         _py2_division(f)
     for f in files:
         try:
-            compile(f.read_text(), str(f), "exec")
+            with warnings.catch_warnings():     # their invalid escapes
+                warnings.simplefilter("ignore")
+                compile(f.read_text(), str(f), "exec")
         except SyntaxError as exc:
             raise CompatError(f"{f} is not valid Python 3 after lib2to3: "
                               f"{exc}") from exc

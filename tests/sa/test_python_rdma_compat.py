@@ -1,0 +1,421 @@
+"""python-rdma's own ``ibtool`` (Python 2, GPL), converted to Python 3
+mechanically, runs on *our* ``rdma`` package against ibsim + opensm, and
+what it prints agrees with infiniband-diags on the same fabric.
+
+python-rdma is not in this repository: give a checkout of
+github.com/jgunthorpe/python-rdma in ``RDMA_PYTHON_RDMA_SRC`` (see
+``docs/mads.rst``, "Running python-rdma's ibtool").  Without it every
+test here is skipped.  :mod:`python_rdma_compat` copies only its
+``ibtool`` and ``libibtool/`` and converts them; their ``import rdma``
+reaches ours.
+
+python-rdma prints in its own format (GUIDs as ``0000:0000:0010:0003``,
+enumerations as numbers, older counter names), so the comparisons are by
+value: each test parses both outputs and compares the fields they share.
+"""
+import importlib.util
+import os
+import re
+import sys
+
+import pytest
+
+import diags
+import python_rdma_compat as compat
+
+SRC = os.environ.get("RDMA_PYTHON_RDMA_SRC")
+pytestmark = pytest.mark.skipif(
+    not SRC, reason="RDMA_PYTHON_RDMA_SRC is not set: give a checkout of "
+    "github.com/jgunthorpe/python-rdma (GPL, not vendored; CI has no "
+    "network)")
+
+#: python-rdma's inquiry and ibroute modules import rdma.satransactor at
+#: import time.
+HAS_SAT = importlib.util.find_spec("rdma.satransactor") is not None
+needs_sat = pytest.mark.skipif(
+    not HAS_SAT, reason="rdma.satransactor is not in this tree: "
+    "python-rdma's inquiry/ibroute modules import it")
+
+NODE = "Hca2"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """python-rdma's ibtool and libibtool, converted to Python 3."""
+    dest = tmp_path_factory.mktemp("python-rdma-py3")
+    compat.convert(SRC, dest)
+    assert not (dest / "rdma").exists()
+    return dest
+
+
+def theirs(fabric, converted, argv, node=NODE, check=True):
+    """Run python-rdma's ``ibtool argv`` on ``node`` with our rdma."""
+    path = os.pathsep.join([str(compat.ROOT), str(converted)])
+    res = fabric.run(["env", f"PYTHONPATH={path}",
+                      *compat.command(converted, argv)], node, timeout=60,
+                     check=False)
+    if check:
+        assert res.returncode == 0, (argv, res.stdout[-2000:],
+                                     res.stderr[-3000:])
+        assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    return res
+
+
+def reference(fabric, argv, node=NODE):
+    """infiniband-diags' output for the same command."""
+    return fabric.run(list(argv), node).stdout
+
+
+def guid(text):
+    """A GUID as either tool prints it (``0x...``, ``0000:...:0003``)."""
+    return int(text.strip().strip("{}()").replace(":", ""), 16)
+
+
+# -- the converter ------------------------------------------------------------
+
+
+def test_converter_copies_only_ibtool(converted):
+    names = sorted(p.name for p in converted.iterdir())
+    assert names == ["ibtool", "libibtool"]
+    text = (converted / "libibtool" / "ibtracert.py").read_text()
+    assert "_py2_div(DLID, 64)" in text     # Python 2 division kept
+
+
+def test_converter_bad_input(tmp_path):
+    with pytest.raises(compat.CompatError, match="not a python-rdma"):
+        compat.convert(tmp_path, tmp_path / "out")
+    with pytest.raises(compat.CompatError, match="not a directory"):
+        compat.convert(tmp_path / "nope", tmp_path / "out")
+    with pytest.raises(compat.CompatError, match="convert first"):
+        compat.env_for(tmp_path)
+
+
+# -- local port and SM ------------------------------------------------------
+
+
+def _colon(text):
+    out = {}
+    for line in text.splitlines():
+        if ":" in line:
+            k, _, v = line.partition(":")
+            out.setdefault(k.strip(), v.strip())
+    return out
+
+
+@needs_sat
+def test_ibstat(fabric, converted):
+    """ibstat ibsim0: the port's numbers and GUIDs."""
+    mine = _colon(theirs(fabric, converted, ["ibstat", "ibsim0"]).stdout)
+    ref = _colon(reference(fabric, ["ibstat", "ibsim0"]))
+    for k in ("Number of ports", "Base lid", "LMC", "SM lid",
+              "Capability mask", "State", "Firmware version",
+              "Hardware version"):
+        assert mine[k] == ref[k], k
+    for k in ("Node GUID", "System image GUID", "Port GUID"):
+        assert guid(mine[k]) == guid(ref[k]), k
+
+
+_ADDR = re.compile(r"GID (\S+) LID start (\S+) end (\S+)")
+
+
+@needs_sat
+@pytest.mark.parametrize("argv", [["ibaddr"], ["ibaddr", "1"],
+                                  ["ibaddr", "6"], ["ibaddr", "-D", "0,1"]])
+def test_ibaddr(fabric, converted, argv):
+    mine = _ADDR.search(theirs(fabric, converted, argv).stdout).groups()
+    ref = _ADDR.search(reference(fabric, argv)).groups()
+    assert mine[0] == ref[0]
+    assert [int(x, 0) for x in mine[1:]] == [int(x, 0) for x in ref[1:]]
+
+
+_SMINFO = re.compile(r"sm lid (\d+) sm guid (\S+), activity count \d+ "
+                     r"priority (\d+) state (\d+)")
+
+
+@needs_sat
+def test_sminfo(fabric, converted):
+    mine = _SMINFO.search(theirs(fabric, converted, ["sminfo"]).stdout)
+    ref = _SMINFO.search(reference(fabric, ["sminfo"]))
+    assert mine.group(1, 3, 4) == ref.group(1, 3, 4)
+    assert guid(mine.group(2)) == guid(ref.group(2))
+
+
+# -- SMP attributes ---------------------------------------------------------
+
+
+def _numeric(v):
+    try:
+        return int(v.split()[0], 0)
+    except (ValueError, IndexError):
+        return None
+
+
+#: Fields infiniband-diags prints decoded as a number: the decoding.
+_DECODED = {"NeighborMTU": lambda v: 128 << v, "MtuCap": lambda v: 128 << v}
+
+
+def _compare_fields(mine_text, ref_text, min_equal):
+    """Every field both print as a number is equal; at least
+    ``min_equal`` of them.  (infiniband-diags decodes enumerations to
+    words where python-rdma prints the number: those are not compared.)"""
+    mine, ref = diags.fields(mine_text), diags.fields(ref_text)
+    equal = 0
+    for k, rv in ref.items():
+        if k not in mine:
+            continue
+        a, b = _numeric(mine[k]), _numeric(rv)
+        if a is None or b is None:
+            continue
+        if k in _DECODED:
+            a = _DECODED[k](a)
+        assert a == b, (k, mine[k], rv)
+        equal += 1
+    assert equal >= min_equal, (equal, mine, ref)
+
+
+@pytest.mark.parametrize("lid", [1, 2, 3, 6])
+@pytest.mark.parametrize("op,ref_op,n", [("NI", "nodeinfo", 9),
+                                         ("PI", "portinfo", 25)])
+def test_smpquery(fabric, converted, lid, op, ref_op, n):
+    argv = [str(lid)] + (["1"] if op == "PI" else [])
+    mine = theirs(fabric, converted, ["smpquery", op, *argv]).stdout
+    ref = reference(fabric, ["smpquery", ref_op, *argv])
+    _compare_fields(mine, ref, n)
+
+
+@pytest.mark.parametrize("lid", [2, 3])
+def test_smpquery_switchinfo(fabric, converted, lid):
+    mine = theirs(fabric, converted, ["smpquery", "SI", str(lid)]).stdout
+    _compare_fields(mine, reference(fabric, ["smpquery", "switchinfo",
+                                             str(lid)]), 10)
+
+
+@pytest.mark.parametrize("argv", [["3"], ["-D", "0,1,3"]])
+def test_smpquery_nodedesc(fabric, converted, argv):
+    mine = theirs(fabric, converted, ["smpquery", "ND", *argv]).stdout
+    ref = reference(fabric, ["smpquery", "nodedesc", *argv])
+    assert mine.split(":", 1)[1].strip().strip("'") == \
+        ref.split(":", 1)[1].strip(". \n")
+
+
+def test_smpquery_directed_nodeinfo(fabric, converted):
+    mine = theirs(fabric, converted, ["smpquery", "-D", "NI",
+                                      "0,1,3"]).stdout
+    _compare_fields(mine, reference(fabric, ["smpquery", "-D", "nodeinfo",
+                                             "0,1,3"]), 9)
+
+
+# -- PerfMgt ----------------------------------------------------------------
+
+#: python-rdma's (older libibmad) counter names -> infiniband-diags' today.
+_PC_NAMES = {
+    "SymbolErrors": "SymbolErrorCounter",
+    "LinkRecovers": "LinkErrorRecoveryCounter",
+    "LinkDowned": "LinkDownedCounter", "RcvErrors": "PortRcvErrors",
+    "RcvRemotePhysErrors": "PortRcvRemotePhysicalErrors",
+    "RcvSwRelayErrors": "PortRcvSwitchRelayErrors",
+    "XmtDiscards": "PortXmitDiscards",
+    "XmtConstraintErrors": "PortXmitConstraintErrors",
+    "RcvConstraintErrors": "PortRcvConstraintErrors",
+    "LinkIntegrityErrors": "LocalLinkIntegrityErrors",
+    "ExcBufOverrunErrors": "ExcessiveBufferOverrunErrors",
+    "XmtData": "PortXmitData", "RcvData": "PortRcvData",
+    "XmtPkts": "PortXmitPkts", "RcvPkts": "PortRcvPkts",
+    "XmtWait": "PortXmitWait"}
+_TRAFFIC = {"PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts",
+            "PortXmitWait", "PortUnicastXmitPkts", "PortUnicastRcvPkts",
+            "PortMulticastXmitPkts", "PortMulticastRcvPkts"}
+
+
+@pytest.mark.parametrize("argv", [[], ["2", "1"], ["3", "5"], ["-x", "2",
+                                                               "1"]])
+def test_perfquery(fabric, converted, argv):
+    """Error counters equal; traffic counters no lower than infiniband-diags
+    read just before (queries are traffic)."""
+    ref = diags.fields(reference(fabric, ["perfquery", *argv]))
+    mine = diags.fields(theirs(fabric, converted,
+                               ["perfquery", *argv]).stdout)
+    compared = 0
+    for k, v in mine.items():
+        name = _PC_NAMES.get(k, k)
+        if name not in ref:
+            continue
+        a, b = diags.as_int(v), diags.as_int(ref[name])
+        if name in _TRAFFIC:
+            assert a >= b, name
+        else:
+            assert a == b, name
+        compared += 1
+    # all of infiniband-diags' fields but QP1Dropped (python-rdma's
+    # PortCounters predates it)
+    assert compared >= len(ref) - ("QP1Dropped" in ref), (mine, ref)
+
+
+# -- routes -----------------------------------------------------------------
+
+_ROUTE = re.compile(r"^\s*(0x[0-9a-f]+|\d+) (\d{3}) : \((.*?) portguid "
+                    r"(\S+?):? '?(.*?)'?\)$", re.M)
+
+
+def _routes(text):
+    return {(int(lid, 0), int(port), guid(g), desc)
+            for lid, port, _, g, desc in _ROUTE.findall(text)}
+
+
+@needs_sat
+@pytest.mark.parametrize("lid", ["2", "3"])
+def test_ibroute(fabric, converted, lid):
+    mine = _routes(theirs(fabric, converted, ["ibroute", lid]).stdout)
+    ref = _routes(reference(fabric, ["ibroute", lid]))
+    assert mine == ref and len(ref) == 6
+
+
+_HOP = re.compile(r"\[(\d+)\] -> [\w ]+? port \{?(\S+?)\}?\[(\d+)\] lid "
+                  r"(\d+)[/-]\S* ['\"](.*)['\"]")
+
+
+@pytest.mark.parametrize("src,dst", [("4", "1"), ("4", "6"), ("1", "6"),
+                                     ("5", "1")])
+def test_ibtracert(fabric, converted, src, dst):
+    """Every hop: out port, the next port's GUID, in port, LID, name."""
+    mine = theirs(fabric, converted, ["ibtracert", src, dst]).stdout
+    ref = reference(fabric, ["ibtracert", src, dst])
+    hops = [(int(o), guid(g), int(i), int(lid), d)
+            for o, g, i, lid, d in _HOP.findall(mine)]
+    want = [(int(o), guid(g), int(i), int(lid), d)
+            for o, g, i, lid, d in _HOP.findall(ref)]
+    assert hops == want and hops
+
+
+# -- discovery ----------------------------------------------------------------
+
+_NODE = re.compile(r"^(Switch|Ca)\s*: (\S+) ports (\d+) \"(.*?)\"", re.M)
+
+
+@pytest.mark.parametrize("cmd", ["ibswitches", "ibhosts", "ibnodes"])
+def test_listing(fabric, converted, cmd):
+    mine = {(t, guid(g), int(n), d)
+            for t, g, n, d in _NODE.findall(theirs(fabric, converted,
+                                                   [cmd]).stdout)}
+    ref_cmds = ["ibswitches", "ibhosts"] if cmd == "ibnodes" else [cmd]
+    ref = {(t, guid(g), int(n), d) for c in ref_cmds
+           for t, g, n, d in _NODE.findall(reference(fabric, [c]))}
+    assert mine == ref and ref
+
+
+_LINK = re.compile(r'^\[(\d+)\](?:\((\S+?)\))?\s+"([SH])-(\S+?)"\[(\d+)\]',
+                   re.M)
+_HEAD = re.compile(r'^(?:Switch|Ca)\s+\d+ "[SH]-(\S+?)"', re.M)
+
+
+def _links(text):
+    out = set()
+    for block in text.split("\n\n"):
+        head = _HEAD.search(block)
+        if not head:
+            continue
+        me = guid(head.group(1))
+        for port, _, _, peer, peer_port in _LINK.findall(block):
+            out.add((me, int(port), guid(peer), int(peer_port)))
+    return out
+
+
+def test_ibnetdiscover(fabric, converted):
+    """The same nodes and the same cables."""
+    mine = _links(theirs(fabric, converted, ["ibnetdiscover"]).stdout)
+    ref = _links(reference(fabric, ["ibnetdiscover"]))
+    assert mine == ref and len(ref) == 12     # 6 cables, both ways
+
+
+@needs_sat
+@pytest.mark.parametrize("cmd,g", [("ibprintca", "0x100003"),
+                                   ("ibprintswitch", "0x200000")])
+def test_print_node(fabric, converted, cmd, g):
+    """ibprintca/ibprintswitch: the node's cables, as ibnetdiscover
+    (infiniband-diags) sees them, with the peers' names."""
+    out = theirs(fabric, converted, [cmd, g]).stdout
+    ref = _links(reference(fabric, ["ibnetdiscover"]))
+    mine = _links(out)
+    assert mine and mine <= ref
+    assert {m for m in ref if m[0] == int(g, 16)} == mine
+    assert '"None"' not in out
+
+
+@pytest.mark.parametrize("cmd", ["ibchecknet", "ibcheckerrors",
+                                 "ibcheckwidth", "ibidsverify"])
+def test_checks_cover_the_fabric(fabric, converted, cmd):
+    """python-rdma's subnet checks run to their summary over all six
+    nodes (their verdicts on ibsim's ports are their own)."""
+    out = theirs(fabric, converted, [cmd]).stdout
+    assert re.search(r"## Summary: 6 nodes checked", out), out
+
+
+# -- SA -----------------------------------------------------------------------
+
+
+def _records(text, head):
+    return [{k.lower(): v for k, v in r.items()}
+            for r in diags.blocks(text, head)]
+
+
+def test_saquery_node_records(fabric, converted):
+    mine = _records(theirs(fabric, converted, ["saquery"]).stdout,
+                    "NodeRecord dump")
+    ref = _records(reference(fabric, ["saquery"]), "NodeRecord dump")
+    assert {(int(r["lid"], 0), r["nodedescription"]) for r in mine} == \
+        {(int(r["lid"], 0), r["nodedescription"]) for r in ref}
+    assert len(ref) == 6
+
+
+def test_saquery_link_records(fabric, converted):
+    keys = ("fromlid", "fromport", "toport", "tolid")
+    mine = _records(theirs(fabric, converted, ["saquery", "LR"]).stdout,
+                    "LinkRecord dump")
+    ref = _records(reference(fabric, ["saquery", "LR"]), "LinkRecord dump")
+    assert {tuple(int(r[k], 0) for k in keys) for r in mine} == \
+        {tuple(int(r[k], 0) for k in keys) for r in ref}
+    assert len(ref) == 12
+
+
+def test_saquery_portinfo_records(fabric, converted):
+    mine = theirs(fabric, converted, ["saquery", "PIR"]).stdout
+    ref = reference(fabric, ["saquery", "PIR"])
+    assert mine.count("PortInfoRecord dump") == \
+        ref.count("PortInfoRecord dump") > 6
+
+
+def test_saquery_switchinfo_records(fabric, converted):
+    """SwitchInfoRecords (infiniband-diags' saquery cannot ask for them:
+    compared with its SMP SwitchInfo of the same switches)."""
+    out = theirs(fabric, converted, ["saquery", "SWI"]).stdout
+    blocks = out.split("SwitchInfoRecord dump:")[1:]
+    assert len(blocks) == 2
+    for block in blocks:
+        lid = int(re.search(r"LID\.+(\d+)", block).group(1))
+        _compare_fields(block.split("SwitchInfo dump:")[1],
+                        reference(fabric, ["smpquery", "switchinfo",
+                                           str(lid)]), 10)
+
+
+def test_saquery_mcmember_records(fabric, converted):
+    mine = diags.fields(theirs(fabric, converted,
+                               ["saquery", "-g"]).stdout)
+    ref = diags.fields(reference(fabric, ["saquery", "-g"]))
+    assert mine["MGID"] == ref["MGID"]
+    assert int(mine["mlid"], 16) == int(ref["Mlid"], 16)
+    assert int(mine["pkey"], 16) == int(ref["pkey"], 16)
+
+
+# -- port state -------------------------------------------------------------
+
+
+@needs_sat
+def test_ibportstate_query_directed(fabric, converted):
+    mine = diags.fields(theirs(fabric, converted, ["ibportstate", "-D",
+                                                   "0", "1",
+                                                   "query"]).stdout)
+    ref = diags.fields(reference(fabric, ["smpquery", "portinfo", "-D",
+                                          "0", "1"]))
+    assert int(mine["LID"]) == int(ref["Lid"])
+    assert int(mine["MasterSMLID"]) == int(ref["SMLid"])
+    assert int(mine["Capability mask"], 16) == int(ref["CapMask"], 16)
