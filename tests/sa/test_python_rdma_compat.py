@@ -205,6 +205,43 @@ def test_smpquery_directed_nodeinfo(fabric, converted):
                                              "0,1,3"]), 9)
 
 
+@pytest.mark.parametrize("op,ref_op,argv", [("PKeys", "pkeys", ["1"]),
+                                             ("PKeys", "pkeys", ["2", "3"]),
+                                             ("SL2VL", "sl2vl", ["2"]),
+                                             ("SL2VL", "sl2vl", ["6"]),
+                                             ("VLArb", "vlarb", ["1", "1"])])
+def test_smpquery_tables(fabric, converted, op, ref_op, argv):
+    """P_Key, SL to VL and VL arbitration tables: the same rows (the
+    first line names the target each tool's own way)."""
+    mine = theirs(fabric, converted, ["smpquery", op, *argv]).stdout
+    ref = reference(fabric, ["smpquery", ref_op, *argv])
+
+    def rows(text):
+        # On a CA python-rdma labels the SL2VL row "out <its port>",
+        # infiniband-diags "out 0": the labels of table rows are left out.
+        return [" ".join(ln.split("|", 1)[-1].split())
+                for ln in text.splitlines()
+                if ln.strip() and not ln.startswith("# ")]
+    assert rows(mine) == rows(ref) and rows(ref)
+
+
+@needs_sat
+def test_ibstatus_and_ibv_devices(fabric, converted):
+    """The simulated CA as the shim's libibumad shows it (infiniband-diags'
+    ibstatus and ibv_devices read sysfs and libibverbs, which have no
+    ibsim0: compared with its ibstat)."""
+    ref = _colon(reference(fabric, ["ibstat", "ibsim0"]))
+    status = theirs(fabric, converted, ["ibstatus"]).stdout
+    part = status.split("Infiniband device 'ibsim0' port 1 status:")[1]
+    mine = _colon(part.split("\n\n")[0])
+    assert mine["base lid"] == ref["Base lid"]
+    assert mine["sm lid"] == ref["SM lid"]
+    assert mine["state"].startswith("4: ACTIVE")
+    devs = theirs(fabric, converted, ["ibv_devices"]).stdout
+    line = [ln for ln in devs.splitlines() if "ibsim0" in ln][0]
+    assert guid(line.split()[1]) == guid(ref["Node GUID"])
+
+
 # -- PerfMgt ----------------------------------------------------------------
 
 #: python-rdma's (older libibmad) counter names -> infiniband-diags' today.
