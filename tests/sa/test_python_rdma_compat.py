@@ -387,6 +387,38 @@ def test_checks_cover_the_fabric(fabric, converted, cmd):
     assert re.search(r"## Summary: 6 nodes checked", out), out
 
 
+_LINKINFO = re.compile(r"(\d+)\s+(\d+)\[\s*\]\s*==\((.*?)\)\s*==>\s+(\d+)"
+                       r"\s+(\d+)\[")
+
+
+def test_iblinkinfo(fabric, converted):
+    """Every active switch port and where it goes (python-rdma lists the
+    switches only; its "Could be" hints are its own)."""
+    def links(text):
+        return {(int(a), int(b), int(c), int(d))
+                for a, b, state, c, d in _LINKINFO.findall(text)
+                if "Active" in state}
+    mine = links(theirs(fabric, converted, ["iblinkinfo"]).stdout)
+    ref = {x for x in links(reference(fabric, ["iblinkinfo"]))
+           if x[0] in (2, 3)}
+    assert mine == ref and len(ref) == 8
+
+
+@pytest.mark.parametrize("argv", [["perfquery", "-R", "3", "1"],
+                                  ["ibclearcounters"]])
+def test_counter_reset(fabric, converted, argv):
+    """Counters reset by python-rdma's tool read back as (almost) zero
+    with infiniband-diags."""
+    ref = ["perfquery", "3", "1"]
+    for _ in range(3):
+        reference(fabric, ref)
+    before = diags.fields(reference(fabric, ref))
+    assert diags.as_int(before["PortXmitPkts"]) > 3
+    theirs(fabric, converted, argv)
+    after = diags.fields(reference(fabric, ref))
+    assert diags.as_int(after["PortXmitPkts"]) <= 3
+
+
 # -- SA -----------------------------------------------------------------------
 
 
@@ -432,6 +464,26 @@ def test_saquery_switchinfo_records(fabric, converted):
         _compare_fields(block.split("SwitchInfo dump:")[1],
                         reference(fabric, ["smpquery", "switchinfo",
                                            str(lid)]), 10)
+
+
+def test_saquery_path_records(fabric, converted):
+    """python-rdma asks for the PathRecords from this port's GID (its
+    default SGID): infiniband-diags' records with that SGID."""
+    keys = ("dgid", "sgid", "dlid", "slid", "pkey", "sl")
+
+    def recs(text):
+        return {tuple(int(r[k], 0) if k not in ("dgid", "sgid") else r[k]
+                      for k in keys)
+                for r in _records(text, "PathRecord dump")}
+    mine = recs(theirs(fabric, converted, ["saquery", "-p"]).stdout)
+    ref = {r for r in recs(reference(fabric, ["saquery", "-p"]))
+           if r[1] == "fe80::10:4"}
+    assert mine == ref and len(ref) == 6
+
+
+def test_saquery_class_port_info(fabric, converted):
+    mine = theirs(fabric, converted, ["saquery", "-c"]).stdout
+    _compare_fields(mine, reference(fabric, ["saquery", "-c"]), 7)
 
 
 def test_saquery_mcmember_records(fabric, converted):
