@@ -1,0 +1,38 @@
+"""What python-rdma's management programs rely on, on ibsim + opensm (our
+own tests of the fixes found by running python-rdma's ibtool; they run
+without python-rdma)."""
+
+
+def test_sa_path_parent_and_copy(fabric, worker):
+    r = worker.call("compat", "sa_path_and_parent")
+    assert r["parent_is_end_port"] and r["sa_path_is_ibpath"]
+    assert r["same_object"] and r["smkey_kept"] == 1
+    assert r["sm_lid"] == 1 and r["sm_guid"] == 0x100001
+    assert r["sm_state"] == 3           # master
+
+
+def test_path_not_found(fabric, worker):
+    name, is_class_error, text = worker.call("compat", "path_not_found",
+                                             0x1234)
+    assert name == "SAPathNotFoundError" and is_class_error
+    assert "DLID 4660" in text
+
+
+def test_path_on_scheduler(fabric, worker):
+    r = worker.call("compat", "path_on_scheduler", 6, 0x1234)
+    assert r["found"] == (6, 4, "fe80::10:a", 1)
+    assert r["missing"] == "SAPathNotFoundError"
+
+
+def test_surround_fetches_descriptions(fabric, worker):
+    desc, peers = worker.call("compat", "surround", 0x100006)
+    assert desc == "Hca3"
+    assert peers == [("Switch1", 2)]
+
+
+def test_advance_dr_turns_back_at_a_ca(fabric, worker):
+    r = worker.call("compat", "turn_back_at_ca", 0x100000)
+    assert len(r["back"]) == len(r["to_ca"]) - 1
+    assert r["back"] == r["to_ca"][:-1]
+    assert r["guid"] == r["want_guid"] == 0x200000
+    assert r["port"] == r["want_port"] == 1
