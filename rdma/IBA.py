@@ -556,6 +556,15 @@ class ComponentMask:
         return res
 
     def __setattr__(self, name: str, value: object) -> None:
+        if name == "component_mask":
+            # python-rdma's programs add bits the wrapper cannot see
+            # (one element of an array: ``cm.component_mask |= 1 << n``).
+            if isinstance(value, bool) or not isinstance(value, int) or \
+                    not 0 <= value < 1 << 64:
+                raise ValueError(f"component_mask must be a 64-bit mask, "
+                                 f"not {value!r}")
+            object.__setattr__(self, name, value)
+            return
         setattr(self._obj, name, value)
         self._touch(name)
 

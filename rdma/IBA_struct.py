@@ -183,7 +183,8 @@ class SMPGUIDInfo(BinStruct):
     MAD_LENGTH = 64
     MAD_ATTRIBUTE_ID = 0x14
     METHODS = ("SubnGet", "SubnSet")
-    FIELDS = [U("GUIDBlock", count=8)]
+    # each GUID is an SA component (GUIDInfoRecord: GUID0..GUID7)
+    FIELDS = [U("GUIDBlock", count=8, comp=8)]
 
 
 class SMPPortInfo(BinStruct):

@@ -90,9 +90,10 @@ def F(name: str, bits: int, fmt: str = "d", *, count: int = 1,
     return _Field(name, bits, kind, count=count, comp=comp, fmt=fmt)
 
 
-def U(name: str, count: int = 1) -> _Field:
-    """A 64-bit GUID row (:class:`rdma.IBA.GUID` values)."""
-    return _Field(name, 64, "guid", count=count, fmt="x")
+def U(name: str, count: int = 1, *, comp: int = 1) -> _Field:
+    """A 64-bit GUID row (:class:`rdma.IBA.GUID` values); ``comp`` as
+    for :func:`F`."""
+    return _Field(name, 64, "guid", count=count, fmt="x", comp=comp)
 
 
 def G(name: str) -> _Field:
@@ -252,6 +253,9 @@ class BinStruct:
                 for sub, bit in f.struct.COMPONENT_MASK.items():
                     mask[f"{f.name}.{sub}"] = comp + bit
             elif f.comp > 1 and f.count > 1:
+                # the array's first bit under its own name too (python-rdma
+                # adds the element index to it)
+                mask[f.name] = comp
                 for i in range(f.count):
                     mask[f"{f.name}_{i}"] = comp + i * f.comp // f.count
             else:

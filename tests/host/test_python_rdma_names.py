@@ -310,3 +310,20 @@ def test_resolve_path_coroutine_on_an_async_transactor():
                        match="no path record to DLID 9") as info:
         gen.throw(err)
     assert info.value.status == sa.SA_STATUS_NO_RECORDS << 8
+
+
+def test_component_mask_can_be_assigned():
+    """python-rdma's set_guid: one GUID of the block is a component of
+    its own (GUIDInfoRecord GUID0..GUID7), added by hand to the mask."""
+    rec = IBA.SAGUIDInfoRecord()
+    cm = IBA.ComponentMask(rec)
+    cm.LID = 6
+    rec.GUIDInfo.GUIDBlock[2] = IBA.GUID(0x2C0FFEE)
+    cm.component_mask = cm.component_mask | (
+        1 << (rec.COMPONENT_MASK["GUIDInfo.GUIDBlock"] + 2))
+    assert cm.component_mask == (1 << 0) | (1 << 6)
+    assert IBA.SAGUIDInfoRecord.NUM_COMPONENTS == 12
+    assert IBA.SAGUIDInfoRecord.component_bit("GUIDInfo.GUIDBlock") == \
+        0xFF << 4
+    with pytest.raises(ValueError, match="64-bit mask"):
+        cm.component_mask = -1
