@@ -25,8 +25,9 @@ from rdma import IBA
 from rdma.IBA import GID, GUID
 from rdma._mad import SAPathNotFoundError
 
-__all__ = ["SAPathNotFoundError", "Path", "IBPath", "IBDRPath", "fill_path", "resolve_path", "from_string",
-           "from_spec_string", "WCPath", "get_mad_path"]
+__all__ = ["SAPathNotFoundError", "Path", "IBPath", "IBDRPath", "fill_path",
+           "resolve_path", "from_string", "from_spec_string", "WCPath",
+           "get_mad_path", "DRBytes"]
 
 
 def _end_port_arg(end_port):

@@ -17,12 +17,14 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Type, Union
 
 from rdma._mad import (BinStruct, MADError, MADFormatError, MADTimeoutError,
-                       SAError, SAPathNotFoundError, SALinkRecord, SAMCMemberRecord, SANodeRecord,
-                       SAPathRecord, SAPortInfoRecord, SAServiceRecord,
+                       SAError, SAPathNotFoundError, SALinkRecord,
+                       SAMCMemberRecord, SANodeRecord, SAPathRecord,
+                       SAPortInfoRecord, SAServiceRecord,
                        SA_STATUS_NO_RECORDS)
 from rdma.IBA import GID
 
-__all__ = ["SAError", "SAPathNotFoundError", "MADError", "MADTimeoutError", "MADFormatError",
+__all__ = ["SAError", "SAPathNotFoundError", "MADError", "MADTimeoutError",
+           "MADFormatError",
            "get", "get_table", "set", "delete", "path_record_query",
            "resolve_path", "SA_STATUS_NO_RECORDS", "SALinkRecord",
            "SAMCMemberRecord", "SANodeRecord", "SAPathRecord",

@@ -17,7 +17,7 @@ import rdma.tools
 import rdma.umad
 
 
-# -- rdma.IBA_describe ----------------------------------------------------------
+# -- rdma.IBA_describe --------------------------------------------------------
 
 
 def test_describe_enumerations():
@@ -115,7 +115,7 @@ def test_member_formats():
     assert "NumPorts" + "." * 25 + "0x0a" in out.getvalue()
 
 
-# -- rdma.tools, rdma top level ---------------------------------------------
+# -- rdma.tools, rdma top level -----------------------------------------------
 
 
 def test_clock_monotonic():
@@ -180,7 +180,7 @@ def test_rate_names_of_python_rdma():
     assert IBA.const_str("PR_RATE_", 3) == "PR_RATE_10Gb"
 
 
-# -- structures -----------------------------------------------------------------
+# -- structures ---------------------------------------------------------------
 
 
 def test_vend_oui_format_layout():
@@ -251,7 +251,7 @@ def test_nested_row_set_to_none_is_left_out():
         rec.nodeInfo = 5
 
 
-# -- paths ----------------------------------------------------------------------
+# -- paths --------------------------------------------------------------------
 
 
 def test_directed_route_from_python2_strings():

@@ -11,7 +11,7 @@ the path.  python-rdma's own ``rdma/`` package is never copied, so every
 
 Use from the command line::
 
-    python tests/sa/python_rdma_compat.py convert /tmp/pyrdma-src /tmp/pyrdma-py3
+    python tests/sa/python_rdma_compat.py convert /tmp/pyrdma-src /tmp/py3
     python tests/sa/python_rdma_compat.py run /tmp/pyrdma-py3 -- ibstat
 
 (``run`` only sets the paths; on ibsim the command must run through the

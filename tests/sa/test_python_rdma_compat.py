@@ -307,6 +307,18 @@ def test_ibroute(fabric, converted, lid):
     assert mine == ref and len(ref) == 6
 
 
+@needs_sat
+def test_dump_lfts(fabric, converted):
+    """dump_lfts: every switch's table, as ibroute prints each."""
+    def rows(text):
+        return [(int(lid, 0), int(port), guid(g), desc)
+                for lid, port, _, g, desc in _ROUTE.findall(text)]
+    mine = rows(theirs(fabric, converted, ["dump_lfts"]).stdout)
+    ref = rows(reference(fabric, ["ibroute", "2"])) + \
+        rows(reference(fabric, ["ibroute", "3"]))
+    assert sorted(mine) == sorted(ref) and len(ref) == 12
+
+
 _HOP = re.compile(r"\[(\d+)\] -> [\w ]+? port \{?(\S+?)\}?\[(\d+)\] lid "
                   r"(\d+)[/-]\S* ['\"](.*)['\"]")
 
@@ -362,6 +374,21 @@ def test_ibnetdiscover(fabric, converted):
     mine = _links(theirs(fabric, converted, ["ibnetdiscover"]).stdout)
     ref = _links(reference(fabric, ["ibnetdiscover"]))
     assert mine == ref and len(ref) == 12     # 6 cables, both ways
+
+
+def test_discovery_cache(fabric, converted, tmp_path):
+    """--cache pickles our rdma.subnet.Subnet after a discovery and a
+    later command loads it instead of discovering again."""
+    cache = tmp_path / "subnet.pickle"
+    first = _links(theirs(fabric, converted, ["ibnetdiscover",
+                                              f"--cache={cache}"]).stdout)
+    assert cache.stat().st_size > 1000
+    again = theirs(fabric, converted, ["ibswitches", f"--cache={cache}",
+                                       "-v"]).stdout
+    assert "Loading discovery cache" in again
+    assert {guid(g) for _, g, _, _ in _NODE.findall(again)} == \
+        {0x200000, 0x200001}
+    assert first == _links(reference(fabric, ["ibnetdiscover"]))
 
 
 @needs_sat
