@@ -323,11 +323,15 @@ _HOP = re.compile(r"\[(\d+)\] -> [\w ]+? port \{?(\S+?)\}?\[(\d+)\] lid "
                   r"(\d+)[/-]\S* ['\"](.*)['\"]")
 
 
+@pytest.mark.parametrize("mode", [[], ["--discovery=DR"]],
+                         ids=["lid", "dr"])
 @pytest.mark.parametrize("src,dst", [("4", "1"), ("4", "6"), ("1", "6"),
                                      ("5", "1")])
-def test_ibtracert(fabric, converted, src, dst):
-    """Every hop: out port, the next port's GUID, in port, LID, name."""
-    mine = theirs(fabric, converted, ["ibtracert", src, dst]).stdout
+def test_ibtracert(fabric, converted, src, dst, mode):
+    """Every hop: out port, the next port's GUID, in port, LID, name
+    (LID-routed SMPs, or directed routes turning back at CAs)."""
+    mine = theirs(fabric, converted, ["ibtracert", *mode, src,
+                                      dst]).stdout
     ref = reference(fabric, ["ibtracert", src, dst])
     hops = [(int(o), guid(g), int(i), int(lid), d)
             for o, g, i, lid, d in _HOP.findall(mine)]
@@ -369,9 +373,12 @@ def _links(text):
     return out
 
 
-def test_ibnetdiscover(fabric, converted):
+@pytest.mark.parametrize("mode", [[], ["--discovery=DR"]],
+                         ids=["lid", "dr"])
+def test_ibnetdiscover(fabric, converted, mode):
     """The same nodes and the same cables."""
-    mine = _links(theirs(fabric, converted, ["ibnetdiscover"]).stdout)
+    mine = _links(theirs(fabric, converted,
+                         ["ibnetdiscover", *mode]).stdout)
     ref = _links(reference(fabric, ["ibnetdiscover"]))
     assert mine == ref and len(ref) == 12     # 6 cables, both ways
 
