@@ -182,8 +182,8 @@ def _fields_of_members(cls: type) -> List[_Field]:
 def _class_attribute(cls: type, name: str) -> bool:
     """True if ``name`` is a plain attribute declared by a subclass of
     BinStruct (not a method, not one of BinStruct's own names)."""
-    if name.startswith("_") or hasattr(BinStruct, name):
-        return False
+    if name.startswith("_") or name.isupper() or hasattr(BinStruct, name):
+        return False        # private, a class constant, or ours
     for klass in cls.__mro__:
         if klass is BinStruct:
             return False

@@ -233,6 +233,8 @@ def test_structure_subclass_attribute_may_be_set():
         r.nope = 1
     with pytest.raises(AttributeError, match="no field"):
         IBA.SMPNodeInfo().pack = 1
+    with pytest.raises(AttributeError, match="no field"):
+        IBA.SMPNodeInfo().MAD_SUBNGET = 2
 
 
 def test_nested_row_set_to_none_is_left_out():
