@@ -637,27 +637,9 @@ class Device:
 
     @property
     def node_desc(self) -> Optional[str]:
-        """The node description: the kernel's (sysfs); for a CA that only
-        libibumad reports (ibsim's simulated CA has no sysfs) the port's
-        own answer to a NodeDescription SMP on the directed route to
-        itself; None where neither is there (the software fabric)."""
-        v = self._sys("node_desc")
-        if v is None and not self.has_verbs and self._umad is not None:
-            v = self._node_desc_by_smp()
-        return v
-
-    def _node_desc_by_smp(self) -> Optional[str]:
-        from rdma import IBA, umad
-        from rdma.path import IBDRPath
-        for ep in self.end_ports:
-            try:
-                with umad.UMAD(ep, timeout_ms=500, retries=1) as u:
-                    nd = u.SubnGet(IBA.SMPNodeDescription, IBDRPath(ep))
-            except (RDMAError, OSError):
-                continue
-            return bytes(nd.nodeString).split(b"\0", 1)[0].decode(
-                "utf-8", "replace")
-        return None
+        """The node description (the kernel's; None where the device has
+        no sysfs entry, such as a simulated CA)."""
+        return self._sys("node_desc")
 
     @property
     def phys_port_cnt(self) -> int:

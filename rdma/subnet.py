@@ -400,11 +400,10 @@ class Subnet:
         switch by is kept for discovery."""
         dr = bytes(path.drPath)
         if ep is not None and not isinstance(ep.parent, Switch) and \
-                len(dr) >= 2 and ep.port_id == portIdx:
-            if len(dr) >= 3:
-                ret = path.copy(drPath=dr[:-1])
-                ret.__dict__["_cached_subnet_localPortNum"] = dr[-1]
-                return ret
+                len(dr) >= 3 and ep.port_id == portIdx:
+            ret = path.copy(drPath=dr[:-1])
+            ret.__dict__["_cached_subnet_localPortNum"] = dr[-1]
+            return ret
         return path.extend(portIdx)
 
     # -- joining what MADs say ---------------------------------------------

@@ -84,9 +84,3 @@ def turn_back_at_ca(u, ca_guid):
                                                           nodeGUID),
             "port": back.__dict__.get("_cached_subnet_localPortNum"),
             "want_port": peer.port_id}
-
-
-def node_desc(u):
-    """Device.node_desc of the simulated CA (no sysfs): by SMP."""
-    import rdma
-    return rdma.get_device(u.end_port.parent.name).node_desc

@@ -36,7 +36,3 @@ def test_advance_dr_turns_back_at_a_ca(fabric, worker):
     assert r["back"] == r["to_ca"][:-1]
     assert r["guid"] == r["want_guid"] == 0x200000
     assert r["port"] == r["want_port"] == 1
-
-
-def test_node_desc_of_a_simulated_ca(fabric, worker):
-    assert worker.call("compat", "node_desc") == "Hca2"

@@ -551,19 +551,6 @@ def test_saquery_mcmember_records(fabric, converted):
     assert int(mine["pkey"], 16) == int(ref["pkey"], 16)
 
 
-@needs_sat
-@pytest.mark.parametrize("node", ["Hca2", "Hca3"])
-def test_set_nodedesc_shows(fabric, converted, node):
-    """set_nodedesc without a name shows each CA's description: the
-    simulated CA's is its own NodeDescription (as smpquery reads it)."""
-    out = theirs(fabric, converted, ["set_nodedesc", "-C", "ibsim0"],
-                 node=node).stdout
-    ref = fabric.run(["smpquery", "-D", "nodedesc", "0"], node).stdout
-    desc = ref.split(":", 1)[1].strip(". \n")
-    assert out.strip() == f"ibsim0: {desc}"
-    assert out.strip() == f"ibsim0: {node}"
-
-
 # -- port state -------------------------------------------------------------
 
 
