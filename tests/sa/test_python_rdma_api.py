@@ -1,6 +1,20 @@
 """What python-rdma's management programs rely on, on ibsim + opensm (our
 own tests of the fixes found by running python-rdma's ibtool; they run
-without python-rdma)."""
+without python-rdma).  They use a worker process of their own: they set
+the port's ``sa_path.SMKey``, which later SA queries of that process
+send."""
+import pytest
+
+from fabric import Worker
+
+
+@pytest.fixture(scope="module")
+def worker(fabric):
+    w = Worker(fabric, "Hca2")
+    try:
+        yield w
+    finally:
+        w.close()
 
 
 def test_sa_path_parent_and_copy(fabric, worker):

@@ -520,12 +520,20 @@ def test_saquery_class_port_info(fabric, converted):
     _compare_fields(mine, reference(fabric, ["saquery", "-c"]), 7)
 
 
-def test_set_guid(fabrics, converted):
+@pytest.fixture
+def own_fabric(fabric, tmp_path):
+    """A fabric for this test alone (ibsim's net.1, opensm on Hca1)."""
+    from fabric import NET_EXAMPLES, Fabric
+    with Fabric(NET_EXAMPLES / "net.1", tmp_path, sm_node="Hca1") as f:
+        yield f
+
+
+def test_set_guid(own_fabric, converted):
     """set_guid programs an alias GUID through the SA (SubnAdmSet of a
     GUIDInfoRecord with one GUID's component bit): infiniband-diags'
     saquery reads it back.  On a fabric of its own: an alias GUID adds
     PathRecords that other tests do not expect."""
-    fab = fabrics("1sw2hca")
+    fab = own_fabric
     lid = _ADDR.search(fab.run(["ibaddr"], "Hca2").stdout).group(2)
     res = theirs(fab, converted, ["set_guid", lid, "2", "0x2c0ffee"],
                  check=False)
