@@ -69,13 +69,21 @@ class SAPath(IBPath):
                 f"SL={self.SL})")
 
 
-def sa_path(end_port: Any) -> SAPath:
+def _no_sm(end_port: Any) -> RDMAError:
+    return RDMAError(f"{end_port} has no subnet manager (SM LID 0): "
+                     f"is a subnet manager running?")
+
+
+def sa_path(end_port: Any, require_sm: bool = True) -> SAPath:
     """Return the :class:`SAPath` of any end port that has ``sm_lid``
-    (a :class:`UMADEndPort` or a verbs :class:`rdma.EndPort`)."""
+    (a :class:`UMADEndPort` or a verbs :class:`rdma.EndPort`).
+
+    :raises RDMAError: the port knows no SM (SM LID 0), unless
+        ``require_sm`` is False: then the path's DLID is 0 (what
+        ``end_port.sa_path`` gives, as python-rdma's does)."""
     sm_lid = getattr(end_port, "sm_lid", 0)
-    if not sm_lid:
-        raise RDMAError(f"{end_port} has no subnet manager (SM LID 0): "
-                        f"is a subnet manager running?")
+    if not sm_lid and require_sm:
+        raise _no_sm(end_port)
     sm_sl = getattr(end_port, "sm_sl", None)
     if sm_sl is None:
         attr = getattr(end_port, "attr", None)
@@ -499,8 +507,11 @@ class UMAD(MADTransactor):
                 ep = get_end_port(str(ep))
                 self.end_port = ep
             sp = getattr(ep, "sa_path", None)
-            self._sa_path = sp if sp is not None and not callable(sp) \
-                else sa_path(ep)
+            if sp is None or callable(sp):
+                sp = sa_path(ep)
+            if not sp.DLID:
+                raise _no_sm(ep)        # not kept: an SM may come up
+            self._sa_path = sp
         return self._sa_path
 
     def sa_rpc(self, method: int, payload: Union[BinStruct, Type[BinStruct]],

@@ -1,5 +1,6 @@
 """Worker operations for tests/sa/test_python_rdma_api.py: the behaviour
 python-rdma's programs rely on, on the real fabric (see sa_ops.compat)."""
+import rdma
 import rdma.discovery
 import rdma.IBA as IBA
 import rdma.path
@@ -84,3 +85,13 @@ def turn_back_at_ca(u, ca_guid):
                                                           nodeGUID),
             "port": back.__dict__.get("_cached_subnet_localPortNum"),
             "want_port": peer.port_id}
+
+
+def no_sm_sa_path(u):
+    """end_port.sa_path without an SM, and an SA query through it."""
+    sp = u.end_port.sa_path
+    try:
+        u.SubnAdmGet(IBA.SANodeRecord())
+    except rdma.RDMAError as exc:
+        return sp.DLID, type(sp).__name__, str(exc)
+    return sp.DLID, type(sp).__name__, None

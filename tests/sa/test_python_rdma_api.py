@@ -50,3 +50,16 @@ def test_advance_dr_turns_back_at_a_ca(fabric, worker):
     assert r["back"] == r["to_ca"][:-1]
     assert r["guid"] == r["want_guid"] == 0x200000
     assert r["port"] == r["want_port"] == 1
+
+
+def test_sa_path_without_a_subnet_manager(fabrics):
+    """python-rdma's end_port.sa_path exists without an SM (DLID 0); an
+    SA query through it is a clear error."""
+    f = fabrics("1sw2hca", sm=False)
+    w = Worker(f, "Hca2")
+    try:
+        dlid, kind, err = w.call("compat", "no_sm_sa_path")
+    finally:
+        w.close()
+    assert dlid == 0 and kind == "SAPath"
+    assert "no subnet manager" in err

@@ -242,6 +242,20 @@ def test_ibstatus_and_ibv_devices(fabric, converted):
     assert guid(line.split()[1]) == guid(ref["Node GUID"])
 
 
+def test_directed_route_without_a_subnet_manager(fabrics, converted):
+    """No SM: the port is not ACTIVE and its SM LID is 0 (python-rdma's
+    option handling still reads ``end_port.sa_path``); directed-route
+    SMPs work, as with infiniband-diags."""
+    fab = fabrics("1sw2hca", sm=False)
+    argv = ["-D", "0,1"]
+    mine = theirs(fab, converted, ["smpquery", "NI", *argv]).stdout
+    ref = fab.run(["smpquery", "nodeinfo", *argv], "Hca2").stdout
+    _compare_fields(mine, ref, 9)
+    links = _links(theirs(fab, converted, ["ibnetdiscover"]).stdout)
+    assert links == _links(fab.run(["ibnetdiscover"], "Hca2").stdout)
+    assert len(links) == 4
+
+
 # -- PerfMgt ----------------------------------------------------------------
 
 #: python-rdma's (older libibmad) counter names -> infiniband-diags' today.
