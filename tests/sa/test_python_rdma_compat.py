@@ -278,8 +278,8 @@ _TRAFFIC = {"PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts",
             "PortMulticastXmitPkts", "PortMulticastRcvPkts"}
 
 
-@pytest.mark.parametrize("argv", [[], ["2", "1"], ["3", "5"], ["-x", "2",
-                                                               "1"]])
+@pytest.mark.parametrize("argv", [[], ["2", "1"], ["3", "5"],
+                                  ["-x", "2", "1"], ["-a", "2"]])
 def test_perfquery(fabric, converted, argv):
     """Error counters equal; traffic counters no lower than infiniband-diags
     read just before (queries are traffic)."""
