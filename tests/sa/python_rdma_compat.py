@@ -102,7 +102,9 @@ def _py2_division(path: Path) -> None:
     if any(leaf.type == token.SLASHEQUAL for leaf in tree.leaves()):
         raise CompatError(f"{path} uses '/=': no mechanical conversion")
     changed = False
-    for node in list(tree.pre_order()):
+    # innermost first: a replaced term's clone then carries its converted
+    # inner terms (a / (b / c))
+    for node in list(tree.post_order()):
         if node.type != pygram.python_symbols.term or not any(
                 c.type == token.SLASH for c in node.children):
             continue

@@ -63,3 +63,18 @@ def test_sa_path_without_a_subnet_manager(fabrics):
         w.close()
     assert dlid == 0 and kind == "SAPath"
     assert "no subnet manager" in err
+
+
+def test_converter_python2_division(tmp_path):
+    """The converter's one change beyond lib2to3: Python 2's ``/``."""
+    import python_rdma_compat as compat
+    f = tmp_path / "m.py"
+    f.write_text("# head\nx = 7 / 2 * 3 + a / (b / c)\ny = 7.0 / 2\n")
+    compat._py2_division(f)
+    ns = {"a": 9, "b": 7, "c": 2}
+    exec(f.read_text(), ns)
+    assert ns["x"] == 3 * 3 + 9 // 3 and ns["y"] == 3.5
+    assert f.read_text().startswith("# head\ndef _py2_div")
+    (tmp_path / "n.py").write_text("x /= 2\n")
+    with pytest.raises(compat.CompatError, match="'/='"):
+        compat._py2_division(tmp_path / "n.py")
