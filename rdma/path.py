@@ -836,6 +836,11 @@ def resolve_path(umad, path: IBPath, reversible: bool = True,
       *reversible* and the extra PathRecord fields in *properties*.
     - The software fabric: from its own addressing (like InfiniBand without
       an SA: LIDs and GIDs of the ports are the truth).
+
+    On InfiniBand with an asynchronous *umad* (a
+    :class:`rdma.sched.MADSchedule`) this returns a coroutine to ``yield``,
+    as python-rdma does; :exc:`SAPathNotFoundError` means the SA has no
+    such path.
     """
     if path.end_port is None:
         if umad is None or getattr(umad, "end_port", None) is None:
