@@ -61,6 +61,18 @@ PR_RATE_20Gb, PR_RATE_40Gb, PR_RATE_60Gb, PR_RATE_80Gb = 6, 7, 8, 9
 PR_RATE_120Gb, PR_RATE_14Gb, PR_RATE_56Gb, PR_RATE_112Gb = 10, 11, 12, 13
 PR_RATE_168Gb, PR_RATE_25Gb, PR_RATE_100Gb, PR_RATE_200Gb = 14, 15, 16, 17
 PR_RATE_300Gb = 18
+#: python-rdma's spelling of the same codes (``PR_RATE_10Gb0``...).
+PR_RATE_5Gb0, PR_RATE_10Gb0, PR_RATE_14Gb0 = PR_RATE_5Gb, PR_RATE_10Gb, \
+    PR_RATE_14Gb
+PR_RATE_20Gb0, PR_RATE_25Gb0, PR_RATE_30Gb0 = PR_RATE_20Gb, PR_RATE_25Gb, \
+    PR_RATE_30Gb
+PR_RATE_40Gb0, PR_RATE_56Gb0, PR_RATE_60Gb0 = PR_RATE_40Gb, PR_RATE_56Gb, \
+    PR_RATE_60Gb
+PR_RATE_80Gb0, PR_RATE_100Gb0, PR_RATE_112Gb0 = PR_RATE_80Gb, \
+    PR_RATE_100Gb, PR_RATE_112Gb
+PR_RATE_120Gb0, PR_RATE_168Gb0, PR_RATE_200Gb0 = PR_RATE_120Gb, \
+    PR_RATE_168Gb, PR_RATE_200Gb
+PR_RATE_300Gb0 = PR_RATE_300Gb
 _RATES = {2: 2.5, 3: 10, 4: 30, 5: 5, 6: 20, 7: 40, 8: 60, 9: 80, 10: 120,
           11: 14, 12: 56, 13: 112, 14: 168, 15: 25, 16: 100, 17: 200,
           18: 300}
@@ -113,7 +125,23 @@ class GID(bytes):
 
     __slots__ = ()
 
-    def __new__(cls, value: object = 0) -> "GID":
+    def __new__(cls, value: object = 0, raw: bool = False,
+                prefix: object = None, guid: object = None) -> "GID":
+        # python-rdma's forms: GID(None) is the zero GID, GID(b, raw=True)
+        # takes 16 bytes, GID(prefix=P, guid=G) joins a subnet prefix (an
+        # int, 8 bytes or a GID whose prefix is taken) and a GUID.
+        if prefix is not None or guid is not None:
+            if value not in (0, None):
+                raise TypeError("GID(): give either a value or prefix= "
+                                "and guid=, not both")
+            if prefix is None or guid is None:
+                raise TypeError("GID(): prefix= and guid= go together")
+            return cls.from_parts(_prefix_int(prefix), int(GUID(guid)))
+        if value is None:
+            value = 0
+        if raw and not isinstance(value, (bytes, bytearray, memoryview)):
+            raise TypeError(f"GID(raw=True) takes 16 bytes, not "
+                            f"{type(value).__name__}")
         if isinstance(value, GID):
             return bytes.__new__(cls, value)
         if isinstance(value, (bytes, bytearray, memoryview)):
@@ -171,10 +199,31 @@ class GID(bytes):
         return (GID, (bytes(self),))
 
 
+def _prefix_int(prefix: object) -> int:
+    """A GID subnet prefix given as an int, 8 bytes or a GID."""
+    if isinstance(prefix, GID):
+        return prefix.prefix
+    if isinstance(prefix, (bytes, bytearray)):
+        if len(prefix) != 8:
+            raise ValueError(f"a GID prefix is 8 bytes, not {len(prefix)}")
+        return int.from_bytes(prefix, "big")
+    if isinstance(prefix, bool) or not isinstance(prefix, int):
+        raise TypeError(f"a GID prefix is an int, 8 bytes or a GID, not "
+                        f"{type(prefix).__name__}")
+    if not 0 <= prefix < 1 << 64:
+        raise ValueError(f"GID prefix out of range: {prefix:#x}")
+    return prefix
+
+
 class GUID(int):
     """A 64-bit GUID printed the ibv_devinfo way (``0002:c903:0000:1234``)."""
 
-    def __new__(cls, value: object = 0) -> "GUID":
+    def __new__(cls, value: object = 0, raw: bool = False) -> "GUID":
+        if value is None:               # python-rdma: GUID(None) is zero
+            value = 0
+        if raw and not isinstance(value, (bytes, bytearray)):
+            raise TypeError(f"GUID(raw=True) takes 8 bytes, not "
+                            f"{type(value).__name__}")
         if isinstance(value, str):
             text = value.replace(":", "")
             try:
@@ -403,6 +452,11 @@ MAD_ATTR_VENDOR_DIAG = 0x0030
 MAD_ATTR_LED_INFO = 0x0031
 
 
+#: The all-zero GUID and GID (python-rdma's names).
+ZERO_GUID = GUID(0)
+ZERO_GID = GID(0)
+
+
 def conv_lid(s: str, multicast: "bool | None" = False) -> int:
     """A LID from text (``int(s, 0)``): unicast when ``multicast`` is
     False, multicast when True, any 16-bit value when None.
@@ -502,6 +556,15 @@ class ComponentMask:
         return res
 
     def __setattr__(self, name: str, value: object) -> None:
+        if name == "component_mask":
+            # python-rdma's programs add bits the wrapper cannot see
+            # (one element of an array: ``cm.component_mask |= 1 << n``).
+            if isinstance(value, bool) or not isinstance(value, int) or \
+                    not 0 <= value < 1 << 64:
+                raise ValueError(f"component_mask must be a 64-bit mask, "
+                                 f"not {value!r}")
+            object.__setattr__(self, name, value)
+            return
         setattr(self._obj, name, value)
         self._touch(name)
 
@@ -534,9 +597,33 @@ from rdma._mad import (  # noqa: E402
     SAError, MADError, MADClassError, MADTimeoutError, MADFormatError,
     mad_status_words, sa_status_word, lifetime_to_us, MCMEMBER_JOIN_FULL)
 
+
+
+def _member_formats() -> dict:
+    """python-rdma's ``MEMBER_FORMATS``: row name -> ``"hex"`` or
+    ``"str"`` for the names that print that way in every structure."""
+    seen: dict = {}
+    for cls in ATTR_TO_STRUCT.values():
+        for f in cls.FIELDS:
+            if f.reserved or f.kind != "int":
+                continue
+            fmt = {"x": "hex", "s": "str"}.get(f.fmt)
+            seen.setdefault(f.name, set()).add(fmt)
+    return {k: v.pop() for k, v in seen.items() if len(v) == 1 and None
+            not in v}
+
+
+#: Row name -> python-rdma display format (``"hex"``, ``"str"``) for
+#: names that print so everywhere; programs may add their own rows
+#: (a ``"hex"`` entry makes a decimal row print in hex).
+MEMBER_FORMATS = _member_formats()
+
 __all__ += list(_structs.__all__) + [
     "BinStruct", "BinFormat", "ComponentMask", "MADError", "SAError",
     "MADClassError", "MADTimeoutError", "MADFormatError",
     "mad_status_words", "sa_status_word", "lifetime_to_us",
     "MCMEMBER_JOIN_FULL", "conv_lid", "lid_lmc_range", "const_str",
-    "get_fmt_payload", "PC_ERROR_COUNTERS", "link_rate_str"]
+    "get_fmt_payload", "PC_ERROR_COUNTERS", "link_rate_str", "ZERO_GUID",
+    "ZERO_GID", "MEMBER_FORMATS"] + [
+    n for n in list(globals()) if n.startswith("PR_RATE_") and
+    n.endswith("Gb0")]

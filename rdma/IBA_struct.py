@@ -183,7 +183,8 @@ class SMPGUIDInfo(BinStruct):
     MAD_LENGTH = 64
     MAD_ATTRIBUTE_ID = 0x14
     METHODS = ("SubnGet", "SubnSet")
-    FIELDS = [U("GUIDBlock", count=8)]
+    # each GUID is an SA component (GUIDInfoRecord: GUID0..GUID7)
+    FIELDS = [U("GUIDBlock", count=8, comp=8)]
 
 
 class SMPPortInfo(BinStruct):
@@ -772,12 +773,24 @@ class VendFormat(BinFormat):
     FIELDS = _mad_header() + [F("data", 1856)]
 
 
+class VendOUIFormat(BinFormat):
+    """Vendor Specific MAD Format with OUI (16.5.1): the classes
+    0x30..0x4F, whose MADs carry the RMPP header and the vendor's 24-bit
+    ``OUI`` before 216 bytes of data.  A vendor's format subclasses it
+    with its own ``MAD_CLASS`` and ``MAD_CLASS_OUI``."""
+    MAD_LENGTH = 256
+    MAD_CLASS = 0x30
+    MAD_CLASS_VERSION = 0x01
+    FIELDS = _mad_header() + _rmpp_rows() + [R(8), F("OUI", 24, "x"),
+                                             F("data", 1728)]
+
+
 #: Every format, by (management class, (base version << 8) | class
 #: version) (python-rdma's CLASS_TO_STRUCT).
 CLASS_TO_STRUCT = {
     (c.MAD_CLASS, (1 << 8) | c.MAD_CLASS_VERSION): c
     for c in (SMPFormat, SMPFormatDirected, SAFormat, PMFormat, BMFormat,
-              DMFormat, CMFormat, SNMPFormat, VendFormat)
+              DMFormat, CMFormat, SNMPFormat, VendFormat, VendOUIFormat)
 }
 
 #: The formats that carry the attributes of each transactor call prefix.

@@ -14,7 +14,7 @@ from rdma.devices import (Device, EndPort, RDMADevice, get_device,
                           get_devices, get_end_port, get_verbs)
 # The MAD errors live with the MAD structures (rdma.IBA, which rdma.devices
 # has imported already).
-from rdma.IBA import MADError, MADTimeoutError
+from rdma.IBA import MADClassError, MADError, MADTimeoutError
 
 __version__ = "0.1.0"
 
@@ -90,6 +90,7 @@ def get_include() -> str:
 
 
 __all__ = ["RDMAError", "SysError", "WRError", "WCError", "MADError",
+           "MADClassError",
            "MADTimeoutError", "Device", "RDMADevice", "EndPort",
            "get_devices", "get_device", "get_end_port", "get_verbs",
            "get_umad", "get_gmp_mad", "get_include", "__version__"]
@@ -101,8 +102,19 @@ def __getattr__(name: str) -> Any:
     if name == "WCError":
         from rdma.ibverbs import WCError
         return WCError
+    # python-rdma's submodules, imported on first use: its programs reach
+    # e.g. rdma.satransactor.SATransactor having imported only rdma.
     if name in ("path", "vtools", "aio", "ibverbs", "IBA", "sa", "umad",
-                "devices"):
+                "devices", "IBA_describe", "tools", "binstruct",
+                "madtransactor", "sched", "subnet", "discovery", "vmad",
+                "satransactor"):
         import importlib
-        return importlib.import_module(f"rdma.{name}")
+        try:
+            return importlib.import_module(f"rdma.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"rdma.{name}":
+                raise
+            raise AttributeError(f"module 'rdma' has no attribute {name!r} "
+                                 f"(rdma.{name} is not in this build)") \
+                from exc
     raise AttributeError(f"module 'rdma' has no attribute {name!r}")

@@ -334,6 +334,23 @@ class SAError(MADClassError):
         return w.split(" ", 1)[0] if w else None
 
 
+class SAPathNotFoundError(SAError):
+    """The SA has no PathRecord for the path asked for (it answered
+    ``ERR_NO_RECORDS``): python-rdma's ``rdma.path.SAPathNotFoundError``,
+    raised by :func:`rdma.path.resolve_path` and
+    :func:`rdma.path.get_mad_path`."""
+
+    @classmethod
+    def from_error(cls, err: MADError, msg: str) -> "SAPathNotFoundError":
+        """This error carrying everything ``err`` carries (request, reply,
+        status, path), with ``msg`` added to its messages."""
+        new = cls.__new__(cls)
+        new.__dict__.update(err.__dict__)
+        new.messages = list(getattr(err, "messages", None) or [])
+        new.message(msg)
+        return new
+
+
 class MADFormatError(MADError, ValueError):
     """A MAD from the wire is malformed (too short, wrong class, an
     impossible RMPP or SA layout...)."""
@@ -499,6 +516,7 @@ _BY_ATTRIBUTE: Dict[int, Type[BinStruct]] = {
 
 __all__ = [
     "BinStruct", "BinFormat", "SA_RECORDS", "MADError", "SAError",
+    "SAPathNotFoundError",
     "MADClassError", "MADTimeoutError", "MADFormatError",
     "mad_status_words", "sa_status_word", "describe",
     "decode_sa_reply", "SAReply", "encode_sa_request",

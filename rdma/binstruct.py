@@ -90,9 +90,10 @@ def F(name: str, bits: int, fmt: str = "d", *, count: int = 1,
     return _Field(name, bits, kind, count=count, comp=comp, fmt=fmt)
 
 
-def U(name: str, count: int = 1) -> _Field:
-    """A 64-bit GUID row (:class:`rdma.IBA.GUID` values)."""
-    return _Field(name, 64, "guid", count=count, fmt="x")
+def U(name: str, count: int = 1, *, comp: int = 1) -> _Field:
+    """A 64-bit GUID row (:class:`rdma.IBA.GUID` values); ``comp`` as
+    for :func:`F`."""
+    return _Field(name, 64, "guid", count=count, fmt="x", comp=comp)
 
 
 def G(name: str) -> _Field:
@@ -136,6 +137,61 @@ def _zero(f: _Field) -> Any:
     return 0
 
 
+def _drop_slots(cls: type) -> None:
+    """python-rdma's structures name their rows in ``__slots__``; here
+    rows live in the instance dict, so the slot descriptors (which would
+    hide them) are removed from the class."""
+    slots = cls.__dict__.get("__slots__", ())
+    if isinstance(slots, str):
+        slots = (slots,)
+    for name in slots:
+        if isinstance(cls.__dict__.get(name), type(_SlotProbe.x)):
+            delattr(cls, name)
+
+
+class _SlotProbe:
+    __slots__ = ("x",)
+
+
+def _fields_of_members(cls: type) -> List[_Field]:
+    """FIELDS for a class that gives python-rdma's ``MEMBERS`` list."""
+    fields = []
+    for row in cls.__dict__["MEMBERS"]:
+        try:
+            name, bits, count = row
+        except (TypeError, ValueError):
+            raise TypeError(f"{cls.__name__}.MEMBERS: {row!r} is not "
+                            f"(name, bits, count)") from None
+        if not isinstance(name, str) or not isinstance(bits, int) or \
+                not isinstance(count, int) or bits <= 0 or count <= 0:
+            raise TypeError(f"{cls.__name__}.MEMBERS: {row!r} is not "
+                            f"(name, bits, count)")
+        if name.startswith("reserved_"):
+            fields.append(R(bits * count))
+        else:
+            fields.append(F(name, bits, count=count))
+    used = sum(f.bits * f.count for f in fields)
+    total = cls.__dict__.get("MAD_LENGTH", 0) * 8
+    if used < total:
+        # python-rdma lets MAD_LENGTH cover more than the rows: the rest
+        # is padding.
+        fields.append(R(total - used))
+    return fields
+
+
+def _class_attribute(cls: type, name: str) -> bool:
+    """True if ``name`` is a plain attribute declared by a subclass of
+    BinStruct (not a method, not one of BinStruct's own names)."""
+    if name.startswith("_") or name.isupper() or hasattr(BinStruct, name):
+        return False        # private, a class constant, or ours
+    for klass in cls.__mro__:
+        if klass is BinStruct:
+            return False
+        if name in klass.__dict__:
+            return not callable(klass.__dict__[name])
+    return False
+
+
 class BinStruct:
     """Base of every MAD structure: a fixed-size, big-endian record.
 
@@ -170,6 +226,12 @@ class BinStruct:
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
+        _drop_slots(cls)
+        if "FIELDS" not in cls.__dict__ and "MEMBERS" in cls.__dict__:
+            # A structure written the way python-rdma's generator writes
+            # them: MEMBERS (name, bits, count) and usually its own
+            # zero/pack_into/unpack_from, which then override ours.
+            cls.FIELDS = _fields_of_members(cls)
         if "FIELDS" not in cls.__dict__:
             return
         if "LENGTH" in cls.__dict__ and "MAD_LENGTH" not in cls.__dict__:
@@ -191,6 +253,9 @@ class BinStruct:
                 for sub, bit in f.struct.COMPONENT_MASK.items():
                     mask[f"{f.name}.{sub}"] = comp + bit
             elif f.comp > 1 and f.count > 1:
+                # the array's first bit under its own name too (python-rdma
+                # adds the element index to it)
+                mask[f.name] = comp
                 for i in range(f.count):
                     mask[f"{f.name}_{i}"] = comp + i * f.comp // f.count
             else:
@@ -247,6 +312,11 @@ class BinStruct:
     def __setattr__(self, name: str, value: Any) -> None:
         f = self._by_name.get(name)
         if f is None:
+            if _class_attribute(type(self), name):
+                # A subclass's own attribute (python-rdma programs declare
+                # e.g. ``buf = None`` on a structure and set it).
+                object.__setattr__(self, name, value)
+                return
             raise AttributeError(f"{type(self).__name__} has no field "
                                  f"{name!r}")
         self.__dict__[name] = self._convert(f, value)
@@ -255,6 +325,10 @@ class BinStruct:
     def _convert(self, f: _Field, value: Any) -> Any:
         where = f"{type(self).__name__}.{f.name}"
         if f.kind == "struct":
+            if value is None and f.count == 1:
+                # python-rdma's "left out": printers skip the row, packing
+                # refuses it.
+                return None
             if f.count > 1:
                 value = list(value)
                 if len(value) != f.count or not all(
@@ -368,11 +442,15 @@ class BinStruct:
 
     # -- encoding
 
-    def _to_int(self) -> int:
+    def _to_int(self, shown: bool = False) -> int:
+        """The structure as one int; ``shown``: rows left out (None)
+        count as zero (for printing) instead of raising."""
         d = self.__dict__
         acc = 0
         for name, shift, bits, count, kind, struct in self._plan:
             value = d[name]
+            if value is None and shown:
+                continue
             if count == 1:
                 x = self._int_of(name, bits, kind, struct, value)
             else:
@@ -393,6 +471,10 @@ class BinStruct:
     def _int_of(self, name: str, bits: int, kind: str, struct: Any,
                 v: Any) -> int:
         if kind == "struct":
+            if v is None:
+                raise ValueError(f"{type(self).__name__}.{name} is None "
+                                 f"(left out): set a {struct.__name__} "
+                                 f"before packing")
             if not isinstance(v, struct):
                 raise TypeError(f"{type(self).__name__}.{name} must be a "
                                 f"{struct.__name__}")
@@ -437,6 +519,8 @@ class BinStruct:
         for f in self.FIELDS:
             if f.kind == "struct" and f.count == 1:
                 sub = self.__dict__[f.name]
+                if sub is None:
+                    continue
                 if f.name in s and not sub._set:
                     mask |= ((1 << f.comp) - 1) << f.comp_index
                 else:
@@ -574,6 +658,8 @@ def _is_zero(v: Any) -> bool:
 
 
 def _jsonable(f: _Field, v: Any) -> Any:
+    if v is None:
+        return None
     if f.kind == "struct":
         return [x.to_dict() for x in v] if f.count > 1 else v.to_dict()
     if f.kind == "gid":
@@ -588,6 +674,11 @@ def _jsonable(f: _Field, v: Any) -> Any:
 
 
 def _value_text(f: _Field, v: Any) -> str:
+    if f.kind == "int" and f.fmt == "d" and f.name:
+        # python-rdma's per-name formats (programs may add to them)
+        extra = getattr(_iba(), "MEMBER_FORMATS", {}).get(f.name)
+        if extra == "hex":
+            return f"0x{v:0{(f.bits + 3) // 4}x}"
     if f.kind == "gid":
         return str(v)
     if f.kind == "guid":
@@ -614,23 +705,36 @@ def _decoded_data(s: BinStruct, f: _Field) -> Any:
 
 
 def _dotted(out: TextIO, s: BinStruct, prefix: str = "",
-            column: int = 33, skip_reserved: bool = True) -> None:
+            column: int = 33, skip_reserved: bool = True, *,
+            colon: bool = False, name_map: Optional[Dict[str, str]] = None,
+            dump_list: bool = False) -> None:
+    """One ``Name.....value`` line per row of ``s`` (nested structures
+    with ``prefix``); ``colon`` ends each name with ``:``, ``name_map``
+    renames rows (keyed by the row name with its first letter upper
+    case), ``dump_list`` prints every array element on its own line."""
     for f in s.FIELDS:
         if skip_reserved and f.reserved:
             continue
         v = _decoded_data(s, f)
+        if v is None:                   # a row left out (set to None)
+            continue
         if isinstance(v, BinStruct) or f.kind == "struct":
             items = v if f.count > 1 else [v]
             for i, sub in enumerate(items):
                 tag = f"[{i}]" if f.count > 1 else ""
                 _dotted(out, sub, f"{prefix}{f.name}{tag}.", column,
-                        skip_reserved)
+                        skip_reserved, colon=colon, name_map=name_map,
+                        dump_list=dump_list)
             continue
-        name = prefix + f.name[0].upper() + f.name[1:]
+        cname = f.name[0].upper() + f.name[1:]
+        if name_map:
+            cname = name_map.get(cname, cname)
+        name = prefix + cname
+        sep = ":" if colon else ""
         if f.count > 1 and f.fmt != "s":
-            if f.bits > 16:
+            if f.bits > 16 or dump_list:
                 for i, x in enumerate(v):
-                    n = f"{name}[{i}]"
+                    n = f"{name}[{i}]{sep}"
                     out.write(f"{n}{'.' * max(1, column - len(n))}"
                               f"{_value_text(f, x)}\n")
                 continue
@@ -638,7 +742,8 @@ def _dotted(out: TextIO, s: BinStruct, prefix: str = "",
                                    for i, x in enumerate(v)) + "]"
         else:
             text = _value_text(f, v)
-        out.write(f"{name}{'.' * max(1, column - len(name))}{text}\n")
+        n = name + sep
+        out.write(f"{n}{'.' * max(1, column - len(n))}{text}\n")
 
 
 def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
@@ -646,7 +751,7 @@ def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
     in it; nested structures open with ``+`` and close with ``-``.  Zero
     words in which no row starts (padding, the empty end of a MAD) are
     left out."""
-    raw = s.pack()
+    raw = s._to_int(shown=True).to_bytes(s.MAD_LENGTH, "big")
     names: Dict[int, List[str]] = {}
     cursor = 0
 
@@ -662,6 +767,8 @@ def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
 
     for f in s.FIELDS:
         v = _decoded_data(s, f)
+        if v is None:                   # a row left out (set to None)
+            continue
         word = (f.offset // 32) * 4
         if isinstance(v, BinStruct) and f.offset % 32 == 0:
             flush(word)

@@ -449,9 +449,21 @@ class EndPort:
     @property
     def sa_path(self):
         """How to reach this port's subnet administrator (SM LID, SL,
-        P_Key, QP1 Q_Key): see :func:`rdma.umad.sa_path`."""
+        P_Key, QP1 Q_Key): see :func:`rdma.umad.sa_path`.
+
+        The same :class:`rdma.path.IBPath` is returned while the port's
+        LID, SM LID and SM SL stay the same, so that what a program sets
+        on it (python-rdma's tools set ``sa_path.SMKey``) is kept.  A port
+        that knows no SM (SM LID 0) gets a path with DLID 0, as in
+        python-rdma; an SA query through it raises :class:`RDMAError`."""
         from rdma import umad
-        return umad.sa_path(self)
+        key = (self.lid, self.sm_lid, self.sm_sl)
+        cached = self.__dict__.get("_cached_sa_path")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        path = umad.sa_path(self, require_sm=False)
+        self.__dict__["_cached_sa_path"] = (key, path)
+        return path
 
     def pkey_index(self, pkey: int) -> int:
         """The index of *pkey* in the port's P_Key table.

@@ -308,6 +308,10 @@ def topo_peer_SMP(sched: Any, sbn: Subnet, port: Port, get_desc: bool = True,
     in ``sbn.topology``; nothing to do if the link is known."""
     peer = sbn.topology.get(port)
     if peer is not None:
+        if get_desc and peer.parent.desc is None:
+            # Linked by an earlier walk without descriptions.
+            yield peer.parent.get_desc(
+                sched, sbn.get_path_smp(sched, peer.to_end_port()))
         return
     idx = port.port_id
     if path is None:
@@ -320,7 +324,10 @@ def topo_peer_SMP(sched: Any, sbn: Subnet, port: Port, get_desc: bool = True,
         peer_path = sbn.advance_dr(path, idx)
     ninf = yield sched.SubnGet(IBA.SMPNodeInfo, peer_path)
     node, _ = sbn.get_node_ninf(ninf, peer_path)
-    here = node.get_port(ninf.localPortNum)
+    # advance_dr shortens a route that turns back at a CA: it then knows
+    # the peer's port better than the NodeInfo read over the short route.
+    here = node.get_port(peer_path.__dict__.get(
+        "_cached_subnet_localPortNum", ninf.localPortNum))
     sbn.topology[here] = port
     sbn.topology[port] = here
     if get_desc and node.desc is None:
@@ -333,6 +340,11 @@ def topo_surround_SMP(sched: Any, sbn: Subnet, node: Node,
     node), in parallel."""
     ports = [p for p, i in node.iterports() if i != 0] \
         if isinstance(node, Switch) else list(node.iterend_ports())
+    if get_desc and node.desc is None:
+        # The node's own description too (python-rdma's ibprintca prints it).
+        for end in node.iterend_ports():
+            yield node.get_desc(sched, sbn.get_path_smp(sched, end))
+            break
     yield sched.mqueue(topo_peer_SMP(sched, sbn, p, get_desc)
                        for p in ports)
 

@@ -549,9 +549,10 @@ class MADTransactor:
         sa = getattr(self, "sa_path", None)
         if sa is None:
             sa = getattr(self.end_port, "sa_path", None)
-        if sa is None:
+        if sa is None or not (getattr(sa, "DLID", 1) or
+                              getattr(sa, "has_grh", False)):
             raise MADError(msg="no path to the SA: pass one, or use an end "
-                               "port with an SM")
+                               "port with an SM (its SM LID is 0)")
         return sa
 
     def SubnAdmGet(self, payload: _Payload, path: Any = None,

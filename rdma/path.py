@@ -23,15 +23,31 @@ import rdma
 import rdma.ibverbs as ibv
 from rdma import IBA
 from rdma.IBA import GID, GUID
+from rdma._mad import SAPathNotFoundError
 
-__all__ = ["Path", "IBPath", "IBDRPath", "fill_path", "resolve_path", "from_string",
-           "from_spec_string", "WCPath", "get_mad_path"]
+__all__ = ["SAPathNotFoundError", "Path", "IBPath", "IBDRPath", "fill_path",
+           "resolve_path", "from_string", "from_spec_string", "WCPath",
+           "get_mad_path", "DRBytes"]
 
 
 def _end_port_arg(end_port):
     if isinstance(end_port, str):
         return rdma.get_end_port(end_port)
     return end_port
+
+
+def _copy_path(path: "Path", cls: type, kwargs: Dict[str, Any]) -> "Path":
+    """A ``cls`` with ``path``'s state and ``kwargs``: the class's own
+    attributes go to its constructor, the others are set afterwards."""
+    d = path._state()
+    d.update(kwargs)
+    end_port = d.pop("end_port", path.end_port)
+    known = {k: v for k, v in d.items() if hasattr(cls, k)}
+    new = cls(end_port, **known)
+    for k, v in d.items():
+        if k not in known:
+            setattr(new, k, v)
+    return new
 
 
 class Path:
@@ -63,11 +79,11 @@ class Path:
                 and getattr(cls, k, None) != v}
 
     def copy(self, **kwargs: Any) -> "Path":
-        """A copy of the path (without its caches), with *kwargs* applied."""
-        d = self._state()
-        d.update(kwargs)
-        return type(self)(kwargs.get("end_port", self.end_port),
-                          **{k: v for k, v in d.items() if k != "end_port"})
+        """A copy of the path (without its caches), with *kwargs* applied.
+
+        Attributes a program added to the path (``SMKey``, ``MKey``...)
+        are copied too."""
+        return _copy_path(self, type(self), kwargs)
 
     def drop_cache(self) -> None:
         """Forget cached derived data (AH, GID and P_Key indexes)."""
@@ -540,12 +556,44 @@ class IBPath(Path):
 DR_MAX_HOPS = 63
 
 
+class DRBytes(bytes):
+    """The bytes of :attr:`IBDRPath.drPath`.  Programs converted from
+    python-rdma's Python 2 kept its byte strings as ``str``
+    (``path.drPath += chr(port)``): adding a ``str`` of code points below
+    256 to it adds those bytes (Latin-1), so such code keeps working."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> bytes:
+        if isinstance(other, str):
+            other = _latin1(other)
+        return bytes.__add__(self, other)
+
+    def __radd__(self, other: Any) -> bytes:
+        if isinstance(other, str):
+            return _latin1(other) + bytes(self)
+        return NotImplemented
+
+
+def _latin1(s: str) -> bytes:
+    try:
+        return s.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"directed route {s!r}: a port is 0..254, one "
+                         f"character each") from None
+
+
 def _dr_bytes(value: Any) -> bytes:
     """Check and convert a directed route to bytes: element 0 is 0, then
     one egress port (0..254) per hop, at most :data:`DR_MAX_HOPS` hops.
-    Accepts bytes-like objects, sequences of ints and ``"0,1,3"``."""
+    Accepts bytes-like objects, sequences of ints, ``"0,1,3"`` and, for
+    programs converted from python-rdma's Python 2, a ``str`` of one
+    character per port (``"\\0" + chr(1)``: it starts with NUL, which
+    the text form cannot)."""
     if isinstance(value, str):
-        return _parse_dr(value)
+        if value.startswith("\0"):
+            return DRBytes(_dr_bytes(_latin1(value)))
+        return DRBytes(_parse_dr(value))
     if isinstance(value, (bytes, bytearray, memoryview)):
         b = bytes(value)
     else:
@@ -570,7 +618,7 @@ def _dr_bytes(value: Any) -> bytes:
                          f"{DR_MAX_HOPS}")
     if 255 in b:
         raise ValueError("drPath port 255 is not a port")
-    return b
+    return DRBytes(b)
 
 
 def _parse_dr(s: str, sep: str = ",") -> bytes:
@@ -625,7 +673,7 @@ class IBDRPath(IBPath):
     drDLID = IBA.LID_PERMISSIVE
     #: SMP InitialPath: 0, then one egress port per hop (bytes);
     #: ``len(drPath) - 1`` is the SMP's HopCount.
-    drPath = b"\0"
+    drPath = DRBytes(b"\0")
     #: The ingress port at each hop (SMP ReturnPath of a reply), when
     #: known: :meth:`reverse` needs it.  None, or bytes as long as
     #: :attr:`drPath` (element 0 unused).
@@ -788,6 +836,11 @@ def resolve_path(umad, path: IBPath, reversible: bool = True,
       *reversible* and the extra PathRecord fields in *properties*.
     - The software fabric: from its own addressing (like InfiniBand without
       an SA: LIDs and GIDs of the ports are the truth).
+
+    On InfiniBand with an asynchronous *umad* (a
+    :class:`rdma.sched.MADSchedule`) this returns a coroutine to ``yield``,
+    as python-rdma does; :exc:`SAPathNotFoundError` means the SA has no
+    such path.
     """
     if path.end_port is None:
         if umad is None or getattr(umad, "end_port", None) is None:
@@ -856,7 +909,11 @@ def _apply_property(path: IBPath, k: str, v: Any) -> None:
 
 def get_mad_path(umad, ep_addr, **kwargs: Any) -> IBPath:
     """Resolve a path from *umad*'s end port to *ep_addr* (a string for
-    :func:`from_string`, a LID, a GID or a port GUID)."""
+    :func:`from_string`, a LID, a GID or a port GUID).  On an
+    asynchronous *umad* (a :class:`rdma.sched.MADSchedule`) this returns
+    a coroutine, as :func:`resolve_path` does.
+
+    :raises SAPathNotFoundError: the SA has no path to *ep_addr*."""
     if isinstance(ep_addr, str):
         path = from_string(ep_addr, require_ep=umad.end_port)
         for k, v in kwargs.items():

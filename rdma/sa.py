@@ -17,12 +17,14 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Type, Union
 
 from rdma._mad import (BinStruct, MADError, MADFormatError, MADTimeoutError,
-                       SAError, SALinkRecord, SAMCMemberRecord, SANodeRecord,
-                       SAPathRecord, SAPortInfoRecord, SAServiceRecord,
+                       SAError, SAPathNotFoundError, SALinkRecord,
+                       SAMCMemberRecord, SANodeRecord, SAPathRecord,
+                       SAPortInfoRecord, SAServiceRecord,
                        SA_STATUS_NO_RECORDS)
 from rdma.IBA import GID
 
-__all__ = ["SAError", "MADError", "MADTimeoutError", "MADFormatError",
+__all__ = ["SAError", "SAPathNotFoundError", "MADError", "MADTimeoutError",
+           "MADFormatError",
            "get", "get_table", "set", "delete", "path_record_query",
            "resolve_path", "SA_STATUS_NO_RECORDS", "SALinkRecord",
            "SAMCMemberRecord", "SANodeRecord", "SAPathRecord",
@@ -83,9 +85,34 @@ def resolve_path(umad: Any, path: Any, reversible: bool = True,
     traffic class are written back; ``has_grh`` is set when the path
     leaves the subnet (hop limit above 1).
 
-    Raises :class:`SAError` (``ERR_NO_RECORDS`` for an unknown
-    destination) or :class:`MADTimeoutError`.
+    When ``umad`` is asynchronous (a :class:`rdma.sched.MADSchedule`,
+    ``umad.is_async``), this returns a coroutine to ``yield`` to the
+    scheduler instead, as python-rdma does; its result is ``path``.
+
+    Raises :class:`SAPathNotFoundError` (an :class:`SAError`) when the SA
+    has no such path (``ERR_NO_RECORDS``), another :class:`SAError`, or
+    :class:`MADTimeoutError`.
     """
+    gen = _resolve_path_gen(umad, path, reversible, properties)
+    if getattr(umad, "is_async", False):
+        return gen
+    return _drive(gen)
+
+
+def _drive(gen: Any) -> Any:
+    """Run a coroutine whose yields are RPCs of a synchronous transactor
+    (they have run already: send each value back); return its result."""
+    value = None
+    try:
+        value = next(gen)
+        while True:
+            value = gen.send(value)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _resolve_path_gen(umad: Any, path: Any, reversible: bool,
+                      properties: Optional[Dict[str, Any]]) -> Any:
     rec = SAPathRecord()
     end_port = getattr(path, "end_port", None) or getattr(umad, "end_port",
                                                           None)
@@ -112,7 +139,14 @@ def resolve_path(umad: Any, path: Any, reversible: bool = True,
         rec.numbPath = 1
     for name, value in (properties or {}).items():
         setattr(rec, name, value)
-    rep = umad.SubnAdmGet(rec)
+    try:
+        rep = yield umad.SubnAdmGet(rec)
+    except SAError as err:
+        if err.sa_status != SA_STATUS_NO_RECORDS:
+            raise
+        where = (f"DGID {rec.DGID}" if _is_set(dgid) else f"DLID {dlid}")
+        raise SAPathNotFoundError.from_error(
+            err, f"the SA has no path record to {where}") from None
     path.SGID = rep.SGID
     path.DGID = rep.DGID
     path.SLID = rep.SLID

@@ -479,18 +479,33 @@ class Subnet:
             raise RDMAError(f"a directed route has at most "
                             f"{P.DR_MAX_HOPS} hops: {tuple(dr)}")
         if isinstance(path, P.IBDRPath):
-            return path.extend(portIdx)
+            return self._extend_dr(path, self.path_to_port(path), portIdx)
         # LID routed: extend the directed route known to the same port, if
         # any (not every SMA takes a LID-routed start; ibsim does not).
         ep = self.path_to_port(path) if self.paths else None
         if ep is not None and ep in self.paths:
-            return self.paths[ep].extend(portIdx)
+            return self._extend_dr(self.paths[ep], ep, portIdx)
         local = path.end_port
         if path.DLID in (0, IBA.LID_PERMISSIVE) or \
                 path.DLID == getattr(local, "lid", None):
             return P.IBDRPath(local, drPath=dr, retries=path.retries)
         return P.IBDRPath(local, SLID=path.SLID, drSLID=path.SLID,
                           DLID=path.DLID, drPath=dr, retries=path.retries)
+
+    @staticmethod
+    def _extend_dr(path: Any, ep: Optional[Port], portIdx: int) -> Any:
+        """*path* (directed, to end port *ep* if known) then out of port
+        *portIdx*.  Out of a CA through the port the route came in by is
+        the switch before it (a CA forwards no SMP; python-rdma does the
+        same): the route is cut instead, and the port it reaches the
+        switch by is kept for discovery."""
+        dr = bytes(path.drPath)
+        if ep is not None and not isinstance(ep.parent, Switch) and \
+                len(dr) >= 3 and ep.port_id == portIdx:
+            ret = path.copy(drPath=dr[:-1])
+            ret.__dict__["_cached_subnet_localPortNum"] = dr[-1]
+            return ret
+        return path.extend(portIdx)
 
     # -- joining what MADs say ---------------------------------------------
 

@@ -30,6 +30,7 @@ from rdma._mad import (MAD_METHOD_DELETE,
                        SAReply, decode_sa_reply, encode_sa_request)
 from rdma.devices import DemandList, Device, EndPort
 from rdma.IBA import GID, GUID, IB_DEFAULT_QP1_QKEY
+from rdma.path import IBPath
 
 __all__ = ["UMAD", "UMADDevice", "UMADEndPort", "SAPath", "get_umad",
            "get_umad_devices", "get_end_port", "sa_path"]
@@ -38,44 +39,51 @@ __all__ = ["UMAD", "UMADDevice", "UMADEndPort", "SAPath", "get_umad",
 PORT_ACTIVE = 4
 
 
-class SAPath:
-    """Where the SA of a port is: the attributes of python-rdma's
-    ``IBPath`` that a GMP to the SA needs (``DLID`` = SM LID, ``SL`` = SM
-    SL, ``dqpn`` 1, ``qkey`` the QP1 Q_Key, P_Key index 0)."""
+class SAPath(IBPath):
+    """The path to a port's SA: an :class:`rdma.path.IBPath` (as
+    python-rdma's ``end_port.sa_path`` is) with ``DLID`` = SM LID, ``SL`` =
+    SM SL, ``dqpn``/``sqpn`` 1, ``qkey`` the QP1 Q_Key and the default
+    partition's P_Key.  ``copy(dqpn=0, ...)`` gives a plain path to the
+    SM itself."""
 
-    def __init__(self, end_port: Any, DLID: int, SL: int = 0,
-                 SLID: int = 0, pkey: int = 0xFFFF, pkey_index: int = 0):
-        #: The local port the SA is reached from.
-        self.end_port = end_port
-        #: The SM's LID.
-        self.DLID = DLID
-        #: The local LID.
-        self.SLID = SLID
-        #: The SM's SL.
-        self.SL = SL
-        #: The GSI QP of the SA.
-        self.dqpn = 1
-        #: The well-known QP1 Q_Key.
-        self.qkey = IB_DEFAULT_QP1_QKEY
-        #: The default partition.
-        self.pkey = pkey
-        #: Index of ``pkey`` in the port's P_Key table.
-        self.pkey_index = pkey_index
-        #: No GRH to the SA on one subnet.
-        self.has_grh = False
+    def __init__(self, end_port: Any = None, DLID: int = 0, SL: int = 0,
+                 SLID: int = 0, pkey: int = 0xFFFF, pkey_index: int = 0,
+                 **kwargs: Any):
+        kwargs.setdefault("dqpn", 1)
+        kwargs.setdefault("sqpn", 1)
+        kwargs.setdefault("qkey", IB_DEFAULT_QP1_QKEY)
+        IBPath.__init__(self, end_port, DLID=DLID, SL=SL, SLID=SLID,
+                        pkey=pkey, **kwargs)
+        # Index of ``pkey`` in the port's P_Key table (known already; the
+        # IBPath property looks it up again after any change).
+        self.__dict__["_cached_pkey_index"] = pkey_index
+
+    def copy(self, **kwargs: Any) -> IBPath:
+        """An :class:`rdma.path.IBPath` equal to this path, with *kwargs*
+        applied."""
+        from rdma.path import _copy_path
+        return _copy_path(self, IBPath, kwargs)
 
     def __repr__(self) -> str:
         return (f"SAPath(end_port={self.end_port}, DLID={self.DLID}, "
                 f"SL={self.SL})")
 
 
-def sa_path(end_port: Any) -> SAPath:
+def _no_sm(end_port: Any) -> RDMAError:
+    return RDMAError(f"{end_port} has no subnet manager (SM LID 0): "
+                     f"is a subnet manager running?")
+
+
+def sa_path(end_port: Any, require_sm: bool = True) -> SAPath:
     """Return the :class:`SAPath` of any end port that has ``sm_lid``
-    (a :class:`UMADEndPort` or a verbs :class:`rdma.EndPort`)."""
+    (a :class:`UMADEndPort` or a verbs :class:`rdma.EndPort`).
+
+    :raises RDMAError: the port knows no SM (SM LID 0), unless
+        ``require_sm`` is False: then the path's DLID is 0 (what
+        ``end_port.sa_path`` gives, as python-rdma's does)."""
     sm_lid = getattr(end_port, "sm_lid", 0)
-    if not sm_lid:
-        raise RDMAError(f"{end_port} has no subnet manager (SM LID 0): "
-                        f"is a subnet manager running?")
+    if not sm_lid and require_sm:
+        raise _no_sm(end_port)
     sm_sl = getattr(end_port, "sm_sl", None)
     if sm_sl is None:
         attr = getattr(end_port, "attr", None)
@@ -247,6 +255,12 @@ class UMAD(MADTransactor):
             self.retries = retries
         #: Replies that matched no outstanding request (dropped).
         self.unmatched = 0
+
+    @property
+    def parent(self) -> Any:
+        """The end port this umad is open on (python-rdma's name for
+        :attr:`end_port`)."""
+        return self.end_port
 
     # -- lifetime
 
@@ -493,8 +507,11 @@ class UMAD(MADTransactor):
                 ep = get_end_port(str(ep))
                 self.end_port = ep
             sp = getattr(ep, "sa_path", None)
-            self._sa_path = sp if sp is not None and not callable(sp) \
-                else sa_path(ep)
+            if sp is None or callable(sp):
+                sp = sa_path(ep)
+            if not sp.DLID:
+                raise _no_sm(ep)        # not kept: an SM may come up
+            self._sa_path = sp
         return self._sa_path
 
     def sa_rpc(self, method: int, payload: Union[BinStruct, Type[BinStruct]],

@@ -82,7 +82,10 @@ class VMAD(MADTransactor):
         #: The end port the MADs leave from.
         self.end_port = getattr(path, "end_port", None) or parent
         self._fabric = _provider(ctx, parent) == "ucx"
-        self._check_path(path)
+        # A path to QP0/QP1 of the software fabric is refused when a MAD
+        # is sent on it (sendto), not here: python-rdma's programs make a
+        # GMP transactor before they know they need one (rdma_bw, whose
+        # resolve_path needs no SA off InfiniBand).
         self._cc = ctx.comp_channel()
         self._cq = ctx.cq(2 * depth, self._cc)
         self._poller = rdma.vtools.CQPoller(self._cq, self._cc)

@@ -41,10 +41,17 @@ def pair(ep):
 
 
 def test_qp1_on_the_fabric_is_refused(ep):
-    with pytest.raises(rdma.RDMAError, match="software fabric .* has no "
-                                             "QP0/QP1"):
-        rdma.vmad.VMAD(ep, rdma.path.IBPath(ep, DLID=ep.lid, dqpn=1,
-                                            qkey=IBA.IB_DEFAULT_QP1_QKEY))
+    """The VMAD is made (python-rdma's programs make one before they know
+    they need it); a MAD to QP1 on the fabric is refused, saying why."""
+    sa = rdma.path.IBPath(ep, DLID=ep.lid, dqpn=1,
+                          qkey=IBA.IB_DEFAULT_QP1_QKEY)
+    with rdma.vmad.VMAD(ep, sa) as v:
+        with pytest.raises(rdma.RDMAError, match="software fabric .* has "
+                                                 "no QP0/QP1"):
+            v.SubnAdmGet(IBA.SANodeRecord())
+        with pytest.raises(rdma.RDMAError, match="software fabric .* has "
+                                                 "no QP0/QP1"):
+            v.PerformanceGet(IBA.PMPortCounters, sa)
 
 
 def test_rpcs_between_two_vmads(pair):

@@ -152,3 +152,10 @@ def madop(op, *args, **kw):
     import sched_ops
     mod = sched_ops if hasattr(sched_ops, op) else mad_ops
     return getattr(mod, op)(get(), *args, **kw)
+
+
+def compat(op, *args, **kw):
+    """Run ``compat_ops.<op>`` (python-rdma's behaviour, see
+    test_python_rdma_api.py) on the worker's UMAD."""
+    import compat_ops
+    return getattr(compat_ops, op)(get(), *args, **kw)
