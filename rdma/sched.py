@@ -38,10 +38,12 @@ import errno
 import heapq
 import inspect
 import itertools
+import struct
 import sys
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from rdma import IBA
 from rdma.madtransactor import MADTransactor, _Busy, _Redirect, _key
 
 __all__ = ["MADSchedule", "Context"]
@@ -81,10 +83,22 @@ class Context:
 
 
 #: A MAD to send: the request bytes and format, the path, the reply's
-#: attribute class, the completer, and the path the request was meant for
-#: when a remembered redirect sends it elsewhere (else None).
+#: attribute class, the completer, the path the request was meant for
+#: when a remembered redirect sends it elsewhere (else None), and for a
+#: SubnGet laid out by the fast path (``fmt`` None until needed) the
+#: format's class.
 Work = collections.namedtuple("Work",
-                              "buf fmt path newer completer original")
+                              "buf fmt path newer completer original "
+                              "fmt_cls", defaults=(None,))
+
+#: The header of a LID-routed SMP up to M_Key (IBA 14.2.1.1), and of a
+#: directed-route one up to DrDLID (14.2.1.2): what the SubnGet fast path
+#: lays out.
+_LID_HEAD = struct.Struct(">BBBBHBBQHHIQ")
+_DR_HEAD = struct.Struct(">BBBBHBBQHHIQHH")
+#: Where a directed-route SMP's initial path starts, and its data.
+_DR_PATH_OFF = 128
+_SMP_DATA_OFF = 64
 
 
 class MADSchedule(MADTransactor):
@@ -103,6 +117,11 @@ class MADSchedule(MADTransactor):
     result: Any = None
 
     def __init__(self, umad: Any):
+        # What the last answer was, decoded when asked for (reply_fmt,
+        # reply_path): (bytes, format class, agent, address) or None.
+        self._last_raw: Optional[Tuple[bytes, Any, int, tuple]] = None
+        self._reply_fmt: Any = None
+        self._reply_path: Any = None
         self.end_port = umad.end_port
         self._umad = umad
         self.trace_func = umad.trace_func
@@ -123,6 +142,42 @@ class MADSchedule(MADTransactor):
     def is_async(self) -> bool:
         return True
 
+    # The last reply, as the transactor keeps it; the fast path records
+    # the raw answer and these decode it only when read.
+
+    @property
+    def reply_fmt(self) -> Any:
+        """The decoded ``*Format`` of the last reply."""
+        if self._last_raw is not None:
+            self._decode_last()
+        return self._reply_fmt
+
+    @reply_fmt.setter
+    def reply_fmt(self, value: Any) -> None:
+        self._last_raw = None
+        self._reply_fmt = value
+
+    @property
+    def reply_path(self) -> Any:
+        """The path of the last reply."""
+        if self._last_raw is not None:
+            self._decode_last()
+        return self._reply_path
+
+    @reply_path.setter
+    def reply_path(self, value: Any) -> None:
+        self._last_raw = None
+        self._reply_path = value
+
+    def _decode_last(self) -> None:
+        from rdma.umad import UMADReplyPath
+        mad, fmt_cls, agent, addr = self._last_raw
+        self._last_raw = None
+        umad = self._umad
+        self._reply_fmt = fmt_cls(mad.ljust(fmt_cls.MAD_LENGTH, b"\0"))
+        self._reply_path = UMADReplyPath(umad.end_port, agent, addr,
+                                         umad._agent_dqpn.get(agent, 1))
+
     def _get_new_TID(self) -> int:
         return self._umad._get_new_TID()
 
@@ -131,6 +186,61 @@ class MADSchedule(MADTransactor):
         return self._umad.sa_path
 
     # -- RPCs return work
+
+    def _subn_do(self, payload: Any, path: Any, attributeModifier: int,
+                 method: int) -> Work:
+        # The fast path of discovery: a SubnGet of an attribute class is
+        # laid out here with one struct.pack_into (building and packing an
+        # SMPFormat costs ten times more) and its reply, when it is a plain
+        # good answer, decodes only the attribute (see _answer).  A Set,
+        # a payload object, a trace function or a bad route go through the
+        # transactor's generic path.
+        dr = getattr(path, "drPath", None)
+        if not isinstance(payload, type) or \
+                method != IBA.MAD_METHOD_GET or self.trace_func is not None \
+                or (dr is not None and not (1 <= len(dr) <= 64
+                                            and dr[0] == 0)):
+            return MADTransactor._subn_do(self, payload, path,
+                                          attributeModifier, method)
+        attr_id = getattr(payload, "MAD_ATTRIBUTE_ID", None)
+        if not attr_id or "SubnGet" not in payload.METHODS:
+            return MADTransactor._subn_do(self, payload, path,
+                                          attributeModifier, method)
+        buf = bytearray(256)
+        tid = self._umad._get_new_TID()
+        mkey = getattr(path, "MKey", 0) or 0
+        if dr is not None:
+            _DR_HEAD.pack_into(buf, 0, IBA.MAD_BASE_VERSION,
+                               IBA.MAD_SUBNET_DIRECTED, 1, method, 0, 0,
+                               len(dr) - 1, tid, attr_id, 0,
+                               attributeModifier & 0xFFFFFFFF, mkey,
+                               getattr(path, "drSLID", IBA.LID_PERMISSIVE),
+                               getattr(path, "drDLID", IBA.LID_PERMISSIVE))
+            buf[_DR_PATH_OFF:_DR_PATH_OFF + len(dr)] = dr
+            fmt_cls = IBA.SMPFormatDirected
+        else:
+            _LID_HEAD.pack_into(buf, 0, IBA.MAD_BASE_VERSION,
+                                IBA.MAD_SUBNET, 1, method, 0, 0, 0, tid,
+                                attr_id, 0, attributeModifier & 0xFFFFFFFF,
+                                mkey)
+            fmt_cls = IBA.SMPFormat
+        return Work(buf, None, path, payload, None, None, fmt_cls)
+
+    @staticmethod
+    def _fast_reply(work: Work, mad: bytes) -> Any:
+        """The attribute of a good answer to a fast-path SubnGet, or None
+        when the generic path must judge it (an error status, a short
+        or odd reply)."""
+        newer = work.newer
+        buf = work.buf
+        if len(mad) < _SMP_DATA_OFF + newer.MAD_LENGTH or \
+                mad[1] != buf[1] or mad[3] != IBA.MAD_METHOD_GET_RESP or \
+                mad[16:18] != buf[16:18]:
+            return None
+        if (mad[4] & (0x7F if mad[1] == IBA.MAD_SUBNET_DIRECTED else 0xFF)) \
+                or mad[5]:
+            return None
+        return newer(mad, _SMP_DATA_OFF)
 
     def _doMAD(self, fmt: Any, payload: Any, path: Any,
                attributeModifier: int, method: int,
@@ -298,6 +408,8 @@ class MADSchedule(MADTransactor):
             self._send(ctx, first=True)
             return
         self._release(ctx)
+        if work.fmt is None:
+            work = ctx._work = work._replace(fmt=work.fmt_cls(work.buf))
         ms, retries = self._umad._timing(work.path)
         self._last_timing = (retries + 1, ms)
         try:
@@ -307,9 +419,22 @@ class MADSchedule(MADTransactor):
             ctx._exc = sys.exc_info()
         self._runq.append(ctx)
 
-    def _answer(self, ctx: Context, mad: bytes, path: Any) -> None:
+    def _answer(self, ctx: Context, mad: bytes, agent: int,
+                addr: tuple) -> None:
         work = ctx._work
         self._release(ctx)
+        if work.fmt is None:
+            res = self._fast_reply(work, mad)
+            if res is not None:
+                self._last_raw = (mad, work.fmt_cls, agent, addr)
+                ctx._result = res
+                self._runq.append(ctx)
+                return
+            work = ctx._work = work._replace(fmt=work.fmt_cls(work.buf))
+        from rdma.umad import UMADReplyPath
+        umad = self._umad
+        path = UMADReplyPath(umad.end_port, agent, addr,
+                             umad._agent_dqpn.get(agent, 1))
         try:
             ctx._result = self._completeMAD((bytearray(mad), path), work.fmt,
                                             work.path, work.newer,
@@ -417,9 +542,7 @@ class MADSchedule(MADTransactor):
             if not mad[3] & 0x80:
                 self.unmatched += 1
                 continue
-            from rdma.umad import UMADReplyPath
-            self._answer(ctx, mad, UMADReplyPath(
-                umad.end_port, agent, addr, umad._agent_dqpn.get(agent, 1)))
+            self._answer(ctx, mad, agent, addr)
         self._fire_timers()
 
     async def arun(self, queue: Any = None, mqueue: Any = None) -> None:
