@@ -46,7 +46,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from rdma import IBA
 from rdma.madtransactor import MADTransactor, _Busy, _Redirect, _key
 
-__all__ = ["MADSchedule", "Context"]
+__all__ = ["MADSchedule", "Context", "Batch"]
 
 
 class Context:
@@ -90,6 +90,19 @@ class Context:
 Work = collections.namedtuple("Work",
                               "buf fmt path newer completer original "
                               "fmt_cls", defaults=(None,))
+
+class Batch:
+    """Many RPCs for one coroutine (ours, not python-rdma's): what
+    :meth:`MADSchedule.mget` returns; ``yield`` it."""
+
+    __slots__ = ("works",)
+
+    def __init__(self, works: List[Work]):
+        self.works = works      # the RPCs' work, in order
+
+    def __repr__(self) -> str:
+        return f"<rdma.sched.Batch of {len(self.works)} MADs>"
+
 
 #: The header of a LID-routed SMP up to M_Key (IBA 14.2.1.1), and of a
 #: directed-route one up to DrDLID (14.2.1.2): what the SubnGet fast path
@@ -137,6 +150,8 @@ class MADSchedule(MADTransactor):
         #: MADs sent (re-sends included) and replies that matched nothing.
         self.sent = 0
         self.unmatched = 0
+        # The umad agent of each SMP class (fast path).
+        self._smp_agents: Dict[int, int] = {}
 
     @property
     def is_async(self) -> bool:
@@ -175,8 +190,8 @@ class MADSchedule(MADTransactor):
         self._last_raw = None
         umad = self._umad
         self._reply_fmt = fmt_cls(mad.ljust(fmt_cls.MAD_LENGTH, b"\0"))
-        self._reply_path = UMADReplyPath(umad.end_port, agent, addr,
-                                         umad._agent_dqpn.get(agent, 1))
+        self._reply_path = None if agent is None else UMADReplyPath(
+            umad.end_port, agent, addr, umad._agent_dqpn.get(agent, 1))
 
     def _get_new_TID(self) -> int:
         return self._umad._get_new_TID()
@@ -203,7 +218,9 @@ class MADSchedule(MADTransactor):
             return MADTransactor._subn_do(self, payload, path,
                                           attributeModifier, method)
         attr_id = getattr(payload, "MAD_ATTRIBUTE_ID", None)
-        if not attr_id or "SubnGet" not in payload.METHODS:
+        if not attr_id or "SubnGet" not in payload.METHODS or \
+                getattr(path, "has_grh", False) or \
+                getattr(path, "umad_agent_id", None) is not None:
             return MADTransactor._subn_do(self, payload, path,
                                           attributeModifier, method)
         buf = bytearray(256)
@@ -240,7 +257,12 @@ class MADSchedule(MADTransactor):
         if (mad[4] & (0x7F if mad[1] == IBA.MAD_SUBNET_DIRECTED else 0xFF)) \
                 or mad[5]:
             return None
-        return newer(mad, _SMP_DATA_OFF)
+        # newer(mad, 64) without the constructor's generic steps.
+        decode = newer.__dict__.get("_decode") or newer._compile_decoder()
+        obj = newer.__new__(newer)
+        decode(obj, int.from_bytes(
+            mad[_SMP_DATA_OFF:_SMP_DATA_OFF + newer.MAD_LENGTH], "big"))
+        return obj
 
     def _doMAD(self, fmt: Any, payload: Any, path: Any,
                attributeModifier: int, method: int,
@@ -253,6 +275,107 @@ class MADSchedule(MADTransactor):
         buf = self._prepareMAD(fmt, payload, attributeModifier, method, path)
         newer = payload if isinstance(payload, type) else type(payload)
         return Work(buf, fmt, path, newer, completer, original)
+
+    def mget(self, works: Any) -> Batch:
+        """Many RPCs at once (ours): ``res = yield sched.mget(
+        [sched.SubnGet(...), ...])`` sends all of them (up to
+        :attr:`max_outstanding` in flight) and resumes the coroutine with
+        the list of their results in the same order; an RPC that failed
+        (timeout, error status...) has its exception in its place instead
+        of raising.  When nothing else is in flight and every RPC is a
+        plain SubnGet, the whole batch runs in C
+        (``rdma._umad.Port.transact``): this is how discovery keeps the
+        Python cost per SMP low.  :attr:`reply_path` is None after a
+        batch."""
+        works = list(works)
+        for w in works:
+            if not isinstance(w, Work):
+                raise TypeError(f"mget() takes the work of RPC calls of "
+                                f"this scheduler, not {type(w).__name__}")
+        return Batch(works)
+
+    def _can_pump(self, batch: Batch) -> bool:
+        """Whether *batch* can run in one ``Port.transact`` call now."""
+        if self._keys or self._blocked or self.trace_func is not None or \
+                not hasattr(self._umad._port, "transact"):
+            return False
+        if any(t[2] == -1 for t in self._timers):
+            return False        # a delayed re-send is waiting
+        return all(w.fmt is None for w in batch.works)
+
+    def _pump(self, works: List[Work]) -> Tuple[List[Any], List[int]]:
+        """Run fast-path SubnGets in C; their results (exceptions in
+        place of failures) and the indexes of those that must go through
+        the per-MAD path (BUSY or REDIRECT answers)."""
+        umad = self._umad
+        agents = self._smp_agents
+        reqs = []
+        for w in works:
+            path = w.path
+            ms, retries = self._timing(path)
+            buf = w.buf
+            agent = agents.get(buf[1])
+            if agent is None:
+                agent = agents[buf[1]] = umad.register_client(buf[1], buf[2])
+            reqs.append((agent, buf, path.DLID, getattr(path, "SL", 0) or 0,
+                         ms, retries))
+        replies, sends, unmatched = umad._port.transact(
+            reqs, self.max_outstanding)
+        self.sent += sends
+        self.unmatched += unmatched
+        self.peak_outstanding = max(self.peak_outstanding,
+                                    min(len(works), self.max_outstanding))
+        out: List[Any] = []
+        again: List[int] = []
+        fast = self._fast_reply
+        last = None
+        for i, (w, r) in enumerate(zip(works, replies)):
+            if type(r) is bytes:
+                res = fast(w, r)
+                if res is not None:
+                    out.append(res)
+                    last = (r, w)
+                    continue
+            fmt = w.fmt_cls(w.buf)
+            try:
+                if r is None:
+                    ms, retries = self._timing(w.path)
+                    self._last_timing = (retries + 1, ms)
+                    self._completeMAD(None, fmt, w.path, w.newer, None)
+                elif type(r) is int:
+                    from rdma._errors import SysError
+                    raise SysError(r, "umad_send", f"{w.path}: the MAD came "
+                                                   f"back failed")
+                res = self._completeMAD((bytearray(r), None), fmt, w.path,
+                                        w.newer, None)
+            except (_Busy, _Redirect):
+                again.append(i)
+                res = None
+            except Exception as e:      # noqa: BLE001 - to the coroutine
+                res = e
+            out.append(res)
+        if last is not None:
+            self._last_raw = (last[0], last[1].fmt_cls, None, None)
+        else:
+            self.reply_path = None
+        return out, again
+
+    def _batch_gen(self, works: List[Work], out: Optional[List[Any]] = None,
+                   which: Optional[List[int]] = None):
+        """A coroutine running a batch MAD by MAD (each in a child
+        context): the list of results, exceptions in place."""
+        if out is None:
+            out = [None] * len(works)
+            which = list(range(len(works)))
+
+        def one(i):
+            try:
+                out[i] = yield works[i]
+            except Exception as e:      # noqa: BLE001 - to the caller
+                out[i] = e
+
+        yield self.mqueue(one(i) for i in which)
+        return out
 
     # -- contexts
 
@@ -336,6 +459,19 @@ class MADSchedule(MADTransactor):
                     ctx._exc = sys.exc_info()
                     continue
                 return
+            if type(work) is Batch:
+                if self._can_pump(work):
+                    out, again = self._pump(work.works)
+                    if not again:
+                        ctx._result = out
+                        continue
+                    gen = self._batch_gen(work.works, out, again)
+                else:
+                    gen = self._batch_gen(work.works)
+                ctx._opstack.append(ctx._op)
+                ctx._op = gen
+                ctx._first = True
+                continue
             if isinstance(work, Context):
                 if work._done and not work._children:
                     continue
@@ -361,18 +497,50 @@ class MADSchedule(MADTransactor):
 
     # -- MADs
 
+    def _timing(self, path: Any) -> Tuple[int, int]:
+        """``umad._timing(path)``, remembered in the path (discovery
+        sends dozens of SMPs along one route); a change of the path's
+        attributes drops it (:meth:`rdma.path.Path.drop_cache`), a change
+        of the umad's ``timeout_ms``/``retries`` does not match it."""
+        umad = self._umad
+        d = getattr(path, "__dict__", None)
+        if d is None:
+            return umad._timing(path)
+        got = d.get("_cached_sched_timing")
+        if got is not None and got[0] == umad.timeout_ms and \
+                got[1] == umad.retries:
+            return got[2]
+        t = umad._timing(path)
+        d["_cached_sched_timing"] = (umad.timeout_ms, umad.retries, t)
+        return t
+
     def _send(self, ctx: Context, first: bool = False) -> None:
         work = ctx._work
-        ms, retries = self._umad._timing(work.path)
+        path = work.path
+        ms, retries = self._timing(path)
         if first:
             ctx._retries = retries
-        self._umad.sendto(work.buf, work.path, timeout_ms=ms)
+        if work.fmt is None:
+            # A fast-path SubnGet (no GRH, no agent of the path's own):
+            # what umad.sendto does for an SMP, without its look-ups.
+            buf = work.buf
+            agent = self._smp_agents.get(buf[1])
+            if agent is None:
+                agent = self._smp_agents[buf[1]] = \
+                    self._umad.register_client(buf[1], buf[2])
+            self._umad._port.send(agent, buf, dlid=path.DLID, dqpn=0,
+                                  sl=getattr(path, "SL", 0) or 0, qkey=0,
+                                  timeout_ms=ms)
+        else:
+            self._umad.sendto(work.buf, path, timeout_ms=ms)
         self.sent += 1
-        ctx._key = _key(work.buf)
+        key = ctx._key = _key(work.buf)
         ctx._gen += 1
-        self._keys[ctx._key] = ctx
-        self.peak_outstanding = max(self.peak_outstanding, len(self._keys))
-        heapq.heappush(self._timers, (time.monotonic() + ms * 1.25 / 1000,
+        keys = self._keys
+        keys[key] = ctx
+        if len(keys) > self.peak_outstanding:
+            self.peak_outstanding = len(keys)
+        heapq.heappush(self._timers, (time.monotonic() + ms * 0.00125,
                                       next(self._seq), ctx._gen, ctx))
 
     def _release(self, ctx: Context) -> None:
@@ -505,7 +673,7 @@ class MADSchedule(MADTransactor):
             self.queue(queue)
         if mqueue is not None:
             self.mqueue(mqueue)
-        umad = self._umad
+        port = self._umad._port
         while True:
             while self._runq:
                 self._step(self._runq.popleft())
@@ -517,11 +685,18 @@ class MADSchedule(MADTransactor):
             if not self._keys and not timers and not self._blocked:
                 break
             wake = timers[0][0] if timers else None
-            got = umad._recv(wake)
+            if wake is None:
+                ms = -1
+            else:
+                ms = int((wake - time.monotonic()) * 1000)
+                if ms <= 0:
+                    self._fire_timers()
+                    continue
+            got = port.recv(ms)
             if got is None:
                 self._fire_timers()
                 continue
-            mad, status, addr, agent = got
+            agent, status, mad, addr = got
             ctx = self._keys.get(_key(mad)) if len(mad) >= 24 else None
             if ctx is None:
                 self.unmatched += 1
