@@ -461,7 +461,11 @@ class MADSchedule(MADTransactor):
                 return
             if type(work) is Batch:
                 if self._can_pump(work):
-                    out, again = self._pump(work.works)
+                    try:
+                        out, again = self._pump(work.works)
+                    except Exception:   # noqa: BLE001 - to the coroutine
+                        ctx._exc = sys.exc_info()
+                        continue
                     if not again:
                         ctx._result = out
                         continue
