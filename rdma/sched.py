@@ -152,6 +152,9 @@ class MADSchedule(MADTransactor):
         self.unmatched = 0
         # The umad agent of each SMP class (fast path).
         self._smp_agents: Dict[int, int] = {}
+        # The attribute ID of each payload class the fast path sends (0:
+        # not a SubnGet attribute).
+        self._fast_ids: Dict[type, int] = {}
 
     @property
     def is_async(self) -> bool:
@@ -208,40 +211,67 @@ class MADSchedule(MADTransactor):
         # laid out here with one struct.pack_into (building and packing an
         # SMPFormat costs ten times more) and its reply, when it is a plain
         # good answer, decodes only the attribute (see _answer).  A Set,
-        # a payload object, a trace function or a bad route go through the
-        # transactor's generic path.
-        dr = getattr(path, "drPath", None)
-        if not isinstance(payload, type) or \
-                method != IBA.MAD_METHOD_GET or self.trace_func is not None \
-                or (dr is not None and not (1 <= len(dr) <= 64
-                                            and dr[0] == 0)):
+        # a payload object, a trace function, a GRH, an agent of the
+        # path's own or a bad route go through the transactor's generic
+        # path.
+        attr_id = self._fast_ids.get(payload) \
+            if isinstance(payload, type) else 0
+        if attr_id is None:
+            attr_id = getattr(payload, "MAD_ATTRIBUTE_ID", 0)
+            if "SubnGet" not in getattr(payload, "METHODS", ()):
+                attr_id = 0
+            self._fast_ids[payload] = attr_id
+        route = self._smp_route(path) if attr_id else None
+        if route is None or method != IBA.MAD_METHOD_GET or \
+                self.trace_func is not None:
             return MADTransactor._subn_do(self, payload, path,
                                           attributeModifier, method)
-        attr_id = getattr(payload, "MAD_ATTRIBUTE_ID", None)
-        if not attr_id or "SubnGet" not in payload.METHODS or \
-                getattr(path, "has_grh", False) or \
-                getattr(path, "umad_agent_id", None) is not None:
-            return MADTransactor._subn_do(self, payload, path,
-                                          attributeModifier, method)
+        dr, mkey, dr_slid, dr_dlid = route
         buf = bytearray(256)
         tid = self._umad._get_new_TID()
-        mkey = getattr(path, "MKey", 0) or 0
         if dr is not None:
             _DR_HEAD.pack_into(buf, 0, IBA.MAD_BASE_VERSION,
                                IBA.MAD_SUBNET_DIRECTED, 1, method, 0, 0,
                                len(dr) - 1, tid, attr_id, 0,
                                attributeModifier & 0xFFFFFFFF, mkey,
-                               getattr(path, "drSLID", IBA.LID_PERMISSIVE),
-                               getattr(path, "drDLID", IBA.LID_PERMISSIVE))
+                               dr_slid, dr_dlid)
             buf[_DR_PATH_OFF:_DR_PATH_OFF + len(dr)] = dr
-            fmt_cls = IBA.SMPFormatDirected
-        else:
-            _LID_HEAD.pack_into(buf, 0, IBA.MAD_BASE_VERSION,
-                                IBA.MAD_SUBNET, 1, method, 0, 0, 0, tid,
-                                attr_id, 0, attributeModifier & 0xFFFFFFFF,
-                                mkey)
-            fmt_cls = IBA.SMPFormat
-        return Work(buf, None, path, payload, None, None, fmt_cls)
+            return Work(buf, None, path, payload, None, None,
+                        IBA.SMPFormatDirected)
+        _LID_HEAD.pack_into(buf, 0, IBA.MAD_BASE_VERSION, IBA.MAD_SUBNET, 1,
+                            method, 0, 0, 0, tid, attr_id, 0,
+                            attributeModifier & 0xFFFFFFFF, mkey)
+        return Work(buf, None, path, payload, None, None, IBA.SMPFormat)
+
+    @staticmethod
+    def _smp_route(path: Any) -> Optional[Tuple[Any, int, int, int]]:
+        """What the SubnGet fast path needs from *path*: ``(drPath bytes
+        or None, M_Key, drSLID, drDLID)``, or None when the path must take
+        the generic path (a bad route, a GRH, an agent of its own).
+        Remembered in an :class:`rdma.path.Path` (a change of its
+        attributes drops it); discovery sends dozens of SMPs along one
+        route."""
+        d = getattr(path, "__dict__", None)
+        if d is not None:
+            got = d.get("_cached_sched_smp")
+            if got is not None:
+                return got or None
+        dr = getattr(path, "drPath", None)
+        ok = True
+        if dr is not None:
+            dr = bytes(dr)
+            ok = 1 <= len(dr) <= 64 and dr[0] == 0
+        route: Any = False
+        if ok and not getattr(path, "has_grh", False) and \
+                getattr(path, "umad_agent_id", None) is None:
+            route = (dr, getattr(path, "MKey", 0) or 0,
+                     getattr(path, "drSLID", IBA.LID_PERMISSIVE),
+                     getattr(path, "drDLID", IBA.LID_PERMISSIVE))
+        if d is not None:
+            from rdma.path import Path
+            if isinstance(path, Path):
+                d["_cached_sched_smp"] = route
+        return route or None
 
     @staticmethod
     def _fast_reply(work: Work, mad: bytes) -> Any:
@@ -252,7 +282,7 @@ class MADSchedule(MADTransactor):
         buf = work.buf
         if len(mad) < _SMP_DATA_OFF + newer.MAD_LENGTH or \
                 mad[1] != buf[1] or mad[3] != IBA.MAD_METHOD_GET_RESP or \
-                mad[16:18] != buf[16:18]:
+                mad[16] != buf[16] or mad[17] != buf[17]:
             return None
         if (mad[4] & (0x7F if mad[1] == IBA.MAD_SUBNET_DIRECTED else 0xFF)) \
                 or mad[5]:
