@@ -208,3 +208,36 @@ def test_sched_fast_smp_equals_the_generic_path(path, attr, amod):
     assert sched.SubnGet(attr(), path, amod).fmt is not None
     sched.trace_func = lambda *a, **kw: None
     assert sched.SubnGet(attr, path, amod).fmt is not None
+
+
+def test_sched_fast_path_follows_a_changed_path():
+    """The fast path remembers what it read from an rdma.path.Path; a
+    change of the path's attributes is seen by the next SubnGet (and a
+    plain object, which cannot say it changed, is not remembered)."""
+    from rdma.sched import MADSchedule
+
+    class TIDs:
+        end_port = None
+        trace_func = None
+
+        def _get_new_TID(self):
+            return 7
+
+    class Plain:
+        def __init__(self, dr):
+            self.drPath = dr
+            self.DLID = self.drSLID = self.drDLID = 0xFFFF
+
+    sched = MADSchedule(TIDs())
+    for path in (IBDRPath(None, drPath=b"\0\1\2"), Plain(b"\0\1\2")):
+        first = sched.SubnGet(IBA.SMPNodeInfo, path)
+        assert bytes(first.buf[128:131]) == b"\0\1\2" and first.buf[7] == 2
+        path.drPath = b"\0\4"
+        again = sched.SubnGet(IBA.SMPNodeInfo, path)
+        assert bytes(again.buf[128:131]) == b"\0\4\0" and again.buf[7] == 1
+        assert again.fmt is None
+    path = IBDRPath(None, drPath=b"\0\1")
+    sched.SubnGet(IBA.SMPNodeInfo, path)
+    path.drPath = bytes(65)             # too long: the generic path says so
+    with pytest.raises(ValueError, match="drPath is 1 to 64"):
+        sched.SubnGet(IBA.SMPNodeInfo, path)
