@@ -91,6 +91,7 @@ Work = collections.namedtuple("Work",
                               "buf fmt path newer completer original "
                               "fmt_cls", defaults=(None,))
 
+
 class Batch:
     """Many RPCs for one coroutine (ours, not python-rdma's): what
     :meth:`MADSchedule.mget` returns; ``yield`` it."""
