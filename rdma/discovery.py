@@ -199,13 +199,13 @@ class _TopoWalk:
         while self.next:
             level, self.next = self.next, []
             topo = self.sbn.topology
-            level = [(path, peer) for path, peer in level
-                     if peer not in topo]
             if self.batched:
-                yield self.do_level(level)
+                yield self.do_level([(path, peer) for path, peer in level
+                                     if peer not in topo])
             else:
                 yield self.sched.mqueue(self.do_node(path, peer)
-                                        for path, peer in level)
+                                        for path, peer in level
+                                        if peer not in topo)
 
     # -- one hop count in two batches
 
