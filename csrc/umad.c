@@ -8,10 +8,13 @@
  *   get_ca_names()       the CA names libibumad sees
  *   get_ca(name)         a CA and its ports as plain dicts
  *   Port(ca, port_num)   an open umad port: register/unregister agents,
- *                        send a MAD, receive one with a timeout
+ *                        send a MAD, receive one with a timeout, and
+ *                        transact() a batch of requests
  *
  * Transactions (matching replies to requests, retries) are done in Python
- * (rdma/umad.py) on top of Port.send/Port.recv.  Port.recv waits in short
+ * (rdma/umad.py, rdma/sched.py) on top of Port.send/Port.recv, except
+ * Port.transact: many requests in flight, matched and re-sent in C (the
+ * SubnGet batches of rdma.sched.MADSchedule.mget).  Port.recv waits in short
  * slices with the GIL released and checks for signals between slices, so
  * Ctrl-C interrupts a wait.  All libibumad calls go through the table U, so
  * the extension has no undefined umad_* symbol; libibumad itself calls
