@@ -8,10 +8,13 @@
  *   get_ca_names()       the CA names libibumad sees
  *   get_ca(name)         a CA and its ports as plain dicts
  *   Port(ca, port_num)   an open umad port: register/unregister agents,
- *                        send a MAD, receive one with a timeout
+ *                        send a MAD, receive one with a timeout, and
+ *                        transact() a batch of requests
  *
  * Transactions (matching replies to requests, retries) are done in Python
- * (rdma/umad.py) on top of Port.send/Port.recv.  Port.recv waits in short
+ * (rdma/umad.py, rdma/sched.py) on top of Port.send/Port.recv, except
+ * Port.transact: many requests in flight, matched and re-sent in C (the
+ * SubnGet batches of rdma.sched.MADSchedule.mget).  Port.recv waits in short
  * slices with the GIL released and checks for signals between slices, so
  * Ctrl-C interrupts a wait.  All libibumad calls go through the table U, so
  * the extension has no undefined umad_* symbol; libibumad itself calls
@@ -794,6 +797,269 @@ port_recv(PyObject *op, PyObject *args, PyObject *kw)
     return res;
 }
 
+/* One request of Port.transact(). */
+struct txn {
+    void *umad;              /* ib_user_mad header + the MAD, to (re)send */
+    int len;                 /* bytes of MAD after the header */
+    int agent;               /* agent id it is sent with */
+    int timeout_ms;          /* response timeout of one try */
+    int retries;             /* re-sends left */
+    uint64_t key;            /* mgmt class << 32 | TransactionID[31:0] */
+    long long deadline;      /* when the try in flight is over (ms) */
+};
+
+/* The match key of a MAD: its class and the low 32 bits of its TID (the
+   kernel and the ibsim shim rewrite the upper 32). */
+static uint64_t
+mad_key(const unsigned char *mad)
+{
+    return ((uint64_t)mad[1] << 32) | ((uint64_t)mad[12] << 24) |
+        ((uint64_t)mad[13] << 16) | ((uint64_t)mad[14] << 8) | mad[15];
+}
+
+/* Send (again) request t with the GIL released; 0 or an errno. */
+static int
+txn_send(umad_Port *self, struct txn *t)
+{
+    int rc, portid = self->portid;
+
+    errno = 0;
+    Py_BEGIN_ALLOW_THREADS
+    rc = U.send(portid, t->agent, t->umad, t->len, t->timeout_ms, 0);
+    Py_END_ALLOW_THREADS
+    t->deadline = now_ms() + t->timeout_ms + t->timeout_ms / 4 + 1;
+    return rc < 0 ? err_of(rc) : 0;
+}
+
+static PyObject *
+port_transact(PyObject *op, PyObject *args, PyObject *kw)
+{
+    umad_Port *self = (umad_Port *)op;
+    static char *kwlist[] = {"requests", "window", NULL};
+    PyObject *reqs, *seq = NULL, *results = NULL, *res = NULL;
+    struct txn *txns = NULL;
+    Py_ssize_t n = 0, i, next = 0, done = 0, nin = 0, k;
+    Py_ssize_t *inflight = NULL;     /* indexes of the requests in flight */
+    long long sends = 0, unmatched = 0;
+    int window, rc, len, err;
+    size_t hdr, cap = FIRST_BUF;
+    void *rbuf = NULL;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi:transact", kwlist, &reqs,
+                                     &window))
+        return NULL;
+    if (window < 1 || window > 4096) {
+        PyErr_Format(PyExc_ValueError, "transact: window is 1 to 4096, "
+                     "not %d", window);
+        return NULL;
+    }
+    if (!check_open(self))
+        return NULL;
+    seq = PySequence_Fast(reqs, "transact: requests must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    hdr = U.size();
+    txns = PyMem_Calloc((size_t)n + 1, sizeof(*txns));
+    inflight = PyMem_Calloc((size_t)window, sizeof(*inflight));
+    results = PyList_New(n);
+    rbuf = malloc(hdr + cap);
+    if (txns == NULL || inflight == NULL || rbuf == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (results == NULL)
+        goto out;
+    for (i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        struct txn *t = &txns[i];
+        Py_buffer mad;
+        int dlid, sl;
+
+        PyList_SET_ITEM(results, i, Py_NewRef(Py_None));
+        if (!PyTuple_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "transact: request %zd is not a "
+                         "tuple (agent_id, mad, dlid, sl, timeout_ms, "
+                         "retries)", i);
+            goto out;
+        }
+        if (!PyArg_ParseTuple(item, "iy*iiii:transact", &t->agent, &mad,
+                              &dlid, &sl, &t->timeout_ms, &t->retries))
+            goto out;
+        if (mad.len < 24 || mad.len > MAX_BUF || dlid < 0 ||
+            dlid > 0xFFFF || sl < 0 || sl > 15 || t->timeout_ms < 1 ||
+            t->retries < 0) {
+            PyErr_Format(PyExc_ValueError, "transact: request %zd: a MAD "
+                         "is 24 to %d bytes (not %zd), dlid 16 bit, sl 4 "
+                         "bit, timeout_ms >= 1, retries >= 0", i, MAX_BUF,
+                         mad.len);
+            PyBuffer_Release(&mad);
+            goto out;
+        }
+        t->umad = calloc(1, hdr + (size_t)mad.len);
+        if (t->umad == NULL) {
+            PyBuffer_Release(&mad);
+            PyErr_NoMemory();
+            goto out;
+        }
+        memcpy((char *)t->umad + hdr, mad.buf, (size_t)mad.len);
+        t->len = (int)mad.len;
+        t->key = mad_key((const unsigned char *)mad.buf);
+        PyBuffer_Release(&mad);
+        /* SMPs: QP0, Q_Key 0; other classes QP1 with the GSI Q_Key. */
+        if (((unsigned char *)t->umad)[hdr + 1] == 0x01 ||
+            ((unsigned char *)t->umad)[hdr + 1] == 0x81)
+            U.set_addr(t->umad, dlid, 0, sl, 0);
+        else
+            U.set_addr(t->umad, dlid, 1, sl, (int)0x80010000U);
+    }
+    self->busy++;
+    while (done < n) {
+        long long now, wait;
+        uint64_t key;
+        const unsigned char *mad;
+        int status;
+
+        /* Fill the window. */
+        while (nin < window && next < n) {
+            err = txn_send(self, &txns[next]);
+            if (err) {
+                PyObject *e = PyLong_FromLong(err);
+                if (e == NULL)
+                    goto busy_out;
+                PyList_SetItem(results, next, e);
+                done++;
+            }
+            else {
+                inflight[nin++] = next;
+                sends++;
+            }
+            next++;
+            if (self->closing) {
+                PyErr_SetString(PyExc_ValueError,
+                                "the umad Port was closed during transact()");
+                goto busy_out;
+            }
+        }
+        if (nin == 0)
+            continue;
+        /* Wait for a reply until the earliest deadline. */
+        wait = txns[inflight[0]].deadline;
+        for (k = 1; k < nin; k++)
+            if (txns[inflight[k]].deadline < wait)
+                wait = txns[inflight[k]].deadline;
+        now = now_ms();
+        wait = wait > now ? wait - now : 0;
+        len = (int)cap;
+        errno = 0;
+        {
+            int portid = self->portid;
+            int slice = wait > SLICE_MS ? SLICE_MS : (int)wait;
+            Py_BEGIN_ALLOW_THREADS
+            rc = U.recv(portid, rbuf, &len, slice);
+            Py_END_ALLOW_THREADS
+        }
+        if (self->closing) {
+            PyErr_SetString(PyExc_ValueError,
+                            "the umad Port was closed during transact()");
+            goto busy_out;
+        }
+        if (rc >= 0) {
+            if (len < 24 || (size_t)len > cap) {
+                unmatched++;
+                goto expire;
+            }
+            mad = (const unsigned char *)rbuf + hdr;
+            key = mad_key(mad);
+            status = ((ib_user_mad_t *)rbuf)->status;
+            for (k = 0; k < nin; k++)
+                if (txns[inflight[k]].key == key)
+                    break;
+            if (k == nin || (!status && !(mad[3] & 0x80))) {
+                unmatched++;    /* late, stray, or a request */
+                goto expire;
+            }
+            i = inflight[k];
+            if (status == ETIMEDOUT) {
+                /* The kernel gave the request back: this try is over. */
+                txns[i].deadline = 0;
+                goto expire;
+            }
+            inflight[k] = inflight[--nin];
+            done++;
+            PyList_SetItem(results, i, status ?
+                           PyLong_FromLong(status) :
+                           PyBytes_FromStringAndSize((const char *)mad,
+                                                     len));
+            if (PyList_GET_ITEM(results, i) == NULL)
+                goto busy_out;
+        }
+        else if (rc == -ENOSPC || errno == ENOSPC) {
+            /* The MAD stays queued; len is the size it needs. */
+            void *bigger;
+            if (len <= (int)cap || len > MAX_BUF) {
+                raise_sys(self->state, ENOSPC, "umad_recv",
+                          "received MAD has an impossible length");
+                goto busy_out;
+            }
+            bigger = realloc(rbuf, hdr + (size_t)len);
+            if (bigger == NULL) {
+                PyErr_NoMemory();
+                goto busy_out;
+            }
+            rbuf = bigger;
+            cap = (size_t)len;
+            continue;
+        }
+        else if (rc != -ETIMEDOUT && errno != ETIMEDOUT && errno != EAGAIN &&
+                 errno != EINTR) {
+            raise_sys(self->state, err_of(rc), "umad_recv", "");
+            goto busy_out;
+        }
+        else if (PyErr_CheckSignals() < 0)
+            goto busy_out;
+    expire:
+        /* Re-send or give up the tries whose time is over. */
+        now = now_ms();
+        for (k = 0; k < nin;) {
+            struct txn *t = &txns[inflight[k]];
+            if (t->deadline > now) {
+                k++;
+                continue;
+            }
+            if (t->retries > 0) {
+                t->retries--;
+                err = txn_send(self, t);
+                if (!err) {
+                    sends++;
+                    k++;
+                    continue;
+                }
+                PyList_SetItem(results, inflight[k], PyLong_FromLong(err));
+                if (PyList_GET_ITEM(results, inflight[k]) == NULL)
+                    goto busy_out;
+            }
+            inflight[k] = inflight[--nin];   /* None: timed out */
+            done++;
+        }
+    }
+    res = Py_BuildValue("(OLL)", results, sends, unmatched);
+busy_out:
+    self->busy--;
+    if (self->closing && self->busy == 0 && port_do_close(self) < 0)
+        Py_CLEAR(res);
+out:
+    if (txns != NULL)
+        for (i = 0; i < n; i++)
+            free(txns[i].umad);
+    PyMem_Free(txns);
+    PyMem_Free(inflight);
+    free(rbuf);
+    Py_XDECREF(results);
+    Py_XDECREF(seq);
+    return res;
+}
+
 static PyObject *
 port_get_fd(PyObject *op, void *closure)
 {
@@ -892,6 +1158,20 @@ static PyMethodDef port_methods[] = {
      "qkey, sl, path_bits, grh_present, sgid, hop_limit, traffic_class, "
      "flow_label, pkey_index).  The buffer grows to fit large (RMPP) "
      "MADs."},
+    {"transact", (PyCFunction)(void (*)(void))port_transact,
+     METH_VARARGS | METH_KEYWORDS,
+     "transact($self, /, requests, window)\n--\n\n"
+     "Send many requests and collect their replies, up to window of them "
+     "in flight (GIL released during each send and wait; Ctrl-C "
+     "interrupts).  requests is a sequence of (agent_id, mad, dlid, sl, "
+     "timeout_ms, retries): SMP classes go to QP0, others to QP1 with the "
+     "GSI Q_Key; each try waits timeout_ms (also given to the kernel) and "
+     "a quarter more, then is sent again up to retries times.  A reply "
+     "matches its request by class and the low 32 bits of the TID.  "
+     "Returns (results, sends, unmatched): results[i] is the reply MAD "
+     "(bytes), None when every try timed out, or an int errno when the "
+     "send failed or came back with that status; sends counts the MADs "
+     "sent, unmatched the MADs received that matched no request."},
     {NULL, NULL, 0, NULL},
 };
 

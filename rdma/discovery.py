@@ -171,7 +171,15 @@ def _bad_ninf(ninf: Any) -> Optional[str]:
 class _TopoWalk:
     """A breadth-first walk by directed route: hop count *n* is read (all
     its SMPs in parallel) before any node at *n + 1*, so the first route
-    to reach a node is a shortest one."""
+    to reach a node is a shortest one.
+
+    With a scheduler that has ``mget`` (:class:`rdma.sched.MADSchedule`)
+    each hop count is two batches: the NodeInfos of every route of the
+    level, then the PortInfos and NodeDescriptions of the nodes they
+    found (in request order, so the result does not depend on the order
+    replies arrive in).  With another scheduler every node is a coroutine
+    of its own (python-rdma's way).  Both apply the replies with the same
+    methods below."""
 
     def __init__(self, sched: Any, sbn: Subnet, get_desc: bool):
         self.sched = sched
@@ -184,18 +192,58 @@ class _TopoWalk:
         self.next: List[Tuple[Any, Port]] = []
         self.NodeInfo = IBA.SMPNodeInfo
         self.PortInfo = IBA.SMPPortInfo
+        self.batched = callable(getattr(sched, "mget", None))
 
     def run(self, root: Any):
         yield self.do_node(root, None, must=True)
         while self.next:
             level, self.next = self.next, []
             topo = self.sbn.topology
-            yield self.sched.mqueue(self.do_node(path, peer)
-                                    for path, peer in level
-                                    if peer not in topo)
+            if self.batched:
+                yield self.do_level([(path, peer) for path, peer in level
+                                     if peer not in topo])
+            else:
+                yield self.sched.mqueue(self.do_node(path, peer)
+                                        for path, peer in level
+                                        if peer not in topo)
+
+    # -- one hop count in two batches
+
+    def do_level(self, level: List[Tuple[Any, Port]]):
+        sched = self.sched
+        ninfs = yield sched.mget(sched.SubnGet(self.NodeInfo, path)
+                                 for path, _ in level)
+        works, todo = [], []
+        for (path, peer), ninf in zip(level, ninfs):
+            if isinstance(ninf, BaseException):
+                if not isinstance(ninf, MADError):
+                    raise ninf
+                self.errors.append((path, ninf))
+                continue
+            got = self.on_ninf(path, peer, ninf)
+            if got is None:
+                continue
+            node, sels, desc = got
+            for i in sels:
+                works.append(sched.SubnGet(self.PortInfo, path, i))
+                todo.append((node, path, i))
+            if desc:
+                works.append(sched.SubnGet(IBA.SMPNodeDescription, path))
+                todo.append((node, path, None))
+        replies = yield sched.mget(works)
+        for (node, path, sel), rep in zip(todo, replies):
+            if isinstance(rep, BaseException):
+                if not isinstance(rep, MADError):
+                    raise rep
+                self.errors.append((path, rep))
+            elif sel is None:
+                node.set_desc(rep.nodeString)
+            else:
+                self.on_pinf(node, path, sel, rep)
+
+    # -- one node as a coroutine
 
     def do_node(self, path: Any, peer: Optional[Port], must: bool = False):
-        sbn = self.sbn
         try:
             ninf = yield self.sched.SubnGet(self.NodeInfo, path)
         except MADError as e:
@@ -203,13 +251,46 @@ class _TopoWalk:
                 raise
             self.errors.append((path, e))
             return
+        got = self.on_ninf(path, peer, ninf, must)
+        if got is None:
+            return
+        node, sels, desc = got
+        works = [self.do_port(node, path, i) for i in sels]
+        if desc:
+            works.append(self.do_desc(node, path))
+        # The PortInfos and the NodeDescription in flight together.
+        yield self.sched.mqueue(w for w in works)
+
+    def do_desc(self, node: Node, path: Any):
+        try:
+            yield node.get_desc(self.sched, path)
+        except MADError as e:
+            self.errors.append((path, e))
+
+    def do_port(self, node: Node, path: Any, sel: int):
+        try:
+            pinf = yield self.sched.SubnGet(self.PortInfo, path, sel)
+        except MADError as e:
+            self.errors.append((path, e))
+            return
+        self.on_pinf(node, path, sel, pinf)
+
+    # -- applying replies
+
+    def on_ninf(self, path: Any, peer: Optional[Port], ninf: Any,
+                must: bool = False
+                ) -> Optional[Tuple[Node, Any, bool]]:
+        """Record the NodeInfo *ninf* read through *path* (arriving from
+        *peer*); return ``(node, ports to read, read its description)``,
+        or None when there is nothing more to read there."""
+        sbn = self.sbn
         bad = _bad_ninf(ninf)
         if bad:
             if must:
                 raise MADError(path=path, msg=f"NodeInfo of {path}: {bad}")
             self.errors.append((path, MADError(
                 path=path, msg=f"NodeInfo of {path}: {bad}")))
-            return
+            return None
         try:
             node, port = sbn.get_node_ninf(ninf, path)
         except RDMAError as e:
@@ -218,7 +299,7 @@ class _TopoWalk:
             if must:
                 raise
             self.errors.append((path, e))
-            return
+            return None
         if peer is not None:
             here = node.get_port(ninf.localPortNum)
             old = sbn.topology.get(here)
@@ -233,35 +314,22 @@ class _TopoWalk:
                 sbn.topology[peer] = here
         if isinstance(node, Switch):
             if node in self.scanned:
-                return
-            sels = range(0, ninf.numPorts + 1)
+                return None
+            sels: Any = range(0, ninf.numPorts + 1)
         else:
             # A CA is read port by port, through the port each route
             # arrives at (its other ports are reached from their peers).
             if node.get_port(ninf.localPortNum).pinf is not None:
-                return
+                return None
             sels = (ninf.localPortNum,)
         first = node not in self.scanned
         self.scanned.add(node)
-        works = [self.do_port(node, path, i) for i in sels]
-        if first and self.get_desc and node.desc is None:
-            works.append(self.do_desc(node, path))
-        # The PortInfos and the NodeDescription in flight together.
-        yield self.sched.mqueue(w for w in works)
+        return node, sels, first and self.get_desc and node.desc is None
 
-    def do_desc(self, node: Node, path: Any):
-        try:
-            yield node.get_desc(self.sched, path)
-        except MADError as e:
-            self.errors.append((path, e))
-
-    def do_port(self, node: Node, path: Any, sel: int):
+    def on_pinf(self, node: Node, path: Any, sel: int, pinf: Any) -> None:
+        """Record the PortInfo *pinf* of port *sel* of *node*; queue the
+        route through it for the next hop count."""
         sbn = self.sbn
-        try:
-            pinf = yield self.sched.SubnGet(self.PortInfo, path, sel)
-        except MADError as e:
-            self.errors.append((path, e))
-            return
         if sel != 0 and isinstance(node, Switch):
             # External switch ports share port 0's LID; do not let one
             # that says otherwise move the switch's LID.

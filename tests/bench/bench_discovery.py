@@ -5,32 +5,41 @@ largest, radix 62, is 1922 HCAs and 93 switches, the most ibsim takes)
 this starts ibsim + opensm, waits for the client port to be ACTIVE, then
 alternates, ``--repeat`` times, ``ibnetdiscover`` and ``python -m
 rdma.discovery`` (NodeInfo, NodeDescription, PortInfo: what
-ibnetdiscover reads) on the same node of the same fabric, and prints the
-medians side by side:
+ibnetdiscover reads; ``ibtool ibnetdiscover``'s path: the default
+``rdma.sched`` scheduler) on the same node of the same fabric, and
+prints the medians side by side:
 
 - ``ibnetdiscover``: the wall time of the process;
 - ``ours``: the time of the discovery inside our process (``load()``);
 - ``ours+start``: the wall time of our process, Python start and imports
-  included (ibnetdiscover's start is in its figure).
+  included (ibnetdiscover's start is in its figure), and the JSON summary
+  it prints (ibnetdiscover prints its topology).  The packages are
+  byte-compiled first, as an installed package is.
 
 The same three as CPU time (user + system: of the processes, and of
 ``load()`` inside ours) depend less on the machine's load.  Ratios are
-ours / ibnetdiscover (below 1: we are faster).  Not a test:
-pytest does not collect it.  Run::
+ours / ibnetdiscover (below 1: we are faster); ``us/SMP`` is our
+``load()`` time per SMP sent, which shows how discovery grows with the
+fabric (a constant: linear in the number of ports).  A last table sums
+it up per size.  Not a test: pytest does not collect it.  Run::
 
     .venv/bin/python tests/bench/bench_discovery.py [--radix 8,16,36,62]
-        [--repeat 5] [--outstanding 16] [--sa-radix 8,16 --shim FIXED.so]
+        [--repeat 5] [--outstanding 16] [--sched sched,interim]
+        [--sa-radix 8,16] [--shim SHIM.so]
 
-``--sa-radix`` adds SA GetTable of every PathRecord against ``saquery
--p`` (all pairs of end ports: 1936 records at radix 8, 23104 at 16); it
-needs RMPP, which the stock umad2sim shim cuts: give ``--shim`` the fixed
-one.
+Then SA GetTable of every PathRecord against ``saquery -p`` (all pairs
+of end ports: 1936 records at radix 8, 23104 at 16; ``--sa-radix ''``
+skips it).  It needs RMPP: the fixed umad2sim shim that ``.ci/setup``
+builds (the default, see ``tests/sa/fabric.py``; the stock one cuts
+RMPP answers to one MAD).
 """
 import argparse
+import compileall
 import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +54,8 @@ from fabric import Fabric  # noqa: E402
 from gen_fattree import Tree  # noqa: E402
 
 CLIENT = "Hca2"
+#: Another copy of the rdma package (``--baseline``), timed as ``base``.
+BASELINE = None
 
 
 def _children_cpu():
@@ -61,12 +72,36 @@ def wait_active(f, node=CLIENT, timeout=30.0):
         time.sleep(0.1)
 
 
+def _run_with(f, argv, pythonpath):
+    """``f.run(argv, CLIENT)``, with *pythonpath* (if given) first on
+    ``PYTHONPATH``: another copy of ``rdma``."""
+    if pythonpath is None:
+        return f.run(argv, CLIENT, timeout=300)
+    env = f.env(CLIENT)
+    env["PYTHONPATH"] = os.pathsep.join([str(pythonpath),
+                                         env["PYTHONPATH"]])
+    res = subprocess.run(["timeout", "-k", "2", "300"] + argv,
+                         cwd=f.scratch, env=env, capture_output=True,
+                         text=True, timeout=305)
+    if res.returncode:
+        raise RuntimeError(f"{argv} with {pythonpath} failed: "
+                           f"{res.stderr[-1500:]}")
+    return res
+
+
 def _compare(f, tree, radix, repeat, outstanding, up, sched):
     """ibnetdiscover and ``python -m rdma.discovery --sched SCHED``
-    alternately, *repeat* times each; the medians."""
+    alternately, *repeat* times each; the medians.  *sched* ``base``
+    runs the default scheduler of the copy of ``rdma`` that
+    ``--baseline`` names."""
     theirs, mine, mine_wall, smps = [], [], [], None
     theirs_cpu, mine_cpu, mine_cpu_all = [], [], []
-    argv = [sys.executable, "-m", "rdma.discovery", "--sched", sched]
+    pythonpath = None
+    if sched == "base":
+        pythonpath = BASELINE
+        argv = [sys.executable, "-m", "rdma.discovery"]
+    else:
+        argv = [sys.executable, "-m", "rdma.discovery", "--sched", sched]
     if outstanding:
         argv += ["--outstanding", str(outstanding)]
     for _ in range(repeat):
@@ -77,7 +112,7 @@ def _compare(f, tree, radix, repeat, outstanding, up, sched):
         assert out.count("\nCa\t") + out.count("\nSwitch\t") == \
             tree.num_hcas + tree.num_switches, "ibnetdiscover missed nodes"
         t0, c0 = time.monotonic(), _children_cpu()
-        res = json.loads(f.run(argv, CLIENT, timeout=300).stdout)
+        res = json.loads(_run_with(f, argv, pythonpath).stdout)
         mine_wall.append(time.monotonic() - t0)
         mine_cpu_all.append(_children_cpu() - c0)
         mine.append(res["times"][-1])
@@ -93,6 +128,7 @@ def _compare(f, tree, radix, repeat, outstanding, up, sched):
             "ibnetdiscover": statistics.median(theirs),
             "ours": statistics.median(mine),
             "ours_start": statistics.median(mine_wall),
+            "ours_best": min(mine), "ibnetdiscover_best": min(theirs),
             "cpu_ibnetdiscover": statistics.median(theirs_cpu),
             "cpu_ours": statistics.median(mine_cpu),
             "cpu_ours_start": statistics.median(mine_cpu_all),
@@ -170,14 +206,38 @@ def sa_size(radix, repeat, scratch):
 
 def _print_row(res):
     t = res["ibnetdiscover"]
+    per = f"{res['ours'] / res['smps'] * 1e6:>6.1f}" if res["smps"] \
+        else f"{'-':>6}"
     print(f"{res['radix']:>5} {res['sched']:>7} {res['hcas']:>5} "
           f"{res['switches']:>4} {res['smps'] or '-':>6} "
           f"{res['sm_up_s']:>5.2f}s {t:>8.3f}s {res['ours']:>6.3f}s "
           f"{res['ours_start']:>9.3f}s {res['ours'] / t:>6.2f} "
-          f"{res['ours_start'] / t:>11.2f} | "
+          f"{res['ours_start'] / t:>11.2f} {per} | "
           f"{res['cpu_ibnetdiscover']:>7.3f}s {res['cpu_ours']:>7.3f}s "
           f"{res['cpu_ours_start']:>6.2f}s "
           f"{res['cpu_ours'] / res['cpu_ibnetdiscover']:>6.2f}", flush=True)
+
+
+def _print_growth(rows):
+    """How each tool's time grows with the fabric: per size, the nodes,
+    the SMPs, the medians and the best of the repeats, and the time per
+    node relative to the smallest size (1.0: linear growth)."""
+    if not rows:
+        return
+    print("\nGrowth with the fabric's size (wall seconds, median / best of "
+          "the repeats; per node: ms per 100 nodes)")
+    print(f"{'radix':>5} {'sched':>7} {'nodes':>5} {'SMPs':>6} "
+          f"{'ibnetdisc':>15} {'ours':>15} {'ratio':>6} "
+          f"{'ibnd/100n':>9} {'ours/100n':>9}")
+    for r in rows:
+        nodes = r["hcas"] + r["switches"]
+        print(f"{r['radix']:>5} {r['sched']:>7} {nodes:>5} "
+              f"{r['smps'] or '-':>6} "
+              f"{r['ibnetdiscover']:>7.3f}/{r['ibnetdiscover_best']:<6.3f}s "
+              f"{r['ours']:>7.3f}/{r['ours_best']:<6.3f}s "
+              f"{r['ours'] / r['ibnetdiscover']:>6.2f} "
+              f"{r['ibnetdiscover'] / nodes * 1e5:>8.1f}m "
+              f"{r['ours'] / nodes * 1e5:>8.1f}m", flush=True)
 
 
 def main():
@@ -187,34 +247,54 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--outstanding", type=int, default=0,
                     help="SMPs in flight (default: the scheduler's)")
-    ap.add_argument("--sched", default="sched,interim",
+    ap.add_argument("--sched", default="sched",
                     help="our MAD schedulers to time (rdma.discovery."
                          "scheduler_class names), comma separated")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a directory holding another copy of the rdma "
+                         "package (an older commit, its extension built): "
+                         "also time its default discovery, as 'base'")
     ap.add_argument("--json", action="store_true",
                     help="also print one RESULT {json} line per size")
-    ap.add_argument("--sa-radix", default="",
-                    help="also time GetTable of all PathRecords against "
-                         "saquery -p on these fat-trees (e.g. 8,16)")
+    ap.add_argument("--sa-radix", default="8,16",
+                    help="time GetTable of all PathRecords against "
+                         "saquery -p on these fat-trees ('' for none)")
     ap.add_argument("--shim", type=Path, default=None,
-                    help="the umad2sim shim to use (the stock one cuts "
-                         "RMPP: the SA benchmark needs a fixed one)")
+                    help="the umad2sim shim to use (default: the fixed "
+                         "one .ci/setup builds; the stock one cuts RMPP, "
+                         "which the SA benchmark needs)")
     a = ap.parse_args()
     if a.shim is not None:
         fabric.SHIM = a.shim
+    scheds = a.sched.split(",")
+    # Byte-compile the packages first: with PYTHONDONTWRITEBYTECODE set
+    # (as in CI) every start would compile rdma's sources again (~0.1 s),
+    # which an installed package does not.
+    for pkg in [ROOT / "rdma"] + ([a.baseline / "rdma"] if a.baseline
+                                   else []):
+        compileall.compile_dir(str(pkg), quiet=1)
+    if a.baseline is not None:
+        global BASELINE
+        BASELINE = a.baseline.resolve()
+        scheds.insert(0, "base")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
-          f"CPUs; wall seconds, then CPU seconds (user+system)")
+          f"CPUs; shim {fabric.SHIM}; wall seconds, then CPU seconds "
+          f"(user+system)")
     print(f"{'radix':>5} {'sched':>7} {'HCAs':>5} {'sw':>4} {'SMPs':>6} "
           f"{'SM up':>6} "
           f"{'ibnetdisc':>9} {'ours':>7} {'ours+start':>10} "
-          f"{'ratio':>6} {'ratio+start':>11} | {'cpu ibnd':>8} "
+          f"{'ratio':>6} {'ratio+start':>11} {'us/SMP':>6} | {'cpu ibnd':>8} "
           f"{'cpu ours':>8} {'+start':>7} {'ratio':>6}")
+    rows = []
     with tempfile.TemporaryDirectory(prefix="bench-disc-") as tmp:
-        for r in (int(x) for x in a.radix.split(",")):
+        for r in (int(x) for x in a.radix.split(",") if x):
             for res in one_size(r, a.repeat, a.outstanding, Path(tmp),
-                                a.sched.split(",")):
+                                scheds):
                 _print_row(res)
+                rows.append(res)
                 if a.json:
                     print("RESULT " + json.dumps(res), flush=True)
+        _print_growth(rows)
         if a.sa_radix:
             print(f"\nGetTable of all PathRecords (wall seconds)\n"
                   f"{'radix':>5} {'records':>8} {'saquery':>8} "
@@ -229,6 +309,7 @@ def main():
                   flush=True)
             if a.json:
                 print("RESULT " + json.dumps(res), flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

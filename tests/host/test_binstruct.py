@@ -286,3 +286,32 @@ def test_format_printer_decodes_the_attribute():
     out = io.StringIO()
     f.printer(out, format="dotted")
     assert "data.LID" + "." * 25 + "7\n" in out.getvalue()
+
+
+def _same_fields(a, b, where):
+    assert a.__dict__.keys() == b.__dict__.keys(), where
+    for k, x in a.__dict__.items():
+        y = b.__dict__[k]
+        assert type(x) is type(y), f"{where}.{k}: {type(x)} {type(y)}"
+        if isinstance(x, BinStruct):
+            _same_fields(x, y, f"{where}.{k}")
+        elif isinstance(x, list) and x and isinstance(x[0], BinStruct):
+            for i, (xi, yi) in enumerate(zip(x, y)):
+                _same_fields(xi, yi, f"{where}.{k}[{i}]")
+        else:
+            assert x == y, f"{where}.{k}: {x!r} != {y!r}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(cls=st.sampled_from(ALL), data=st.data())
+def test_compiled_decoder_equals_the_table_walk(cls, data):
+    """The decoder compiled from a class's table (the one the
+    constructor uses) fills the same fields, with the same types and
+    values, as the generic walk over the table."""
+    raw = data.draw(st.binary(min_size=cls.MAD_LENGTH,
+                              max_size=cls.MAD_LENGTH))
+    fast = cls(raw)
+    ref = cls.__new__(cls)
+    ref._from_int_generic(int.from_bytes(raw, "big"))
+    _same_fields(fast, ref, cls.__name__)
+    assert "_decode" in cls.__dict__

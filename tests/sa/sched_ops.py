@@ -191,3 +191,118 @@ def from_asyncio(u, lid):
         return ticks
     ticks = asyncio.run(main())
     return got, ticks
+
+
+class _CountingPort:
+    """The worker's umad port, counting the calls of Port.transact."""
+
+    def __init__(self, port):
+        self._p = port
+        self.transacts = 0
+
+    def transact(self, *a, **kw):
+        self.transacts += 1
+        return self._p.transact(*a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._p, name)
+
+
+def mget_batch(u, lids, dead_lid, busy_first=False):
+    """sched.mget of the NodeInfo of every LID, the PortInfo of port 1
+    and of a port that does not exist (200) on each, and a NodeInfo of a
+    LID nobody has.  With *busy_first*, another coroutine's MAD is in
+    flight when the batch is yielded (so it goes MAD by MAD).  Returns
+    (results as dicts or exception class names, the same by synchronous
+    SubnGets, Port.transact calls, sent, reply_fmt's attribute ID,
+    whether reply_path is None)."""
+    sched = rdma.sched.MADSchedule(u)
+    counting = u._port = _CountingPort(u._port)
+    reqs = [(IBA.SMPNodeInfo, LIDPath(lid), 0) for lid in lids]
+    reqs += [(IBA.SMPPortInfo, LIDPath(lid), p) for lid in lids
+             for p in (1, 200)]
+    reqs.append((IBA.SMPNodeInfo, LIDPath(dead_lid), 0))
+    got = []
+
+    def show(r):
+        return type(r).__name__ if isinstance(r, Exception) else r.to_dict()
+
+    def batch():
+        res = yield sched.mget(sched.SubnGet(a, p, m) for a, p, m in reqs)
+        got.extend(show(r) for r in res)
+
+    def other():
+        yield sched.SubnGet(IBA.SMPNodeInfo, LIDPath(lids[0]))
+
+    u.timeout_ms, u.retries = 100, 1
+    try:
+        if busy_first:
+            sched.queue(other())
+        sched.queue(batch())
+        sched.run()
+        sync = []
+        for a, p, m in reqs:
+            try:
+                sync.append(show(u.SubnGet(a, p, m)))
+            except IBA.MADError as e:
+                sync.append(type(e).__name__)
+    finally:
+        u.timeout_ms = u.retries = None
+        u._port = counting._p
+    fmt = sched.reply_fmt
+    return (got, sync, counting.transacts, sched.sent,
+            fmt.attributeID if fmt is not None else None,
+            sched.reply_path is None)
+
+
+def fast_reply_state(u, lid):
+    """One SubnGet through the scheduler's fast path: reply_fmt and
+    reply_path describe its answer (decoded when read); the reply path
+    of the same SubnGet on the synchronous transactor."""
+    sched = rdma.sched.MADSchedule(u)
+    got = []
+
+    def co():
+        ni = yield sched.SubnGet(IBA.SMPNodeInfo, LIDPath(lid))
+        got.append(int(ni.nodeGUID))
+    sched.run(queue=co())
+    fmt, path = sched.reply_fmt, sched.reply_path
+    u.SubnGet(IBA.SMPNodeInfo, LIDPath(lid))
+    return (got, type(fmt).__name__, fmt.method, fmt.attributeID,
+            int(fmt.data[12:20].hex(), 16), (path.DLID, path.SLID),
+            (u.reply_path.DLID, u.reply_path.SLID))
+
+
+def transact_raw(u, lid, dead_lid):
+    """rdma._umad.Port.transact directly: a NodeInfo SMP to *lid* and to
+    *dead_lid* (20 ms, 1 re-send), and its argument checks."""
+    port = u._port
+    agent = u.register_client(IBA.MAD_SUBNET, 1)
+
+    def smp(tid):
+        f = IBA.SMPFormat(baseVersion=1, mgmtClass=IBA.MAD_SUBNET,
+                          classVersion=1, method=IBA.MAD_METHOD_GET,
+                          transactionID=tid,
+                          attributeID=IBA.SMPNodeInfo.MAD_ATTRIBUTE_ID)
+        return f.pack()
+
+    res, sends, unmatched = port.transact(
+        [(agent, smp(0x1234), lid, 0, 20, 1),
+         (agent, smp(0x1235), dead_lid, 0, 20, 1)], 4)
+    out = {"types": [type(r).__name__ for r in res], "sends": sends,
+           "unmatched": unmatched,
+           "guid": int.from_bytes(res[0][64 + 12:64 + 20], "big")
+           if isinstance(res[0], bytes) else None,
+           "tid": res[0][12:16].hex() if isinstance(res[0], bytes)
+           else None}
+    errors = []
+    for args in (([], 0), ([5], 4), ([(agent, b"x", lid, 0, 20, 1)], 4),
+                 ([(agent, smp(1), lid, 0, 0, 1)], 4), (7, 4)):
+        try:
+            port.transact(*args)
+            errors.append(None)
+        except (ValueError, TypeError) as e:
+            errors.append(f"{type(e).__name__}: {e}")
+    out["errors"] = errors
+    out["empty"] = port.transact([], 1)
+    return out

@@ -80,3 +80,46 @@ def test_bad_yield_is_a_type_error(worker):
 def test_arun_from_asyncio(worker):
     got, ticks = worker.call("madop", "from_asyncio", 2)
     assert got == [8] * 20 and ticks > 1
+
+
+@pytest.mark.parametrize("busy_first", [False, True])
+def test_mget_batch_equals_the_synchronous_answers(worker, busy_first):
+    """sched.mget: good answers, an error status (port 200 does not
+    exist) and a timeout (LID 0x77) each in its place, equal to one
+    SubnGet at a time; alone it runs in one Port.transact call, with
+    another MAD in flight MAD by MAD."""
+    got, sync, transacts, sent, attr, no_path = worker.call(
+        "madop", "mget_batch", LIDS, 0x77, busy_first=busy_first)
+    assert got == sync
+    assert len(got) == 6 + 12 + 1
+    assert got[-1] == "MADTimeoutError"
+    assert got.count("MADError") == 6          # every port 200
+    assert all(isinstance(g, dict) for g in got[:-1] if g != "MADError")
+    assert transacts == (0 if busy_first else 1)
+    # 18 answered + the dead LID twice (1 re-send), + the other MAD.
+    assert sent == 18 + 2 + (1 if busy_first else 0)
+    if not busy_first:
+        assert attr == IBA.SMPPortInfo.MAD_ATTRIBUTE_ID and no_path
+
+
+def test_fast_path_reply_fmt_and_path(worker):
+    got, name, method, attr, guid, lids, sync_lids = worker.call(
+        "madop", "fast_reply_state", 2)
+    assert name == "SMPFormat" and method == IBA.MAD_METHOD_GET_RESP
+    assert attr == IBA.SMPNodeInfo.MAD_ATTRIBUTE_ID
+    assert got == [guid] and guid
+    assert lids == sync_lids
+
+
+def test_port_transact_in_c(worker):
+    out = worker.call("madop", "transact_raw", 2, 0x77)
+    assert out["types"] == ["bytes", "NoneType"]
+    assert out["sends"] == 1 + 2 and out["unmatched"] == 0
+    assert out["tid"] == "00001234" and out["guid"]
+    e = out["errors"]
+    assert e[0].startswith("ValueError: transact: window is 1 to 4096")
+    assert e[1].startswith("TypeError: transact: request 0 is not a tuple")
+    assert e[2].startswith("ValueError: transact: request 0: a MAD is 24")
+    assert e[3].startswith("ValueError: transact: request 0:")
+    assert e[4].startswith("TypeError: transact: requests must be a")
+    assert out["empty"] == ([], 0, 0)
