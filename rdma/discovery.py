@@ -595,8 +595,9 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str],
     - ``all_LFDB`` (ours): every switch's linear forwarding table
       (``Switch.lfdb``).
 
-    With *sa* (ours; python-rdma chose by the transactor's class) the
-    items come from the SA instead, by GetTable of NodeRecords,
+    With *sa*, or when *sched* is a
+    :class:`rdma.satransactor.SATransactor` (python-rdma chose by that
+    class alone), the items come from the SA instead, by GetTable of NodeRecords,
     PortInfoRecords, LinkRecords and SwitchInfoRecords (a scheduler or a
     synchronous transactor; ``all_LFDB`` still reads SMPs).
 
@@ -618,6 +619,9 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str],
         want.add("all_SwitchInfo")
     if "all_SwitchInfo" in want:
         want.add("all_NodeInfo")
+    if not sa:
+        from rdma.satransactor import SATransactor
+        sa = isinstance(sched, SATransactor)
     if sa:
         _load_SA(sched, sbn, want - sbn.loaded)
     want -= sbn.loaded

@@ -81,7 +81,8 @@ def lfdb(u, ep, lid, how="smp"):
 
 def sa_load(u, ep):
     """python-rdma's way to discover through the SA: an SATransactor on
-    the scheduler given to :func:`rdma.discovery.load` (``sa=True``):
+    the scheduler given to :func:`rdma.discovery.load` (which then reads
+    SA records, as python-rdma's did, without ``sa=True``):
     ``{switch node GUID: trimmed LFT}`` and the number of nodes."""
     import rdma.discovery
     import rdma.satransactor
@@ -90,7 +91,7 @@ def sa_load(u, ep):
         rdma.discovery.scheduler_class()(u))
     sbn = rdma.subnet.Subnet()
     rdma.discovery.load(sat, sbn, ["all_NodeInfo", "all_SwitchInfo",
-                                   "all_LFDB"], sa=True)
+                                   "all_LFDB"])
     out = {}
     for sw in sbn.iterswitches():
         sw.trim_db()
