@@ -599,8 +599,12 @@ set_grh(void *umad, PyObject *grh)
     addr.gid_index = (uint8_t)sgid_index.v;
     addr.hop_limit = (uint8_t)hop_limit.v;
     addr.traffic_class = (uint8_t)tclass.v;
-    addr.flow_label = htobe32((uint32_t)flow.v);
+    /* umad_set_grh wants the flow label in host order (it converts), and
+       does not copy the source GID index: set it here, or the MAD leaves
+       from GID 0 (on RoCE: the wrong address family, EIO) */
+    addr.flow_label = (uint32_t)flow.v;
     U.set_grh(umad, &addr);
+    ((ib_user_mad_t *)umad)->addr.gid_index = (uint8_t)sgid_index.v;
     return 0;
 }
 
@@ -694,7 +698,7 @@ recv_result(void *umad, size_t hdr, int agent, int len)
     const ib_mad_addr_t *a = &u->addr;
     PyObject *addr;
 
-    addr = Py_BuildValue("(IIIIIIy#IIII)",
+    addr = Py_BuildValue("(IIIIIIy#IIIII)",
                          (unsigned int)be16toh(a->lid),
                          (unsigned int)be32toh(a->qpn),
                          (unsigned int)be32toh(a->qkey),
@@ -705,7 +709,8 @@ recv_result(void *umad, size_t hdr, int agent, int len)
                          (unsigned int)a->hop_limit,
                          (unsigned int)a->traffic_class,
                          (unsigned int)be32toh(a->flow_label),
-                         (unsigned int)a->pkey_index);
+                         (unsigned int)a->pkey_index,
+                         (unsigned int)a->gid_index);
     if (addr == NULL)
         return NULL;
     return Py_BuildValue("(iIy#N)", agent, (unsigned int)u->status,
@@ -1156,7 +1161,7 @@ static PyMethodDef port_methods[] = {
      "Wait for one MAD (GIL released, Ctrl-C interrupts); return None on "
      "timeout, else (agent_id, status, mad, addr) with addr = (slid, sqpn, "
      "qkey, sl, path_bits, grh_present, sgid, hop_limit, traffic_class, "
-     "flow_label, pkey_index).  The buffer grows to fit large (RMPP) "
+     "flow_label, pkey_index, gid_index).  The buffer grows to fit large (RMPP) "
      "MADs."},
     {"transact", (PyCFunction)(void (*)(void))port_transact,
      METH_VARARGS | METH_KEYWORDS,

@@ -167,7 +167,7 @@ class UMADReplyPath:
 
     def __init__(self, end_port: Any, agent: int, addr: tuple, dqpn: int):
         (lid, qpn, qkey, sl, path_bits, grh, gid, hop_limit, tclass, flow,
-         pkey_index) = addr
+         pkey_index, gid_index) = addr
         #: The local end port.
         self.end_port = end_port
         #: The umad agent that received the MAD.
@@ -184,6 +184,12 @@ class UMADReplyPath:
         if grh:
             self.has_grh = True
             self.SGID = GID(gid)
+            #: The index of our GID the packet arrived on (a reply leaves
+            #: from it: on RoCE the address family must match).
+            self.SGID_index = gid_index
+            gids = getattr(end_port, "gids", None) or ()
+            if gid_index < len(gids) and gids[gid_index] is not None:
+                self.DGID = GID(gids[gid_index])
             self.hop_limit = hop_limit
             self.traffic_class = tclass
             self.flow_label = flow

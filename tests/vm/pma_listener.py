@@ -1,4 +1,4 @@
-"""A PerfMgt agent in user space that only listens, for
+"""A PerfMgt agent in user space, for
 tests/vm/test_vmad_vm.py: rxe's kernel has no Performance Management
 agent (it answers every PerfMgt Get with "unsupported"); this process
 registers one through umad on a port, so that the PerfMgt requests
@@ -7,9 +7,14 @@ arriving at that port's QP1 come to it instead.
 ``python pma_listener.py DEVICE COUNT`` prints ``ready``, then for each
 PerfMgt request ``got QPN GID ATTRIBUTE PORTSELECT`` (the sender's QP and
 GID, the attribute's name, the PortSelect of a PortCounters request) and,
-after COUNT requests or 30 s, ``done N``.  It does not answer: replying
-through rdma.umad on RoCE fails (see docs/mads.rst).
+after COUNT requests or 30 s, ``done N``.  It answers a PortCounters Get
+with the request's PortSelect and SymbolErrorCounter = MARK (0x42), so
+the requester can tell this agent's answer from anything else; the reply
+leaves from the GID index the request arrived on (RoCE needs a GRH from
+a GID of the right address family).
 """
+
+MARK = 0x42
 import sys
 import time
 
@@ -37,6 +42,9 @@ def main() -> int:
         fmt, req = u.parse_request(buf, path)
         print(f"got {path.sqpn} {path.SGID} {type(req).__name__} "
               f"{getattr(req, 'portSelect', '-')}", flush=True)
+        if isinstance(req, IBA.PMPortCounters):
+            u.send_reply(fmt, IBA.PMPortCounters(
+                portSelect=req.portSelect, symbolErrorCounter=MARK), path)
     print(f"done {handled}", flush=True)
     u.close()
     return 0
