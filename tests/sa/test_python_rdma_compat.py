@@ -4,7 +4,7 @@ what it prints agrees with infiniband-diags on the same fabric.
 
 python-rdma is not in this repository: give a checkout of
 github.com/jgunthorpe/python-rdma in ``RDMA_PYTHON_RDMA_SRC`` (see
-``docs/mads.rst``, "Running python-rdma's ibtool").  Without it every
+``docs/python_rdma.rst``).  Without it every
 test here is skipped.  :mod:`python_rdma_compat` copies only its
 ``ibtool`` and ``libibtool/`` and converts them; their ``import rdma``
 reaches ours.
@@ -13,7 +13,6 @@ python-rdma prints in its own format (GUIDs as ``0000:0000:0010:0003``,
 enumerations as numbers, older counter names), so the comparisons are by
 value: each test parses both outputs and compares the fields they share.
 """
-import importlib.util
 import os
 import re
 import sys
@@ -22,19 +21,13 @@ import pytest
 
 import diags
 import python_rdma_compat as compat
+from test_mcast import mfab  # noqa: F401 (the multicast fabric fixture)
 
 SRC = os.environ.get("RDMA_PYTHON_RDMA_SRC")
 pytestmark = pytest.mark.skipif(
     not SRC, reason="RDMA_PYTHON_RDMA_SRC is not set: give a checkout of "
     "github.com/jgunthorpe/python-rdma (GPL, not vendored; CI has no "
     "network)")
-
-#: python-rdma's inquiry and ibroute modules import rdma.satransactor at
-#: import time.
-HAS_SAT = importlib.util.find_spec("rdma.satransactor") is not None
-needs_sat = pytest.mark.skipif(
-    not HAS_SAT, reason="rdma.satransactor is not in this tree: "
-    "python-rdma's inquiry/ibroute modules import it")
 
 NODE = "Hca2"
 
@@ -102,7 +95,6 @@ def _colon(text):
     return out
 
 
-@needs_sat
 def test_ibstat(fabric, converted):
     """ibstat ibsim0: the port's numbers and GUIDs."""
     mine = _colon(theirs(fabric, converted, ["ibstat", "ibsim0"]).stdout)
@@ -118,7 +110,6 @@ def test_ibstat(fabric, converted):
 _ADDR = re.compile(r"GID (\S+) LID start (\S+) end (\S+)")
 
 
-@needs_sat
 @pytest.mark.parametrize("argv", [["ibaddr"], ["ibaddr", "1"],
                                   ["ibaddr", "6"], ["ibaddr", "-D", "0,1"]])
 def test_ibaddr(fabric, converted, argv):
@@ -132,7 +123,6 @@ _SMINFO = re.compile(r"sm lid (\d+) sm guid (\S+), activity count \d+ "
                      r"priority (\d+) state (\d+)")
 
 
-@needs_sat
 def test_sminfo(fabric, converted):
     mine = _SMINFO.search(theirs(fabric, converted, ["sminfo"]).stdout)
     ref = _SMINFO.search(reference(fabric, ["sminfo"]))
@@ -225,7 +215,6 @@ def test_smpquery_tables(fabric, converted, op, ref_op, argv):
     assert rows(mine) == rows(ref) and rows(ref)
 
 
-@needs_sat
 def test_ibstatus_and_ibv_devices(fabric, converted):
     """The simulated CA as the shim's libibumad shows it (infiniband-diags'
     ibstatus and ibv_devices read sysfs and libibverbs, which have no
@@ -313,7 +302,6 @@ def _routes(text):
             for lid, port, _, g, desc in _ROUTE.findall(text)}
 
 
-@needs_sat
 @pytest.mark.parametrize("lid", ["2", "3"])
 def test_ibroute(fabric, converted, lid):
     mine = _routes(theirs(fabric, converted, ["ibroute", lid]).stdout)
@@ -321,7 +309,6 @@ def test_ibroute(fabric, converted, lid):
     assert mine == ref and len(ref) == 6
 
 
-@needs_sat
 def test_dump_lfts(fabric, converted):
     """dump_lfts: every switch's table, as ibroute prints each."""
     def rows(text):
@@ -331,6 +318,50 @@ def test_dump_lfts(fabric, converted):
     ref = rows(reference(fabric, ["ibroute", "2"])) + \
         rows(reference(fabric, ["ibroute", "3"]))
     assert sorted(mine) == sorted(ref) and len(ref) == 12
+
+
+def _mft(text):
+    """{mlid: ports} from a multicast table as either tool prints it: the
+    port of an ``x`` is the header number whose last digit is in its
+    column (infiniband-diags prints the tens on a line above: there the
+    ports are just counted along the ``Ports:`` line)."""
+    lines = text.splitlines()
+    head = next(ln for ln in lines if "Ports:" in ln)
+    cols = {m.end() - 1: k for k, m in
+            enumerate(re.finditer(r"\d+", head[head.index(":"):]))}
+    off = head.index(":")
+    table = {}
+    for ln in lines:
+        if ln.startswith("0xc"):
+            table[int(ln.split()[0], 16)] = {
+                cols[i - off] for i, ch in enumerate(ln)
+                if ch == "x" and i >= 6}
+    return table
+
+
+def test_ibroute_multicast(mfab, converted):
+    """ibroute -M and dump_mfts on a fabric with three groups joined:
+    the same MLIDs with the same ports as infiniband-diags' ibroute -M."""
+    f, _, lids = mfab
+    for sw in ("Switch1", "Switch2"):
+        lid = str(lids[sw])
+        mine = _mft(theirs(f, converted, ["ibroute", "-M", lid]).stdout)
+        ref = _mft(f.run(["ibroute", "-M", lid], NODE).stdout)
+        assert mine == ref and len(ref) >= 2, (sw, mine, ref)
+    dump = theirs(f, converted, ["dump_mfts"]).stdout
+    assert dump.count("valid mlids dumped") == 2
+
+
+def test_sa_modes(fabric, converted):
+    """--sa: the same answers read through python-rdma's use of our
+    rdma.satransactor (SA records instead of SMPs)."""
+    mine = _routes(theirs(fabric, converted, ["ibroute", "--sa", "2"]).stdout)
+    assert mine == _routes(reference(fabric, ["ibroute", "2"]))
+    _compare_fields(theirs(fabric, converted,
+                           ["smpquery", "--sa", "NI", "2"]).stdout,
+                    reference(fabric, ["smpquery", "nodeinfo", "2"]), 9)
+    mine = _links(theirs(fabric, converted, ["ibnetdiscover", "--sa"]).stdout)
+    assert mine == _links(reference(fabric, ["ibnetdiscover"]))
 
 
 _HOP = re.compile(r"\[(\d+)\] -> [\w ]+? port \{?(\S+?)\}?\[(\d+)\] lid "
@@ -412,7 +443,6 @@ def test_discovery_cache(fabric, converted, tmp_path):
     assert first == _links(reference(fabric, ["ibnetdiscover"]))
 
 
-@needs_sat
 @pytest.mark.parametrize("cmd,g", [("ibprintca", "0x100003"),
                                    ("ibprintswitch", "0x200000")])
 def test_print_node(fabric, converted, cmd, g):
@@ -576,7 +606,6 @@ def test_saquery_mcmember_records(fabric, converted):
 # -- port state -------------------------------------------------------------
 
 
-@needs_sat
 def test_ibportstate_query_directed(fabric, converted):
     mine = diags.fields(theirs(fabric, converted, ["ibportstate", "-D",
                                                    "0", "1",
