@@ -123,6 +123,33 @@ def _key(buf: Any) -> int:
     return (buf[1] << 32) | int.from_bytes(bytes(buf[12:16]), "big")
 
 
+class TimedSends:
+    """Timeouts and re-sends of a transactor that sends its MADs itself
+    (:class:`rdma.umad.UMAD`, :class:`rdma.vmad.VMAD`): ``timeout_ms`` and
+    ``retries`` of the object when set, else the path's ``mad_timeout``
+    and ``retries``, else the defaults."""
+
+    #: Wait for one reply (ms) and re-sends; None: from the path.
+    timeout_ms: Optional[int] = None
+    retries: Optional[int] = None
+    #: Defaults when neither this object nor the path says.
+    DEFAULT_TIMEOUT_MS = 1000
+    DEFAULT_RETRIES = 2
+
+    def _timing(self, path: Any) -> Tuple[int, int]:
+        """(ms per try, re-sends) for a request on ``path``."""
+        ms = self.timeout_ms
+        if ms is None:
+            t = getattr(path, "mad_timeout", None)
+            ms = int(t * 1000) if t else self.DEFAULT_TIMEOUT_MS
+        r = self.retries
+        if r is None:
+            r = getattr(path, "retries", None)
+            if r is None:
+                r = self.DEFAULT_RETRIES
+        return max(1, ms), max(0, r)
+
+
 class MADTransactor:
     """The MAD RPC mixin: subclasses provide :meth:`_execute` (send a
     MAD, return the reply) and :meth:`_get_new_TID`.

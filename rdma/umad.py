@@ -147,7 +147,7 @@ def _resolve_port(end_port: Any) -> Tuple[str, int, Any]:
 
 # ---- the transactor (below: only MADs; devices and end ports are above) ----
 
-from rdma.madtransactor import (MADTransactor,  # noqa: E402
+from rdma.madtransactor import (MADTransactor, TimedSends,  # noqa: E402
                                 TRACE_UNEXPECTED, _key)
 from rdma._mad import MADError, describe  # noqa: E402
 import rdma.IBA as _IBA  # noqa: E402
@@ -213,7 +213,7 @@ class UMADReplyPath:
     __str__ = __repr__
 
 
-class UMAD(MADTransactor):
+class UMAD(TimedSends, MADTransactor):
     """A umad port: python-rdma's MAD transactor over libibumad; a context
     manager.
 
@@ -230,12 +230,6 @@ class UMAD(MADTransactor):
     of many MADs arrive reassembled.
     """
 
-    #: Wait for one reply (ms) and re-sends; None: from the path.
-    timeout_ms: Optional[int] = None
-    retries: Optional[int] = None
-    #: Defaults when neither this object nor the path says.
-    DEFAULT_TIMEOUT_MS = 1000
-    DEFAULT_RETRIES = 2
     #: Join multi-MAD (RMPP) SA answers here instead of in the kernel:
     #: the SA agent is registered without RMPP, each DATA segment is
     #: acknowledged and the segments are joined by
@@ -344,19 +338,6 @@ class UMAD(MADTransactor):
     next_tid = _get_new_TID
 
     # -- raw MADs
-
-    def _timing(self, path: Any) -> Tuple[int, int]:
-        """(ms per try, re-sends) for a request on ``path``."""
-        ms = self.timeout_ms
-        if ms is None:
-            t = getattr(path, "mad_timeout", None)
-            ms = int(t * 1000) if t else self.DEFAULT_TIMEOUT_MS
-        r = self.retries
-        if r is None:
-            r = getattr(path, "retries", None)
-            if r is None:
-                r = self.DEFAULT_RETRIES
-        return max(1, ms), max(0, r)
 
     def sendto(self, buf: Any, path: Any, agent_id: Optional[int] = None,
                timeout_ms: int = 0) -> None:

@@ -29,7 +29,8 @@ import rdma
 import rdma.IBA as IBA
 import rdma.ibverbs as ibv
 import rdma.vtools
-from rdma.madtransactor import TRACE_UNEXPECTED, MADTransactor, _key
+from rdma.madtransactor import (TRACE_UNEXPECTED, MADTransactor, TimedSends,
+                                _key)
 
 __all__ = ["VMAD"]
 
@@ -46,7 +47,7 @@ def _provider(ctx: Any, parent: Any) -> str:
     return "verbs"
 
 
-class VMAD(MADTransactor):
+class VMAD(TimedSends, MADTransactor):
     """``VMAD(parent, path, depth=16)``: *parent* is an end port (a
     Context is opened on it and closed with the VMAD) or an open
     :class:`rdma.ibverbs.Context`; *path* (an :class:`rdma.path.IBPath`)
@@ -56,11 +57,6 @@ class VMAD(MADTransactor):
     Timeouts and retries: ``timeout_ms``/``retries`` of the object when
     set, else the path's ``mad_timeout``/``retries``, else 1000 ms and 2.
     """
-
-    timeout_ms: Optional[int] = None
-    retries: Optional[int] = None
-    DEFAULT_TIMEOUT_MS = 1000
-    DEFAULT_RETRIES = 2
 
     def __init__(self, parent: Any, path: Any, depth: int = 16):
         self._ctx = None
@@ -129,17 +125,6 @@ class VMAD(MADTransactor):
     def _get_new_TID(self) -> int:
         self._tid = (self._tid + 1) & 0xFFFFFFFF
         return self._tid
-
-    def _timing(self, path: Any) -> Tuple[int, int]:
-        ms = self.timeout_ms
-        if ms is None:
-            t = getattr(path, "mad_timeout", None)
-            ms = int(t * 1000) if t else self.DEFAULT_TIMEOUT_MS
-        r = self.retries
-        if r is None:
-            r = getattr(path, "retries", None)
-            r = self.DEFAULT_RETRIES if r is None else r
-        return max(1, ms), max(0, r)
 
     # -- the QP
 
