@@ -46,18 +46,9 @@ fab_cc_push(struct ucc *cc, struct ucq *cq)
 void
 fab_qp_cq_lost(struct uqp *q)
 {
-    uint32_t i;
     if (q == NULL || q->attr.qp_state == IBV_QPS_ERR)
         return;
-    for (i = q->sq_head; i != q->sq_tail; i++) {
-        struct slot *s = &q->sq[i & q->sq_mask];
-        if (!s->done) {
-            s->done = 1;
-            s->status = IBV_WC_WR_FLUSH_ERR;
-        }
-    }
-    q->err_pending = 1;
-    fab_qp_enter_err(q);
+    fab_qp_flush_to_err(q);
     fab_ctx_event(q->pd->ctx, IBV_EVENT_QP_FATAL, PYRDMA_EV_QP, q->qp_context);
 }
 

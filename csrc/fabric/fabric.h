@@ -767,6 +767,7 @@ int fab_poll_cq(void *vcq, int n, struct pyrdma_wc *wc);
 
 /* qp.c */
 void fab_qp_enter_err(struct uqp *q);
+void fab_qp_flush_to_err(struct uqp *q);
 int fab_create_srq(void *pd, struct pyrdma_srq_attr *a, void *ctxp, void **out,
                    struct pyrdma_status *st);
 int fab_modify_srq(void *vs, struct pyrdma_srq_attr *a, int mask,

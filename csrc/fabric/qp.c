@@ -20,6 +20,23 @@ fab_qp_enter_err(struct uqp *q)
         fab_rq_flush(q);
 }
 
+/* Every outstanding send WR of q flushes (completed by the caller's or
+   the next fab_sq_advance) and q goes to ERR.  N.lock held. */
+void
+fab_qp_flush_to_err(struct uqp *q)
+{
+    uint32_t i;
+    for (i = q->sq_head; i != q->sq_tail; i++) {
+        struct slot *s = &q->sq[i & q->sq_mask];
+        if (!s->done) {
+            s->done = 1;
+            s->status = IBV_WC_WR_FLUSH_ERR;
+        }
+    }
+    q->err_pending = 1;
+    fab_qp_enter_err(q);
+}
+
 /* ------------------------------------------------------------------ */
 /* SRQ                                                                 */
 
@@ -384,16 +401,7 @@ fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
     if (mask & M(PATH_MIG_STATE))
         q->attr.path_mig_state = a->path_mig_state;
     if (next == IBV_QPS_ERR) {
-        uint32_t i;
-        for (i = q->sq_head; i != q->sq_tail; i++) {
-            struct slot *s = &q->sq[i & q->sq_mask];
-            if (!s->done) {
-                s->done = 1;
-                s->status = IBV_WC_WR_FLUSH_ERR;
-            }
-        }
-        q->err_pending = 1;
-        fab_qp_enter_err(q);
+        fab_qp_flush_to_err(q);
         fab_sq_advance(q);
     }
     else {
