@@ -650,12 +650,14 @@ sock_scan(uint64_t t)
                 waiting = 1;
                 continue;
             }
-            /* UCX sees the connection end and closes its fd; not seen
-               again unless UCX keeps it (then it is shut down again) */
-            shutdown(c->fd, SHUT_RDWR);
+            /* counted before the peer can see the end (whoever sees
+               the connection close sees it counted); UCX sees the end
+               and closes its fd; not seen again unless UCX keeps it
+               (then it is shut down again) */
             c->ok = -1;
             fab_rx_denied();
             N.log_closed++;
+            shutdown(c->fd, SHUT_RDWR);
         }
     UNLOCK();
     free(N.ts);
