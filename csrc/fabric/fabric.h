@@ -122,9 +122,11 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/shm.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
@@ -211,8 +213,10 @@ extern struct fab_ucp U;
 /* the key page: what a same-host initiator checks before a one-sided op */
 
 #define SH_MAGIC 0x4b435855u    /* "UXCK" */
-#define SH_VERSION 4            /* 3: struct wire has a session id (rings);
-                                   4: three more counters */
+#define SH_VERSION 5            /* 3: struct wire has a session id (rings);
+                                   4: three more counters;
+                                   5: MRs in the owner's own memory
+                                   (rkey_len 0, cross-memory attach) */
 #define SH_MR 4096              /* MR keys with an index below this can be
                                    the target of a one-sided op */
 #define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
@@ -230,13 +234,16 @@ struct sh_qp {
     uint32_t inflight;     /* initiators inside an op on it */
 };
 
-/* An MR of this node in UCX-allocated memory. */
+/* An MR of this node that same-host initiators may reach one-sided: in
+   UCX-allocated memory (through UCX's mapping of it), or in the owner's
+   own memory (rkey_len 0: through cross-memory attach, process_vm_writev
+   and process_vm_readv at addr in the owner, sh_page.pid). */
 struct sh_mr {
     uint32_t key;          /* its rkey, 0: none (published last, cleared
                               first) */
     uint32_t access;       /* IBV_ACCESS_* */
     uint32_t inflight;     /* initiators inside an op on it */
-    uint32_t rkey_len;     /* bytes in rkey */
+    uint32_t rkey_len;     /* bytes in rkey, 0: the owner's own memory */
     uint64_t pd;           /* PD identity */
     uint64_t addr, len;    /* the region */
     uint8_t rkey[SH_RKEY_MAX]; /* packed UCX rkey of its memory */
@@ -268,7 +275,15 @@ struct sh_page {
                                 forged source, or a QP not connected to
                                 it; HELLOs refused; connections closed
                                 unauthenticated */
-    uint64_t pad1[7];        /* the QP table starts on a cache line */
+    uint64_t st_cma_write;   /* WRITEs it initiated by cross-memory
+                                attach (into a peer's own memory) */
+    uint64_t st_cma_read;    /* READs it initiated that way */
+    uint64_t st_cma_fenced;  /* dereg_mr fenced out an initiator that
+                                outstayed it (closes cross-memory attach
+                                to this process: cma_open 0) */
+    uint64_t cma_open;       /* 1: its own memory may be reached by
+                                cross-memory attach (same user) */
+    uint64_t pad1[3];        /* the QP table starts on a cache line */
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -340,7 +355,9 @@ struct rkc {
     uint32_t key;          /* the full key it is for, 0: empty */
     uint64_t addr;         /* the region's address at the target */
     uint8_t *base;         /* where it is mapped here, NULL: not mappable */
-    ucp_rkey_h rkey;       /* UCX handle */
+    int cma;               /* the target's own memory: reached with
+                              process_vm_writev/readv (base NULL) */
+    ucp_rkey_h rkey;       /* UCX handle (NULL for cma) */
 };
 
 /* Memory of alloc_mr_mem. */
@@ -487,6 +504,9 @@ struct peer {
     ucp_ep_h ep;           /* endpoint to it */
     int failed;            /* the endpoint failed or the process died */
     pid_t pid;             /* same host: its pid (0: unknown) */
+    int cma_off;           /* cross-memory attach to it was refused */
+    int stopped;           /* same host: stopped (SIGSTOP) at the last
+                              liveness check: its WRs' timers wait */
     uint64_t next_check;   /* next liveness check (ns) */
     struct sh_page *sh;    /* same host: its key page, or NULL */
     struct rkc *rk;        /* SH_MR cached rkeys (with sh) */
@@ -701,6 +721,7 @@ int fab_node_up(struct pyrdma_status *st);
 
 /* peer.c */
 int fab_pid_alive(pid_t pid);
+char fab_pid_state(pid_t pid);
 uint64_t fab_lid_owner(uint16_t lid);
 void fab_sweep_stale(void);
 int fab_same_host(const struct record *r);
@@ -741,6 +762,7 @@ int fab_sh_quiesce(uint32_t *ctr);
 struct sh_page *fab_sh_map(uint64_t guid);
 void fab_sh_create(void);
 void fab_rk_fetch(struct peer *p, uint32_t key);
+extern int fab_cma_debug_stop;
 int fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
                      struct pyrdma_status *st);
 void fab_free_mr_mem(void *cookie);

@@ -81,6 +81,45 @@ fab_sh_map(uint64_t guid)
     return sh;
 }
 
+/* Test hook (docs/fabric.rst): RDMA_UCX_DEBUG_CMA_STOP=1 makes an
+   initiator stop itself (SIGSTOP) once, after its checks and before its
+   first cross-memory-attach copy: the case dereg_mr must fence out. */
+int fab_cma_debug_stop;
+
+/* May same-host peers reach this process's own memory by cross-memory
+   attach (process_vm_writev/readv)?  The kernel allows it to processes
+   of the same user while this one is dumpable and, under Yama's
+   ptrace_scope 1, once it names any process as its ptracer
+   (PR_SET_PTRACER_ANY: this lifts only Yama's restriction to
+   descendants, not the same-user rule).  RDMA_UCX_CMA=0 turns it off. */
+static int
+cma_allowed(void)
+{
+    const char *e = getenv("RDMA_UCX_CMA");
+    char buf[16] = "";
+    int fd, scope = 0;
+    ssize_t n;
+
+    if (e != NULL && strcmp(e, "0") == 0)
+        return 0;
+    e = getenv("RDMA_UCX_DEBUG_CMA_STOP");
+    fab_cma_debug_stop = e != NULL && strcmp(e, "1") == 0;
+    if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1)
+        return 0;
+    fd = open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n > 0)
+            scope = atoi(buf);
+    }
+    if (scope >= 2)
+        return 0;
+    if (scope == 1 && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
+        return 0;
+    return 1;
+}
+
 /* Create this node's key page; without it there is no fast path. */
 void
 fab_sh_create(void)
@@ -96,6 +135,7 @@ fab_sh_create(void)
     sh->version = SH_VERSION;
     sh->pid = getpid();
     sh->guid = N.guid;
+    sh->cma_open = (uint64_t)cma_allowed();
     __atomic_store_n(&sh->magic, SH_MAGIC, __ATOMIC_SEQ_CST);
     if (rename(tmp, N.shfile) != 0) {
         munmap(sh, sizeof(*sh));
@@ -125,8 +165,29 @@ fab_rk_fetch(struct peer *p, uint32_t key)
     k1 = __atomic_load_n(&m->key, __ATOMIC_SEQ_CST);
     len = m->rkey_len;
     addr = m->addr;
-    if (k1 != key || len == 0 || len > SH_RKEY_MAX)
+    if (k1 != key || len > SH_RKEY_MAX)
         return;
+    if (len == 0) {
+        /* the target's own memory: cross-memory attach, nothing to
+           unpack (fast_op checks the entry at every op) */
+        if (p->cma_off || p->pid <= 0 ||
+            !__atomic_load_n(&p->sh->cma_open, __ATOMIC_RELAXED))
+            return;
+        LOCK();
+        c = &p->rk[key >> 8];
+        if (c->key != key) {
+            old = c->rkey;
+            c->addr = addr;
+            c->base = NULL;
+            c->cma = 1;
+            c->rkey = NULL;
+            __atomic_store_n(&c->key, key, __ATOMIC_RELEASE);
+        }
+        UNLOCK();
+        if (old != NULL)
+            U.rkey_destroy(old);
+        return;
+    }
     memcpy(buf, m->rkey, len);
     if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != key)
         return;                 /* changed while we copied */
@@ -143,6 +204,7 @@ fab_rk_fetch(struct peer *p, uint32_t key)
         old = c->rkey;
         c->addr = addr;
         c->base = base;
+        c->cma = 0;
         c->rkey = rkey;
         __atomic_store_n(&c->key, key, __ATOMIC_RELEASE);
     }
@@ -527,7 +589,62 @@ mem_revoke(struct umem *u)
     return 0;
 }
 
-/* Publish mr in the key page if it lies in UCX-allocated memory (N.lock
+/* dereg_mr of an MR in this process's own memory ran out of patience
+   with an initiator still counted inside an op on it (stopped, or
+   descheduled, between its checks and its copy).  Its copy is a
+   process_vm_writev/readv that has not started or is running: the
+   kernel checks the right to it when the call starts, and a call never
+   stops halfway (SIGSTOP takes effect when it returns).  So: make this
+   process non-dumpable, which makes every cross-memory attach to it
+   from a process of the same user fail from now on (EPERM); then wait
+   until the initiators with a count on one of our QPs are stopped, gone
+   or out (those running may be inside a call: it ends).  Cross-memory
+   attach to this process stays closed (cma_open 0): its MRs go on
+   through the active-message path.  Not dumpable also means no core
+   dumps and no ptrace by the same user (docs/fabric.rst). */
+static void
+cma_fence(void)
+{
+    uint64_t t0 = now_ns();
+    uint32_t i;
+
+    __atomic_store_n(&N.sh->cma_open, 0, __ATOMIC_SEQ_CST);
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    __atomic_fetch_add(&N.sh->st_cma_fenced, 1, __ATOMIC_RELAXED);
+    for (;;) {
+        int running = 0;
+        LOCK();
+        for (i = 0; i < N.qp_hi && i < MAX_QP && !running; i++) {
+            struct uqp *q = N.qps[i];
+            pid_t pid;
+            char c;
+            if (q == NULL || q->peer == NULL ||
+                __atomic_load_n(&N.sh->qp[q->qpn & (MAX_QP - 1)].inflight,
+                                __ATOMIC_SEQ_CST) == 0)
+                continue;
+            pid = q->peer->pid;
+            c = pid > 0 ? fab_pid_state(pid) : 0;
+            running = c != 0 && c != 'T' && c != 't' && c != 'Z';
+        }
+        /* the MRs that are still published may take new initiators:
+           withdraw every one in our own memory (they go on through the
+           active-message path) */
+        for (i = 1; i < N.nmr && i < SH_MR; i++) {
+            struct umr *m = N.mrs[i];
+            if (m != NULL && m->shared && m->umem == NULL) {
+                __atomic_store_n(&N.sh->mr[i].key, 0, __ATOMIC_SEQ_CST);
+                m->shared = 0;
+            }
+        }
+        UNLOCK();
+        if (!running || now_ns() - t0 > SH_WAIT_NS)
+            return;
+        sched_yield();
+    }
+}
+
+/* Publish mr in the key page if it lies in UCX-allocated memory, or in
+   this process's own memory and cross-memory attach is open (N.lock
    held). */
 static void
 sh_mr_publish(struct umr *mr)
@@ -541,10 +658,16 @@ sh_mr_publish(struct umr *mr)
         if (mr->addr >= u->addr && mr->len <= u->len &&
             (size_t)(mr->addr - u->addr) <= u->len - mr->len)
             break;
-    if (u == NULL)
-        return;
     mr->umem = u;
-    if (u->rkey == NULL || u->shadow != NULL)
+    if (u == NULL) {
+        /* the program's own memory: reachable by cross-memory attach
+           (WRITE and READ; atomics need this process) */
+        if (!__atomic_load_n(&N.sh->cma_open, __ATOMIC_RELAXED) ||
+            !(mr->access & (IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_REMOTE_READ)) || mr->len == 0)
+            return;
+    }
+    else if (u->rkey == NULL || u->shadow != NULL)
         return;                 /* no rkey, or revoked (mem_revoke) */
     e = &N.sh->mr[idx];
     __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
@@ -552,8 +675,9 @@ sh_mr_publish(struct umr *mr)
     e->pd = (uint64_t)(uintptr_t)mr->pd;
     e->addr = (uint64_t)(uintptr_t)mr->addr;
     e->len = mr->len;
-    memcpy(e->rkey, u->rkey, u->rkey_len);
-    e->rkey_len = (uint32_t)u->rkey_len;
+    if (u != NULL)
+        memcpy(e->rkey, u->rkey, u->rkey_len);
+    e->rkey_len = u != NULL ? (uint32_t)u->rkey_len : 0;
     __atomic_store_n(&e->key, mr->key, __ATOMIC_SEQ_CST);
     mr->shared = 1;
 }
@@ -602,6 +726,8 @@ fab_dereg_mr(void *vmr, struct pyrdma_status *st)
     UNLOCK();
     if (e != NULL && fab_sh_quiesce(&e->inflight)) {
         /* an initiator is still inside an op on it: fence it out */
+        if (mr->umem == NULL)
+            cma_fence();
         LOCK();
         if (mr->umem != NULL)
             mem_revoke(mr->umem);

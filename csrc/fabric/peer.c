@@ -19,13 +19,14 @@ ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     UNLOCK();
 }
 
-/* Is process pid alive?  kill(pid, 0) also succeeds for a zombie (a
-   process that was killed and not yet reaped by its parent: its memory
-   and its node are gone, but writes "to" it kept completing), so the
-   state in /proc/<pid>/stat decides: Z (zombie) and X (dead) are dead.
-   Where /proc cannot be read the kill answer stands.  1 or 0. */
-int
-fab_pid_alive(pid_t pid)
+/* The state of process pid: 0 if it is gone, 'Z' if it is a zombie or
+   dead, else its letter in /proc/<pid>/stat ('R', 'S', 'D', 'T' stopped,
+   't' traced...), '?' where /proc cannot be read.  kill(pid, 0) also
+   succeeds for a zombie (a process that was killed and not yet reaped by
+   its parent: its memory and its node are gone, but writes "to" it kept
+   completing), so the state decides. */
+char
+fab_pid_state(pid_t pid)
 {
     char path[40], buf[512];
     const char *rp;
@@ -37,17 +38,25 @@ fab_pid_alive(pid_t pid)
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return errno != ENOENT;     /* ENOENT: it went meanwhile */
+        return errno != ENOENT ? '?' : 0;   /* ENOENT: it went meanwhile */
     n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (n <= 0)
-        return 1;
+        return '?';
     buf[n] = '\0';
     /* "pid (comm) S ...": comm may hold spaces and parentheses */
     rp = strrchr(buf, ')');
-    if (rp == NULL || rp[1] != ' ')
-        return 1;
-    return rp[2] != 'Z' && rp[2] != 'X';
+    if (rp == NULL || rp[1] != ' ' || rp[2] == '\0')
+        return '?';
+    return rp[2] == 'X' ? 'Z' : rp[2];
+}
+
+/* Is process pid alive (not gone, not a zombie)? */
+int
+fab_pid_alive(pid_t pid)
+{
+    char c = fab_pid_state(pid);
+    return c != 0 && c != 'Z';
 }
 
 /* Read the record of guid into *rec and a malloc'd address; 0 or -1. */

@@ -515,8 +515,10 @@ fab_timers(void)
         struct peer *p = N.peers[i];
         if (!p->failed && p->pid && p->pid != getpid() &&
             t >= p->next_check) {
+            char c = fab_pid_state(p->pid);
             p->next_check = t + 100000000ull;
-            if (!fab_pid_alive(p->pid))
+            p->stopped = c == 'T' || c == 't';
+            if (c == 0 || c == 'Z')
                 fab_peer_fail_locked(p);
         }
     }
@@ -531,7 +533,11 @@ fab_timers(void)
             if (s->done)
                 continue;
             any = 1;
-            if (s->deadline == DEADLINE_UNSET)
+            /* a stopped same-host peer is a host whose CPU stopped,
+               not a lost link: the timer starts again when it goes on
+               (its one-sided ops went on meanwhile: fast_op) */
+            if (s->deadline == DEADLINE_UNSET ||
+                (q->peer != NULL && q->peer->stopped && s->deadline))
                 s->deadline = t + s->tmo;
             if ((s->deadline && t >= s->deadline) ||
                 (q->peer && q->peer->failed))

@@ -123,6 +123,72 @@ fhold_drop(struct fhold *h)
     h->mr = h->qp = NULL;
 }
 
+/* Cross-memory attach: WRITE (or READ, write 0) len bytes between the
+   local s/g list and the target's own memory at raddr, in pieces of at
+   most CMA_PIECE bytes with the MR's key checked between them (so that a
+   dereg_mr waits for at most one piece: cma_fence in mr.c).  1: done,
+   0: the kernel refused before copying anything (not the same user, not
+   dumpable, seccomp...: the active-message path takes the WR and this
+   peer is not tried again), -1: failed (the target memory is not
+   mapped, or the MR was withdrawn meanwhile: REM_ACCESS_ERR). */
+#define CMA_PIECE (64u << 20)
+static int
+cma_op(struct peer *p, const struct pyrdma_send_wr *wr, int write,
+       uint64_t raddr, uint64_t len, const uint32_t *key, uint32_t rkey)
+{
+    struct iovec lv[MAX_SGE], rv;
+    uint64_t done = 0;
+    int i = 0;
+    size_t skip = 0;            /* bytes of sg_list[i] already done */
+
+    if (fab_cma_debug_stop) {
+        fab_cma_debug_stop = 0;
+        raise(SIGSTOP);
+    }
+    while (done < len) {
+        uint64_t want = len - done < CMA_PIECE ? len - done : CMA_PIECE;
+        uint64_t have = 0;
+        unsigned long n = 0;
+        ssize_t r;
+        int j = i;
+        size_t sk = skip;
+        while (have < want && j < wr->num_sge) {
+            uint64_t l = wr->sg_list[j].length - sk;
+            if (l > want - have)
+                l = want - have;
+            if (l) {
+                lv[n].iov_base = (void *)(uintptr_t)(wr->sg_list[j].addr + sk);
+                lv[n].iov_len = (size_t)l;
+                n++;
+            }
+            have += l;
+            if (sk + l == wr->sg_list[j].length) {
+                j++;
+                sk = 0;
+            }
+            else
+                sk += l;
+        }
+        rv.iov_base = (void *)(uintptr_t)(raddr + done);
+        rv.iov_len = (size_t)want;
+        if (done != 0 && __atomic_load_n(key, __ATOMIC_SEQ_CST) != rkey)
+            return -1;
+        r = write ? process_vm_writev(p->pid, lv, n, &rv, 1, 0)
+                  : process_vm_readv(p->pid, lv, n, &rv, 1, 0);
+        if (r < 0 && done == 0 &&
+            (errno == EPERM || errno == ESRCH || errno == ENOSYS)) {
+            p->cma_off = 1;
+            return 0;
+        }
+        if (r != (ssize_t)want)
+            return -1;
+        done += want;
+        i = j;
+        skip = sk;
+    }
+    return 1;
+}
+
 static int
 fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
         int op, size_t total, int inline_data, struct fhold *h)
@@ -144,8 +210,10 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
     if (len == 0 || idx == 0 || idx >= SH_MR)
         return 0;
     c = &p->rk[idx];
-    if (c->key != rkey || c->base == NULL)
+    if (c->key != rkey || (c->base == NULL && !c->cma))
         return 0;               /* not mapped (post_send tried) */
+    if (c->cma && (atomic || p->cma_off || p->pid <= 0))
+        return 0;               /* atomics need the target's CPU */
     if (q->sq_head != q->sq_tail) {
         fab_sq_advance(q);
         if (q->sq_head != q->sq_tail)
@@ -187,7 +255,18 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
          raddr >= m->addr && len <= m->len &&
          raddr - m->addr <= m->len - len && !(atomic && (raddr & 7)) &&
          __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn;
-    if (ok) {
+    if (ok && c->cma) {
+        ok = cma_op(p, wr, op == OP_WRITE, raddr, len, &m->key, rkey);
+        if (ok > 0) {
+            if (op == OP_READ)
+                *byte_len = (uint32_t)len;
+            if (op == OP_WRITE)
+                N.sh->st_cma_write++;
+            else
+                N.sh->st_cma_read++;
+        }
+    }
+    else if (ok) {
         uint8_t *dst = c->base + (raddr - m->addr);
         switch (op) {
         case OP_WRITE: {

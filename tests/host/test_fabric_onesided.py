@@ -67,31 +67,31 @@ def peer_main():
         fh.to_rtr(qp, remote_qpn=peer["qpn"], dgid=rdma.IBA.GID(peer["gid"]))
         fh.to_rts(qp, timeout=t, retry_cnt=r)
 
+    def build(w):
+        kw = {}
+        if w.get("rkey") is not None:
+            kw.update(remote_addr=w["raddr"], rkey=w["rkey"])
+        if "add" in w:
+            kw.update(compare_add=w["add"], swap=w.get("swap", 0))
+        if "imm" in w:
+            kw.update(imm_data=w["imm"])
+        local = mrs["local"]
+        # "raw": an s/g entry MR.sge() would refuse (out of bounds)
+        sg = ibv.sge(addr=local.addr + w["off"], length=w["len"],
+                     lkey=local.lkey) if w.get("raw") else \
+            local.sge(length=w["len"], off=w["off"])
+        return ibv.send_wr(
+            wr_id=w.get("wr_id", 0), opcode=w["opcode"], sg_list=sg,
+            send_flags=ibv.IBV_SEND_SIGNALED if w.get("sig", 1) else 0,
+            **kw)
+
     connect(peer)
     _emit({"ready": True})
     for line in sys.stdin:
         c = json.loads(line)
         op = c["op"]
         if op == "post":
-            wrs = []
-            for w in c["wrs"]:
-                kw = {}
-                if w.get("rkey") is not None:
-                    kw.update(remote_addr=w["raddr"], rkey=w["rkey"])
-                if "add" in w:
-                    kw.update(compare_add=w["add"], swap=w.get("swap", 0))
-                if "imm" in w:
-                    kw.update(imm_data=w["imm"])
-                local = mrs["local"]
-                # "raw": an s/g entry MR.sge() would refuse (out of bounds)
-                sg = ibv.sge(addr=local.addr + w["off"], length=w["len"],
-                             lkey=local.lkey) if w.get("raw") else \
-                    local.sge(length=w["len"], off=w["off"])
-                wrs.append(ibv.send_wr(
-                    wr_id=w.get("wr_id", 0), opcode=w["opcode"],
-                    sg_list=sg,
-                    send_flags=ibv.IBV_SEND_SIGNALED if w.get("sig", 1)
-                    else 0, **kw))
+            wrs = [build(w) for w in c["wrs"]]
             try:
                 qp.post_send(wrs)
                 _emit({"ok": True})
@@ -127,6 +127,29 @@ def peer_main():
             _emit({"hex": bytes(v[c["off"]:c["off"] + c["len"]]).hex()})
         elif op == "stats":
             _emit(node_stats())
+        elif op == "repeat":
+            # the WR c["wr"] again and again for c["secs"] seconds, one at
+            # a time, the first 8 bytes of its local buffer counting up
+            # (WRITE); stops at the first error completion
+            w = build(c["wr"])
+            v = views["local"]
+            off = c["wr"]["off"]
+            end = time.monotonic() + c["secs"]
+            n, bad = 0, None
+            while time.monotonic() < end:
+                v[off:off + 8] = struct.pack("<Q", n + 1)
+                qp.post_send(w)
+                try:
+                    wc = fh.poll_cq(scq, 1, timeout=c.get("timeout", 10))[0]
+                except Exception as e:          # noqa: BLE001
+                    bad = repr(e)
+                    break
+                if wc.status != ibv.IBV_WC_SUCCESS:
+                    bad = int(wc.status)
+                    break
+                n += 1
+            _emit({"n": n, "bad": bad, "last": n,
+                   "local": bytes(v[off:off + 8]).hex()})
         elif op == "info":
             _emit({"gid": str(ctx.end_port.gids[0]), "qpn": qp.qp_num})
         elif op == "reconnect":         # RESET, then to this new peer
@@ -359,19 +382,61 @@ def test_fast_path_bytes_and_no_target_work(pair):
     assert sb1["am_req"] == sb0["am_req"], (sb0, sb1)
 
 
-def test_user_buffer_keeps_active_messages(pair):
-    """An MR over a bytearray is not UCX memory: the target executes the
-    WRITE (active message), with the same result."""
+def test_user_buffer_goes_by_cross_memory_attach(pair):
+    """An MR over a bytearray is the target's own memory, not UCX's: a
+    same-host initiator WRITEs and READs it with process_vm_writev/readv
+    (the target executes nothing); atomics on it still go to the target
+    (active message), since they must be atomic with its own."""
     ibv = _ibv()
     a, b, mrs = pair
     addr, rkey = mrs["user"]
+    data = pat(1000, 5)
+    a("fill", mr="local", off=0, hex=data.hex())
+    b("fill", mr="user", off=2048, hex=pat(512, 6).hex())
+    b("fill", mr="user", off=3072, hex=struct.pack("<Q", 40).hex())
+    sa0, sb0 = a("stats"), b("stats")
+    assert sb0["cma_open"] == 1
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + 64, rkey, 0, 1000, wr_id=1),
+            wr(ibv.IBV_WR_RDMA_READ, addr + 2048, rkey, 4096, 512, wr_id=2))
+    wcs = a("poll", n=2)["wcs"]
+    assert [(w[0], w[1]) for w in wcs] == [(1, 0), (2, 0)]
+    assert wcs[1][3] == 512
+    assert bytes.fromhex(b("dump", mr="user", off=64, len=1000)["hex"]) \
+        == data
+    assert bytes.fromhex(a("dump", mr="local", off=4096, len=512)["hex"]) \
+        == pat(512, 6)
+    sa1, sb1 = a("stats"), b("stats")
+    assert sa1["cma_write"] - sa0["cma_write"] == 1
+    assert sa1["cma_read"] - sa0["cma_read"] == 1
+    assert sb1["am_req"] == sb0["am_req"], (sb0, sb1)
+    assert sa1["fast_write"] == sa0["fast_write"]
+    post_ok(a, wr(ibv.IBV_WR_ATOMIC_FETCH_AND_ADD, addr + 3072, rkey, 8192,
+                  8, add=2, wr_id=3))
+    assert a("poll", n=1)["wcs"][0][:2] == [3, 0]
+    assert struct.unpack("<Q", bytes.fromhex(
+        b("dump", mr="user", off=3072, len=8)["hex"]))[0] == 42
+    assert b("stats")["am_req"] > sb1["am_req"]
+
+
+@pytest.mark.parametrize("pair", [dict(SHM, RDMA_UCX_CMA="0")],
+                         indirect=True, ids=["RDMA_UCX_CMA=0"])
+def test_user_buffer_keeps_active_messages_without_cma(pair):
+    """With RDMA_UCX_CMA=0 the target's own memory is not offered to
+    cross-memory attach: the target executes the WRITE (active message),
+    with the same result."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["user"]
+    assert b("stats")["cma_open"] == 0
     a("fill", mr="local", off=0, hex=pat(64, 5).hex())
     for _ in range(3):
         sb0 = b("stats")
         post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + 64, rkey, 0, 64))
         assert a("poll", n=1)["wcs"][0][1] == 0
         assert b("stats")["am_req"] > sb0["am_req"]
-    assert a("stats")["fast_write"] == 0
+    assert bytes.fromhex(b("dump", mr="user", off=64, len=64)["hex"]) \
+        == pat(64, 5)
+    assert a("stats")["fast_write"] == 0 and a("stats")["cma_write"] == 0
 
 
 @pytest.mark.parametrize("pair", [TCP], indirect=True, ids=["tcp"])
