@@ -116,6 +116,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h> /* capget/capset: CAP_SYS_PTRACE (req.c) */
 #include <linux/tcp.h>   /* struct tcp_info with tcpi_bytes_received/acked */
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -663,6 +664,10 @@ struct node {
                               holds zeros (no entry ever looks new) and
                               takes the next ring accepted */
     uint64_t ring_check;   /* next look for dead senders (ns) */
+    int cma_out;           /* may initiate cross-memory attach (not
+                              RDMA_UCX_CMA=0) */
+    int cma_cap;           /* this process had CAP_SYS_PTRACE at start:
+                              its cross-memory copies lower it (req.c) */
 };
 extern struct node N;
 

@@ -91,7 +91,8 @@ int fab_cma_debug_stop;
    of the same user while this one is dumpable and, under Yama's
    ptrace_scope 1, once it names any process as its ptracer
    (PR_SET_PTRACER_ANY: this lifts only Yama's restriction to
-   descendants, not the same-user rule).  RDMA_UCX_CMA=0 turns it off. */
+   descendants, not the same-user rule).  RDMA_UCX_CMA=0 turns it off,
+   as a target and as an initiator. */
 static int
 cma_allowed(void)
 {
@@ -100,10 +101,19 @@ cma_allowed(void)
     int fd, scope = 0;
     ssize_t n;
 
-    if (e != NULL && strcmp(e, "0") == 0)
-        return 0;
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+
+    N.cma_out = e == NULL || strcmp(e, "0") != 0;
     e = getenv("RDMA_UCX_DEBUG_CMA_STOP");
     fab_cma_debug_stop = e != NULL && strcmp(e, "1") == 0;
+    /* as an initiator: does this process pass a target's dumpable flag? */
+    memset(d, 0, sizeof(d));
+    N.cma_cap = syscall(SYS_capget, &h, d) != 0 ||
+                (d[CAP_SYS_PTRACE >> 5].effective &
+                 (1u << (CAP_SYS_PTRACE & 31))) != 0;
+    if (!N.cma_out)
+        return 0;
     if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1)
         return 0;
     fd = open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC);
@@ -170,7 +180,7 @@ fab_rk_fetch(struct peer *p, uint32_t key)
     if (len == 0) {
         /* the target's own memory: cross-memory attach, nothing to
            unpack (fast_op checks the entry at every op) */
-        if (p->cma_off || p->pid <= 0 ||
+        if (!N.cma_out || p->cma_off || p->pid <= 0 ||
             !__atomic_load_n(&p->sh->cma_open, __ATOMIC_RELAXED))
             return;
         LOCK();

@@ -132,6 +132,34 @@ fhold_drop(struct fhold *h)
    peer is not tried again), -1: failed (the target memory is not
    mapped, or the MR was withdrawn meanwhile: REM_ACCESS_ERR). */
 #define CMA_PIECE (64u << 20)
+
+/* The fence of a deregistration (cma_fence in mr.c) is the target's
+   dumpable flag, which a caller with CAP_SYS_PTRACE (root) passes: such
+   an initiator's thread lowers that capability from its effective set
+   around its copy (capabilities are per thread), and raises it again. */
+static int
+cap_lower(struct __user_cap_data_struct d[2])
+{
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    const uint32_t bit = 1u << (CAP_SYS_PTRACE & 31);
+    if (syscall(SYS_capget, &h, d) != 0)
+        return -1;
+    if (!(d[CAP_SYS_PTRACE >> 5].effective & bit))
+        return 0;
+    d[CAP_SYS_PTRACE >> 5].effective &= ~bit;
+    if (syscall(SYS_capset, &h, d) != 0)
+        return -1;
+    d[CAP_SYS_PTRACE >> 5].effective |= bit;    /* to restore */
+    return 1;
+}
+
+static void
+cap_restore(struct __user_cap_data_struct d[2])
+{
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    (void)syscall(SYS_capset, &h, d);
+}
+
 static int
 cma_op(struct peer *p, const struct pyrdma_send_wr *wr, int write,
        uint64_t raddr, uint64_t len, const uint32_t *key, uint32_t rkey)
@@ -173,8 +201,19 @@ cma_op(struct peer *p, const struct pyrdma_send_wr *wr, int write,
         rv.iov_len = (size_t)want;
         if (done != 0 && __atomic_load_n(key, __ATOMIC_SEQ_CST) != rkey)
             return -1;
-        r = write ? process_vm_writev(p->pid, lv, n, &rv, 1, 0)
-                  : process_vm_readv(p->pid, lv, n, &rv, 1, 0);
+        if (N.cma_cap) {
+            struct __user_cap_data_struct d[2];
+            int lowered = cap_lower(d);
+            if (lowered < 0)
+                return done == 0 ? 0 : -1;
+            r = write ? process_vm_writev(p->pid, lv, n, &rv, 1, 0)
+                      : process_vm_readv(p->pid, lv, n, &rv, 1, 0);
+            if (lowered)
+                cap_restore(d);
+        }
+        else
+            r = write ? process_vm_writev(p->pid, lv, n, &rv, 1, 0)
+                      : process_vm_readv(p->pid, lv, n, &rv, 1, 0);
         if (r < 0 && done == 0 &&
             (errno == EPERM || errno == ESRCH || errno == ENOSYS)) {
             p->cma_off = 1;
