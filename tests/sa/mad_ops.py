@@ -104,13 +104,18 @@ def sa_record_types(u, lid):
 
 
 
-def bm_get(u, lid, busy_retries=None, sched=False):
+def bm_get(u, lid, busy_retries=None, sched=False, timeout_ms=None):
     """BMGet(ClassPortInfo) to ``lid`` (a tests/sa/mad_server.py peer):
-    the answering peer's LID (its capabilityMask), or the exception."""
+    the answering peer's LID (its capabilityMask), or the exception.
+    *timeout_ms*: the wait for each answer, for this call only (tests
+    that count the peer's tries give it room on a loaded machine)."""
     import rdma.sched
     old = u.busy_retries
+    old_timeout = u.timeout_ms
     if busy_retries is not None:
         u.busy_retries = busy_retries
+    if timeout_ms is not None:
+        u.timeout_ms = timeout_ms
     u.busy_delay = 0.005
     try:
         if not sched:
@@ -128,6 +133,7 @@ def bm_get(u, lid, busy_retries=None, sched=False):
         return e
     finally:
         u.busy_retries = old
+        u.timeout_ms = old_timeout
 
 
 def bm_set_timeout(u, timeout_ms, retries):

@@ -97,14 +97,16 @@ def test_busy_is_sent_again(peers, start, sched):
     saw the same transaction three times."""
     p = start("Hca3", "busy:2", 3)
     w = peers.worker("Hca2")
-    assert w.call("madop", "bm_get", p.lid, sched=sched) == p.lid
+    # (5 s per answer: a timeout would be a try of its own)
+    assert w.call("madop", "bm_get", p.lid, sched=sched,
+                  timeout_ms=5000) == p.lid
     assert p.summary()["tries"] == [3]
 
 
 def test_busy_forever_is_an_error(peers, start):
     p = start("Hca3", "busy:99", 3)
     w = peers.worker("Hca2")
-    err = w.call("madop", "bm_get", p.lid, busy_retries=2)
+    err = w.call("madop", "bm_get", p.lid, busy_retries=2, timeout_ms=5000)
     assert isinstance(err, IBA.MADError), err
     assert "BMGet(MADClassPortInfo)" in str(err)
     assert "still BUSY after 3 tries" in str(err)
