@@ -612,30 +612,46 @@ mem_revoke(struct umem *u)
    attach to this process stays closed (cma_open 0): its MRs go on
    through the active-message path.  Not dumpable also means no core
    dumps and no ptrace by the same user (docs/fabric.rst). */
+/* Is an initiator counted inside an op on one of our QPs alive, and if
+   so, running (it may be inside a copy: 2) or stopped (1)?  0: none, or
+   all dead. */
+static int
+cma_initiators(void)
+{
+    uint32_t i;
+    int worst = 0;
+    LOCK();
+    for (i = 0; i < N.qp_hi && i < MAX_QP && worst < 2; i++) {
+        struct uqp *q = N.qps[i];
+        char c;
+        if (q == NULL || q->peer == NULL || q->peer->pid <= 0 ||
+            __atomic_load_n(&N.sh->qp[q->qpn & (MAX_QP - 1)].inflight,
+                            __ATOMIC_SEQ_CST) == 0)
+            continue;
+        c = fab_pid_state(q->peer->pid);
+        if (c == 'T' || c == 't')
+            worst = worst > 1 ? worst : 1;
+        else if (c != 0 && c != 'Z')
+            worst = 2;
+    }
+    UNLOCK();
+    return worst;
+}
+
 static void
 cma_fence(void)
 {
     uint64_t t0 = now_ns();
     uint32_t i;
 
+    if (cma_initiators() == 0)
+        return;                 /* killed inside an op: nothing to fence */
     __atomic_store_n(&N.sh->cma_open, 0, __ATOMIC_SEQ_CST);
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     __atomic_fetch_add(&N.sh->st_cma_fenced, 1, __ATOMIC_RELAXED);
     for (;;) {
-        int running = 0;
+        int running = cma_initiators() == 2;
         LOCK();
-        for (i = 0; i < N.qp_hi && i < MAX_QP && !running; i++) {
-            struct uqp *q = N.qps[i];
-            pid_t pid;
-            char c;
-            if (q == NULL || q->peer == NULL ||
-                __atomic_load_n(&N.sh->qp[q->qpn & (MAX_QP - 1)].inflight,
-                                __ATOMIC_SEQ_CST) == 0)
-                continue;
-            pid = q->peer->pid;
-            c = pid > 0 ? fab_pid_state(pid) : 0;
-            running = c != 0 && c != 'T' && c != 't' && c != 'Z';
-        }
         /* the MRs that are still published may take new initiators:
            withdraw every one in our own memory (they go on through the
            active-message path) */
@@ -649,7 +665,7 @@ cma_fence(void)
         UNLOCK();
         if (!running || now_ns() - t0 > SH_WAIT_NS)
             return;
-        sched_yield();
+        usleep(1000);
     }
 }
 

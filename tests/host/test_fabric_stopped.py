@@ -160,3 +160,23 @@ def test_dereg_fences_an_initiator_stopped_before_its_copy(pair):
     time.sleep(0.3)
     assert b("dump", mr="user", off=256, len=64)["hex"] == "00" * 64
     assert a("stats")["cma_write"] == 0
+
+
+@pytest.mark.parametrize("pair", [dict(SHM, RDMA_UCX_DEBUG_CMA_STOP="1")],
+                         indirect=True, ids=["initiator-killed"])
+def test_dereg_after_an_initiator_killed_before_its_copy(pair):
+    """An initiator killed where the one above stops cannot write: dereg_mr
+    returns after its wait without fencing, and cross-memory attach to the
+    target stays open."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["user"]
+    a.send({"op": "post", "wrs": [wr(ibv.IBV_WR_RDMA_WRITE, addr + 256,
+                                     rkey, 0, 64, wr_id=1)]})
+    _wait_state(a.pid, "T")
+    os.kill(a.pid, signal.SIGKILL)
+    a.p.wait(10)
+    assert b("dereg", mr="user") == {"ok": True}
+    sb = b("stats")
+    assert sb["cma_fenced"] == 0 and sb["cma_open"] == 1, sb
+    assert b("dump", mr="user", off=256, len=64)["hex"] == "00" * 64
