@@ -179,8 +179,11 @@ fab_rk_fetch(struct peer *p, uint32_t key)
         return;
     if (len == 0) {
         /* the target's own memory: cross-memory attach, nothing to
-           unpack (fast_op checks the entry at every op) */
-        if (!N.cma_out || p->cma_off || p->pid <= 0 ||
+           unpack (fast_op checks the entry at every op); not to this
+           process itself (the kernel lets a process reach its own memory
+           whatever it is, so the deregistration fence would not hold:
+           the active-message path serves it, as before) */
+        if (!N.cma_out || p->cma_off || p->pid <= 0 || p->pid == N.pid ||
             !__atomic_load_n(&p->sh->cma_open, __ATOMIC_RELAXED))
             return;
         LOCK();
