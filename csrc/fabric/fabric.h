@@ -666,6 +666,8 @@ struct node {
     uint64_t ring_check;   /* next look for dead senders (ns) */
     int cma_out;           /* may initiate cross-memory attach (not
                               RDMA_UCX_CMA=0) */
+    uint64_t cma_min;      /* smaller WRs do not use it
+                              (RDMA_UCX_CMA_MIN, default 0) */
     int cma_cap;           /* this process had CAP_SYS_PTRACE at start:
                               its cross-memory copies lower it (req.c) */
 };

@@ -92,7 +92,9 @@ int fab_cma_debug_stop;
    ptrace_scope 1, once it names any process as its ptracer
    (PR_SET_PTRACER_ANY: this lifts only Yama's restriction to
    descendants, not the same-user rule).  RDMA_UCX_CMA=0 turns it off,
-   as a target and as an initiator. */
+   as a target and as an initiator; RDMA_UCX_CMA_MIN=n keeps WRs of fewer
+   than n bytes on the active-message path (faster for small ones while
+   the target runs; they wait for it when it is stopped). */
 static int
 cma_allowed(void)
 {
@@ -105,6 +107,8 @@ cma_allowed(void)
     struct __user_cap_data_struct d[2];
 
     N.cma_out = e == NULL || strcmp(e, "0") != 0;
+    e = getenv("RDMA_UCX_CMA_MIN");
+    N.cma_min = e != NULL ? strtoull(e, NULL, 0) : 0;
     e = getenv("RDMA_UCX_DEBUG_CMA_STOP");
     fab_cma_debug_stop = e != NULL && strcmp(e, "1") == 0;
     /* as an initiator: does this process pass a target's dumpable flag? */

@@ -249,9 +249,10 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
     if (len == 0 || idx == 0 || idx >= SH_MR)
         return 0;
     c = &p->rk[idx];
-    if (c->key != rkey || (c->base == NULL && !c->cma))
+    if (c->key != rkey)
         return 0;               /* not mapped (post_send tried) */
-    if (c->cma && (atomic || p->cma_off || p->pid <= 0))
+    if (c->base == NULL &&      /* the target's own memory, if c->cma */
+        (!c->cma || atomic || p->cma_off || len < N.cma_min))
         return 0;               /* atomics need the target's CPU */
     if (q->sq_head != q->sq_tail) {
         fab_sq_advance(q);
@@ -294,7 +295,7 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
          raddr >= m->addr && len <= m->len &&
          raddr - m->addr <= m->len - len && !(atomic && (raddr & 7)) &&
          __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn;
-    if (ok && c->cma) {
+    if (ok && c->base == NULL) {
         ok = cma_op(p, wr, op == OP_WRITE, raddr, len, &m->key, rkey);
         if (ok > 0) {
             if (op == OP_READ)
