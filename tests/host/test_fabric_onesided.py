@@ -418,6 +418,29 @@ def test_user_buffer_goes_by_cross_memory_attach(pair):
     assert b("stats")["am_req"] > sb1["am_req"]
 
 
+@pytest.mark.parametrize("pair", [dict(SHM, RDMA_UCX_CMA_MIN="2048")],
+                         indirect=True, ids=["RDMA_UCX_CMA_MIN=2048"])
+def test_cma_min_keeps_small_ones_on_the_ring(pair):
+    """RDMA_UCX_CMA_MIN: a WRITE shorter than it goes to the target (active
+    message), one as long goes by cross-memory attach."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["user"]
+    a("fill", mr="local", off=0, hex=pat(2048, 8).hex())
+    sa0, sb0 = a("stats"), b("stats")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 2047, wr_id=1))
+    assert a("poll", n=1)["wcs"][0][:2] == [1, 0]
+    sa1, sb1 = a("stats"), b("stats")
+    assert sb1["am_req"] > sb0["am_req"] and sa1["cma_write"] == \
+        sa0["cma_write"]
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 2048, wr_id=2))
+    assert a("poll", n=1)["wcs"][0][:2] == [2, 0]
+    assert a("stats")["cma_write"] == sa1["cma_write"] + 1
+    assert b("stats")["am_req"] == sb1["am_req"]
+    assert bytes.fromhex(b("dump", mr="user", off=0, len=2048)["hex"]) \
+        == pat(2048, 8)
+
+
 @pytest.mark.parametrize("pair", [dict(SHM, RDMA_UCX_CMA="0")],
                          indirect=True, ids=["RDMA_UCX_CMA=0"])
 def test_user_buffer_keeps_active_messages_without_cma(pair):
