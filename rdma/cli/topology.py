@@ -4,9 +4,16 @@ printed as infiniband-diags prints it.
 
 ::
 
-    ibtool ibnetdiscover [-o FILE]   # the topology file (ibsim reads it)
+    ibtool ibnetdiscover [FILE]      # the topology file (ibsim reads it)
     ibtool ibswitches                # one line per switch
     ibtool ibhosts                   # one line per CA
+    ibtool ibrouters                 # one line per router
+    ibtool ibnodes                   # ibhosts, then ibswitches
+
+Each takes ``--node-name-map FILE``: the names it gives node GUIDs are
+printed instead of their descriptions (``ibnetdiscover`` as
+infiniband-diags 44 does it: in switch lines and in the far end of each
+link, not in a CA's or router's own line).
 """
 from __future__ import annotations
 
@@ -16,10 +23,11 @@ import time
 from typing import Any, List
 
 from rdma import IBA
-from rdma.cli._ibopts import add_device_options, get_end_port
+from rdma.cli._ibopts import (add_device_options, add_node_name_map,
+                              get_end_port, load_node_name_map, node_name)
 
 __all__ = ["add_parsers", "discover", "topology_lines", "ibnetdiscover",
-           "ibswitches", "ibhosts"]
+           "ibswitches", "ibhosts", "ibrouters", "ibnodes"]
 
 
 
@@ -31,12 +39,17 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("topology_file", nargs="?", default=None,
                    help="write the topology here (default: stdout)")
     add_device_options(p)
+    add_node_name_map(p)
     p.set_defaults(func=ibnetdiscover)
-    for name, what in (("ibswitches", "switches"), ("ibhosts", "CAs")):
+    for name, what, func in (("ibswitches", "switches", ibswitches),
+                             ("ibhosts", "CAs", ibhosts),
+                             ("ibrouters", "routers", ibrouters),
+                             ("ibnodes", "CAs and switches", ibnodes)):
         p = subparsers.add_parser(
             name, help=f"list the {what} of the subnet (like {name})")
         add_device_options(p)
-        p.set_defaults(func=ibswitches if name == "ibswitches" else ibhosts)
+        add_node_name_map(p)
+        p.set_defaults(func=func)
 
 
 def discover(args: argparse.Namespace) -> Any:
@@ -78,8 +91,14 @@ def _name(node: Any) -> str:
     return f'"{prefix}-{node.ninf.nodeGUID:016x}"'
 
 
-def topology_lines(sbn: Any, end_port: Any) -> List[str]:
-    """The subnet as an ibnetdiscover topology file (switches first)."""
+def topology_lines(sbn: Any, end_port: Any,
+                   names: Any = None) -> List[str]:
+    """The subnet as an ibnetdiscover topology file (switches first);
+    *names* (node GUID to name, ``--node-name-map``) replaces the
+    descriptions of switches and of the far ends of links."""
+    def name(n: Any) -> str:
+        return node_name(names, n.ninf.nodeGUID, n.desc)
+
     out = ["#", "# Topology file: generated on " +
            time.strftime("%a %b %e %H:%M:%S %Y"), "#",
            f"# Initiated from node {int(end_port.parent.node_guid):016x} "
@@ -95,7 +114,7 @@ def topology_lines(sbn: Any, end_port: Any) -> List[str]:
                 out.append(f"switchguid=0x{int(ni.nodeGUID):x}"
                            f"({int(p0.portGUID):x})")
                 out.append(f"Switch\t{ni.numPorts} {_name(n)}\t\t"
-                           f'# "{n.desc}" {_lid_info(n)}')
+                           f'# "{name(n)}" {_lid_info(n)}')
             else:
                 tag = "caguid" if kind == "CA" else "rtguid"
                 word = "Ca" if kind == "CA" else "Rt"
@@ -113,13 +132,13 @@ def topology_lines(sbn: Any, end_port: Any) -> List[str]:
                     far += f"({int(pep.portGUID):x}) "
                 rate = _rate(port.pinf)
                 if kind == "Switch":
-                    out.append(f"[{idx}]\t{far}\t\t# \"{pn.desc}\" "
+                    out.append(f"[{idx}]\t{far}\t\t# \"{name(pn)}\" "
                                f"lid {pep.LID} {rate}")
                 else:
                     ep = port.to_end_port()
                     lmc = ep.pinf.LMC if ep.pinf is not None else 0
                     out.append(f"[{idx}]({int(ep.portGUID):x}) \t{far}\t\t"
-                               f"# lid {ep.LID} lmc {lmc} \"{pn.desc}\" "
+                               f"# lid {ep.LID} lmc {lmc} \"{name(pn)}\" "
                                f"lid {pep.LID} {rate}")
     out.append("")
     return out
@@ -127,8 +146,9 @@ def topology_lines(sbn: Any, end_port: Any) -> List[str]:
 
 def ibnetdiscover(args: argparse.Namespace) -> int:
     """Run ``ibtool ibnetdiscover``; return the exit status."""
+    names = load_node_name_map(args.node_name_map)
     end_port, sbn = discover(args)
-    text = "\n".join(topology_lines(sbn, end_port)) + "\n"
+    text = "\n".join(topology_lines(sbn, end_port, names)) + "\n"
     if args.topology_file:
         with open(args.topology_file, "w") as f:
             f.write(text)
@@ -137,19 +157,46 @@ def ibnetdiscover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list_lines(sbn: Any, kind: str, names: Any) -> List[str]:
+    """The lines ``ibswitches`` (*kind* ``Switch``), ``ibhosts``
+    (``CA``) or ``ibrouters`` (``Router``) prints."""
+    word = {"Switch": "Switch", "CA": "Ca", "Router": "Rt"}[kind]
+    out = []
+    for n in _nodes(sbn, kind):
+        nm = node_name(names, n.ninf.nodeGUID, n.desc)
+        line = (f"{word}\t: 0x{int(n.ninf.nodeGUID):016x} ports "
+                f'{n.ninf.numPorts} "{nm}"')
+        if kind == "Switch":
+            line += f" {_lid_info(n)}"
+        out.append(line)
+    return out
+
+
+def _list(args: argparse.Namespace, kinds: List[str]) -> int:
+    names = load_node_name_map(args.node_name_map)
+    _, sbn = discover(args)
+    for kind in kinds:
+        for line in _list_lines(sbn, kind, names):
+            print(line)
+    return 0
+
+
 def ibswitches(args: argparse.Namespace) -> int:
     """Run ``ibtool ibswitches``; return the exit status."""
-    _, sbn = discover(args)
-    for n in _nodes(sbn, "Switch"):
-        print(f"Switch\t: 0x{int(n.ninf.nodeGUID):016x} ports "
-              f'{n.ninf.numPorts} "{n.desc}" {_lid_info(n)}')
-    return 0
+    return _list(args, ["Switch"])
 
 
 def ibhosts(args: argparse.Namespace) -> int:
     """Run ``ibtool ibhosts``; return the exit status."""
-    _, sbn = discover(args)
-    for n in _nodes(sbn, "CA"):
-        print(f"Ca\t: 0x{int(n.ninf.nodeGUID):016x} ports "
-              f'{n.ninf.numPorts} "{n.desc}"')
-    return 0
+    return _list(args, ["CA"])
+
+
+def ibrouters(args: argparse.Namespace) -> int:
+    """Run ``ibtool ibrouters``; return the exit status."""
+    return _list(args, ["Router"])
+
+
+def ibnodes(args: argparse.Namespace) -> int:
+    """Run ``ibtool ibnodes`` (``ibhosts`` then ``ibswitches``, as
+    infiniband-diags' script); return the exit status."""
+    return _list(args, ["CA", "Switch"])

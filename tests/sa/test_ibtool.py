@@ -436,3 +436,178 @@ def test_unreachable_targets_are_one_line_errors(fabric, argv, words):
     assert res.returncode == 1, res.stderr
     assert words in res.stderr and "timed out" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+# -- dump_lfts / dump_mfts, ibnodes / ibrouters, --node-name-map, -f ---------
+
+#: A node name map: Switch1, Hca1 (decimal GUID, a tab), Hca2, and a GUID
+#: that is in no fabric.
+NODE_NAME_MAP = """# node name map for the tests
+0x0000000000200000 "core-sw-1"
+1048576\t"host one"   # Hca1
+0x100003 "host-two"
+0x00000000deadbeef "nobody"
+"""
+
+
+@pytest.fixture(scope="module")
+def name_map(tmp_path_factory):
+    path = tmp_path_factory.mktemp("nnmap") / "node-name-map"
+    path.write_text(NODE_NAME_MAP)
+    return str(path)
+
+
+def _fts_blocks(text):
+    """dump_lfts/dump_mfts output as a sorted list of per-switch blocks
+    (the order of switches is discovery order; infiniband-diags' scripts
+    end with a warning that the command was replaced)."""
+    text = text.split("\n*** WARNING ***")[0]
+    blocks, cur = [], None
+    for line in text.splitlines():
+        if line.startswith(("Unicast lids [", "Multicast mlids [")):
+            cur = [line]
+            blocks.append(cur)
+        elif cur is not None and line.strip():
+            cur.append(line)
+    return sorted(tuple(b) for b in blocks)
+
+
+@pytest.mark.parametrize("argv", [["dump_lfts"], ["dump_lfts", "-n"],
+                                  ["dump_lfts", "-a", "0", "8"],
+                                  ["dump_lfts", "3"],
+                                  ["dump_lfts", "2", "4"],
+                                  ["dump_mfts"], ["dump_mfts", "-n"],
+                                  ["dump_mfts", "-a", "0xc000", "0xc003"]])
+def test_dump_fts(fabric, argv):
+    """dump_lfts/dump_mfts: every switch's table, reached by the directed
+    route discovery found, block for block as infiniband-diags' scripts
+    (dump_fts) print them."""
+    theirs, ours = both(fabric, argv, "Hca2")
+    assert _fts_blocks(ours) == _fts_blocks(theirs)
+    assert len(_fts_blocks(ours)) == 2
+    assert "DR path slid 0; dlid 0; 0,1" in ours
+
+
+@pytest.mark.parametrize("topology", ["net", "2sw2hca2port"])
+def test_dump_lfts_other_topologies(fabrics, topology):
+    theirs, ours = both(fabrics(topology), ["dump_lfts"], "Hca1")
+    assert _fts_blocks(ours) == _fts_blocks(theirs) and ours.strip()
+
+
+def test_dump_fts_bad_range(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "dump_lfts", "zz"],
+                     "Hca2", check=False)
+    assert res.returncode == 2 and "zz" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("cmd", ["ibnodes", "ibrouters"])
+@pytest.mark.parametrize("topology", ["2sw4hca", "net"])
+def test_ibnodes_ibrouters(fabrics, topology, cmd):
+    theirs = fabrics(topology).run([cmd], "Hca1")
+    ours = fabrics(topology).run([sys.executable, "-m", "rdma", cmd], "Hca1")
+    assert sorted(ours.stdout.splitlines()) == \
+        sorted(theirs.stdout.splitlines())
+    assert ours.returncode == theirs.returncode == 0
+    assert bool(ours.stdout.strip()) == (cmd == "ibnodes")
+
+
+@pytest.mark.parametrize("argv", [["ibroute", "2"], ["ibroute", "3"],
+                                  ["ibroute", "-M", "2"],
+                                  ["ibtracert", "4", "1"],
+                                  ["ibtracert", "1", "6"],
+                                  ["ibtracert", "2", "4"],
+                                  ["ibtracert", "-n", "4", "1"],
+                                  ["smpquery", "nodedesc", "2"],
+                                  ["smpquery", "nodedesc", "4"],
+                                  ["smpquery", "nodedesc", "3"],
+                                  ["dump_lfts"]])
+def test_node_name_map(fabric, name_map, argv):
+    """--node-name-map: the mapped nodes are shown by their names, the
+    others by their descriptions, as infiniband-diags shows them."""
+    theirs, ours = both(fabric, [argv[0], "--node-name-map", name_map,
+                                 *argv[1:]], "Hca2")
+    if argv[0] == "dump_lfts":
+        assert _fts_blocks(ours) == _fts_blocks(theirs)
+    else:
+        assert ours.splitlines() == theirs.splitlines()
+    if argv[0] != "smpquery" and "-n" not in argv:
+        assert "core-sw-1" in ours
+
+
+def test_node_name_map_ibnetdiscover_ibswitches(fabric, name_map, tmp_path):
+    """ibnetdiscover --node-name-map: the same node blocks; ibswitches
+    --node-name-map: what infiniband-diags' ibswitches reads from that
+    topology file (its script takes no map but a file)."""
+    theirs, ours = both(fabric, ["ibnetdiscover", "--node-name-map",
+                                 name_map], "Hca2")
+    assert _topology_blocks(ours) == _topology_blocks(theirs)
+    assert '"core-sw-1"' in ours and '"host one"' in ours
+    topo = tmp_path / "topo"
+    topo.write_text(theirs)
+    want = fabric.run(["ibswitches", str(topo)], "Hca2").stdout
+    got = fabric.run([sys.executable, "-m", "rdma", "ibswitches",
+                      "--node-name-map", name_map], "Hca2").stdout
+    assert sorted(got.splitlines()) == sorted(want.splitlines())
+    hosts = fabric.run([sys.executable, "-m", "rdma", "ibhosts",
+                        "--node-name-map", name_map], "Hca2").stdout
+    plain = fabric.run(["ibhosts"], "Hca2").stdout
+    assert sorted(hosts.splitlines()) == sorted(
+        plain.replace('"Hca1"', '"host one"').replace(
+            '"Hca2"', '"host-two"').splitlines())
+
+
+def test_node_name_map_ibqueryerrors(faulty, name_map):
+    """ibqueryerrors --node-name-map names the switch and the CA with
+    errors by the map, node block by block as infiniband-diags."""
+    m = ["--node-name-map", name_map]
+    theirs = faulty.run(["ibqueryerrors", *m], "Hca2", check=False)
+    ours = faulty.run([sys.executable, "-m", "rdma", "ibqueryerrors", *m],
+                      "Hca2", check=False)
+    assert ours.returncode == theirs.returncode == 1
+    assert _error_report(ours.stdout) == _error_report(theirs.stdout)
+    assert '0x200000 "core-sw-1"' in ours.stdout
+
+
+@pytest.mark.parametrize("text,words", [
+    ("0xzz \"x\"\n", "line 1"), ("\n# c\n0x10\n", "line 3"),
+    ("0x10 \"open\n", "quote")])
+def test_node_name_map_bad_file(fabric, tmp_path, text, words):
+    bad = tmp_path / "bad-map"
+    bad.write_text(text)
+    for argv in (["ibroute", "--node-name-map", str(bad), "2"],
+                 ["ibnetdiscover", "--node-name-map", str(bad)],
+                 ["ibroute", "--node-name-map", str(tmp_path / "none"),
+                  "2"]):
+        res = fabric.run([sys.executable, "-m", "rdma", *argv], "Hca2",
+                         check=False)
+        assert res.returncode == 2, res.stderr
+        assert "Traceback" not in res.stderr
+        assert (words if "none" not in argv[2] else "cannot read") in \
+            res.stderr
+
+
+@pytest.mark.parametrize("ends", [("4", "1"), ("1", "6"), ("2", "4"),
+                                  ("4", "4")])
+def test_ibtracert_force_known_ends(fabric, ends):
+    """-f changes nothing when both ends are in the subnet."""
+    theirs, ours = both(fabric, ["ibtracert", "-f", *ends], "Hca2")
+    assert ours.splitlines() == theirs.splitlines() and ours.strip()
+
+
+def test_ibtracert_force_unknown_destination(fabric):
+    """-f to a LID nobody has: the trace is shown as far as
+    infiniband-diags' goes (the source; the first switch has no entry),
+    then both fail."""
+    theirs = fabric.run(["ibtracert", "-f", "4", "99"], "Hca2", check=False)
+    ours = fabric.run([sys.executable, "-m", "rdma", "ibtracert", "-f", "4",
+                       "99"], "Hca2", check=False)
+    assert theirs.returncode != 0 and ours.returncode != 0
+    assert ours.stdout.splitlines() == [
+        line for line in theirs.stdout.splitlines()
+        if not line.startswith("ibtracert:")]
+    assert ours.stdout.startswith("From ca ")
+    assert "99" in ours.stderr and "Traceback" not in ours.stderr
+    plain = fabric.run([sys.executable, "-m", "rdma", "ibtracert", "4",
+                        "99"], "Hca2", check=False)
+    assert plain.returncode == 2 and plain.stdout == ""
