@@ -611,3 +611,70 @@ def test_ibtracert_force_unknown_destination(fabric):
     plain = fabric.run([sys.executable, "-m", "rdma", "ibtracert", "4",
                         "99"], "Hca2", check=False)
     assert plain.returncode == 2 and plain.stdout == ""
+
+
+def _linkinfo_blocks(text):
+    """iblinkinfo output as a sorted list of node blocks (a header line
+    and its ports; in line mode every line is a block): the order of
+    nodes is discovery order."""
+    blocks, cur = [], None
+    for line in text.splitlines():
+        if line.startswith(("Switch: ", "CA: ", "Router: ")) or \
+                line.startswith("0x"):
+            cur = [line]
+            blocks.append(cur)
+        elif cur is not None and line.strip():
+            cur.append(line)
+    return sorted(tuple(b) for b in blocks)
+
+
+@pytest.mark.parametrize("argv", [[], ["-l"], ["-p"], ["-d"], ["-l", "-p"],
+                                  ["--switches-only"], ["--cas-only", "-l"],
+                                  ["-D", "0,1"], ["-D", "0,1,3"],
+                                  ["-D", "0,1", "-l"]],
+                         ids=lambda a: " ".join(a) or "all")
+def test_iblinkinfo(fabric, argv):
+    """iblinkinfo: every node block (each port's LID, width, speed,
+    states, peer and what the link could be) as infiniband-diags."""
+    theirs, ours = both(fabric, ["iblinkinfo", *argv], "Hca2")
+    assert _linkinfo_blocks(ours) == _linkinfo_blocks(theirs)
+    assert ours.strip()
+
+
+@pytest.mark.parametrize("topology", ["net", "2sw2hca2port", "1sw4hca"])
+def test_iblinkinfo_topologies(fabrics, topology):
+    theirs, ours = both(fabrics(topology), ["iblinkinfo"], "Hca1")
+    assert _linkinfo_blocks(ours) == _linkinfo_blocks(theirs)
+    assert len(_linkinfo_blocks(ours)) >= 3
+
+
+def test_iblinkinfo_node_name_map(fabric, name_map):
+    for extra in ([], ["-l"]):
+        theirs, ours = both(fabric, ["iblinkinfo", "--node-name-map",
+                                     name_map, *extra], "Hca2")
+        assert _linkinfo_blocks(ours) == _linkinfo_blocks(theirs)
+        assert "core-sw-1" in ours and "host one" in ours
+
+
+@pytest.mark.parametrize("guid,header", [
+    ("0x200001", "Switch: 0x0000000000200001 Switch2:"),
+    ("0x100001", "CA: Hca1:")])
+def test_iblinkinfo_by_guid(fabric, guid, header):
+    """-G/-S PORTGUID: the block of the node that port is on, as in
+    infiniband-diags' full iblinkinfo (the installed iblinkinfo resolves
+    a GUID by a PathRecord, which fails on ibsim, and its -D partial scan
+    of a CA shows the peer port wrong)."""
+    full = fabric.run(["iblinkinfo"], "Hca2").stdout
+    want = [b for b in _linkinfo_blocks(full) if b[0] == header]
+    assert len(want) == 1
+    for opt in ("-G", "-S"):
+        ours = fabric.run([sys.executable, "-m", "rdma", "iblinkinfo", opt,
+                           guid], "Hca2").stdout
+        assert _linkinfo_blocks(ours) == want
+
+
+def test_iblinkinfo_bad_guid(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "iblinkinfo", "-G",
+                      "0x999"], "Hca2", check=False)
+    assert res.returncode == 2 and "0x0000000000000999" in res.stderr
+    assert "Traceback" not in res.stderr
