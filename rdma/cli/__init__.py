@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     _topology.add_parsers(sub)
     from rdma.cli import linkinfo as _linkinfo
     _linkinfo.add_parser(sub)
+    from rdma.cli import smpdump as _smpdump
+    _smpdump.add_parser(sub)
     from rdma.cli import routes as _routes
     _routes.add_parsers(sub)
     from rdma.cli import errors as _errors

@@ -678,3 +678,36 @@ def test_iblinkinfo_bad_guid(fabric):
                       "0x999"], "Hca2", check=False)
     assert res.returncode == 2 and "0x0000000000000999" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("argv", [["2", "0x11"], ["-D", "0,1", "0x11"],
+                                  ["4", "0x11"], ["2", "0x15", "1"],
+                                  ["-D", "0,1", "0x15", "3"],
+                                  ["-D", "0,1,3", "0x12"],
+                                  ["3", "0x19", "0"], ["-s", "4", "16"],
+                                  ["-s", "-D", "0,1", "0x10"],
+                                  ["6", "0x15", "1"]],
+                         ids=lambda a: " ".join(a))
+def test_smpdump(fabric, argv):
+    """smpdump: the reply's 64 data bytes and the status line, byte for
+    byte as infiniband-diags'."""
+    theirs, ours = both(fabric, ["smpdump", *argv], "Hca2")
+    assert ours == theirs and ours.strip()
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["smpdump", "2"], "attribute ID"), (["smpdump", "2", "zz"], "zz"),
+    (["smpdump", "2", "0x10000"], "0x10000"),
+    (["smpdump", "-D", "0,1", "0x11", "-1"], "-1")])
+def test_smpdump_bad_arguments(fabric, argv, words):
+    res = fabric.run([sys.executable, "-m", "rdma", *argv], "Hca2",
+                     check=False)
+    assert res.returncode == 2 and words in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_smpdump_unreachable(fabric):
+    res = fabric.run([sys.executable, "-m", "rdma", "smpdump", "-t", "200",
+                      "99", "0x11"], "Hca2", check=False, timeout=30)
+    assert res.returncode == 1 and "timed out" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
