@@ -17,7 +17,8 @@ from typing import Any, Dict, Optional
 
 __all__ = ["add_device_options", "add_target_options", "get_end_port",
            "parse_target", "smp_path", "gmp_path", "smp_get", "CmdError",
-           "add_node_name_map", "load_node_name_map", "node_name"]
+           "add_node_name_map", "load_node_name_map", "node_name",
+           "add_sa_option", "transactor"]
 
 
 class CmdError(ValueError):
@@ -233,3 +234,21 @@ def node_name(name_map: Dict[int, str], guid: Any, desc: Any) -> str:
         if nm is not None:
             return nm
     return "" if desc is None else str(desc)
+
+
+def add_sa_option(p: argparse.ArgumentParser) -> None:
+    """``--sa`` (python-rdma's option): read what the command reads by
+    SMPs from the SA's records instead."""
+    p.add_argument("--sa", dest="use_sa", action="store_true",
+                   help="read NodeInfo, PortInfo, forwarding tables... "
+                        "from the SA's records instead of by SMPs "
+                        "(python-rdma's option)")
+
+
+def transactor(umad: Any, args: argparse.Namespace) -> Any:
+    """*umad*, or with ``--sa`` an :class:`rdma.satransactor.SATransactor`
+    around it (SMP reads become SA record queries)."""
+    if getattr(args, "use_sa", False):
+        from rdma.satransactor import SATransactor
+        return SATransactor(umad)
+    return umad

@@ -5,14 +5,15 @@ it (python-rdma's ``ibtool`` has the command too).
 ::
 
     ibtool iblinkinfo [-l] [-d] [-p] [--switches-only | --cas-only]
-                      [-G GUID | -D ROUTE] [--node-name-map FILE]
+                      [-G GUID | -D ROUTE] [--node-name-map FILE] [--sa]
 
 The subnet is discovered by directed routes (:mod:`rdma.discovery`, with
 every PortInfo); a node is a header line then one line per port that
 discovery read: the port's LID and number, its active width, speed,
 state and physical state, then the peer's LID, port and name, and what
 the link could be if both ends support more ("Could be 12X Could be
-10.0 Gbps").
+10.0 Gbps").  With ``--sa`` all of it comes from the SA's NodeRecords,
+PortInfoRecords and LinkRecords instead.
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from typing import Any, Dict, List, Optional
 
 from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
-                              add_node_name_map, get_end_port,
-                              load_node_name_map, node_name, parse_target)
+                              add_node_name_map, add_sa_option,
+                              get_end_port, load_node_name_map, node_name,
+                              parse_target)
 
 __all__ = ["add_parser", "iblinkinfo", "port_line", "link_text"]
 
@@ -53,6 +55,7 @@ def add_parser(subparsers: Any) -> None:
                     help="only the node at this directed route")
     add_device_options(p)
     add_node_name_map(p)
+    add_sa_option(p)
     p.set_defaults(func=iblinkinfo)
 
 
@@ -233,7 +236,8 @@ def iblinkinfo(args: argparse.Namespace) -> int:
         sbn = rdma.subnet.Subnet()
         rdma.discovery.load(sched, sbn, ["all_NodeInfo",
                                          "all_NodeDescription",
-                                         "all_PortInfo", "all_topology"])
+                                         "all_PortInfo", "all_topology"],
+                            sa=args.use_sa)
         only = _only(sbn, args, end_port, umad)
     for path, err in getattr(sbn, "errors", []):
         print(f"ibtool iblinkinfo: warning: {path}: {err}", file=sys.stderr)

@@ -25,9 +25,10 @@ from typing import Any, Dict, List, Tuple
 
 from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
-                              add_node_name_map, add_target_options,
-                              get_end_port, load_node_name_map, node_name,
-                              smp_get, smp_path)
+                              add_node_name_map, add_sa_option,
+                              add_target_options, get_end_port,
+                              load_node_name_map, node_name, smp_get,
+                              smp_path, transactor)
 
 __all__ = ["add_parsers", "ibroute", "ibtracert", "dump_fts"]
 
@@ -51,6 +52,7 @@ def add_parsers(subparsers: Any) -> None:
     add_device_options(p)
     add_target_options(p)
     add_node_name_map(p)
+    add_sa_option(p)
     p.set_defaults(func=ibroute)
 
     for name, mcast in (("dump_lfts", False), ("dump_mfts", True)):
@@ -160,8 +162,9 @@ def ibroute(args: argparse.Namespace) -> int:
         raise CmdError(f"too many arguments: {' '.join(args.rest)}")
     names = load_node_name_map(args.node_name_map)
     end_port = get_end_port(args)
-    with rdma.umad.UMAD(end_port) as umad:
-        path = smp_path(args.rest[0], args, end_port, umad)
+    with rdma.umad.UMAD(end_port) as raw:
+        umad = transactor(raw, args)
+        path = smp_path(args.rest[0], args, end_port, raw)
         ni = smp_get(umad, IBA.SMPNodeInfo, path)
         if ni.nodeType != 2:
             raise CmdError(f"{args.rest[0]} is not a switch")
@@ -311,13 +314,19 @@ def _ibroute_mcast(args: argparse.Namespace, umad: Any, path: Any,
     sw = rdma.subnet.Switch()
     sw.ninf, sw.swinf = ni, si
     sw.mfdb = [0] * sw.mfdb_size
-    sched = rdma.discovery.scheduler_class()(umad)
-    # Every block of the range, every position, in parallel.
-    blocks = range((first - IBA.LID_MULTICAST) // 32,
-                   (last - IBA.LID_MULTICAST) // 32 + 1)
-    sched.run(mqueue=(sw._get_MFDB(sched, blk, pos, path)
-                      for blk in blocks
-                      for pos in range(sw.mfdb_positions)))
+    from rdma.satransactor import SATransactor
+    if isinstance(umad, SATransactor):
+        # --sa: every MulticastForwardingTableRecord of the switch, one
+        # GetTable (synchronous: a directed route is resolved on the way).
+        umad.do_async(sw._get_MFDB_SA(umad, path))
+    else:
+        sched = rdma.discovery.scheduler_class()(umad)
+        # Every block of the range, every position, in parallel.
+        blocks = range((first - IBA.LID_MULTICAST) // 32,
+                       (last - IBA.LID_MULTICAST) // 32 + 1)
+        sched.run(mqueue=(sw._get_MFDB(sched, blk, pos, path)
+                          for blk in blocks
+                          for pos in range(sw.mfdb_positions)))
     shown = 0
     for mlid in range(first, last + 1):
         line = mcast_line(mlid, sw.mfdb[mlid - IBA.LID_MULTICAST], nports,

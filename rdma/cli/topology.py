@@ -24,7 +24,8 @@ from typing import Any, List
 
 from rdma import IBA
 from rdma.cli._ibopts import (add_device_options, add_node_name_map,
-                              get_end_port, load_node_name_map, node_name)
+                              add_sa_option, get_end_port,
+                              load_node_name_map, node_name)
 
 __all__ = ["add_parsers", "discover", "topology_lines", "ibnetdiscover",
            "ibswitches", "ibhosts", "ibrouters", "ibnodes"]
@@ -40,6 +41,7 @@ def add_parsers(subparsers: Any) -> None:
                    help="write the topology here (default: stdout)")
     add_device_options(p)
     add_node_name_map(p)
+    add_sa_option(p)
     p.set_defaults(func=ibnetdiscover)
     for name, what, func in (("ibswitches", "switches", ibswitches),
                              ("ibhosts", "CAs", ibhosts),
@@ -49,12 +51,14 @@ def add_parsers(subparsers: Any) -> None:
             name, help=f"list the {what} of the subnet (like {name})")
         add_device_options(p)
         add_node_name_map(p)
+        add_sa_option(p)
         p.set_defaults(func=func)
 
 
 def discover(args: argparse.Namespace) -> Any:
-    """Discover the subnet from the end port ``args`` name; return
-    ``(end_port, subnet)``."""
+    """Discover the subnet from the end port ``args`` name (with
+    ``--sa``: from the SA's NodeRecords, PortInfoRecords and LinkRecords);
+    return ``(end_port, subnet)``."""
     import rdma.discovery
     import rdma.subnet
     import rdma.umad
@@ -62,9 +66,11 @@ def discover(args: argparse.Namespace) -> Any:
     with rdma.umad.UMAD(end_port) as umad:
         sched = rdma.discovery.scheduler_class()(umad)
         sbn = rdma.subnet.Subnet()
-        rdma.discovery.load(sched, sbn, ["all_NodeInfo",
-                                         "all_NodeDescription",
-                                         "all_topology"])
+        stuff = ["all_NodeInfo", "all_NodeDescription", "all_topology"]
+        if getattr(args, "use_sa", False):
+            stuff.append("all_PortInfo")        # the link rates
+        rdma.discovery.load(sched, sbn, stuff,
+                            sa=getattr(args, "use_sa", False))
     for path, err in getattr(sbn, "errors", []):
         print(f"ibtool: warning: {path}: {err}", file=sys.stderr)
     return end_port, sbn

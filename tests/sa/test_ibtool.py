@@ -711,3 +711,85 @@ def test_smpdump_unreachable(fabric):
                       "99", "0x11"], "Hca2", check=False, timeout=30)
     assert res.returncode == 1 and "timed out" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+# -- --sa: the same answers from the SA's records ------------------------------
+
+def _sa_view(text, switch_port):
+    """smpquery output without a switch PortInfo's LocalPort: through
+    the SA it is the port the SM's SMP came in by, not ours (IBA
+    14.2.5.6)."""
+    return [line for line in text.splitlines()
+            if not (switch_port and line.startswith("LocalPort:"))]
+
+
+@pytest.mark.parametrize("op", ["NI", "ND", "PI", "SI"])
+def test_smpquery_sa(fabric, all_lids, op):
+    """smpquery --sa OP LID (python-rdma's option: the attribute read from
+    the SA's record for the LID) prints what infiniband-diags' smpquery
+    reads by SMP, for every node."""
+    for lid in all_lids:
+        theirs = fabric.run(["smpquery", op, str(lid)], "Hca2", check=False)
+        ours = fabric.run([sys.executable, "-m", "rdma", "smpquery", "--sa",
+                           op, str(lid)], "Hca2", check=False)
+        if theirs.returncode != 0:
+            assert op == "SI" and ours.returncode != 0    # not a switch
+            continue
+        switch = op == "PI" and lid in (2, 3)
+        assert _sa_view(ours.stdout, switch) == \
+            _sa_view(theirs.stdout, switch), lid
+        assert len(ours.stdout.splitlines()) == \
+            len(theirs.stdout.splitlines())
+
+
+@pytest.mark.parametrize("argv", [["ND", "0,1,3"], ["PI", "0,1", "3"],
+                                  ["PI", "0,1,3,1"], ["SI", "0,1"],
+                                  ["NI", "0,1,3,1"]])
+def test_smpquery_sa_directed_route(fabric, argv):
+    """--sa with a directed route: the route becomes a LID by LinkRecords,
+    then the record of that LID answers."""
+    theirs = fabric.run(["smpquery", "-D", *argv], "Hca2").stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", "smpquery", "--sa",
+                       "-D", *argv], "Hca2").stdout
+    switch = argv[:2] == ["PI", "0,1"]
+    assert _sa_view(ours, switch) == _sa_view(theirs, switch)
+    assert len(ours.splitlines()) == len(theirs.splitlines())
+
+
+@pytest.mark.parametrize("argv", [["2"], ["3"], ["-a", "3", "0", "8"],
+                                  ["-M", "2"], ["-D", "0,1"]])
+def test_ibroute_sa(fabric, argv):
+    """ibroute --sa: LinearForwardingTableRecords (and NodeRecords for
+    the destinations) give infiniband-diags' ibroute output."""
+    theirs = fabric.run(["ibroute", *argv], "Hca2").stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", "ibroute", "--sa",
+                       *argv], "Hca2").stdout
+    assert ours.splitlines() == theirs.splitlines()
+
+
+@pytest.mark.parametrize("topology", ["2sw4hca", "net"])
+def test_ibnetdiscover_sa(fabrics, topology):
+    """ibnetdiscover --sa: the topology from NodeRecords, PortInfoRecords
+    and LinkRecords, node block by node block as ibnetdiscover's SMP
+    walk; ibswitches/ibhosts/ibnodes --sa as sets of lines."""
+    fabric = fabrics(topology)
+    theirs = fabric.run(["ibnetdiscover"], "Hca1").stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", "ibnetdiscover",
+                       "--sa"], "Hca1").stdout
+    assert _topology_blocks(ours) == _topology_blocks(theirs)
+    for cmd in ("ibswitches", "ibhosts", "ibnodes"):
+        theirs = fabric.run([cmd], "Hca1").stdout
+        ours = fabric.run([sys.executable, "-m", "rdma", cmd, "--sa"],
+                          "Hca1").stdout
+        assert sorted(ours.splitlines()) == sorted(theirs.splitlines())
+        assert ours.strip()
+
+
+@pytest.mark.parametrize("argv", [[], ["-l", "-p"], ["-d"]])
+def test_iblinkinfo_sa(fabric, argv):
+    """iblinkinfo --sa: the same node blocks from the SA's records."""
+    theirs = fabric.run(["iblinkinfo", *argv], "Hca2").stdout
+    ours = fabric.run([sys.executable, "-m", "rdma", "iblinkinfo", "--sa",
+                       *argv], "Hca2").stdout
+    assert _linkinfo_blocks(ours) == _linkinfo_blocks(theirs)
+    assert ours.strip()
