@@ -39,6 +39,18 @@ def add_parsers(subparsers: Any) -> None:
                               "file (like ibnetdiscover)")
     p.add_argument("topology_file", nargs="?", default=None,
                    help="write the topology here (default: stdout)")
+    g = p.add_mutually_exclusive_group()
+    for short, long, what in (("-l", "--list", "every node"),
+                              ("-H", "--Hca_list", "the CAs"),
+                              ("-S", "--Switch_list", "the switches"),
+                              ("-R", "--Router_list", "the routers")):
+        g.add_argument(short, long, dest="list", action="append_const",
+                       const=short[1], help=f"list {what}, one a line")
+    g.add_argument("-p", "--ports", action="store_true",
+                   help="a ports report: one line per port and its peer")
+    p.add_argument("-f", "--full", action="store_true",
+                   help="add each link's speed, width and VL capability "
+                        "codes (s=, w=, v=)")
     add_device_options(p)
     add_node_name_map(p)
     add_sa_option(p)
@@ -97,8 +109,8 @@ def _name(node: Any) -> str:
     return f'"{prefix}-{node.ninf.nodeGUID:016x}"'
 
 
-def topology_lines(sbn: Any, end_port: Any,
-                   names: Any = None) -> List[str]:
+def topology_lines(sbn: Any, end_port: Any, names: Any = None,
+                   full: bool = False) -> List[str]:
     """The subnet as an ibnetdiscover topology file (switches first);
     *names* (node GUID to name, ``--node-name-map``) replaces the
     descriptions of switches and of the far ends of links."""
@@ -137,6 +149,10 @@ def topology_lines(sbn: Any, end_port: Any,
                 if type(pn).__name__ != "Switch":
                     far += f"({int(pep.portGUID):x}) "
                 rate = _rate(port.pinf)
+                if full and port.pinf is not None:
+                    pi = port.pinf
+                    rate += (f" s={pi.linkSpeedActive} "
+                             f"w={pi.linkWidthActive} v={pi.VLCap}")
                 if kind == "Switch":
                     out.append(f"[{idx}]\t{far}\t\t# \"{name(pn)}\" "
                                f"lid {pep.LID} {rate}")
@@ -150,11 +166,77 @@ def topology_lines(sbn: Any, end_port: Any,
     return out
 
 
+def node_list(sbn: Any, kinds: List[str], names: Any = None) -> List[str]:
+    """``ibnetdiscover -l`` (-H, -S, -R): one line per node of *kinds*
+    (``CA``, ``Switch``, ``Router``), in that order."""
+    word = {"CA": "Ca", "Switch": "Switch", "Router": "Router"}
+    out = []
+    for kind in kinds:
+        for n in _nodes(sbn, kind):
+            ni = n.ninf
+            nm = node_name(names, ni.nodeGUID, n.desc)
+            out.append(f"{word[kind]}\t : 0x{int(ni.nodeGUID):016x} ports "
+                       f"{ni.numPorts} devid 0x{ni.deviceID:x} vendid "
+                       f"0x{ni.vendorID:x} \"{nm}\"")
+    return out
+
+
+def _short_rate(pinf: Any) -> str:
+    """``4x SDR`` (ibnetdiscover's ports report)."""
+    rate = IBA.link_rate_str(pinf)
+    return f"{rate[:-3]} {rate[-3:]}" if len(rate) > 3 else rate
+
+
+def ports_report(sbn: Any, names: Any = None) -> List[str]:
+    """``ibnetdiscover -p``: for every node, each port read (the highest
+    number first) with its LID, GUID and rate, and its peer."""
+    kinds = {"Switch": "SW", "CA": "CA", "Router": "RT"}
+
+    def lid(port: Any) -> int:
+        ep = port.to_end_port()
+        return ep.LID or 0
+
+    def guid(port: Any) -> int:
+        ep = port.to_end_port()
+        return int(ep.portGUID) if ep.portGUID is not None else 0
+
+    out = []
+    for n in sbn.iternodes():
+        if n.ninf is None:
+            continue
+        nm = node_name(names, n.ninf.nodeGUID, n.desc)
+        for i in range(n.ninf.numPorts, 0, -1):
+            port = n.get_port_nc(i) if hasattr(n, "get_port_nc") else None
+            if port is None or port.pinf is None:
+                continue
+            line = (f"{kinds[type(n).__name__]:>2} {lid(port):5d} {i:2d} "
+                    f"0x{guid(port):016x} {_short_rate(port.pinf)}")
+            peer = sbn.topology.get(port)
+            if peer is not None and peer.parent.ninf is not None:
+                pn = peer.parent
+                pnm = node_name(names, pn.ninf.nodeGUID, pn.desc)
+                line += (f" - {kinds[type(pn).__name__]:>2} {lid(peer):5d} "
+                         f"{peer.port_id:2d} 0x{guid(peer):016x} "
+                         f"( '{nm}' - '{pnm}' )")
+            else:
+                line += f"{'':36s}'{nm}'"
+            out.append(line)
+    return out
+
+
 def ibnetdiscover(args: argparse.Namespace) -> int:
     """Run ``ibtool ibnetdiscover``; return the exit status."""
     names = load_node_name_map(args.node_name_map)
     end_port, sbn = discover(args)
-    text = "\n".join(topology_lines(sbn, end_port, names)) + "\n"
+    if args.ports:
+        lines = ports_report(sbn, names)
+    elif args.list:
+        kinds = {"l": ["CA", "Switch", "Router"], "H": ["CA"],
+                 "S": ["Switch"], "R": ["Router"]}[args.list[-1]]
+        lines = node_list(sbn, kinds, names)
+    else:
+        lines = topology_lines(sbn, end_port, names, args.full)
+    text = "\n".join(lines) + "\n" if lines else ""
     if args.topology_file:
         with open(args.topology_file, "w") as f:
             f.write(text)

@@ -793,3 +793,26 @@ def test_iblinkinfo_sa(fabric, argv):
                        *argv], "Hca2").stdout
     assert _linkinfo_blocks(ours) == _linkinfo_blocks(theirs)
     assert ours.strip()
+
+
+@pytest.mark.parametrize("opt", ["-l", "-H", "-S", "-R", "-p"])
+@pytest.mark.parametrize("topology", ["2sw4hca", "net"])
+def test_ibnetdiscover_lists_and_ports(fabrics, topology, opt):
+    """ibnetdiscover -l/-H/-S/-R (node lists) and -p (ports report): the
+    same lines as infiniband-diags' (in discovery order: compared as
+    sets)."""
+    theirs, ours = both(fabrics(topology), ["ibnetdiscover", opt], "Hca1")
+    assert sorted(ours.splitlines()) == sorted(theirs.splitlines())
+    assert bool(ours.strip()) == (opt != "-R")
+
+
+def test_ibnetdiscover_full_and_name_map(fabric, name_map):
+    """-f adds s=/w=/v= to every link; -l and -p take --node-name-map."""
+    theirs, ours = both(fabric, ["ibnetdiscover", "-f"], "Hca2")
+    assert _topology_blocks(ours) == _topology_blocks(theirs)
+    assert " s=1 w=2 v=4" in ours
+    for opt in ("-l", "-p"):
+        theirs, ours = both(fabric, ["ibnetdiscover", opt, "--node-name-map",
+                                     name_map], "Hca2")
+        assert sorted(ours.splitlines()) == sorted(theirs.splitlines())
+        assert "core-sw-1" in ours
