@@ -816,3 +816,55 @@ def test_ibnetdiscover_full_and_name_map(fabric, name_map):
                                      name_map], "Hca2")
         assert sorted(ours.splitlines()) == sorted(theirs.splitlines())
         assert "core-sw-1" in ours
+
+
+def _pc_blocks(text):
+    """perfquery output as [(header, {field: value})], one per port."""
+    return [(b.splitlines()[0], diags.fields(b))
+            for b in ("\n" + text).split("\n# ")[1:]]
+
+
+@pytest.mark.parametrize("argv", [["-a", "2", "1,3"], ["-l", "2", "1-3"],
+                                  ["-l", "-a", "2"], ["2", "255"],
+                                  ["-a", "2"], ["-x", "-a", "2", "1,3"],
+                                  ["-l", "3", "1,5,8"], ["-a", "3", "2-5"],
+                                  ["-x", "-l", "-a", "3"]],
+                         ids=lambda a: " ".join(a))
+def test_perfquery_ports(fabric, argv):
+    """perfquery -a (PortSelect 255, or the sum of the ports given), -l
+    (each port) and port lists/ranges: the same blocks, error counters
+    equal, traffic counters no lower than infiniband-diags' read just
+    before."""
+    theirs, ours = both(fabric, ["perfquery", *argv], "Hca2")
+    t, o = _pc_blocks(theirs), _pc_blocks(ours)
+    assert [h for h, _ in o] == [h for h, _ in t] and o
+    for (_, tf), (_, of) in zip(t, o):
+        assert list(of) == list(tf)
+        for k in tf:
+            if k in TRAFFIC:
+                assert diags.as_int(of[k]) >= diags.as_int(tf[k]), k
+            else:
+                assert of[k] == tf[k], k
+
+
+@pytest.mark.parametrize("argv", [["4", "255"], ["-a", "4"],
+                                  ["2", "3-1"]])
+def test_perfquery_ports_refused(fabric, argv):
+    """Port 255 of a PMA without AllPortSelect, -a on a CA whose second
+    port does not answer, a backwards range, a bad list: both fail, ours
+    with one line naming the problem."""
+    theirs = fabric.run(["perfquery", *argv], "Hca2", check=False)
+    ours = fabric.run([sys.executable, "-m", "rdma", "perfquery", *argv],
+                      "Hca2", check=False)
+    assert theirs.returncode != 0 and ours.returncode != 0
+    assert "Traceback" not in ours.stderr and ours.stdout == ""
+    assert ours.stderr.strip().splitlines()[-1].startswith(
+        "ibtool perfquery: ")
+
+
+def test_perfquery_bad_port_list(fabric):
+    """A port list with a word in it (infiniband-diags reads it as port
+    0): ours refuses it."""
+    res = fabric.run([sys.executable, "-m", "rdma", "perfquery", "2",
+                      "1,zz"], "Hca2", check=False)
+    assert res.returncode == 2 and "1,zz" in res.stderr
