@@ -69,8 +69,25 @@ def add_parsers(subparsers: Any) -> None:
                    help="reset the counters after reading them")
     p.add_argument("-R", "--Reset_only", action="store_true",
                    help="reset the counters, print nothing")
-    _common(p)
-    p.set_defaults(func=perfquery)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-E", "--rcverr", action="store_const", dest="details",
+                   const="rcverr", help="PortRcvErrorDetails")
+    g.add_argument("-D", "--xmtdisc", action="store_const", dest="details",
+                   const="xmtdisc", help="PortXmitDiscardDetails")
+    add_device_options(p)
+    # perfquery's -D is --xmtdisc (infiniband-diags and python-rdma); a
+    # GMP goes by LID anyway, so the directed-route form is --Direct only.
+    t = p.add_mutually_exclusive_group()
+    t.add_argument("--Direct", dest="addr_direct", action="store_true",
+                   help="the target is a directed route (refused: a GMP "
+                        "needs a LID)")
+    t.add_argument("-G", "--Guid", dest="addr_guid", action="store_true",
+                   help="the target is a port GUID (hex)")
+    t.add_argument("-L", "--Lid", dest="addr_lid", action="store_true",
+                   help="the target is a LID (the default)")
+    p.add_argument("-t", "--timeout", type=int, default=None, metavar="MS",
+                   help="timeout of each MAD in ms")
+    p.set_defaults(func=perfquery, details=None)
 
 
 def _umad(args: argparse.Namespace, end_port: Any) -> Any:
@@ -243,6 +260,39 @@ def _node_ports(umad: Any, end_port: Any, path: Any) -> range:
     return range(first, ni.numPorts + 1)
 
 
+#: perfquery -E/-D: (attribute, title, [(label, field)]).
+_DETAILS = {
+    "rcverr": ("PMPortRcvErrorDetails", "PortRcvErrorDetails", [
+        ("PortLocalPhysicalErrors", "portLocalPhysicalErrors"),
+        ("PortMalformedPktErrors", "portMalformedPacketErrors"),
+        ("PortBufferOverrunErrors", "portBufferOverrunErrors"),
+        ("PortDLIDMappingErrors", "portDLIDMappingErrors"),
+        ("PortVLMappingErrors", "portVLMappingErrors"),
+        ("PortLoopingErrors", "portLoopingErrors")]),
+    "xmtdisc": ("PMPortXmitDiscardDetails", "PortXmitDiscardDetails", [
+        ("PortInactiveDiscards", "portInactiveDiscards"),
+        ("PortNeighborMTUDiscards", "portNeighborMTUDiscards"),
+        ("PortSwLifetimeLimitDiscards", "portSwLifetimeLimitDiscards"),
+        ("PortSwHOQLifetimeLimitDiscards", "portSwHOQLimitDiscards")]),
+}
+
+
+def _details(args: argparse.Namespace, rest: List[str], end_port: Any,
+             port: int) -> int:
+    """``perfquery -E`` / ``-D``: one port's error or discard details."""
+    import rdma.IBA as IBA
+    attr, title, rows = _DETAILS[args.details]
+    with _umad(args, end_port) as umad:
+        path = gmp_path(rest[0] if rest else None, args, end_port, umad)
+        val = umad.PerformanceGet(getattr(IBA, attr)(portSelect=port), path)
+    print(f"# {title} counters: Lid {path.DLID} port {port}")
+    print("\n".join(_ibfmt.dotted(
+        [("PortSelect", str(val.portSelect)),
+         ("CounterSelect", f"0x{val.counterSelect:04x}")] +
+        [(label, str(getattr(val, name))) for label, name in rows])))
+    return 0
+
+
 def perfquery(args: argparse.Namespace) -> int:
     """Run ``ibtool perfquery``; return the exit status."""
     import rdma.IBA as IBA
@@ -255,6 +305,12 @@ def perfquery(args: argparse.Namespace) -> int:
     port = ports[0] if ports else (255 if args.all_ports else 0)
     if not rest or not (ports or args.all_ports):
         port = end_port.port_id     # ours: perfquery's default is port 0
+    if args.details:
+        if args.extended or args.loop_ports or args.reset_after_read or \
+                args.Reset_only or len(ports) > 1:
+            raise CmdError(f"--{args.details} reads one port's details: "
+                           f"not with -x, -l, -r, -R or a port list")
+        return _details(args, rest, end_port, port)
     cls = IBA.PMPortCountersExt if args.extended else IBA.PMPortCounters
     with _umad(args, end_port) as umad:
         path = gmp_path(rest[0] if rest else None, args, end_port, umad)

@@ -206,8 +206,8 @@ def test_perfquery_reset(fabric, ext):
 
 
 def test_gmp_over_directed_route_is_refused(fabric):
-    res = fabric.run([sys.executable, "-m", "rdma", "perfquery", "-D",
-                      "0,1"], "Hca2", check=False)
+    res = fabric.run([sys.executable, "-m", "rdma", "perfquery",
+                      "--Direct", "0,1"], "Hca2", check=False)
     assert res.returncode == 2 and "directed route" in res.stderr
     assert "Traceback" not in res.stderr
 
@@ -868,3 +868,16 @@ def test_perfquery_bad_port_list(fabric):
     res = fabric.run([sys.executable, "-m", "rdma", "perfquery", "2",
                       "1,zz"], "Hca2", check=False)
     assert res.returncode == 2 and "1,zz" in res.stderr
+
+
+@pytest.mark.parametrize("argv", [["-E", "2", "1"], ["-D", "2", "3"],
+                                  ["-E", "4", "1"], ["-D", "6", "1"],
+                                  ["--rcverr", "3", "5"],
+                                  ["--xmtdisc", "3", "2"]],
+                         ids=lambda a: " ".join(a))
+def test_perfquery_details(fabric, argv):
+    """-E (PortRcvErrorDetails) and -D (PortXmitDiscardDetails, -D as in
+    infiniband-diags and python-rdma): line for line."""
+    theirs, ours = both(fabric, ["perfquery", *argv], "Hca2")
+    assert ours.splitlines() == theirs.splitlines()
+    assert len(ours.splitlines()) >= 7
