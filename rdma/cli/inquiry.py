@@ -70,10 +70,18 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("-R", "--Reset_only", action="store_true",
                    help="reset the counters, print nothing")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("-E", "--rcverr", action="store_const", dest="details",
-                   const="rcverr", help="PortRcvErrorDetails")
-    g.add_argument("-D", "--xmtdisc", action="store_const", dest="details",
-                   const="xmtdisc", help="PortXmitDiscardDetails")
+    for flags, key in ((("-E", "--rcverr"), "rcverr"),
+                       (("-D", "--xmtdisc"), "xmtdisc"),
+                       (("-F", "--flow", "--flowctlcounters"), "flow"),
+                       (("--oprcvcounters",), "oprcv"),
+                       (("--vloppackets",), "vloppackets"),
+                       (("--vlopdata",), "vlopdata"),
+                       (("--vl-xmit-errs", "--vlxmitflowctlerrors"),
+                        "vlxmiterrs"),
+                       (("--vl-xmit-wait", "--vlxmitcounters"),
+                        "vlxmitwait")):
+        g.add_argument(*flags, action="store_const", dest="details",
+                       const=key, help=_DETAILS[key][1])
     add_device_options(p)
     # perfquery's -D is --xmtdisc (infiniband-diags and python-rdma); a
     # GMP goes by LID anyway, so the directed-route form is --Direct only.
@@ -260,7 +268,12 @@ def _node_ports(umad: Any, end_port: Any, path: Any) -> range:
     return range(first, ni.numPorts + 1)
 
 
-#: perfquery -E/-D: (attribute, title, [(label, field)]).
+def _per_vl(label: str, name: str) -> List[Any]:
+    return [(f"{label}{i}", (name, i)) for i in range(16)]
+
+
+#: perfquery's one-port attributes: option key -> (attribute, title,
+#: [(label, field or (array field, index))]).
 _DETAILS = {
     "rcverr": ("PMPortRcvErrorDetails", "PortRcvErrorDetails", [
         ("PortLocalPhysicalErrors", "portLocalPhysicalErrors"),
@@ -274,7 +287,29 @@ _DETAILS = {
         ("PortNeighborMTUDiscards", "portNeighborMTUDiscards"),
         ("PortSwLifetimeLimitDiscards", "portSwLifetimeLimitDiscards"),
         ("PortSwHOQLifetimeLimitDiscards", "portSwHOQLimitDiscards")]),
+    "flow": ("PMPortFlowCtlCounters", "PortFlowCtlCounters", [
+        ("PortXmitFlowPkts", "portXmitFlowPkts"),
+        ("PortRcvFlowPkts", "portRcvFlowPkts")]),
+    "oprcv": ("PMPortOpRcvCounters", "PortOpRcvCounters", [
+        ("PortOpRcvPkts", "portOpRcvPkts"),
+        ("PortOpRcvData", "portOpRcvData")]),
+    "vloppackets": ("PMPortVLOpPackets", "PortVLOpPackets",
+                    _per_vl("PortVLOpPackets", "portVLOpPackets")),
+    "vlopdata": ("PMPortVLOpData", "PortVLOpData",
+                 _per_vl("PortVLOpData", "portVLOpData")),
+    "vlxmiterrs": ("PMPortVLXmitFlowCtlUpdateErrors",
+                   "PortVLXmitFlowCtlUpdateErrors",
+                   _per_vl("PortVLXmitFlowCtlUpdateErrors",
+                           "portVLXmitFlowCtlUpdateErrors")),
+    "vlxmitwait": ("PMPortVLXmitWaitCounters", "PortVLXmitWaitCounters",
+                   _per_vl("PortVLXmitWait", "portVLXmitWait")),
 }
+
+
+def _field(val: Any, name: Any) -> int:
+    if isinstance(name, tuple):
+        return int(getattr(val, name[0])[name[1]])
+    return int(getattr(val, name))
 
 
 def _details(args: argparse.Namespace, rest: List[str], end_port: Any,
@@ -289,7 +324,7 @@ def _details(args: argparse.Namespace, rest: List[str], end_port: Any,
     print("\n".join(_ibfmt.dotted(
         [("PortSelect", str(val.portSelect)),
          ("CounterSelect", f"0x{val.counterSelect:04x}")] +
-        [(label, str(getattr(val, name))) for label, name in rows])))
+        [(label, str(_field(val, name))) for label, name in rows])))
     return 0
 
 

@@ -873,11 +873,31 @@ def test_perfquery_bad_port_list(fabric):
 @pytest.mark.parametrize("argv", [["-E", "2", "1"], ["-D", "2", "3"],
                                   ["-E", "4", "1"], ["-D", "6", "1"],
                                   ["--rcverr", "3", "5"],
-                                  ["--xmtdisc", "3", "2"]],
+                                  ["--xmtdisc", "3", "2"],
+                                  ["--flowctlcounters", "2", "1"],
+                                  ["--oprcvcounters", "4", "1"],
+                                  ["--vloppackets", "3", "3"],
+                                  ["--vlopdata", "4", "1"],
+                                  ["--vlxmitflowctlerrors", "2", "1"],
+                                  ["--vlxmitcounters", "3", "5"]],
                          ids=lambda a: " ".join(a))
 def test_perfquery_details(fabric, argv):
-    """-E (PortRcvErrorDetails) and -D (PortXmitDiscardDetails, -D as in
-    infiniband-diags and python-rdma): line for line."""
+    """-E (PortRcvErrorDetails), -D (PortXmitDiscardDetails, -D as in
+    infiniband-diags and python-rdma) and the flow-control, op-code and
+    per-VL counters: line for line."""
     theirs, ours = both(fabric, ["perfquery", *argv], "Hca2")
     assert ours.splitlines() == theirs.splitlines()
-    assert len(ours.splitlines()) >= 7
+    assert len(ours.splitlines()) >= 5 and ours.startswith("# Port")
+
+
+@pytest.mark.parametrize("ours,theirs", [("-F", "--flowctlcounters"),
+                                         ("--vl-xmit-errs",
+                                          "--vlxmitflowctlerrors"),
+                                         ("--vl-xmit-wait",
+                                          "--vlxmitcounters")])
+def test_perfquery_python_rdma_names(fabric, ours, theirs):
+    """python-rdma's option names read what infiniband-diags' do."""
+    want = fabric.run(["perfquery", theirs, "3", "1"], "Hca2").stdout
+    got = fabric.run([sys.executable, "-m", "rdma", "perfquery", ours, "3",
+                      "1"], "Hca2").stdout
+    assert got == want and got.strip()
