@@ -15,8 +15,9 @@ from typing import Any, List
 
 from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
-                              add_target_options, get_end_port, gmp_path,
-                              smp_get, smp_path)
+                              add_sa_option, add_target_options,
+                              get_end_port, gmp_path, smp_get, smp_path,
+                              transactor)
 
 __all__ = ["add_parsers", "ibaddr", "sminfo", "perfquery"]
 
@@ -27,6 +28,7 @@ SM_STATES = {0: "SMINFO_NOTACT", 1: "SMINFO_DISCOVER", 2: "SMINFO_STANDBY",
 def _common(p: argparse.ArgumentParser) -> None:
     add_device_options(p)
     add_target_options(p)
+    add_sa_option(p)
     p.add_argument("-t", "--timeout", type=int, default=None, metavar="MS",
                    help="timeout of each MAD in ms")
 
@@ -115,8 +117,9 @@ def ibaddr(args: argparse.Namespace) -> int:
     import rdma.IBA as IBA
     rest = _target(args, 1)
     end_port = get_end_port(args)
-    with _umad(args, end_port) as umad:
-        path = smp_path(rest[0] if rest else None, args, end_port, umad)
+    with _umad(args, end_port) as raw:
+        umad = transactor(raw, args)
+        path = smp_path(rest[0] if rest else None, args, end_port, raw)
         ni = smp_get(umad, IBA.SMPNodeInfo, path)
         pi = smp_get(umad, IBA.SMPPortInfo, path)
     gid = IBA.GID.from_parts(pi.GIDPrefix, int(ni.portGUID))
@@ -144,9 +147,9 @@ def sminfo(args: argparse.Namespace) -> int:
                            f"subnet?): give the SM's LID")
         target = str(end_port.sm_lid)
         args.addr_direct = args.addr_guid = False
-    with _umad(args, end_port) as umad:
-        path = smp_path(target, args, end_port, umad)
-        si = smp_get(umad, IBA.SMPSMInfo, path)
+    with _umad(args, end_port) as raw:
+        path = smp_path(target, args, end_port, raw)
+        si = smp_get(transactor(raw, args), IBA.SMPSMInfo, path)
     lid = getattr(path, "DLID", 0)
     if lid in (0, 0xFFFF):
         lid = 0

@@ -99,6 +99,7 @@ def add_parsers(subparsers: Any) -> None:
                         "the subnet, as far as the forwarding tables lead")
     add_device_options(p)
     add_node_name_map(p)
+    add_sa_option(p)
     p.set_defaults(func=ibtracert)
 
 
@@ -650,7 +651,8 @@ def ibtracert(args: argparse.Namespace) -> int:
         rdma.discovery.load(sched, sbn, ["all_NodeInfo",
                                          "all_NodeDescription",
                                          "all_PortInfo",
-                                         "all_topology", "all_LFDB"])
+                                         "all_topology", "all_LFDB"],
+                            sa=args.use_sa)
 
         def entry(sw: Any, m: int) -> Any:
             return _mft_entry(sched, sbn, sw, m)

@@ -25,7 +25,7 @@ NINF_FIELDS = ("nodeType", "numPorts", "systemImageGUID", "nodeGUID",
                "localPortNum", "vendorID", "baseVersion", "classVersion")
 
 
-# -- the client (runs in the shimmed process) ----------------------------------
+# -- the client (runs in the shimmed process) ---------------------------------
 
 def _node_view(sbn, result):
     """One node as JSON: its NodeInfo fields, description and the end
@@ -149,7 +149,7 @@ def client(case, args):
     sys.stdout.write(json.dumps(out) + "\n")
 
 
-# -- the tests -----------------------------------------------------------------
+# -- the tests ----------------------------------------------------------------
 
 def _run(fabric, case, *args):
     res = fabric.run([sys.executable, str(Path(__file__).resolve()), case,

@@ -713,7 +713,7 @@ def test_smpdump_unreachable(fabric):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-# -- --sa: the same answers from the SA's records ------------------------------
+# -- --sa: the same answers from the SA's records -----------------------------
 
 def _sa_view(text, switch_port):
     """smpquery output without a switch PortInfo's LocalPort: through
@@ -901,3 +901,22 @@ def test_perfquery_python_rdma_names(fabric, ours, theirs):
     got = fabric.run([sys.executable, "-m", "rdma", "perfquery", ours, "3",
                       "1"], "Hca2").stdout
     assert got == want and got.strip()
+
+
+def test_sminfo_ibaddr_ibtracert_sa(fabric, all_lids):
+    """sminfo --sa (SMInfoRecord), ibaddr --sa (NodeRecord and
+    PortInfoRecord) and ibtracert --sa (the subnet from the SA's records)
+    print what infiniband-diags reads by SMPs."""
+    ours = [sys.executable, "-m", "rdma"]
+    theirs = fabric.run(["sminfo"], "Hca2").stdout
+    mine = fabric.run(ours + ["sminfo", "--sa"], "Hca2").stdout
+    assert _sminfo_fields(mine) == _sminfo_fields(theirs)
+    for argv in (["4"], ["-l", "2"], ["-D", "0,1"], ["-g", "6"]):
+        theirs = fabric.run(["ibaddr", *argv], "Hca2").stdout
+        mine = fabric.run(ours + ["ibaddr", "--sa", *argv], "Hca2").stdout
+        assert mine == theirs and mine.strip(), argv
+    for d in all_lids:
+        theirs = fabric.run(["ibtracert", "1", str(d)], "Hca2").stdout
+        mine = fabric.run(ours + ["ibtracert", "--sa", "1", str(d)],
+                          "Hca2").stdout
+        assert mine.splitlines() == theirs.splitlines(), d
