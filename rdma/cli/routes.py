@@ -180,8 +180,8 @@ def _dump_switch(args: argparse.Namespace, umad: Any, end_port: Any,
     one) of the switch at *path* whose NodeInfo is *ni*, for the range
     *rng* of the command line, as ``ibroute`` does (*discovered*: *path*
     is a route discovery found, see :func:`_header`)."""
-    head = _header(path, discovered)
     import rdma.IBA as IBA
+    head = _header(path, discovered)
     nd = smp_get(umad, IBA.SMPNodeDescription, path)
     si = smp_get(umad, IBA.SMPSwitchInfo, path)
     if args.multicast:
@@ -761,6 +761,8 @@ def dump_fts(args: argparse.Namespace) -> int:
     import rdma.discovery
     import rdma.subnet
     import rdma.umad
+    from rdma._errors import RDMAError
+    from rdma._mad import MADError
     if len(args.rest) > 2:
         raise CmdError(f"too many arguments: {' '.join(args.rest)} (give "
                        f"the first and the last LID)")
@@ -778,10 +780,17 @@ def dump_fts(args: argparse.Namespace) -> int:
             print(f"ibtool {args.command}: warning: {path}: {err}",
                   file=sys.stderr)
         cache: Dict[int, str] = {}
+        failed = 0
         for sw in list(sbn.iterswitches()):
             path = sbn.paths.get(sw.ports[0]) if sw.ports else None
             if path is None:
                 continue
-            _dump_switch(args, umad, end_port, path, sw.ninf,
-                         list(args.rest), names, cache, discovered=True)
-    return 0
+            try:
+                _dump_switch(args, umad, end_port, path, sw.ninf,
+                             list(args.rest), names, cache, discovered=True)
+            except (MADError, RDMAError) as e:
+                # A switch that stops answering: the others are dumped.
+                failed += 1
+                print(f"ibtool {args.command}: {sw.desc}: {e}",
+                      file=sys.stderr, flush=True)
+    return 1 if failed else 0
