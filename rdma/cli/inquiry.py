@@ -161,8 +161,9 @@ def sminfo(args: argparse.Namespace) -> int:
 
 def counters_lines(pc: Any) -> List[str]:
     """PortCounters as ``perfquery`` prints them."""
-    qp1 = int.from_bytes(pc.pack()[24:26], "big")   # QP1Dropped (reserved
-    return _ibfmt.dotted([                          # in the 1.2.1 table)
+    # QP1Dropped: bytes 20-21, the row the 1.2.1 table calls reserved.
+    qp1 = int.from_bytes(pc.pack()[20:22], "big")
+    return _ibfmt.dotted([
         ("PortSelect", str(pc.portSelect)),
         ("CounterSelect", f"0x{pc.counterSelect:04x}"),
         ("SymbolErrorCounter", str(pc.symbolErrorCounter)),

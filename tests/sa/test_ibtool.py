@@ -920,3 +920,17 @@ def test_sminfo_ibaddr_ibtracert_sa(fabric, all_lids):
         mine = fabric.run(ours + ["ibtracert", "--sa", "1", str(d)],
                           "Hca2").stdout
         assert mine.splitlines() == theirs.splitlines(), d
+
+
+def test_perfquery_qp1dropped_is_its_own_field(faulty):
+    """QP1Dropped is bytes 20-21 of PortCounters: with PortXmitData past
+    16 bits (set through ibsim's console) it still reads as
+    infiniband-diags reads it, not as PortXmitData's upper half."""
+    faulty.console('PerformanceSet "Hca3"[1] PortCounters.PortXmitData='
+                   '327680')
+    theirs = diags.fields(faulty.run(["perfquery", "5", "1"],
+                                     "Hca2").stdout)
+    ours = diags.fields(faulty.run([sys.executable, "-m", "rdma",
+                                    "perfquery", "5", "1"], "Hca2").stdout)
+    assert diags.as_int(theirs["PortXmitData"]) >= 327680
+    assert ours["QP1Dropped"] == theirs["QP1Dropped"]
