@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Tuple
 
 from rdma import IBA
 from rdma.cli._ibopts import (CmdError, add_device_options,
-                              add_node_name_map, get_end_port,
-                              load_node_name_map, node_name)
+                              add_node_name_map, add_sa_option,
+                              get_end_port, load_node_name_map, node_name)
 
 __all__ = ["add_parser", "ibqueryerrors", "ERROR_COUNTERS", "port_errors"]
 
@@ -50,6 +50,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="report NAME only above VALUE (default 0)")
     add_device_options(p)
     add_node_name_map(p)
+    add_sa_option(p)
     p.set_defaults(func=ibqueryerrors)
     return p
 
@@ -103,7 +104,7 @@ def ibqueryerrors(args: argparse.Namespace) -> int:
         sbn = rdma.subnet.Subnet()
         rdma.discovery.load(sched, sbn, ["all_NodeInfo",
                                          "all_NodeDescription",
-                                         "all_topology"])
+                                         "all_topology"], sa=args.use_sa)
         for node in sbn.iternodes():
             if node.ninf is None:
                 continue

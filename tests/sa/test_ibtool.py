@@ -934,3 +934,18 @@ def test_perfquery_qp1dropped_is_its_own_field(faulty):
                                     "perfquery", "5", "1"], "Hca2").stdout)
     assert diags.as_int(theirs["PortXmitData"]) >= 327680
     assert ours["QP1Dropped"] == theirs["QP1Dropped"]
+
+
+@pytest.mark.parametrize("argv", [["ibqueryerrors"], ["ibqueryerrors", "-c"],
+                                  ["ibqueryerrors", "--switch"]])
+def test_ibqueryerrors_sa(faulty, argv):
+    """ibqueryerrors --sa: the subnet from the SA's records, the counters
+    from the PMAs: the same report as infiniband-diags' (the switches'
+    counters set by the fixture; the CAs' may have been cleared by -k
+    above)."""
+    theirs = faulty.run(argv, "Hca2", check=False)
+    ours = faulty.run([sys.executable, "-m", "rdma", *argv, "--sa"], "Hca2",
+                      check=False)
+    assert ours.returncode == theirs.returncode == 1
+    assert _error_report(ours.stdout) == _error_report(theirs.stdout)
+    assert "Errors for 0x200001" in ours.stdout
