@@ -67,15 +67,65 @@ def subnet_pinf_SMP(sched: Any, sbn: Subnet, sel: int, path: Any):
     return sched.result
 
 
+def _is_sa(sched: Any) -> bool:
+    """Whether *sched* answers SMP reads through the SA (python-rdma's
+    test for the default of *use_sa*)."""
+    from rdma.satransactor import SATransactor
+    return isinstance(sched, SATransactor)
+
+
+def _apply_node_record(sbn: Subnet, path: Any, lid: int,
+                       rec: Any) -> Tuple[Node, Port]:
+    """Record the NodeRecord *rec* of LID *lid* (reached by *path*) in
+    *sbn*: NodeInfo and NodeDescription; return ``(node, port)``."""
+    ninf = rec.nodeInfo
+    bad = _bad_ninf(ninf)
+    if bad:
+        raise MADError(path=path, msg=f"NodeRecord of LID {lid}: {bad}")
+    result = sbn.get_node_ninf(ninf, path, LID=lid)
+    result[0].set_desc(rec.nodeDescription.nodeString)
+    path.__dict__["_cached_node_type"] = ninf.nodeType
+    return result
+
+
 def subnet_ninf_SMP(sched: Any, sbn: Subnet, path: Any,
                     get_desc: bool = True, use_sa: Optional[bool] = None,
                     done_desc: Optional[Set[Node]] = None):
     """Coroutine: read the NodeInfo (and NodeDescription) of the node at
     the end of *path* into *sbn*; its result is ``(node, port)`` as
-    :meth:`~rdma.subnet.Subnet.get_node_ninf` returns."""
+    :meth:`~rdma.subnet.Subnet.get_node_ninf` returns.
+
+    With *use_sa* (default: whether *sched* is a
+    :class:`rdma.satransactor.SATransactor`, as in python-rdma) both come
+    from one NodeRecord SubnAdmGet to the SA instead of two SMPs (the
+    description is then always read: it is in the record).  *sched* may
+    then also be a synchronous transactor (a :class:`rdma.umad.UMAD`, run
+    with ``do_async``), and a directed-route *path* is resolved to its
+    LID by LinkRecord queries, one per hop.
+
+    :raises rdma.MADError: if the node, or the SA, does not answer.
+    :raises rdma.RDMAError: if the SA knows no such LID or link."""
+    if use_sa is None:
+        use_sa = _is_sa(sched)
     if use_sa:
-        raise NotImplementedError("discovery through the SA is not "
-                                  "supported: use SMPs")
+        # Flat (RPCs only, no nested coroutine on a synchronous
+        # transactor), so that do_async runs it too.
+        from rdma.satransactor import SATransactor
+        sa = sched if isinstance(sched, SATransactor) else \
+            SATransactor(sched)
+        if sched.is_async:
+            lid = yield sa.prepare_path_lid(path)
+        else:
+            lid = sa.get_path_lid(path)
+        if not lid or lid >= IBA.LID_MULTICAST:
+            raise RDMAError(f"{path}: LID {lid} is not a unicast LID; the "
+                            f"SA keeps NodeRecords by LID")
+        req = IBA.ComponentMask(IBA.SANodeRecord())
+        req.LID = lid
+        rec = yield sched.SubnAdmGet(req)
+        result = _apply_node_record(sbn, path, lid, rec)
+        sched.result = result
+        return result
     ninf = yield sched.SubnGet(IBA.SMPNodeInfo, path)
     result = sbn.get_node_ninf(ninf, path)
     node = result[0]
@@ -96,6 +146,7 @@ def subnet_ninf_LIDS_SMP(sched: Any, sbn: Subnet, LIDs: List[int],
         return
     sbn.set_max_lid(max(LIDs))
     done_desc: Optional[Set[Node]] = set() if get_desc else None
+    use_sa = _is_sa(sched)
 
     def one(lid):
         port = sbn.lids[lid]
@@ -106,7 +157,7 @@ def subnet_ninf_LIDS_SMP(sched: Any, sbn: Subnet, LIDs: List[int],
                 yield port.parent.get_desc(sched, _lid_path(sched, lid))
             return
         yield subnet_ninf_SMP(sched, sbn, _lid_path(sched, lid), get_desc,
-                              False, done_desc)
+                              use_sa, done_desc)
 
     yield sched.mqueue(one(lid) for lid in sorted(set(LIDs)))
 
@@ -390,6 +441,22 @@ def topo_peer_SMP(sched: Any, sbn: Subnet, port: Port, get_desc: bool = True,
         return
     if peer_path is None:
         peer_path = sbn.advance_dr(path, idx)
+    if _is_sa(sched):
+        # The SA knows the link: one LinkRecord names the peer's LID and
+        # port, one NodeRecord the peer (python-rdma's way).
+        from_lid = yield sched.prepare_path_lid(path)
+        req = IBA.ComponentMask(IBA.SALinkRecord())
+        req.fromLID = from_lid
+        req.fromPort = idx
+        rep = yield sched.SubnAdmGet(req)
+        peer_path.__dict__["_cached_resolved_dlid"] = rep.toLID
+        node, here = yield subnet_ninf_SMP(sched, sbn, peer_path, get_desc,
+                                           True)
+        if isinstance(node, Switch):
+            here = node.get_port(rep.toPort)
+        sbn.topology[here] = port
+        sbn.topology[port] = here
+        return
     ninf = yield sched.SubnGet(IBA.SMPNodeInfo, peer_path)
     node, _ = sbn.get_node_ninf(ninf, peer_path)
     # advance_dr shortens a route that turns back at a CA: it then knows

@@ -1,10 +1,11 @@
 """The ``ibtool`` command line (also ``python -m rdma``): verbs tools
 (``devices``, ``devinfo``, ``pingpong``, ``perf``, ``validate``, ``demo``)
 and InfiniBand management tools named and shaped like infiniband-diags'
-(``ibstat``, ``smpquery``, ``ibaddr``, ``sminfo``, ``perfquery``,
-``ibnetdiscover``, ``ibswitches``, ``ibhosts``, ``ibroute``,
-``ibtracert``, ``ibqueryerrors``, ``ibportstate``, ``set_nodedesc``,
-``saquery``).  The script is not called ``rdma``: that is
+(``ibstat``, ``smpquery``, ``smpdump``, ``ibaddr``, ``sminfo``,
+``perfquery``, ``ibnetdiscover``, ``ibswitches``, ``ibhosts``,
+``ibrouters``, ``ibnodes``, ``iblinkinfo``, ``ibroute``, ``dump_lfts``,
+``dump_mfts``, ``ibtracert``, ``ibqueryerrors``, ``ibportstate``,
+``set_nodedesc``, ``saquery``).  The script is not called ``rdma``: that is
 iproute2's tool.
 
 Every subcommand prints errors as one line on stderr (no traceback) and
@@ -73,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     _inquiry.add_parsers(sub)
     from rdma.cli import topology as _topology
     _topology.add_parsers(sub)
+    from rdma.cli import linkinfo as _linkinfo
+    _linkinfo.add_parser(sub)
+    from rdma.cli import smpdump as _smpdump
+    _smpdump.add_parser(sub)
     from rdma.cli import routes as _routes
     _routes.add_parsers(sub)
     from rdma.cli import errors as _errors

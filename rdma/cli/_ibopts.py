@@ -13,10 +13,12 @@ knows (GIDs, ``IBPath(...)``) works too.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 __all__ = ["add_device_options", "add_target_options", "get_end_port",
-           "parse_target", "smp_path", "gmp_path", "smp_get", "CmdError"]
+           "parse_target", "smp_path", "gmp_path", "smp_get", "CmdError",
+           "add_node_name_map", "load_node_name_map", "node_name",
+           "add_sa_option", "transactor"]
 
 
 class CmdError(ValueError):
@@ -165,3 +167,88 @@ def smp_get(umad: Any, cls: type, path: Any, amod: int = 0) -> Any:
     """One SubnGet of ``cls`` over ``path`` with python-rdma's transactor
     API; return the decoded attribute."""
     return umad.SubnGet(cls, path, amod)
+
+
+def add_node_name_map(p: argparse.ArgumentParser) -> None:
+    """``--node-name-map FILE``: print the names a map file gives node
+    GUIDs instead of their NodeDescription (infiniband-diags' option)."""
+    p.add_argument("--node-name-map", dest="node_name_map", metavar="FILE",
+                   default=None,
+                   help="node name map file: lines 'GUID \"name\"' whose "
+                        "names replace those nodes' descriptions")
+
+
+def load_node_name_map(name: Optional[str]) -> Dict[int, str]:
+    """Read a node name map: one node per line, its GUID (``0x...`` hex,
+    or decimal) then its name (in double quotes, or the rest of the
+    line); ``#`` starts a comment, blank lines are skipped.  Returns
+    ``{node GUID: name}`` (empty for *name* None).
+
+    :raises CmdError: if the file cannot be read or a line has no GUID or
+        no name, naming the file and the line."""
+    if name is None:
+        return {}
+    try:
+        with open(name) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise CmdError(f"cannot read node name map {name}: "
+                       f"{e.strerror}") from None
+    out: Dict[int, str] = {}
+    for n, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        word, _, rest = text.partition(" ")
+        if "\t" in word:
+            word, _, more = word.partition("\t")
+            rest = more + " " + rest
+        try:
+            guid = int(word, 0)
+        except ValueError:
+            raise CmdError(f"{name} line {n}: {word!r} is not a GUID "
+                           f"(write 0x...)") from None
+        if not 0 <= guid < 1 << 64:
+            raise CmdError(f"{name} line {n}: {word!r} is not a 64-bit "
+                           f"GUID")
+        rest = rest.strip()
+        if rest.startswith('"'):
+            end = rest.find('"', 1)
+            if end < 0:
+                raise CmdError(f"{name} line {n}: the name has no closing "
+                               f"quote")
+            nm = rest[1:end]
+        else:
+            nm = rest.split("#", 1)[0].strip()
+        if not nm:
+            raise CmdError(f"{name} line {n}: GUID {word} has no name")
+        out[guid] = nm
+    return out
+
+
+def node_name(name_map: Dict[int, str], guid: Any, desc: Any) -> str:
+    """The name to print for the node with GUID *guid*: its name in
+    *name_map* (see :func:`load_node_name_map`), else its description."""
+    if name_map and guid is not None:
+        nm = name_map.get(int(guid))
+        if nm is not None:
+            return nm
+    return "" if desc is None else str(desc)
+
+
+def add_sa_option(p: argparse.ArgumentParser) -> None:
+    """``--sa`` (python-rdma's option): read what the command reads by
+    SMPs from the SA's records instead."""
+    p.add_argument("--sa", dest="use_sa", action="store_true",
+                   help="read NodeInfo, PortInfo, forwarding tables... "
+                        "from the SA's records instead of by SMPs "
+                        "(python-rdma's option)")
+
+
+def transactor(umad: Any, args: argparse.Namespace) -> Any:
+    """*umad*, or with ``--sa`` an :class:`rdma.satransactor.SATransactor`
+    around it (SMP reads become SA record queries)."""
+    if getattr(args, "use_sa", False):
+        from rdma.satransactor import SATransactor
+        return SATransactor(umad)
+    return umad

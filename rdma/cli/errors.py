@@ -20,7 +20,9 @@ import sys
 from typing import Any, Dict, List, Tuple
 
 from rdma import IBA
-from rdma.cli._ibopts import CmdError, add_device_options, get_end_port
+from rdma.cli._ibopts import (CmdError, add_device_options,
+                              add_node_name_map, add_sa_option,
+                              get_end_port, load_node_name_map, node_name)
 
 __all__ = ["add_parser", "ibqueryerrors", "ERROR_COUNTERS", "port_errors"]
 
@@ -47,6 +49,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    metavar="NAME=VALUE",
                    help="report NAME only above VALUE (default 0)")
     add_device_options(p)
+    add_node_name_map(p)
+    add_sa_option(p)
     p.set_defaults(func=ibqueryerrors)
     return p
 
@@ -91,6 +95,7 @@ def ibqueryerrors(args: argparse.Namespace) -> int:
     import rdma.subnet
     import rdma.umad
     thresholds = _thresholds(args.threshold)
+    names = load_node_name_map(args.node_name_map)
     suppressed = ["PortRcvSwitchRelayErrors"] if args.suppress_common else []
     end_port = get_end_port(args)
     nodes = ports = bad_nodes = bad_ports = 0
@@ -99,7 +104,7 @@ def ibqueryerrors(args: argparse.Namespace) -> int:
         sbn = rdma.subnet.Subnet()
         rdma.discovery.load(sched, sbn, ["all_NodeInfo",
                                          "all_NodeDescription",
-                                         "all_topology"])
+                                         "all_topology"], sa=args.use_sa)
         for node in sbn.iternodes():
             if node.ninf is None:
                 continue
@@ -154,8 +159,9 @@ def ibqueryerrors(args: argparse.Namespace) -> int:
             if report:
                 bad_nodes += 1
                 # infiniband-diags names a switch by GUID, a CA by name
-                print(f"Errors for 0x{nguid:x} \"{node.desc}\"" if is_switch
-                      else f"Errors for \"{node.desc}\"")
+                name = node_name(names, nguid, node.desc)
+                print(f"Errors for 0x{nguid:x} \"{name}\"" if is_switch
+                      else f"Errors for \"{name}\"")
                 print("\n".join(report))
     print()
     print(f"## Summary: {nodes} nodes checked, {bad_nodes} bad nodes found")

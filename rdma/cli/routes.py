@@ -25,10 +25,12 @@ from typing import Any, Dict, List, Tuple
 
 from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
-                              add_target_options, get_end_port, smp_get,
-                              smp_path)
+                              add_node_name_map, add_sa_option,
+                              add_target_options, get_end_port,
+                              load_node_name_map, node_name, smp_get,
+                              smp_path, transactor)
 
-__all__ = ["add_parsers", "ibroute", "ibtracert"]
+__all__ = ["add_parsers", "ibroute", "ibtracert", "dump_fts"]
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -49,7 +51,27 @@ def add_parsers(subparsers: Any) -> None:
                         "0xC000 and up)")
     add_device_options(p)
     add_target_options(p)
+    add_node_name_map(p)
+    add_sa_option(p)
     p.set_defaults(func=ibroute)
+
+    for name, mcast in (("dump_lfts", False), ("dump_mfts", True)):
+        kind = "multicast" if mcast else "unicast"
+        p = subparsers.add_parser(
+            name, help=f"the {kind} forwarding table of every switch of "
+                       f"the subnet (like {name}, infiniband-diags' "
+                       f"dump_fts{' -M' if mcast else ''})")
+        p.add_argument("rest", nargs="*", metavar="START",
+                       help=f"the first and last {'M' if mcast else ''}LID "
+                            f"to show")
+        p.add_argument("-a", "--all", action="store_true",
+                       help="show invalid entries too")
+        p.add_argument("-n", "--no_dests", action="store_true",
+                       help="do not query the destinations (multicast: "
+                            "show the port masks in hex)")
+        add_device_options(p)
+        add_node_name_map(p)
+        p.set_defaults(func=dump_fts, multicast=mcast)
 
     p = subparsers.add_parser(
         "ibtracert", help="the route between two LIDs (like ibtracert)")
@@ -72,15 +94,27 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--ports-file", metavar="FILE", default=None,
                    help="trace each 'SOURCE DESTINATION' line of FILE "
                         "instead of the arguments")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="trace towards a destination LID that is not in "
+                        "the subnet, as far as the forwarding tables lead")
     add_device_options(p)
+    add_node_name_map(p)
+    add_sa_option(p)
     p.set_defaults(func=ibtracert)
 
 
-def _header(path: Any) -> str:
+def _header(path: Any, discovered: bool = False) -> str:
+    """How ``ibroute`` names the switch at *path*.  A directed route
+    that discovery found (*discovered*, ``dump_fts``) is shown with SLID
+    and DLID 0 where a route from the command line shows the permissive
+    LID, as infiniband-diags does."""
     import rdma.path
     if isinstance(path, rdma.path.IBDRPath):
         route = ",".join(str(b) for b in bytes(path.drPath))
-        return f"DR path slid {path.drSLID}; dlid {path.drDLID}; {route}"
+        slid, dlid = path.drSLID, path.drDLID
+        if discovered:
+            slid, dlid = (0 if x == 0xFFFF else x for x in (slid, dlid))
+        return f"DR path slid {slid}; dlid {dlid}; {route}"
     return f"Lid {path.DLID}"
 
 
@@ -95,7 +129,7 @@ def _int(text: str, what: str) -> int:
 
 
 def _dest(umad: Any, end_port: Any, lid: int,
-          cache: Dict[int, str]) -> str:
+          cache: Dict[int, str], names: Any = None) -> str:
     """``(Channel Adapter portguid 0x...: 'Hca1')`` for a LID."""
     import rdma.IBA as IBA
     import rdma.path
@@ -112,8 +146,9 @@ def _dest(umad: Any, end_port: Any, lid: int,
         desc = nd.nodeString
         desc = desc if isinstance(desc, str) else bytes(desc).decode(
             "utf-8", "replace")
+        desc = node_name(names, ni.nodeGUID, desc.split(chr(0))[0])
         text = (f"({_ibfmt.NODE_TYPES.get(ni.nodeType, '???')} portguid "
-                f"0x{int(ni.portGUID):016x}: '{desc.split(chr(0))[0]}')")
+                f"0x{int(ni.portGUID):016x}: '{desc}')")
     cache[lid] = text
     return text
 
@@ -126,47 +161,63 @@ def ibroute(args: argparse.Namespace) -> int:
         raise CmdError("give the switch (LID, -G GUID or -D route)")
     if len(args.rest) > 3:
         raise CmdError(f"too many arguments: {' '.join(args.rest)}")
+    names = load_node_name_map(args.node_name_map)
     end_port = get_end_port(args)
-    with rdma.umad.UMAD(end_port) as umad:
-        path = smp_path(args.rest[0], args, end_port, umad)
+    with rdma.umad.UMAD(end_port) as raw:
+        umad = transactor(raw, args)
+        path = smp_path(args.rest[0], args, end_port, raw)
         ni = smp_get(umad, IBA.SMPNodeInfo, path)
         if ni.nodeType != 2:
             raise CmdError(f"{args.rest[0]} is not a switch")
-        nd = smp_get(umad, IBA.SMPNodeDescription, path)
-        si = smp_get(umad, IBA.SMPSwitchInfo, path)
-        if args.multicast:
-            return _ibroute_mcast(args, umad, path, ni, nd, si)
-        top = si.linearFDBTop
-        first = _int(args.rest[1], "start LID") if len(args.rest) > 1 else 0
-        last = _int(args.rest[2], "end LID") if len(args.rest) > 2 else top
-        last = min(last, top)
-        desc = nd.nodeString
-        desc = desc if isinstance(desc, str) else bytes(desc).decode(
-            "utf-8", "replace")
-        print(f"Unicast lids [0x{first:x}-0x{last:x}] of switch "
-              f"{_header(path)} guid 0x{int(ni.nodeGUID):016x} "
-              f"({desc.split(chr(0))[0]}):")
-        print("  Lid  Out   Destination")
-        print("       Port     Info ")
-        blocks: Dict[int, List[int]] = {}
-        cache: Dict[int, str] = {}
-        shown = 0
-        for lid in range(first, last + 1):
-            blk = lid // 64
-            if blk not in blocks:
-                blocks[blk] = list(smp_get(
-                    umad, IBA.SMPLinearForwardingTable, path, blk).portBlock)
-            port = blocks[blk][lid % 64]
-            if port == 0xFF and not args.all:
-                continue
-            shown += 1
-            if args.no_dests:
-                print(f"0x{lid:04x} {port:03d} ")
-            elif port == 0xFF:
-                print(f"0x{lid:04x} {port:03d} : (path #0 - illegal port)")
-            else:
-                print(f"0x{lid:04x} {port:03d} : "
-                      f"{_dest(umad, end_port, lid, cache)}")
+        return _dump_switch(args, umad, end_port, path, ni, args.rest[1:],
+                            names, {})
+
+
+def _dump_switch(args: argparse.Namespace, umad: Any, end_port: Any,
+                 path: Any, ni: Any, rng: List[str], names: Any,
+                 cache: Dict[int, str], discovered: bool = False) -> int:
+    """Print the forwarding table (``args.multicast``: the multicast
+    one) of the switch at *path* whose NodeInfo is *ni*, for the range
+    *rng* of the command line, as ``ibroute`` does (*discovered*: *path*
+    is a route discovery found, see :func:`_header`)."""
+    import rdma.IBA as IBA
+    head = _header(path, discovered)
+    nd = smp_get(umad, IBA.SMPNodeDescription, path)
+    si = smp_get(umad, IBA.SMPSwitchInfo, path)
+    if args.multicast:
+        return _ibroute_mcast(args, umad, path, ni, nd, si, rng, names,
+                              head)
+    top = si.linearFDBTop
+    first = _int(rng[0], "start LID") if len(rng) > 0 else 0
+    last = _int(rng[1], "end LID") if len(rng) > 1 else top
+    last = min(last, top)
+    desc = nd.nodeString
+    desc = desc if isinstance(desc, str) else bytes(desc).decode(
+        "utf-8", "replace")
+    desc = node_name(names, ni.nodeGUID, desc.split(chr(0))[0])
+    print(f"Unicast lids [0x{first:x}-0x{last:x}] of switch "
+          f"{head} guid 0x{int(ni.nodeGUID):016x} "
+          f"({desc}):")
+    print("  Lid  Out   Destination")
+    print("       Port     Info ")
+    blocks: Dict[int, List[int]] = {}
+    shown = 0
+    for lid in range(first, last + 1):
+        blk = lid // 64
+        if blk not in blocks:
+            blocks[blk] = list(smp_get(
+                umad, IBA.SMPLinearForwardingTable, path, blk).portBlock)
+        port = blocks[blk][lid % 64]
+        if port == 0xFF and not args.all:
+            continue
+        shown += 1
+        if args.no_dests:
+            print(f"0x{lid:04x} {port:03d} ")
+        elif port == 0xFF:
+            print(f"0x{lid:04x} {port:03d} : (path #0 - illegal port)")
+        else:
+            print(f"0x{lid:04x} {port:03d} : "
+                  f"{_dest(umad, end_port, lid, cache, names)}")
     print(f"{shown} {'lids' if args.all else 'valid lids'} dumped ")
     return 0
 
@@ -229,7 +280,8 @@ def mcast_line(mlid: int, mask: int, nports: int, brief: bool,
 
 
 def _ibroute_mcast(args: argparse.Namespace, umad: Any, path: Any,
-                   ni: Any, nd: Any, si: Any) -> int:
+                   ni: Any, nd: Any, si: Any, rng: List[str],
+                   names: Any = None, head: str = "") -> int:
     """``ibroute -M``: the multicast forwarding table, the blocks of the
     range read in parallel with :meth:`rdma.subnet.Switch`'s block
     reader."""
@@ -238,17 +290,18 @@ def _ibroute_mcast(args: argparse.Namespace, umad: Any, path: Any,
     import rdma.discovery
     import rdma.IBA as IBA
     import rdma.subnet
-    first = _mlid(args.rest[1], "start MLID") if len(args.rest) > 1 else 0
-    last = _mlid(args.rest[2], "end MLID") if len(args.rest) > 2 else 0
+    first = _mlid(rng[0], "start MLID") if len(rng) > 0 else 0
+    last = _mlid(rng[1], "end MLID") if len(rng) > 1 else 0
     first, last, warns = mcast_range(si.multicastFDBCap,
                                      si.multicastFDBTop, first, last,
                                      args.all)
     for w in warns:
         print(f"ibtool ibroute: warning: {w}", file=sys.stderr)
     nports = ni.numPorts
-    desc = rdma.subnet.node_description(nd.nodeString)
+    desc = node_name(names, ni.nodeGUID,
+                     rdma.subnet.node_description(nd.nodeString))
     print(f"Multicast mlids [0x{first:x}-0x{last:x}] of switch "
-          f"{_header(path)} guid 0x{int(ni.nodeGUID):016x} ({desc}):")
+          f"{head or _header(path)} guid 0x{int(ni.nodeGUID):016x} ({desc}):")
     if args.no_dests:
         print(" MLid       Port Mask")
     else:
@@ -262,13 +315,19 @@ def _ibroute_mcast(args: argparse.Namespace, umad: Any, path: Any,
     sw = rdma.subnet.Switch()
     sw.ninf, sw.swinf = ni, si
     sw.mfdb = [0] * sw.mfdb_size
-    sched = rdma.discovery.scheduler_class()(umad)
-    # Every block of the range, every position, in parallel.
-    blocks = range((first - IBA.LID_MULTICAST) // 32,
-                   (last - IBA.LID_MULTICAST) // 32 + 1)
-    sched.run(mqueue=(sw._get_MFDB(sched, blk, pos, path)
-                      for blk in blocks
-                      for pos in range(sw.mfdb_positions)))
+    from rdma.satransactor import SATransactor
+    if isinstance(umad, SATransactor):
+        # --sa: every MulticastForwardingTableRecord of the switch, one
+        # GetTable (synchronous: a directed route is resolved on the way).
+        umad.do_async(sw._get_MFDB_SA(umad, path))
+    else:
+        sched = rdma.discovery.scheduler_class()(umad)
+        # Every block of the range, every position, in parallel.
+        blocks = range((first - IBA.LID_MULTICAST) // 32,
+                       (last - IBA.LID_MULTICAST) // 32 + 1)
+        sched.run(mqueue=(sw._get_MFDB(sched, blk, pos, path)
+                          for blk in blocks
+                          for pos in range(sw.mfdb_positions)))
     shown = 0
     for mlid in range(first, last + 1):
         line = mcast_line(mlid, sw.mfdb[mlid - IBA.LID_MULTICAST], nports,
@@ -290,18 +349,53 @@ def _kind(node: Any) -> str:
         type(node).__name__]
 
 
-def trace(sbn: Any, slid: int, dlid: int, brief: bool = False
-          ) -> List[str]:
+class TraceError(CmdError):
+    """A route that cannot be followed to its end; :attr:`lines` are the
+    lines of the route printed up to there."""
+
+    def __init__(self, msg: str, lines: List[str]):
+        super().__init__(msg)
+        #: The lines ``ibtracert`` prints before the failure.
+        self.lines = list(lines)
+
+
+def trace(sbn: Any, slid: int, dlid: int, brief: bool = False,
+          names: Any = None, force: bool = False) -> List[str]:
     """The lines ``ibtracert SLID DLID`` prints (``ibtracert -n`` with
     *brief*), from a subnet database with the forwarding tables
-    (``all_LFDB``)."""
+    (``all_LFDB``).  *names* maps node GUIDs to the names to print
+    (``--node-name-map``).  With *force* (``-f``) a destination LID that
+    is not in the subnet is still traced, as far as the forwarding tables
+    lead, and the trace ends at a port with that LID.
+
+    :raises TraceError: where the route cannot be followed (with the
+        lines up to there)."""
     def end_of(lid: int, what: str) -> Any:
         port = sbn.lids[lid] if 0 < lid < len(sbn.lids) else None
         if port is None:
             raise CmdError(f"{what} LID {lid} is not in the subnet")
         return port
 
-    src, dst = end_of(slid, "source"), end_of(dlid, "destination")
+    def name(n: Any) -> str:
+        return node_name(names, n.ninf.nodeGUID, n.desc)
+
+    def arrived(ep: Any) -> bool:
+        if dst is not None:
+            return ep is dst
+        lo, hi = _lids(ep) if ep.LID else (0, -1)
+        return lo <= dlid <= hi
+
+    def out_of(sw: Any) -> int:
+        lfdb = sw.lfdb or []
+        return lfdb[dlid] if dlid < len(lfdb) else 0xFF
+
+    src = end_of(slid, "source")
+    try:
+        dst = end_of(dlid, "destination")
+    except CmdError:
+        if not force:
+            raise
+        dst = None
     node = src.parent
     a, b = _lids(src)
     if brief:
@@ -309,28 +403,33 @@ def trace(sbn: Any, slid: int, dlid: int, brief: bool = False
                f"[{src.port_id}]"]
     else:
         out = [f"From {_kind(node)} {{0x{int(node.ninf.nodeGUID):016x}}} "
-               f"portnum {src.port_id} lid {a}-{b} \"{node.desc}\""]
+               f"portnum {src.port_id} lid {a}-{b} \"{name(node)}\""]
     hops = 0
     here = src
-    while here.to_end_port() is not dst:
+    while not arrived(here.to_end_port()):
         if type(node).__name__ == "Switch":
-            lfdb = node.lfdb or []
-            out_port = lfdb[dlid] if dlid < len(lfdb) else 0xFF
+            out_port = out_of(node)
             if out_port == 0xFF:
-                raise CmdError(f"no route to LID {dlid} at switch "
-                               f"\"{node.desc}\"")
+                raise TraceError(f"no route to LID {dlid} at switch "
+                                 f"\"{name(node)}\"", out)
             port = node.ports[out_port]
         else:
             port = here
         peer = sbn.topology.get(port)
         if peer is None:
-            raise CmdError(f"\"{node.desc}\" port {port.port_id} has no "
-                           f"link")
+            raise TraceError(f"\"{name(node)}\" port {port.port_id} has "
+                             f"no link", out)
         hops += 1
         if hops > 64:
-            raise CmdError(f"routing loop towards LID {dlid}")
+            raise TraceError(f"routing loop towards LID {dlid}", out)
         node, here = peer.parent, peer
         ep = peer.to_end_port()
+        if type(node).__name__ == "Switch" and not arrived(ep) and \
+                out_of(node) == 0xFF:
+            # As infiniband-diags: the next switch's table is read before
+            # the hop to it is shown.
+            raise TraceError(f"no route to LID {dlid} at switch "
+                             f"\"{name(node)}\"", out)
         a, b = _lids(ep)
         if brief:
             out.append(f"[{port.port_id}] -> {{0x{int(ep.portGUID):016x}}}"
@@ -338,17 +437,18 @@ def trace(sbn: Any, slid: int, dlid: int, brief: bool = False
         else:
             out.append(f"[{port.port_id}] -> {_kind(node)} port "
                        f"{{0x{int(ep.portGUID):016x}}}[{peer.port_id}] lid "
-                       f"{a}-{b} \"{node.desc}\"")
-        if type(node).__name__ != "Switch" and ep is not dst:
-            raise CmdError(f"the route to LID {dlid} ends at "
-                           f"\"{node.desc}\"")
+                       f"{a}-{b} \"{name(node)}\"")
+        if type(node).__name__ != "Switch" and not arrived(ep):
+            raise TraceError(f"the route to LID {dlid} ends at "
+                             f"\"{name(node)}\"", out)
+    dst = here.to_end_port()
     a, b = _lids(dst)
     if brief:
         out.append(f"To {{0x{int(node.ninf.nodeGUID):016x}}}"
                    f"[{dst.port_id}]")
     else:
         out.append(f"To {_kind(node)} {{0x{int(node.ninf.nodeGUID):016x}}} "
-                   f"portnum {dst.port_id} lid {a}-{b} \"{node.desc}\"")
+                   f"portnum {dst.port_id} lid {a}-{b} \"{name(node)}\"")
     return out
 
 
@@ -395,7 +495,7 @@ class _MNode:
 
 def mcast_trace(sbn: Any, mft_entry: Any, slid: int, dlid: int,
                 mlid: int, brief: bool = False,
-                local_lid: int = 0) -> List[str]:
+                local_lid: int = 0, names: Any = None) -> List[str]:
     """The lines ``ibtracert -m MLID SLID DLID`` prints: a breadth-first
     walk from the source down the multicast forwarding tables
     (``mft_entry(switch, mlid)`` returns a switch's port mask, or None
@@ -483,7 +583,7 @@ def mcast_trace(sbn: Any, mft_entry: Any, slid: int, dlid: int,
     chain.reverse()
 
     def desc(n: Any) -> str:
-        return n.node.desc
+        return node_name(names, n.node.ninf.nodeGUID, n.node.desc)
 
     a, b = _lids(src)
     out = [f"From {_kind(src.parent)} 0x{int(src.parent.ninf.nodeGUID):x} "
@@ -537,6 +637,7 @@ def ibtracert(args: argparse.Namespace) -> int:
             raise CmdError(f"give the source and the destination {what}")
         pairs = [(0, list(args.rest))]
         _ends(pairs[0][1], args)            # bad arguments: before MADs
+    names = load_node_name_map(args.node_name_map)
     mlid = None
     if args.mlid is not None:
         mlid = _mlid(args.mlid, "MLID")
@@ -550,7 +651,8 @@ def ibtracert(args: argparse.Namespace) -> int:
         rdma.discovery.load(sched, sbn, ["all_NodeInfo",
                                          "all_NodeDescription",
                                          "all_PortInfo",
-                                         "all_topology", "all_LFDB"])
+                                         "all_topology", "all_LFDB"],
+                            sa=args.use_sa)
 
         def entry(sw: Any, m: int) -> Any:
             return _mft_entry(sched, sbn, sw, m)
@@ -561,10 +663,16 @@ def ibtracert(args: argparse.Namespace) -> int:
                     src = _lid_of_guid(sbn, src, "source")
                     dst = _lid_of_guid(sbn, dst, "destination")
                 if mlid is None:
-                    lines = trace(sbn, src, dst, args.no_info)
+                    lines = trace(sbn, src, dst, args.no_info, names,
+                                  args.force)
                 else:
                     lines = mcast_trace(sbn, entry, src, dst, mlid,
-                                        args.no_info, end_port.lid)
+                                        args.no_info, end_port.lid, names)
+            except TraceError as e:
+                if args.force:
+                    # Show how far the route goes, as ibtracert -f does.
+                    print("\n".join(e.lines), flush=True)
+                raise _at_line(e, args, n) from None
             except CmdError as e:
                 raise _at_line(e, args, n) from None
             print("\n".join(lines), flush=True)
@@ -641,3 +749,48 @@ def _mft_entry(sched: Any, sbn: Any, sw: Any, mlid: int) -> Any:
     except (IBA.MADError, RDMAError):
         return None
     return block[idx % 32]
+
+
+def dump_fts(args: argparse.Namespace) -> int:
+    """Run ``ibtool dump_lfts`` / ``dump_mfts``: discover the subnet by
+    directed routes, then print every switch's forwarding table as
+    ``ibroute`` does, reached by the directed route discovery found (the
+    header says ``DR path ...``, as infiniband-diags' ``dump_fts``)."""
+    import sys
+
+    import rdma.discovery
+    import rdma.subnet
+    import rdma.umad
+    from rdma._errors import RDMAError
+    from rdma._mad import MADError
+    if len(args.rest) > 2:
+        raise CmdError(f"too many arguments: {' '.join(args.rest)} (give "
+                       f"the first and the last LID)")
+    check = _mlid if args.multicast else _int
+    for text, what in zip(args.rest, ("start", "end")):
+        check(text, f"{what} {'M' if args.multicast else ''}LID")
+    names = load_node_name_map(args.node_name_map)
+    end_port = get_end_port(args)
+    with rdma.umad.UMAD(end_port) as umad:
+        sched = rdma.discovery.scheduler_class()(umad)
+        sbn = rdma.subnet.Subnet()
+        sbn.lid_routed = False
+        rdma.discovery.load(sched, sbn, ["all_NodeInfo", "all_topology"])
+        for path, err in getattr(sbn, "errors", []):
+            print(f"ibtool {args.command}: warning: {path}: {err}",
+                  file=sys.stderr)
+        cache: Dict[int, str] = {}
+        failed = 0
+        for sw in list(sbn.iterswitches()):
+            path = sbn.paths.get(sw.ports[0]) if sw.ports else None
+            if path is None:
+                continue
+            try:
+                _dump_switch(args, umad, end_port, path, sw.ninf,
+                             list(args.rest), names, cache, discovered=True)
+            except (MADError, RDMAError) as e:
+                # A switch that stops answering: the others are dumped.
+                failed += 1
+                print(f"ibtool {args.command}: {sw.desc}: {e}",
+                      file=sys.stderr, flush=True)
+    return 1 if failed else 0

@@ -21,8 +21,10 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
-                              add_target_options, get_end_port, smp_get,
-                              smp_path)
+                              add_node_name_map, add_sa_option,
+                              add_target_options, get_end_port,
+                              load_node_name_map, smp_get, smp_path,
+                              transactor)
 
 __all__ = ["add_parser", "smpquery", "format_fields"]
 
@@ -184,6 +186,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_target_options(p)
     p.add_argument("-t", "--timeout", type=int, default=None, metavar="MS",
                    help="timeout of each SMP in ms")
+    add_node_name_map(p)
+    add_sa_option(p)
     p.set_defaults(func=smpquery)
     return p
 
@@ -220,12 +224,20 @@ def smpquery(args: argparse.Namespace) -> int:
     amod = args.portnum or 0
     if not 0 <= amod <= 255:
         raise CmdError(f"port {amod} is out of range 0-255")
+    names = load_node_name_map(args.node_name_map)
     end_port = get_end_port(args)
     kw = {} if args.timeout is None else {"timeout_ms": args.timeout}
-    with rdma.umad.UMAD(end_port, **kw) as umad:
-        path = smp_path(args.target, args, end_port, umad)
+    with rdma.umad.UMAD(end_port, **kw) as raw:
+        umad = transactor(raw, args)
+        path = smp_path(args.target, args, end_port, raw)
         value = smp_get(umad, getattr(IBA, attr), path, amod)
         lines = fmt(value)
+        if op == "nodedesc" and names:
+            # --node-name-map: the node's name, if the map has its GUID
+            ni = smp_get(umad, IBA.SMPNodeInfo, path)
+            name = names.get(int(ni.nodeGUID))
+            if name is not None:
+                lines = ["Node Description:" + name.rjust(32, ".")]
         if op == "portinfo" and value.capabilityMask == 0 and amod:
             # a switch's external port: its capabilities are port 0's
             port0 = smp_get(umad, IBA.SMPPortInfo, path, 0)
@@ -244,8 +256,9 @@ def _table(args: argparse.Namespace, op: str) -> int:
         raise CmdError(f"port {port} is out of range 0-254")
     end_port = get_end_port(args)
     kw = {} if args.timeout is None else {"timeout_ms": args.timeout}
-    with rdma.umad.UMAD(end_port, **kw) as umad:
-        path = smp_path(args.target, args, end_port, umad)
+    with rdma.umad.UMAD(end_port, **kw) as raw:
+        umad = transactor(raw, args)
+        path = smp_path(args.target, args, end_port, raw)
         lines = _TABLES[op](umad, path, port, _where(path))
     print("\n".join(lines))
     return 0
