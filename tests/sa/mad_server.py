@@ -15,7 +15,8 @@ and answers COUNT requests:
   naming ``REDIRECT_LID`` (QP1, the QP1 Q_Key, the default P_Key);
 - ``error``: answered with status 0x1C (invalid attribute or modifier).
 
-Then it prints ``done`` and JSON: requests handled, tries per TID.
+It prints ``req TID TRY`` for each request it gets, then ``done`` and
+JSON: requests handled, tries per TID.
 """
 import json
 import sys
@@ -52,6 +53,7 @@ def main() -> int:
         handled += 1
         tid = fmt.transactionID & 0xFFFFFFFF
         seen[tid] = seen.get(tid, 0) + 1
+        print(f"req {tid:#x} {seen[tid]}", flush=True)
         if mode.startswith("busy:") and seen[tid] <= int(mode[5:]):
             u.send_reply(fmt, None, path, status=IBA.MAD_STATUS_BUSY)
             continue
