@@ -11,6 +11,7 @@ do.  Every process is bounded by a timeout and killed at the end.
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -463,3 +464,47 @@ def test_perftest(env, tool, tls):
     out = res[1][1]
     # the result row: message size, then the iteration count
     assert re.search(r"^\s*\d+\s+200\s+[\d.]+", out, re.M), out
+
+
+def test_perftest_writes_go_on_into_a_stopped_server(env, monkeypatch):
+    """ib_write_bw's server is stopped (SIGSTOP) while its client streams
+    WRITEs into the server's own ibv_reg_mr buffer: the WRITEs go on
+    (cross-memory attach, docs/fabric.rst "A stopped target"), and both
+    finish normally once the server goes on."""
+    if shutil.which("ib_write_bw") is None:
+        pytest.skip("ib_write_bw is not installed (Debian package perftest)")
+    from fabric_helpers import node_stats
+    env.update(SHM)
+    port = free_port()
+    args = ["ib_write_bw", "-d", "ucx0", "-p", str(port), "-s", "4096",
+            "-n", "200000"]
+    srv = popen(on_fabric(*args), env)
+    cli = None
+    monkeypatch.setenv("RDMA_UCX_DIR", env["RDMA_UCX_DIR"])   # node_stats
+    try:
+        fh.wait_listening(srv, port, T)
+        cli = popen(on_fabric(*args, "127.0.0.1"), env)
+        deadline = time.monotonic() + T
+        while not (node_stats(cli.pid) or {}).get("cma_write"):
+            assert cli.poll() is None, cli.communicate()
+            assert time.monotonic() < deadline, "no WRITE by cross-memory " \
+                "attach"
+            time.sleep(0.01)
+        os.kill(srv.pid, signal.SIGSTOP)
+        try:
+            n0 = node_stats(cli.pid)["cma_write"]
+            time.sleep(2)
+            n1 = node_stats(cli.pid)["cma_write"]
+            srv_stats = node_stats(srv.pid)
+        finally:
+            os.kill(srv.pid, signal.SIGCONT)
+        assert n1 - n0 > 100, (n0, n1)
+        out, err = cli.communicate(timeout=T)
+        assert cli.returncode == 0, out + err
+        sout, serr = srv.communicate(timeout=T)
+        assert srv.returncode == 0, sout + serr
+        assert srv_stats["am_req"] == 0, srv_stats
+    finally:
+        kill(srv)
+        if cli is not None:
+            kill(cli)
