@@ -32,8 +32,17 @@ def _ibv():
 
 
 def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
+    """The states of all threads of process *pid*, one letter if they
+    agree (a stop reaches each thread in turn: the first may show "T"
+    while the fabric's progress thread still runs)."""
+    states = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                states.add(f.read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            continue                # the thread ended meanwhile
+    return "".join(sorted(states))
 
 
 def _wait_state(pid: int, want: str, timeout: float = 10) -> None:
