@@ -342,7 +342,11 @@ struct ring {
                               sleep or sleeps: the writer must ring (in
                               this line, which the writer reads anyway and
                               the receiver writes only around a sleep) */
-    uint8_t pad0[28];
+    uint32_t wcpu;         /* 1 + the CPU the writer's poll_cq last ran
+                              on, 0: unknown (written when it changes): a
+                              receiver polling on that CPU yields sooner,
+                              the writer cannot run while it spins */
+    uint8_t pad0[24];
     uint64_t head;         /* entries executed (receiver; the writer reads
                               it only when the ring looks full) */
     uint8_t pad1[56];
@@ -429,7 +433,10 @@ struct ucq {
     struct pyrdma_wc *ring; /* entries */
     uint32_t mask;         /* ring size - 1 */
     uint32_t cqe;          /* usable entries */
-    uint32_t head, tail;   /* consumer / producer */
+    uint32_t head, tail;   /* consumer (under take) / producer (under
+                              N.lock), each published with release */
+    uint32_t take;         /* consumers' lock (poll_cq takes entries
+                              without N.lock; resize_cq holds both) */
     int armed;             /* 0, 1: any completion, 2: solicited only */
     int overrun;           /* an entry was lost */
 };
@@ -670,6 +677,9 @@ struct node {
                               (RDMA_UCX_CMA_MIN, default 0) */
     int cma_cap;           /* this process had CAP_SYS_PTRACE at start:
                               its cross-memory copies lower it (req.c) */
+    uint32_t poll_cpu;     /* 1 + the CPU poll_cq last ran on, as the
+                              receivers of this node's rings know it
+                              (struct ring.wcpu), 0: none yet */
 };
 extern struct node N;
 
@@ -760,6 +770,8 @@ int fab_tls_shm(void);
 void fab_ring_make(struct peer *p);
 void fab_rings_sleep(uint32_t v);
 void fab_ring_bell(struct peer *p);
+void fab_rings_cpu(uint32_t cpu1);
+int fab_rings_near(uint32_t cpu1);
 
 /* mr.c */
 int fab_check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n,

@@ -256,6 +256,7 @@ fab_ring_make(struct peer *p)
         unlink(path);
         return;
     }
+    r->wcpu = N.poll_cpu;
     p->tx = r;
     p->tx_head = p->tx_tail = 0;
     __atomic_store_n(&p->ring_state, 1, __ATOMIC_RELEASE);
@@ -282,4 +283,31 @@ fab_ring_bell(struct peer *p)
     if (N.sh != NULL)
         __atomic_fetch_add(&N.sh->st_ring_bell, 1, __ATOMIC_RELAXED);
     ctl_send(p, AM_CTL_BELL);
+}
+
+/* This node's poll_cq now runs on CPU cpu1 - 1: tell the receivers of
+   its rings (struct ring.wcpu; no lock held). */
+void
+fab_rings_cpu(uint32_t cpu1)
+{
+    int i;
+    LOCK();
+    N.poll_cpu = cpu1;
+    for (i = 0; i < N.npeers; i++)
+        if (N.peers[i]->tx != NULL)
+            __atomic_store_n(&N.peers[i]->tx->wcpu, cpu1, __ATOMIC_RELAXED);
+    UNLOCK();
+}
+
+/* Does a node that writes into this node's rings poll on CPU cpu1 - 1,
+   the one the caller runs on (so that it runs only when the caller lets
+   it)?  1 or 0.  A released ring's entry reads as zeros: never. */
+int
+fab_rings_near(uint32_t cpu1)
+{
+    uint32_t i, nr = __atomic_load_n(&N.nrx, __ATOMIC_ACQUIRE);
+    for (i = 0; i < nr; i++)
+        if (__atomic_load_n(&N.rx[i]->wcpu, __ATOMIC_RELAXED) == cpu1)
+            return 1;
+    return 0;
 }
