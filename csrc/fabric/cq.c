@@ -372,7 +372,8 @@ fab_poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
             fab_rings_cpu(cpu1);
         }
         if (++empty_polls >= YIELD_FAR ||
-            (empty_polls >= YIELD_NEAR && N.nrx && fab_rings_near(cpu1))) {
+            (empty_polls >= YIELD_NEAR && cpu1 != 0 && N.nrx &&
+             fab_rings_near(cpu1))) {
             empty_polls = 0;
             sched_yield();
         }

@@ -320,18 +320,50 @@ _Static_assert(offsetof(struct sh_page, qp) == 192, "struct sh_page layout");
  * NAK (through UCP): a cumulative ACK must not pass the NAK before it.
  */
 #define RING_MAGIC 0x474e4952u  /* "RING" */
+#define RING_VERSION 5          /* 5: short entries, struct ring.wcpu */
 #define RING_SLOTS 256          /* a power of 2 */
 #define RING_SLOT 512           /* bytes per entry */
 #define RING_DATA (RING_SLOT - 8)
+#define RING_SHORT 0x80000000u  /* in ring_slot.len: a short entry */
 #define MAX_RX_RINGS 256        /* rings a node accepts */
 
 struct ring_slot {
     uint32_t seq;          /* (entry number + 1) mod 2^32 once written
                               (release): the receiver polls this, in the
                               line it then reads anyway */
-    uint32_t len;          /* bytes in data (struct wire + payload) */
+    uint32_t len;          /* bytes in data (struct wire + payload), or
+                              RING_SHORT | bytes (struct ring_short +
+                              payload) */
     uint8_t data[RING_DATA];
 };
+
+/* The header of a short entry: a SEND (with or without immediate data)
+   without the fields of struct wire a SEND leaves zero (rkey, qkey,
+   raddr, cmp, swap) or a ring implies (src_guid: the ring's sender; len:
+   the payload's bytes), so that seq, len, this and 8 bytes of payload
+   are one cache line: the receiver's one miss per request, as with a UCX
+   shared-memory message (struct wire is 96 bytes: two lines).  Its
+   fields are struct wire's, in runs of the same layout (copied as such);
+   ring_run makes the whole struct wire again before any check. */
+struct ring_short {
+    uint8_t kind, op, flags, rnr_retry; /* AM_REQ, OP_SEND, F_*, ... */
+    uint32_t dst_qpn, src_qpn, psn, slot, epoch; /* (struct wire: 0-23) */
+    uint16_t src_lid, qp_type; /* (32-35) */
+    uint32_t imm;          /* (36-39) */
+    uint32_t ack_psn;      /* (52-55) with F_ACK: the ACK it carries */
+    uint32_t ack_epoch;    /* (80-83) */
+    uint64_t sid;          /* (88-95) the sender's session */
+};
+_Static_assert(sizeof(struct ring_short) == 48 &&
+               8 + sizeof(struct ring_short) + 8 == 64 &&
+               offsetof(struct ring_short, src_lid) == 24 &&
+               offsetof(struct ring_short, ack_psn) == 32 &&
+               offsetof(struct wire, epoch) == 20 &&
+               offsetof(struct wire, src_lid) == 32 &&
+               offsetof(struct wire, imm) == 36 &&
+               offsetof(struct wire, ack_psn) == 52 &&
+               offsetof(struct wire, ack_epoch) == 80 &&
+               offsetof(struct wire, sid) == 88, "struct ring_short");
 
 struct ring {
     uint32_t magic, version;
@@ -960,10 +992,15 @@ static inline int
 ring_put(struct peer *p, const struct slot *s)
 {
     struct ring *r = p->tx;
+    const struct wire *h = (const struct wire *)s->buf;
+    size_t plen = s->len - sizeof(*h);
+    int shrt = h->op == OP_SEND && h->kind == AM_REQ &&
+               h->qp_type == IBV_QPT_RC;
     uint64_t tail;
     struct ring_slot *e;
 
-    if (r == NULL || s->len > RING_DATA || p->failed ||
+    if (r == NULL || p->failed ||
+        (shrt ? sizeof(struct ring_short) + plen : s->len) > RING_DATA ||
         !__atomic_load_n(&r->open, __ATOMIC_ACQUIRE))
         return -1;
     tail = p->tx_tail;
@@ -973,8 +1010,20 @@ ring_put(struct peer *p, const struct slot *s)
             return -1;
     }
     e = &r->s[tail & (RING_SLOTS - 1)];
-    e->len = (uint32_t)s->len;
-    memcpy(e->data, s->buf, s->len);
+    if (shrt) {
+        struct ring_short *k = (struct ring_short *)(void *)e->data;
+        memcpy(k, h, 24);
+        memcpy(&k->src_lid, &h->src_lid, 8);
+        k->ack_psn = h->ack_psn;
+        k->ack_epoch = h->ack_epoch;
+        k->sid = h->sid;
+        memcpy(e->data + sizeof(*k), s->buf + sizeof(*h), plen);
+        e->len = RING_SHORT | (uint32_t)(sizeof(*k) + plen);
+    }
+    else {
+        e->len = (uint32_t)s->len;
+        memcpy(e->data, s->buf, s->len);
+    }
     __atomic_store_n(&e->seq, (uint32_t)(tail + 1), __ATOMIC_RELEASE);
     p->tx_tail = tail + 1;
     return 0;
