@@ -78,9 +78,12 @@
  *
  * Scheduling: the worker lock is a mutex (UCX_USE_MT_MUTEX=y unless set),
  * the progress thread keeps off the worker while the application polls
- * (it drives progress in poll_cq), and a poll_cq that keeps finding
- * nothing yields the CPU once per 64 empty polls: on a small machine the
- * peer it waits for may need this CPU.
+ * (it drives progress in poll_cq; while the request rings carry the
+ * traffic, UCP gets a turn every fifth empty poll: cq.c, UCP_SKIP), and a
+ * poll_cq that keeps finding nothing yields the CPU once per 64 empty
+ * polls, once per 4 when a ring's writer last polled on this very CPU
+ * (struct ring.wcpu): on a small machine the peer it waits for may need
+ * this CPU.
  *
  * Security: every endpoint's first message is a HELLO that proves the
  * sender's key (same host: the receiver's, from its 0600 node record;
@@ -311,7 +314,7 @@ _Static_assert(offsetof(struct sh_page, qp) == 192, "struct sh_page layout");
  * through the same code as an active message (fab_am_dispatch).
  * An entry is published by its `seq` (written last); the receiver polls
  * the next entry's seq, so a request costs the receiver the lines of its
- * entry only.
+ * entry only: one for a SEND with up to 8 bytes (struct ring_short).
  * Waking a sleeping receiver: its progress thread sets `sleep` in each of
  * its rings, then looks at them once more before it sleeps; a writer
  * publishes an entry, then takes `sleep` (both seq_cst), and if it was
