@@ -365,17 +365,19 @@ fab_poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
         /* Busy polling on an oversubscribed machine: the peer we wait
            for may need this very CPU.  After a run of empty polls, give
            it up once (costs a system call when no one else is runnable);
-           soon when a ring's writer polls on this CPU (YIELD_NEAR). */
-        uint32_t cpu1 = (uint32_t)(sched_getcpu() + 1);
-        if (cpu1 != poll_cpu) {
-            poll_cpu = cpu1;
-            fab_rings_cpu(cpu1);
-        }
-        if (++empty_polls >= YIELD_FAR ||
-            (empty_polls >= YIELD_NEAR && cpu1 != 0 && N.nrx &&
-             fab_rings_near(cpu1))) {
-            empty_polls = 0;
-            sched_yield();
+           soon when a ring's writer polls on this CPU (YIELD_NEAR).  Our
+           own CPU is told to our rings' receivers once we wait too. */
+        if (++empty_polls >= YIELD_NEAR) {
+            uint32_t cpu1 = (uint32_t)(sched_getcpu() + 1);
+            if (cpu1 != poll_cpu) {
+                poll_cpu = cpu1;
+                fab_rings_cpu(cpu1);
+            }
+            if (empty_polls >= YIELD_FAR ||
+                (cpu1 != 0 && N.nrx && fab_rings_near(cpu1))) {
+                empty_polls = 0;
+                sched_yield();
+            }
         }
         return 0;
     }
