@@ -377,8 +377,9 @@ struct ring {
                               sleep or sleeps: the writer must ring (in
                               this line, which the writer reads anyway and
                               the receiver writes only around a sleep) */
-    uint32_t wcpu;         /* 1 + the CPU the writer's poll_cq last ran
-                              on, 0: unknown (written when it changes): a
+    uint32_t wcpu;         /* 1 + the CPU the writer's poll_cq last
+                              waited on (4 empty polls running), 0:
+                              unknown (written when it changes): a
                               receiver polling on that CPU yields sooner,
                               the writer cannot run while it spins */
     uint8_t pad0[24];
@@ -712,7 +713,7 @@ struct node {
                               (RDMA_UCX_CMA_MIN, default 0) */
     int cma_cap;           /* this process had CAP_SYS_PTRACE at start:
                               its cross-memory copies lower it (req.c) */
-    uint32_t poll_cpu;     /* 1 + the CPU poll_cq last ran on, as the
+    uint32_t poll_cpu;     /* 1 + the CPU poll_cq last waited on, as the
                               receivers of this node's rings know it
                               (struct ring.wcpu), 0: none yet */
 };
