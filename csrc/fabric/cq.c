@@ -5,6 +5,25 @@
 #include "fabric.h"
 
 /* ------------------------------------------------------------------ */
+/* the consumers' lock of a CQ                                         */
+
+/* A short spin lock: held only to copy out a few entries (or by
+   resize_cq); a waiter gives up its CPU, the holder may need it. */
+static void
+take_lock(struct ucq *cq)
+{
+    while (__atomic_exchange_n(&cq->take, 1, __ATOMIC_ACQUIRE) != 0)
+        while (__atomic_load_n(&cq->take, __ATOMIC_RELAXED) != 0)
+            sched_yield();
+}
+
+static void
+take_unlock(struct ucq *cq)
+{
+    __atomic_store_n(&cq->take, 0, __ATOMIC_RELEASE);
+}
+
+/* ------------------------------------------------------------------ */
 /* a completion's side effects: the channel's event, a full CQ         */
 
 void
@@ -56,7 +75,7 @@ fab_qp_cq_lost(struct uqp *q)
 void
 fab_cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited)
 {
-    if (cq->tail - cq->head >= cq->cqe) {
+    if (cq->tail - __atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) >= cq->cqe) {
         if (!cq->overrun) {
             cq->overrun = 1;
             fab_ctx_event(cq->ctx, IBV_EVENT_CQ_ERR, PYRDMA_EV_CQ,
@@ -205,9 +224,11 @@ fab_resize_cq(void *vcq, int cqe, int *actual, struct pyrdma_status *st)
     ring = calloc(n, sizeof(*ring));
     if (ring == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");
-    LOCK();
+    LOCK();                     /* no producer */
+    take_lock(cq);              /* no consumer */
     used = cq->tail - cq->head;
     if (used > (uint32_t)cqe) {
+        take_unlock(cq);
         UNLOCK();
         free(ring);
         return pyrdma_fail(st, EINVAL, "ibv_resize_cq", "%u completions "
@@ -221,6 +242,7 @@ fab_resize_cq(void *vcq, int cqe, int *actual, struct pyrdma_status *st)
     cq->head = 0;
     cq->tail = used;
     cq->cqe = (uint32_t)cqe;
+    take_unlock(cq);
     UNLOCK();
     *actual = cqe;
     return 0;
@@ -236,20 +258,61 @@ fab_req_notify_cq(void *vcq, int solicited_only)
     return 0;
 }
 
+/* Up to n entries of cq into wc; return how many.  Consumers serialize
+   on cq->take only: the producer (fab_cq_push, under N.lock) writes an
+   entry, then publishes tail; a consumer reads entries below the tail it
+   loaded, then publishes head, which frees them for the producer. */
 static int
 cq_take(struct ucq *cq, int n, struct pyrdma_wc *wc)
 {
+    uint32_t head, tail;
     int got = 0;
-    LOCK();
-    while (got < n && cq->head != cq->tail) {
-        wc[got++] = cq->ring[cq->head & cq->mask];
-        cq->head++;
-    }
-    UNLOCK();
+    take_lock(cq);
+    head = cq->head;
+    tail = __atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE);
+    while (got < n && head != tail)
+        wc[got++] = cq->ring[head++ & cq->mask];
+    __atomic_store_n(&cq->head, head, __ATOMIC_RELEASE);
+    take_unlock(cq);
     return got;
 }
 
+/* Does cq hold a completion? */
+static inline int
+cq_ready(struct ucq *cq)
+{
+    return __atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) !=
+           __atomic_load_n(&cq->head, __ATOMIC_RELAXED);
+}
+
+/* UCP's turn in an empty poll_cq.  Same-host requests come through the
+   request rings, which poll_cq looks at first and which cost a few loads
+   when empty; UCP's progress costs ~270 instructions (its worker mutex
+   and every transport's queue) and, while the rings carry the traffic,
+   finds nothing.  So poll_cq skips it (at most UCP_SKIP polls running,
+   then it progresses UCP anyway) when the rings have just given this CQ
+   a completion (the application returns with it now), or when UCP found
+   nothing the last UCP_IDLE times and this node receives through rings.
+   Whatever UCP carries then waits at most UCP_SKIP polls longer; a UCP
+   call that finds something ends the idle run. */
+#define UCP_SKIP 4
+#define UCP_IDLE 64
+
+/* per polling thread */
 static __thread unsigned empty_polls __attribute__((tls_model("initial-exec")));   /* consecutive empty poll_cq */
+static __thread unsigned ucp_idle __attribute__((tls_model("initial-exec")));      /* UCP progress calls in a row
+                                                   that found nothing (up
+                                                   to UCP_IDLE) */
+static __thread unsigned ucp_skips __attribute__((tls_model("initial-exec")));     /* polls since UCP's last turn */
+static __thread uint32_t poll_cpu __attribute__((tls_model("initial-exec")));      /* 1 + the CPU it last polled
+                                                   on, 0: not yet */
+
+/* Empty polls in a row before poll_cq yields the CPU: YIELD_NEAR when a
+   node writing into this node's rings last polled on this very CPU (it
+   cannot run, and so answer, while we spin: two processes in a ping-pong
+   on one CPU, a third process busy on the other), else YIELD_FAR. */
+#define YIELD_NEAR 4
+#define YIELD_FAR 64
 
 int
 fab_poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
@@ -258,26 +321,36 @@ fab_poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
     int got;
     if (n <= 0)
         return 0;
-    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) != cq->head)
+    if (cq_ready(cq))
         return cq_take(cq, n, wc);
     /* empty: make progress here (no thread hop), then look again */
     __atomic_store_n(&N.app_polls,
                      __atomic_load_n(&N.app_polls, __ATOMIC_RELAXED) + 1,
                      __ATOMIC_RELAXED);
     fab_in_app_poll = 1;
-    /* UCP every time too: while the application polls, its poll_cq is
-       the only progress UCP gets (the progress thread stands back) */
     if (N.nrx)
         fab_rings_poll();
-    U.worker_progress(N.w);
-    if (N.nrx && __atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head)
-        fab_rings_poll();           /* what landed during UCP's turn */
+    /* UCP too (while the application polls, its poll_cq is the only
+       progress UCP gets: the progress thread stands back), unless the
+       rings serve (see UCP_SKIP) */
+    if (ucp_skips < UCP_SKIP &&
+        (cq_ready(cq) || (N.nrx && ucp_idle >= UCP_IDLE)))
+        ucp_skips++;
+    else {
+        ucp_skips = 0;
+        if (U.worker_progress(N.w) != 0)
+            ucp_idle = 0;
+        else if (ucp_idle < UCP_IDLE)
+            ucp_idle++;
+        if (N.nrx && !cq_ready(cq))
+            fab_rings_poll();       /* what landed during UCP's turn */
+    }
     fab_in_app_poll = 0;
     /* Responses queued by callbacks (ours or the progress thread's) go out
        now: the progress thread is standing back while we poll.  When
        there are completions to return, an ACK may stay for the reply the
        application is likely to post next (see fab_in_app_poll). */
-    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head)
+    if (!cq_ready(cq))
         fab_drain(1);
     else
         fab_drain(0);
@@ -288,13 +361,23 @@ fab_poll_cq(void *vcq, int n, struct pyrdma_wc *wc)
     if (__atomic_load_n(&N.pt_asleep, __ATOMIC_RELAXED) &&
         __atomic_exchange_n(&N.pt_asleep, 0, __ATOMIC_RELAXED))
         wake_progress();
-    if (__atomic_load_n(&cq->tail, __ATOMIC_ACQUIRE) == cq->head) {
+    if (!cq_ready(cq)) {
         /* Busy polling on an oversubscribed machine: the peer we wait
            for may need this very CPU.  After a run of empty polls, give
-           it up once (costs nothing when no one else is runnable). */
-        if (++empty_polls >= 64) {
-            empty_polls = 0;
-            sched_yield();
+           it up once (costs a system call when no one else is runnable);
+           soon when a ring's writer polls on this CPU (YIELD_NEAR).  Our
+           own CPU is told to our rings' receivers once we wait too. */
+        if (++empty_polls >= YIELD_NEAR) {
+            uint32_t cpu1 = (uint32_t)(sched_getcpu() + 1);
+            if (cpu1 != poll_cpu) {
+                poll_cpu = cpu1;
+                fab_rings_cpu(cpu1);
+            }
+            if (empty_polls >= YIELD_FAR ||
+                (cpu1 != 0 && N.nrx && fab_rings_near(cpu1))) {
+                empty_polls = 0;
+                sched_yield();
+            }
         }
         return 0;
     }

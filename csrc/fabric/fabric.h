@@ -78,9 +78,12 @@
  *
  * Scheduling: the worker lock is a mutex (UCX_USE_MT_MUTEX=y unless set),
  * the progress thread keeps off the worker while the application polls
- * (it drives progress in poll_cq), and a poll_cq that keeps finding
- * nothing yields the CPU once per 64 empty polls: on a small machine the
- * peer it waits for may need this CPU.
+ * (it drives progress in poll_cq; while the request rings carry the
+ * traffic, UCP gets a turn every fifth empty poll: cq.c, UCP_SKIP), and a
+ * poll_cq that keeps finding nothing yields the CPU once per 64 empty
+ * polls, once per 4 when a ring's writer last polled on this very CPU
+ * (struct ring.wcpu): on a small machine the peer it waits for may need
+ * this CPU.
  *
  * Security: every endpoint's first message is a HELLO that proves the
  * sender's key (same host: the receiver's, from its 0600 node record;
@@ -311,7 +314,7 @@ _Static_assert(offsetof(struct sh_page, qp) == 192, "struct sh_page layout");
  * through the same code as an active message (fab_am_dispatch).
  * An entry is published by its `seq` (written last); the receiver polls
  * the next entry's seq, so a request costs the receiver the lines of its
- * entry only.
+ * entry only: one for a SEND with up to 8 bytes (struct ring_short).
  * Waking a sleeping receiver: its progress thread sets `sleep` in each of
  * its rings, then looks at them once more before it sleeps; a writer
  * publishes an entry, then takes `sleep` (both seq_cst), and if it was
@@ -320,18 +323,50 @@ _Static_assert(offsetof(struct sh_page, qp) == 192, "struct sh_page layout");
  * NAK (through UCP): a cumulative ACK must not pass the NAK before it.
  */
 #define RING_MAGIC 0x474e4952u  /* "RING" */
+#define RING_VERSION 5          /* 5: short entries, struct ring.wcpu */
 #define RING_SLOTS 256          /* a power of 2 */
 #define RING_SLOT 512           /* bytes per entry */
 #define RING_DATA (RING_SLOT - 8)
+#define RING_SHORT 0x80000000u  /* in ring_slot.len: a short entry */
 #define MAX_RX_RINGS 256        /* rings a node accepts */
 
 struct ring_slot {
     uint32_t seq;          /* (entry number + 1) mod 2^32 once written
                               (release): the receiver polls this, in the
                               line it then reads anyway */
-    uint32_t len;          /* bytes in data (struct wire + payload) */
+    uint32_t len;          /* bytes in data (struct wire + payload), or
+                              RING_SHORT | bytes (struct ring_short +
+                              payload) */
     uint8_t data[RING_DATA];
 };
+
+/* The header of a short entry: a SEND (with or without immediate data)
+   without the fields of struct wire a SEND leaves zero (rkey, qkey,
+   raddr, cmp, swap) or a ring implies (src_guid: the ring's sender; len:
+   the payload's bytes), so that seq, len, this and 8 bytes of payload
+   are one cache line: the receiver's one miss per request, as with a UCX
+   shared-memory message (struct wire is 96 bytes: two lines).  Its
+   fields are struct wire's, in runs of the same layout (copied as such);
+   ring_run makes the whole struct wire again before any check. */
+struct ring_short {
+    uint8_t kind, op, flags, rnr_retry; /* AM_REQ, OP_SEND, F_*, ... */
+    uint32_t dst_qpn, src_qpn, psn, slot, epoch; /* (struct wire: 0-23) */
+    uint16_t src_lid, qp_type; /* (32-35) */
+    uint32_t imm;          /* (36-39) */
+    uint32_t ack_psn;      /* (52-55) with F_ACK: the ACK it carries */
+    uint32_t ack_epoch;    /* (80-83) */
+    uint64_t sid;          /* (88-95) the sender's session */
+};
+_Static_assert(sizeof(struct ring_short) == 48 &&
+               8 + sizeof(struct ring_short) + 8 == 64 &&
+               offsetof(struct ring_short, src_lid) == 24 &&
+               offsetof(struct ring_short, ack_psn) == 32 &&
+               offsetof(struct wire, epoch) == 20 &&
+               offsetof(struct wire, src_lid) == 32 &&
+               offsetof(struct wire, imm) == 36 &&
+               offsetof(struct wire, ack_psn) == 52 &&
+               offsetof(struct wire, ack_epoch) == 80 &&
+               offsetof(struct wire, sid) == 88, "struct ring_short");
 
 struct ring {
     uint32_t magic, version;
@@ -342,7 +377,12 @@ struct ring {
                               sleep or sleeps: the writer must ring (in
                               this line, which the writer reads anyway and
                               the receiver writes only around a sleep) */
-    uint8_t pad0[28];
+    uint32_t wcpu;         /* 1 + the CPU the writer's poll_cq last
+                              waited on (4 empty polls running), 0:
+                              unknown (written when it changes): a
+                              receiver polling on that CPU yields sooner,
+                              the writer cannot run while it spins */
+    uint8_t pad0[24];
     uint64_t head;         /* entries executed (receiver; the writer reads
                               it only when the ring looks full) */
     uint8_t pad1[56];
@@ -429,7 +469,10 @@ struct ucq {
     struct pyrdma_wc *ring; /* entries */
     uint32_t mask;         /* ring size - 1 */
     uint32_t cqe;          /* usable entries */
-    uint32_t head, tail;   /* consumer / producer */
+    uint32_t head, tail;   /* consumer (under take) / producer (under
+                              N.lock), each published with release */
+    uint32_t take;         /* consumers' lock (poll_cq takes entries
+                              without N.lock; resize_cq holds both) */
     int armed;             /* 0, 1: any completion, 2: solicited only */
     int overrun;           /* an entry was lost */
 };
@@ -670,6 +713,9 @@ struct node {
                               (RDMA_UCX_CMA_MIN, default 0) */
     int cma_cap;           /* this process had CAP_SYS_PTRACE at start:
                               its cross-memory copies lower it (req.c) */
+    uint32_t poll_cpu;     /* 1 + the CPU poll_cq last waited on, as the
+                              receivers of this node's rings know it
+                              (struct ring.wcpu), 0: none yet */
 };
 extern struct node N;
 
@@ -760,6 +806,8 @@ int fab_tls_shm(void);
 void fab_ring_make(struct peer *p);
 void fab_rings_sleep(uint32_t v);
 void fab_ring_bell(struct peer *p);
+void fab_rings_cpu(uint32_t cpu1);
+int fab_rings_near(uint32_t cpu1);
 
 /* mr.c */
 int fab_check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n,
@@ -948,10 +996,15 @@ static inline int
 ring_put(struct peer *p, const struct slot *s)
 {
     struct ring *r = p->tx;
+    const struct wire *h = (const struct wire *)s->buf;
+    size_t plen = s->len - sizeof(*h);
+    int shrt = h->op == OP_SEND && h->kind == AM_REQ &&
+               h->qp_type == IBV_QPT_RC;
     uint64_t tail;
     struct ring_slot *e;
 
-    if (r == NULL || s->len > RING_DATA || p->failed ||
+    if (r == NULL || p->failed ||
+        (shrt ? sizeof(struct ring_short) + plen : s->len) > RING_DATA ||
         !__atomic_load_n(&r->open, __ATOMIC_ACQUIRE))
         return -1;
     tail = p->tx_tail;
@@ -961,8 +1014,20 @@ ring_put(struct peer *p, const struct slot *s)
             return -1;
     }
     e = &r->s[tail & (RING_SLOTS - 1)];
-    e->len = (uint32_t)s->len;
-    memcpy(e->data, s->buf, s->len);
+    if (shrt) {
+        struct ring_short *k = (struct ring_short *)(void *)e->data;
+        memcpy(k, h, 24);
+        memcpy(&k->src_lid, &h->src_lid, 8);
+        k->ack_psn = h->ack_psn;
+        k->ack_epoch = h->ack_epoch;
+        k->sid = h->sid;
+        memcpy(e->data + sizeof(*k), s->buf + sizeof(*h), plen);
+        e->len = RING_SHORT | (uint32_t)(sizeof(*k) + plen);
+    }
+    else {
+        e->len = (uint32_t)s->len;
+        memcpy(e->data, s->buf, s->len);
+    }
     __atomic_store_n(&e->seq, (uint32_t)(tail + 1), __ATOMIC_RELEASE);
     p->tx_tail = tail + 1;
     return 0;

@@ -12,6 +12,25 @@ fab_ring_name(char *buf, size_t n, uint64_t src, uint64_t dst)
              (unsigned long long)src, (unsigned long long)dst);
 }
 
+/* The whole header of a short entry (struct ring_short at k, plen bytes
+   of payload, from node src); a short entry is a SEND or nothing. */
+static void
+short_header(struct wire *h, const uint8_t *k, size_t plen, uint64_t src)
+{
+    struct ring_short s;
+    memcpy(&s, k, sizeof(s));   /* once: the sender may write meanwhile */
+    memset(h, 0, sizeof(*h));
+    memcpy(h, &s, 24);
+    memcpy(&h->src_lid, &s.src_lid, 8);
+    h->src_guid = src;
+    h->len = (uint32_t)plen;
+    h->ack_psn = s.ack_psn;
+    h->ack_epoch = s.ack_epoch;
+    h->sid = s.sid;
+    if (h->op != OP_SEND)
+        h->kind = 0;            /* malformed: dropped and counted */
+}
+
 /* Execute the entries ring r holds (N.lock held); return how many. */
 static unsigned
 ring_run(struct ring *r)
@@ -23,20 +42,33 @@ ring_run(struct ring *r)
         const struct ring_slot *e = &r->s[head & (RING_SLOTS - 1)];
         struct wire h;
         uint32_t len;
+        size_t hl;
         if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != (uint32_t)(head + 1))
             break;
         len = e->len;
-        if (len < sizeof(h) || len > RING_DATA) {
-            fab_rx_bad();
-            continue;           /* corrupt: skipped */
+        if (len & RING_SHORT) {
+            len &= ~RING_SHORT;
+            hl = sizeof(struct ring_short);
+            if (len < hl || len > RING_DATA) {
+                fab_rx_bad();
+                continue;       /* corrupt: skipped */
+            }
+            short_header(&h, e->data, len - hl, r->src_guid);
         }
-        memcpy(&h, e->data, sizeof(h));
-        if (h.kind != AM_REQ || !fab_msg_check(&h, len - sizeof(h)))
+        else {
+            hl = sizeof(h);
+            if (len < hl || len > RING_DATA) {
+                fab_rx_bad();
+                continue;       /* corrupt: skipped */
+            }
+            memcpy(&h, e->data, sizeof(h));
+        }
+        if (h.kind != AM_REQ || !fab_msg_check(&h, len - hl))
             fab_rx_bad();
         else if (h.src_guid != r->src_guid)
             fab_rx_denied();        /* the ring is its sender's only */
         else
-            fab_am_dispatch(&h, e->data + sizeof(h), len - sizeof(h));
+            fab_am_dispatch(&h, e->data + hl, len - hl);
         n++;
     }
     __atomic_store_n(&r->head, head, __ATOMIC_RELEASE);
@@ -95,7 +127,7 @@ fab_rings_check(uint64_t t)
 static int
 ring_valid(const struct ring *r, uint64_t src)
 {
-    return r->magic == RING_MAGIC && r->version == SH_VERSION &&
+    return r->magic == RING_MAGIC && r->version == RING_VERSION &&
            r->src_guid == src && r->dst_guid == N.guid;
 }
 
@@ -240,7 +272,7 @@ fab_ring_make(struct peer *p)
     if (r == NULL)
         return;
     r->magic = RING_MAGIC;
-    r->version = SH_VERSION;
+    r->version = RING_VERSION;
     r->pid = (int32_t)getpid();
     r->src_guid = N.guid;
     r->dst_guid = p->guid;
@@ -256,6 +288,7 @@ fab_ring_make(struct peer *p)
         unlink(path);
         return;
     }
+    r->wcpu = N.poll_cpu;
     p->tx = r;
     p->tx_head = p->tx_tail = 0;
     __atomic_store_n(&p->ring_state, 1, __ATOMIC_RELEASE);
@@ -282,4 +315,31 @@ fab_ring_bell(struct peer *p)
     if (N.sh != NULL)
         __atomic_fetch_add(&N.sh->st_ring_bell, 1, __ATOMIC_RELAXED);
     ctl_send(p, AM_CTL_BELL);
+}
+
+/* This node's poll_cq now runs on CPU cpu1 - 1: tell the receivers of
+   its rings (struct ring.wcpu; no lock held). */
+void
+fab_rings_cpu(uint32_t cpu1)
+{
+    int i;
+    LOCK();
+    N.poll_cpu = cpu1;
+    for (i = 0; i < N.npeers; i++)
+        if (N.peers[i]->tx != NULL)
+            __atomic_store_n(&N.peers[i]->tx->wcpu, cpu1, __ATOMIC_RELAXED);
+    UNLOCK();
+}
+
+/* Does a node that writes into this node's rings poll on CPU cpu1 - 1,
+   the one the caller runs on (so that it runs only when the caller lets
+   it)?  1 or 0.  A released ring's entry reads as zeros: never. */
+int
+fab_rings_near(uint32_t cpu1)
+{
+    uint32_t i, nr = __atomic_load_n(&N.nrx, __ATOMIC_ACQUIRE);
+    for (i = 0; i < nr; i++)
+        if (__atomic_load_n(&N.rx[i]->wcpu, __ATOMIC_RELAXED) == cpu1)
+            return 1;
+    return 0;
 }

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,97 @@ connect_self(struct ibv_qp *qp, uint16_t lid, int access)
     return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT |
                          IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* Two threads poll one CQ at once while the main thread posts to it and
+   resizes it: every completion arrives once (the fabric's CQ consumers
+   serialize on a lock of the CQ, not the node's; resize takes both). */
+#define MT_N 2000
+
+struct mt {
+    struct ibv_cq *cq;     /* polled by both threads */
+    int stop;              /* set: the pollers end */
+    int seen[2 * MT_N];    /* completions per wr_id */
+    int got, dup, bad;     /* completions, duplicates, bad ones */
+};
+
+static void *
+mt_poller(void *arg)
+{
+    struct mt *m = arg;
+    struct ibv_wc wc[4];
+    int i, n;
+    while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+        n = ibv_poll_cq(m->cq, 4, wc);
+        if (n < 0) {
+            __atomic_add_fetch(&m->bad, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        for (i = 0; i < n; i++) {
+            uint64_t id = wc[i].wr_id;
+            if (wc[i].status != IBV_WC_SUCCESS || id >= 2 * MT_N)
+                __atomic_add_fetch(&m->bad, 1, __ATOMIC_RELAXED);
+            else if (__atomic_fetch_add(&m->seen[id], 1, __ATOMIC_RELAXED))
+                __atomic_add_fetch(&m->dup, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&m->got, 1, __ATOMIC_RELEASE);
+        }
+    }
+    return NULL;
+}
+
+static void
+mt_poll(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
+        uint16_t lid)
+{
+    static struct mt m;
+    struct ibv_qp_init_attr qa = {0};
+    struct ibv_qp *qp;
+    struct ibv_sge sge = {(uintptr_t)mr->addr, 8, mr->lkey};
+    struct ibv_send_wr wr = {0}, *bad;
+    struct ibv_recv_wr rwr = {0}, *rbad;
+    pthread_t t[2];
+    int i, resized = 0;
+
+    m.cq = ibv_create_cq(ctx, 4 * MT_N, NULL, NULL, 0);
+    if (m.cq == NULL)
+        DIE("ibv_create_cq mt");
+    qa.send_cq = qa.recv_cq = m.cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = qa.cap.max_recv_wr = MT_N;
+    qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+    qp = ibv_create_qp(pd, &qa);
+    if (qp == NULL || connect_self(qp, lid, 0))
+        DIE("mt qp");
+    rwr.sg_list = &sge;
+    rwr.num_sge = 1;
+    for (i = 0; i < MT_N; i++) {
+        rwr.wr_id = (uint64_t)i;
+        if (ibv_post_recv(qp, &rwr, &rbad))
+            DIE("mt post_recv");
+    }
+    for (i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, mt_poller, &m) != 0)
+            DIE("pthread_create");
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    for (i = 0; i < MT_N; i++) {
+        wr.wr_id = (uint64_t)(MT_N + i);
+        if (ibv_post_send(qp, &wr, &bad))
+            DIE("mt post_send");
+        if (i % 500 == 499 && ibv_resize_cq(m.cq, 4 * MT_N + i) == 0)
+            resized++;
+    }
+    for (i = 0; i < 60000 &&
+         __atomic_load_n(&m.got, __ATOMIC_ACQUIRE) < 2 * MT_N; i++)
+        usleep(1000);
+    __atomic_store_n(&m.stop, 1, __ATOMIC_RELEASE);
+    for (i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    printf("mt_poll=%d %d %d %d\n", m.got, m.dup, m.bad, resized == 4);
+    if (ibv_destroy_qp(qp) || ibv_destroy_cq(m.cq))
+        DIE("mt destroy");
 }
 
 /* The extended CQ and QP: ibv_create_cq_ex, ibv_create_qp_ex, and a
@@ -383,6 +476,7 @@ main(void)
     }
 
     extended(ctx, pd, mr, port.lid);
+    mt_poll(ctx, pd, mr, port.lid);
 
     /* fork(): the child's inherited objects refuse every verb (they are
        the parent's), a context it opens itself works; the parent's go on */

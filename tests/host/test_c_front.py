@@ -243,6 +243,9 @@ PROBE_EXPECTED = {
     "cq_ex_timestamp": "1 Operation not supported",
     "cq_ex_wc21": "success 128 16 1",       # IBV_WC_RECV, 16 bytes
     "cq_ex_wc22": "success 0 0 1",          # IBV_WC_SEND
+    # two threads poll one CQ (and it is resized 4 times meanwhile): 2000
+    # SENDs and their 2000 receives, each once, none failed
+    "mt_poll": "4000 0 0 1",
     # the ibv_wr_* API (ibv_qp_to_qp_ex)
     "qp_ex_bind_mw": "1 Operation not supported",
     "qp_to_qp_ex_ops": "1",
@@ -274,7 +277,8 @@ def test_probe_program(env, tmp_path):
     memory windows, parent domains and ibv_qp_to_qp_ex, a WR refused in
     RESET, a loopback SEND by LID, a bad lkey's error completion,
     ibv_create_cq_ex (standard fields; timestamps EOPNOTSUPP) polled with
-    ibv_start_poll/ibv_next_poll, ibv_create_qp_ex, the ibv_wr_* API (a
+    ibv_start_poll/ibv_next_poll, ibv_create_qp_ex, two threads polling one
+    CQ that the main thread resizes (each completion once), the ibv_wr_* API (a
     WRITE, an inline SEND and a FETCH_AND_ADD in one wr_complete; an op
     the QP was not created for: EINVAL), a bad rkey's REM_ACCESS_ERR and
     the responder's IBV_EVENT_QP_ACCESS_ERR through poll() on the async fd,

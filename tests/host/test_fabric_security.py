@@ -12,11 +12,14 @@
   dropped and counted (``rx_denied`` in the node's key page); malformed
   messages (header length, kind, op, type, flags, PSN, lengths, payload
   shorter or longer than the header says) are dropped and counted
-  (``rx_bad``), and the node goes on working.
+  (``rx_bad``), and the node goes on working.  The same holds for the
+  entries of a request ring (shared memory its writer controls), short
+  (struct ring_short) or whole.
 
 docs/fabric.rst, "Security model", describes what is checked.
 """
 import ipaddress
+import mmap
 import os
 import random
 import select
@@ -43,6 +46,14 @@ WIRE = struct.Struct("<BBBBIIIIIQHHIIIIIQQQIIQ")
 RECORD = struct.Struct("<IiQ40sQH6x2QI4x")
 AM_REQ, AM_RESP = 17, 18
 AM_CTL_HELLO, HELLO_NONE, HELLO_NODE = 42, 0, 1
+AM_CTL_RINGOPEN = 40
+#: struct ring (csrc/fabric/fabric.h): magic, version, pid, open, src and
+#: dst GUIDs, sleep, wcpu, head; the slots follow
+RING_HEAD = struct.Struct("<IIiIQQII24xQ56x")
+RING_MAGIC, RING_VERSION, RING_SLOTS, RING_SLOT = 0x474E4952, 5, 256, 512
+RING_SHORT = 0x80000000
+#: struct ring_short, the header of a short ring entry
+SHORT = struct.Struct("<BBBBIIIIIHHIIIQ")
 OP_SEND, OP_WRITE, OP_READ, OP_CAS = 0, 1, 2, 3
 R_ACK, R_READ, R_ATOMIC = 0, 1, 2
 DEADLINE = 2.0      # AUTH_DEADLINE_NS
@@ -326,6 +337,93 @@ def test_malformed_messages_are_dropped_and_counted(victim, rogue_bin):
         assert rogue.wait(100) == "alive"
         still_works(a, b)
     finally:
+        rogue.close()
+
+
+def test_malformed_ring_entries_are_dropped_and_counted(victim, rogue_bin):
+    """A same-host node's request ring is shared memory its writer
+    controls: a raw peer that authenticated, made a ring to the victim's
+    node and had it mapped (AM_CTL_RINGOPEN) writes entries of its own.
+    Short entries (struct ring_short: not a SEND, unknown kind, flags or
+    type, a PSN out of range, shorter than their header, longer than a
+    slot) and whole ones (shorter than struct wire, a payload shorter than
+    the header says) are dropped and counted (rx_bad); a well-formed short
+    SEND to a QP not connected to the writer is denied (rx_denied); the
+    node goes on working."""
+    ctx, a, b, ua, ub = victim
+    me = guid_of(a.gid)
+    path, _, key = record(me)
+    rogue = Rogue(rogue_bin, "addr", path)
+    mm = None
+    try:
+        r_guid, r_sid = 0x0BAD000000000004, random.getrandbits(63) | 1
+        rogue.send(hello(me, r_guid, r_sid, rogue.p.pid, key))
+        size = RING_HEAD.size + RING_SLOTS * RING_SLOT
+        name = os.path.join(rdv_dir(), f"ring-{r_guid:016x}-{me:016x}")
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        mm[:RING_HEAD.size] = RING_HEAD.pack(RING_MAGIC, RING_VERSION,
+                                             rogue.p.pid, 0, r_guid, me, 0,
+                                             0, 0)
+        rogue.send(wire(AM_CTL_RINGOPEN, 0, src_guid=r_guid, sid=r_sid))
+        end = time.monotonic() + 5
+        while struct.unpack_from("<I", mm, 12)[0] != 1:     # open
+            assert time.monotonic() < end, "the ring was not accepted"
+            time.sleep(0.01)
+        assert not os.path.exists(name)     # mapped, then unlinked
+        k = 0
+
+        def put(data: bytes, length: int):
+            nonlocal k
+            off = RING_HEAD.size + (k % RING_SLOTS) * RING_SLOT
+            mm[off + 8:off + 8 + len(data)] = data
+            struct.pack_into("<I", mm, off + 4, length)
+            struct.pack_into("<I", mm, off, k + 1)      # seq, last
+            k += 1
+
+        def short(kind=AM_REQ, op=OP_SEND, flags=0, psn=0,
+                  qp_type=ibv.IBV_QPT_RC) -> bytes:
+            return SHORT.pack(kind, op, flags, 7, a.qpn, b.qpn, psn, 0, 0,
+                              0, qp_type, 0, 0, 0, r_sid)
+
+        pay = b"evil!!!!"
+        bad = [
+            (short(op=OP_WRITE) + pay, 56),     # a short entry is a SEND
+            (short(kind=77) + pay, 56),         # unknown kind
+            (short(flags=0x80) + pay, 56),      # unknown flags
+            (short(psn=1 << 24) + pay, 56),     # PSN out of range
+            (short(qp_type=9) + pay, 56),       # unknown QP type
+            (short()[:40], 40),                 # shorter than its header
+            (b"", RING_SLOT - 8 + 1),           # longer than a slot
+        ]
+        whole = [
+            (b"x" * 40, 40),                    # shorter than struct wire
+            (wire(op=OP_SEND, dst_qpn=a.qpn, src_qpn=b.qpn, src_guid=r_guid,
+                  sid=r_sid, length=8) + b"x" * 4, WIRE.size + 4),
+        ]
+        before = stats()
+        for data, length in bad:
+            put(data, RING_SHORT | length)
+        for data, length in whole:
+            put(data, length)
+        want = before["rx_bad"] + len(bad) + len(whole)
+        assert wait_stat("rx_bad", want) == want
+        # well formed, but to a QP connected to another node: denied
+        before = stats()
+        put(short() + pay, RING_SHORT | 56)
+        want = before["rx_denied"] + 1
+        assert wait_stat("rx_denied", want) == want
+        assert stats()["rx_bad"] == before["rx_bad"]
+        assert rogue.wait(100) == "alive"
+        fh.expect_no_completion(a.recv_cq)
+        still_works(a, b)
+    finally:
+        if mm is not None:
+            mm.close()
         rogue.close()
 
 
