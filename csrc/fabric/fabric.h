@@ -224,6 +224,9 @@ extern struct fab_ucp U;
 #define SH_MR 4096              /* MR keys with an index below this can be
                                    the target of a one-sided op */
 #define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
+#define CMA_MIN_DEFAULT 4096     /* RDMA_UCX_CMA_MIN's default */
+#define CMA_MIN_CAP 65536        /* ... for an initiator with
+                                    CAP_SYS_PTRACE (root) */
 #define SH_WAIT_NS 1000000000ull /* dereg/destroy wait at most this long
                                    for initiators inside an op */
 
@@ -710,7 +713,7 @@ struct node {
     int cma_out;           /* may initiate cross-memory attach (not
                               RDMA_UCX_CMA=0) */
     uint64_t cma_min;      /* smaller WRs do not use it
-                              (RDMA_UCX_CMA_MIN, default 0) */
+                              (RDMA_UCX_CMA_MIN, CMA_MIN_DEFAULT) */
     int cma_cap;           /* this process had CAP_SYS_PTRACE at start:
                               its cross-memory copies lower it (req.c) */
     uint32_t poll_cpu;     /* 1 + the CPU poll_cq last waited on, as the

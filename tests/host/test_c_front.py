@@ -479,6 +479,7 @@ def test_perftest_writes_go_on_into_a_stopped_server(env, monkeypatch):
         pytest.skip("ib_write_bw is not installed (Debian package perftest)")
     from fabric_helpers import node_stats
     env.update(SHM)
+    env["RDMA_UCX_CMA_MIN"] = "0"       # (root's default would be 64 KiB)
     port = free_port()
     args = ["ib_write_bw", "-d", "ucx0", "-p", str(port), "-s", "4096",
             "-n", "200000"]

@@ -63,6 +63,13 @@ def stopped(peer: Peer):
         os.kill(peer.pid, signal.SIGCONT)
 
 
+# every size by cross-memory attach (the default keeps small WRs on the
+# request ring, which is faster while the target runs: they then wait)
+ALL_CMA = dict(SHM, RDMA_UCX_CMA_MIN="0")
+
+
+@pytest.mark.parametrize("pair", [ALL_CMA], indirect=True,
+                         ids=["RDMA_UCX_CMA_MIN=0"])
 @pytest.mark.parametrize("mr", ["user", "mr"])
 def test_one_sided_ops_go_on_while_the_target_is_stopped(pair, mr):
     """5 s of WRITEs, then READs, into a stopped target: every one
@@ -101,12 +108,13 @@ SHORT = dict(SHM, RDMA_TEST_QP_TIMEOUT="10,1")
 
 
 @pytest.mark.parametrize("pair", [SHORT], indirect=True, ids=["8ms"])
-@pytest.mark.parametrize("what", ["send", "atomic"])
+@pytest.mark.parametrize("what", ["send", "atomic", "small-write"])
 def test_what_needs_the_target_waits_for_it(pair, what):
-    """A SEND (the target's receive queue) and an atomic on the target's
-    own memory (atomic with its CPU's accesses) need the target: they
-    wait while it is stopped, 2 s against an ACK timeout of 8 ms, and
-    complete when it goes on; the QP stays usable."""
+    """A SEND (the target's receive queue), an atomic on the target's own
+    memory (atomic with its CPU's accesses) and a WRITE below
+    RDMA_UCX_CMA_MIN (the request ring) need the target: they wait while
+    it is stopped, 2 s against an ACK timeout of 8 ms, and complete when
+    it goes on; the QP stays usable."""
     ibv = _ibv()
     a, b, mrs = pair
     addr, rkey = mrs["user"]
@@ -116,6 +124,10 @@ def test_what_needs_the_target_waits_for_it(pair, what):
     with stopped(b):
         if what == "send":
             post_ok(a, wr(ibv.IBV_WR_SEND, off=0, length=64, wr_id=1))
+        elif what == "small-write":
+            # below RDMA_UCX_CMA_MIN (default): the request ring
+            post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + 1024, rkey, 0, 64,
+                          wr_id=1))
         else:
             post_ok(a, wr(ibv.IBV_WR_ATOMIC_FETCH_AND_ADD, addr + 512, rkey,
                           8192, 8, add=2, wr_id=1))
@@ -123,7 +135,10 @@ def test_what_needs_the_target_waits_for_it(pair, what):
         assert a("state")["state"] == ibv.IBV_QPS_RTS
     wcs = a("poll", n=1)["wcs"]
     assert wcs[0][:2] == [1, ibv.IBV_WC_SUCCESS], wcs
-    if what == "send":
+    if what == "small-write":
+        assert b("dump", mr="user", off=1024, len=64)["hex"] == \
+            pat(64, 7).hex()
+    elif what == "send":
         rw = b("poll", n=1, recv=True)["wcs"]
         assert rw[0][:2] == [5, ibv.IBV_WC_SUCCESS]
         assert b("dump", mr="mr", off=0, len=64)["hex"] == pat(64, 7).hex()
@@ -137,7 +152,7 @@ def test_what_needs_the_target_waits_for_it(pair, what):
     assert a("poll", n=1)["wcs"][0][:2] == [2, ibv.IBV_WC_SUCCESS]
 
 
-@pytest.mark.parametrize("pair", [dict(SHM, RDMA_UCX_DEBUG_CMA_STOP="1")],
+@pytest.mark.parametrize("pair", [dict(ALL_CMA, RDMA_UCX_DEBUG_CMA_STOP="1")],
                          indirect=True, ids=["initiator-stops"])
 def test_dereg_fences_an_initiator_stopped_before_its_copy(pair):
     """The initiator stops after its checks and before its cross-memory
@@ -171,7 +186,7 @@ def test_dereg_fences_an_initiator_stopped_before_its_copy(pair):
     assert a("stats")["cma_write"] == 0
 
 
-@pytest.mark.parametrize("pair", [dict(SHM, RDMA_UCX_DEBUG_CMA_STOP="1")],
+@pytest.mark.parametrize("pair", [dict(ALL_CMA, RDMA_UCX_DEBUG_CMA_STOP="1")],
                          indirect=True, ids=["initiator-killed"])
 def test_dereg_after_an_initiator_killed_before_its_copy(pair):
     """An initiator killed where the one above stops cannot write: dereg_mr
