@@ -194,28 +194,16 @@ fab_rk_fetch(struct peer *p, uint32_t key)
         if (!N.cma_out || p->cma_off || p->pid <= 0 || p->pid == N.pid ||
             !__atomic_load_n(&p->sh->cma_open, __ATOMIC_RELAXED))
             return;
-        LOCK();
-        c = &p->rk[key >> 8];
-        if (c->key != key) {
-            old = c->rkey;
-            c->addr = addr;
-            c->base = NULL;
-            c->cma = 1;
-            c->rkey = NULL;
-            __atomic_store_n(&c->key, key, __ATOMIC_RELEASE);
-        }
-        UNLOCK();
-        if (old != NULL)
-            U.rkey_destroy(old);
-        return;
     }
-    memcpy(buf, m->rkey, len);
-    if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != key)
-        return;                 /* changed while we copied */
-    if (U.ep_rkey_unpack(p->ep, buf, &rkey) != UCS_OK)
-        return;
-    if (U.rkey_ptr(rkey, addr, &base) != UCS_OK)
-        base = NULL;            /* not mappable: the AM path stays */
+    else {
+        memcpy(buf, m->rkey, len);
+        if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != key)
+            return;             /* changed while we copied */
+        if (U.ep_rkey_unpack(p->ep, buf, &rkey) != UCS_OK)
+            return;
+        if (U.rkey_ptr(rkey, addr, &base) != UCS_OK)
+            base = NULL;        /* not mappable: the AM path stays */
+    }
     LOCK();
     c = &p->rk[key >> 8];
     if (c->key == key) {
@@ -225,7 +213,7 @@ fab_rk_fetch(struct peer *p, uint32_t key)
         old = c->rkey;
         c->addr = addr;
         c->base = base;
-        c->cma = 0;
+        c->cma = len == 0;
         c->rkey = rkey;
         __atomic_store_n(&c->key, key, __ATOMIC_RELEASE);
     }

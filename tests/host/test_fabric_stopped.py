@@ -22,13 +22,8 @@ import time
 
 import pytest
 
-from test_fabric_onesided import SHM, Peer, pat, post_ok, wr  # noqa: F401
+from test_fabric_onesided import SHM, Peer, _ibv, pat, post_ok, wr  # noqa
 from test_fabric_onesided import pair  # noqa: F401  (the fixture)
-
-
-def _ibv():
-    import rdma.ibverbs as ibv
-    return ibv
 
 
 def _state(pid: int) -> str:
