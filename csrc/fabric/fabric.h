@@ -211,11 +211,12 @@ extern struct fab_ucp U;
 /* the key page: what a same-host initiator checks before a one-sided op */
 
 #define SH_MAGIC 0x4b435855u    /* "UXCK" */
-#define SH_VERSION 4            /* 3: struct wire has a session id (rings);
-                                   4: three more counters */
+#define SH_VERSION 5            /* 3: struct wire has a session id (rings);
+                                   4: three more counters;
+                                   5: struct sh_mr has xaddr */
 #define SH_MR 4096              /* MR keys with an index below this can be
                                    the target of a one-sided op */
-#define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
+#define SH_RKEY_MAX 192         /* packed UCX rkey bytes */
 #define SH_WAIT_NS 1000000000ull /* dereg/destroy wait at most this long
                                    for initiators inside an op */
 
@@ -239,6 +240,9 @@ struct sh_mr {
     uint32_t rkey_len;     /* bytes in rkey */
     uint64_t pd;           /* PD identity */
     uint64_t addr, len;    /* the region */
+    uint64_t xaddr;        /* the address UCX knows for addr (rkey_ptr):
+                              addr, or in UCX's mapping of adopted user
+                              memory (mem_adopt) */
     uint8_t rkey[SH_RKEY_MAX]; /* packed UCX rkey of its memory */
 };
 
@@ -268,7 +272,8 @@ struct sh_page {
                                 forged source, or a QP not connected to
                                 it; HELLOs refused; connections closed
                                 unauthenticated */
-    uint64_t pad1[7];        /* the QP table starts on a cache line */
+    uint64_t st_adopted;     /* user memory reg_mr adopted (mem_adopt) */
+    uint64_t pad1[6];        /* the QP table starts on a cache line */
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -351,6 +356,12 @@ struct umem {
     size_t maplen;         /* bytes UCX mapped at addr (whole pages) */
     uint8_t *shadow;       /* revoked (mem_revoke): UCX's shared mapping
                               moved here, a private copy is at addr */
+    uint8_t *xaddr;        /* adopted user memory (mem_adopt): where UCX
+                              mapped the segment (what its rkey knows);
+                              addr is the user's range, the same segment
+                              attached again; NULL: alloc_mr memory */
+    int shmid;             /* adopted: the SysV segment */
+    int refs;              /* adopted: MRs that lie in it */
     ucp_mem_h memh;
     void *rkey;            /* packed rkey, NULL if too big */
     size_t rkey_len;
