@@ -696,6 +696,23 @@ fail:
 
 static void *raw_mremap(void *from, size_t len, void *to);
 
+/* Tell UCX's memory hooks (libucm, a dependency of libucp) that the pages
+   at addr were replaced behind their back (raw_mremap): its registration
+   cache drops what it holds for them.  Nothing if libucm has no such
+   call. */
+static void
+vm_unmapped(void *addr, size_t len)
+{
+    static void (*fn)(void *, size_t);
+    static int looked;
+    if (!looked) {
+        *(void **)&fn = dlsym(U.dl, "ucm_vm_munmap");
+        looked = 1;
+    }
+    if (fn != NULL)
+        fn(addr, len);
+}
+
 /* The last MR in adopted memory u is gone (adopt_lock held, N.lock not,
    no initiator inside an op on it): the user's range becomes private
    memory again with the segment's contents (a private copy moved over the
@@ -705,6 +722,7 @@ mem_unadopt(struct umem *u)
 {
     struct umem **pp;
     uint8_t *copy;
+    int replaced = 0;
     LOCK();
     for (pp = &N.umems; *pp; pp = &(*pp)->next)
         if (*pp == u) {
@@ -723,11 +741,15 @@ mem_unadopt(struct umem *u)
             memcpy(copy, u->addr, u->maplen);
             if (raw_mremap(copy, u->maplen, u->addr) == MAP_FAILED)
                 munmap(copy, u->maplen);    /* stays the segment */
+            else
+                replaced = 1;
         }
         /* else: the user's range stays attached (same data) */
     }
     /* else: the user unmapped or replaced the range itself */
     UNLOCK();
+    if (replaced)               /* outside N.lock: UCX's handlers run */
+        vm_unmapped(u->addr, u->maplen);
     U.mem_unmap(N.uctx, u->memh);
     free(u->rkey);
     free(u);
