@@ -61,7 +61,8 @@
  *    destroy_qp, then waits for the count to drop to 0, so after they
  *    return no one-sided op touches the memory.  The wait is bounded
  *    (SH_WAIT_NS): an initiator killed inside an op cannot hang it;
- *  - any check that fails, or any other case (tcp, user buffers, IMM,
+ *  - any check that fails, or any other case (tcp, user buffers that
+ *    were not adopted (RDMA_UCX_ADOPT=1 prototype, mem_adopt in mr.c), IMM,
  *    zero length, an rkey not yet mapped), takes the active-message path,
  *    whose responder produces the error completions exactly as before;
  *  - RC order: the fast path is used only when the QP has nothing

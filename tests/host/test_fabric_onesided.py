@@ -396,9 +396,12 @@ def test_user_buffer_keeps_active_messages(pair):
     assert a("stats")["fast_write"] == 0
 
 
-def test_user_memory_not_adopted_by_default(pair):
-    """Without RDMA_UCX_ADOPT the program's own page-aligned memory stays
-    its private pages and takes the active-message path."""
+@pytest.mark.parametrize("pair", [{**SHM, "RDMA_UCX_ADOPT": "0"}],
+                         indirect=True, ids=["off"])
+def test_user_memory_not_adopted_when_off(pair):
+    """With RDMA_UCX_ADOPT=0 (or unset, the default) the program's own
+    page-aligned memory stays its private pages and takes the
+    active-message path."""
     ibv = _ibv()
     a, b, mrs = pair
     addr, rkey = mrs["adopt"]
