@@ -61,7 +61,8 @@
  *    destroy_qp, then waits for the count to drop to 0, so after they
  *    return no one-sided op touches the memory.  The wait is bounded
  *    (SH_WAIT_NS): an initiator killed inside an op cannot hang it;
- *  - any check that fails, or any other case (tcp, user buffers, IMM,
+ *  - any check that fails, or any other case (tcp, user buffers that
+ *    were not adopted (RDMA_UCX_ADOPT=1 prototype, mem_adopt in mr.c), IMM,
  *    zero length, an rkey not yet mapped), takes the active-message path,
  *    whose responder produces the error completions exactly as before;
  *  - RC order: the fast path is used only when the QP has nothing
@@ -217,13 +218,15 @@ extern struct fab_ucp U;
 /* the key page: what a same-host initiator checks before a one-sided op */
 
 #define SH_MAGIC 0x4b435855u    /* "UXCK" */
-#define SH_VERSION 5            /* 3: struct wire has a session id (rings);
+#define SH_VERSION 6            /* 3: struct wire has a session id (rings);
                                    4: three more counters;
                                    5: MRs in the owner's own memory
-                                   (rkey_len 0, cross-memory attach) */
+                                   (rkey_len 0, cross-memory attach);
+                                   6: struct sh_mr has xaddr (adopted
+                                   user memory), st_adopted */
 #define SH_MR 4096              /* MR keys with an index below this can be
                                    the target of a one-sided op */
-#define SH_RKEY_MAX 200         /* packed UCX rkey bytes */
+#define SH_RKEY_MAX 192         /* packed UCX rkey bytes */
 #define CMA_MIN_DEFAULT 4096     /* RDMA_UCX_CMA_MIN's default */
 #define CMA_MIN_CAP 65536        /* ... for an initiator with
                                     CAP_SYS_PTRACE (root) */
@@ -253,6 +256,9 @@ struct sh_mr {
     uint32_t rkey_len;     /* bytes in rkey, 0: the owner's own memory */
     uint64_t pd;           /* PD identity */
     uint64_t addr, len;    /* the region */
+    uint64_t xaddr;        /* the address UCX knows for addr (rkey_ptr):
+                              addr, or in UCX's mapping of adopted user
+                              memory (mem_adopt) */
     uint8_t rkey[SH_RKEY_MAX]; /* packed UCX rkey of its memory */
 };
 
@@ -290,7 +296,8 @@ struct sh_page {
                                 to this process: cma_open 0) */
     uint64_t cma_open;       /* 1: its own memory may be reached by
                                 cross-memory attach (same user) */
-    uint64_t pad1[3];        /* the QP table starts on a cache line */
+    uint64_t st_adopted;     /* user memory reg_mr adopted (mem_adopt) */
+    uint64_t pad1[2];        /* the QP table starts on a cache line */
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -412,6 +419,12 @@ struct umem {
     size_t maplen;         /* bytes UCX mapped at addr (whole pages) */
     uint8_t *shadow;       /* revoked (mem_revoke): UCX's shared mapping
                               moved here, a private copy is at addr */
+    uint8_t *xaddr;        /* adopted user memory (mem_adopt): where UCX
+                              mapped the segment (what its rkey knows);
+                              addr is the user's range, the same segment
+                              attached again; NULL: alloc_mr memory */
+    int shmid;             /* adopted: the SysV segment */
+    int refs;              /* adopted: MRs that lie in it */
     ucp_mem_h memh;
     void *rkey;            /* packed rkey, NULL if too big */
     size_t rkey_len;

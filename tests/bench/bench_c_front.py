@@ -13,7 +13,9 @@ For each transport (UCX_TLS=shm,self and tcp on lo), two processes each:
 
 perftest registers the program's own buffers (``ibv_reg_mr``), so its
 WRITEs take the fabric's active-message path, not the one-sided fast path
-of ``PD.alloc_mr`` memory (docs/fabric.rst).  ``python
+of ``PD.alloc_mr`` memory (docs/fabric.rst) -- unless
+``RDMA_UCX_ADOPT=1`` is set (prototype: reg_mr adopts page-aligned private
+memory into UCX memory, "Adopted user memory" in docs/fabric.rst).  ``python
 tests/bench/bench_ucx.py`` gives the same measures for Python.
 """
 from __future__ import annotations

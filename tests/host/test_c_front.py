@@ -513,3 +513,42 @@ def test_perftest_writes_go_on_into_a_stopped_server(env, monkeypatch):
         kill(srv)
         if cli is not None:
             kill(cli)
+
+
+ADOPT_TOOLS = {"ib_write_bw": "fast_write", "ib_read_bw": "fast_read",
+               "ib_atomic_bw": "fast_atomic"}
+
+
+@pytest.mark.parametrize("tool", sorted(ADOPT_TOOLS))
+def test_perftest_adopted_memory_goes_one_sided(env, monkeypatch, tool):
+    """With RDMA_UCX_ADOPT=1 (prototype), perftest's own buffers
+    (``ibv_reg_mr`` of page-aligned heap or mmap memory) are adopted into
+    UCX memory: the client's WRITEs, READs or atomics take the one-sided
+    fast path and the server's node executes no request for them."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed (Debian package perftest)")
+    monkeypatch.setenv("RDMA_UCX_DIR", env["RDMA_UCX_DIR"])
+    env.update(SHM, RDMA_UCX_ADOPT="1")
+    port = free_port()
+    args = [tool, "-d", "ucx0", "-p", str(port), "-D", "4"]
+    srv = popen(on_fabric(*args), env)
+    cli = None
+    try:
+        fh.wait_listening(srv, port, T)
+        deadline = time.monotonic() + T
+        cli = popen(on_fabric(*args, "127.0.0.1"), env)
+        while True:
+            s, c = fh.node_stats(srv.pid), fh.node_stats(cli.pid)
+            if s and c and c[ADOPT_TOOLS[tool]] > 10000:
+                break
+            assert cli.poll() is None, cli.communicate()
+            assert time.monotonic() < deadline, (s, c)
+            time.sleep(0.05)
+        assert s["adopted"] >= 1 and c["adopted"] >= 1, (s, c)
+        assert s["am_req"] + s["ring_req"] == 0, s
+        out, err = cli.communicate(timeout=T)
+        assert cli.returncode == 0, out + err
+    finally:
+        kill(srv)
+        if cli is not None:
+            kill(cli)

@@ -12,6 +12,7 @@ one-sided and active-message WRs mix on one QP.
 Run as a program, this module is the peer (a command loop on JSON lines).
 """
 import json
+import mmap
 import os
 import signal
 import struct
@@ -28,6 +29,7 @@ TIMEOUT = 30
 SHM = {"UCX_TLS": "shm,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
 TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
        "UCX_WARN_UNUSED_ENV_VARS": "n"}
+ADOPT = {**SHM, "RDMA_UCX_ADOPT": "1"}
 SIZE = 1 << 16
 
 
@@ -37,6 +39,17 @@ SIZE = 1 << 16
 def _emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
+
+
+def _mapping(addr):
+    """The /proc/self/maps line of the mapping holding *addr* ("" if
+    none)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= addr < hi:
+                return line.strip()
+    return ""
 
 
 def peer_main():
@@ -53,7 +66,14 @@ def peer_main():
                              | ibv.IBV_ACCESS_REMOTE_READ),
            "local": pd.alloc_mr(SIZE, ibv.IBV_ACCESS_LOCAL_WRITE),
            "user": pd.mr(bytearray(4096), fh.MR_ALL)}
-    views = {k: (m.buf if k != "user" else m.buf) for k, m in mrs.items()}
+    # page-aligned private anonymous memory of the program's own: adopted
+    # into UCX memory by reg_mr with RDMA_UCX_ADOPT=1 (prototype)
+    adopt_buf = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE
+                          | mmap.MAP_ANONYMOUS)
+    adopt_buf[0:SIZE] = pat(SIZE, 9)
+    mrs["adopt"] = pd.mr(adopt_buf, fh.MR_ALL)
+    views = {k: m.buf for k, m in mrs.items() if k != "adopt"}
+    views["adopt"] = memoryview(adopt_buf)
     _emit({"gid": str(ctx.end_port.gids[0]), "qpn": qp.qp_num,
            "pid": os.getpid(),
            "mrs": {k: [m.addr, m.rkey] for k, m in mrs.items()}})
@@ -150,6 +170,8 @@ def peer_main():
                 n += 1
             _emit({"n": n, "bad": bad, "last": n,
                    "local": bytes(v[off:off + 8]).hex()})
+        elif op == "mapping":           # the /proc/self/maps line of addr
+            _emit({"line": _mapping(c["addr"])})
         elif op == "info":
             _emit({"gid": str(ctx.end_port.gids[0]), "qpn": qp.qp_num})
         elif op == "reconnect":         # RESET, then to this new peer
@@ -494,6 +516,85 @@ def test_user_buffer_keeps_active_messages_without_cma(pair):
     assert bytes.fromhex(b("dump", mr="user", off=64, len=64)["hex"]) \
         == pat(64, 5)
     assert a("stats")["fast_write"] == 0 and a("stats")["cma_write"] == 0
+
+
+@pytest.mark.parametrize("pair", [{**SHM, "RDMA_UCX_ADOPT": "0"}],
+                         indirect=True, ids=["off"])
+def test_user_memory_not_adopted_when_off(pair):
+    """With RDMA_UCX_ADOPT=0 (or unset, the default) the program's own
+    page-aligned memory stays its private pages and takes the
+    active-message path."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["adopt"]
+    assert b("stats")["adopted"] == 0
+    assert " rw-p " in b("mapping", addr=addr)["line"]
+    warm(a, mrs, "adopt")
+    sb0 = b("stats")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + 64, rkey, 0, 64))
+    assert a("poll", n=1)["wcs"][0][1] == 0
+    assert b("stats")["am_req"] > sb0["am_req"]
+    assert a("stats")["fast_write"] == 0
+
+
+@pytest.mark.parametrize("pair", [ADOPT], indirect=True, ids=["adopt"])
+def test_adopted_user_memory_takes_fast_path(pair):
+    """With RDMA_UCX_ADOPT=1, an MR over the program's own page-aligned
+    private memory (an mmap, not PD.alloc_mr) is adopted: its pages become
+    a UCX shared segment at the same address, with the same contents, and
+    WRITE, READ and atomics to it go one-sided (the target executes no
+    request).  After dereg_mr the pages are private again, hold what the
+    initiator wrote and the rest of the old contents, and a WRITE to the
+    old rkey fails."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["adopt"]
+    old = pat(SIZE, 9)
+    assert b("stats")["adopted"] == 1
+    assert "/SYSV" in b("mapping", addr=addr)["line"]
+    # the contents survived the adoption
+    assert bytes.fromhex(b("dump", mr="adopt", off=0, len=4096)["hex"]) \
+        == old[:4096]
+    warm(a, mrs, "adopt")
+    sa0, sb0 = a("stats"), b("stats")
+    data = pat(3000, 1)
+    a("fill", mr="local", off=0, hex=data.hex())
+    b("fill", mr="adopt", off=16384, hex=struct.pack("<Q", 40).hex())
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + 100, rkey, 0, 3000, wr_id=1),
+            wr(ibv.IBV_WR_RDMA_READ, addr + 8192, rkey, 4096, 4096, wr_id=2),
+            wr(ibv.IBV_WR_ATOMIC_FETCH_AND_ADD, addr + 16384, rkey, 12288, 8,
+               add=2, wr_id=3))
+    wcs = a("poll", n=3)["wcs"]
+    assert [(w[0], w[1]) for w in wcs] == [(1, 0), (2, 0), (3, 0)]
+    assert bytes.fromhex(a("dump", mr="local", off=4096, len=4096)["hex"]) \
+        == old[8192:12288]
+    assert struct.unpack("<Q", bytes.fromhex(
+        a("dump", mr="local", off=12288, len=8)["hex"]))[0] == 40
+    sa1, sb1 = a("stats"), b("stats")
+    assert sa1["fast_write"] - sa0["fast_write"] == 1
+    assert sa1["fast_read"] - sa0["fast_read"] == 1
+    assert sa1["fast_atomic"] - sa0["fast_atomic"] == 1
+    assert sb1["am_req"] == sb0["am_req"], (sb0, sb1)
+    # the target sees the bytes at the user's address, before and after
+    # dereg_mr (which gives the pages back)
+    assert bytes.fromhex(b("dump", mr="adopt", off=100, len=3000)["hex"]) \
+        == data
+    assert b("dereg", mr="adopt") == {"ok": True}
+    line = b("mapping", addr=addr)["line"]
+    assert " rw-p " in line and "/SYSV" not in line, line
+    got = bytes.fromhex(b("dump", mr="adopt", off=0, len=SIZE)["hex"])
+    want = bytearray(old)
+    want[100:3100] = data
+    want[16384:16392] = struct.pack("<Q", 42)
+    want[0:8] = bytes.fromhex(                  # warm(): local SIZE-64
+        a("dump", mr="local", off=SIZE - 64, len=8)["hex"])
+    diff = [i for i in range(SIZE) if got[i] != want[i]]
+    assert not diff, (len(diff), diff[:5], diff[-5:])
+    a("fill", mr="local", off=0, hex=(b"\xcd" * 64).hex())
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64))
+    _expect_access_error(a, b)
+    assert bytes.fromhex(b("dump", mr="adopt", off=0, len=64)["hex"]) \
+        == want[:64]
 
 
 @pytest.mark.parametrize("pair", [TCP], indirect=True, ids=["tcp"])
