@@ -14,6 +14,7 @@
  *   auth.c  HELLO, sessions and the listener's guard
  *   ring.c  same-host request rings
  *   mr.c    MRs, keys, alloc_mr memory and the key page
+ *   adopt.c adopted user memory (reg_mr of the program's own pages)
  *   cq.c    CQs and completion channels
  *   qp.c    QP and SRQ objects and the QP state machine
  *   req.c   the requester: post_send and the one-sided fast path
@@ -62,7 +63,7 @@
  *    return no one-sided op touches the memory.  The wait is bounded
  *    (SH_WAIT_NS): an initiator killed inside an op cannot hang it;
  *  - any check that fails, or any other case (tcp, user buffers that
- *    were not adopted (RDMA_UCX_ADOPT=1 prototype, mem_adopt in mr.c), IMM,
+ *    were not adopted (adopt.c) nor reachable by cross-memory attach, IMM,
  *    zero length, an rkey not yet mapped), takes the active-message path,
  *    whose responder produces the error completions exactly as before;
  *  - RC order: the fast path is used only when the QP has nothing
@@ -825,7 +826,16 @@ void fab_ring_bell(struct peer *p);
 void fab_rings_cpu(uint32_t cpu1);
 int fab_rings_near(uint32_t cpu1);
 
+/* adopt.c */
+extern pthread_mutex_t fab_adopt_lock;
+int fab_adopt_enabled(void);
+void fab_mem_adopt(uint8_t *addr, size_t len);
+void fab_mem_unadopt(struct umem *u);
+
 /* mr.c */
+int fab_mem_kind(const void *addr, int *shmid);
+int fab_shm_private(int shmid, size_t length);
+void *fab_raw_mremap(void *from, size_t len, void *to);
 int fab_check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n,
                    int write, int bad_status);
 void fab_sh_qp_sync(struct uqp *q);

@@ -375,8 +375,8 @@ mem_backable(unsigned long long *as_left)
 
 /* What UCX mapped at addr: 1 a SysV segment (its id in *shmid), 0
    anonymous memory (mmap), -1 anything else or not found. */
-static int
-mem_kind(const void *addr, int *shmid)
+int
+fab_mem_kind(const void *addr, int *shmid)
 {
     char line[4096];
     int kind = -1;
@@ -407,8 +407,8 @@ mem_kind(const void *addr, int *shmid)
 /* Make the SysV segment shmid, just created by this process and attached
    once (here), private: mode 0600 instead of UCX's 0660.  Return 0, or -1
    if it cannot be, or if another process attached it in the meantime. */
-static int
-shm_private(int shmid, size_t length)
+int
+fab_shm_private(int shmid, size_t length)
 {
     struct shmid_ds ds;
     if (shmctl(shmid, IPC_STAT, &ds) < 0 || ds.shm_cpid != getpid() ||
@@ -483,8 +483,8 @@ fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     u->addr = a.address;
     u->len = length;
     u->maplen = (a.length + 4095) & ~(size_t)4095;
-    kind = mem_kind(u->addr, &shmid);
-    if (kind == 1 && shm_private(shmid, length) < 0) {
+    kind = fab_mem_kind(u->addr, &shmid);
+    if (kind == 1 && fab_shm_private(shmid, length) < 0) {
         U.mem_unmap(N.uctx, u->memh);
         free(u);
         return pyrdma_fail(st, EACCES, "shmctl", "alloc_mr(): could not make "
@@ -511,8 +511,8 @@ fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
 /* Move the mapping of len bytes at from to to (replacing what is there),
    with the system call itself: UCX's memory hooks intercept mremap(3)
    and do not pass a new address on.  to, or MAP_FAILED. */
-static void *
-raw_mremap(void *from, size_t len, void *to)
+void *
+fab_raw_mremap(void *from, size_t len, void *to)
 {
     long r = syscall(SYS_mremap, from, len, len,
                      MREMAP_MAYMOVE | MREMAP_FIXED, to);
@@ -533,7 +533,7 @@ fab_free_mr_mem(void *cookie)
     if (u->shadow != NULL) {
         /* UCX's own mapping goes back where UCX unmaps it (in place of
            the private copy) */
-        if (raw_mremap(u->shadow, u->maplen, u->addr) == MAP_FAILED)
+        if (fab_raw_mremap(u->shadow, u->maplen, u->addr) == MAP_FAILED)
             munmap(u->shadow, u->maplen);
         u->shadow = NULL;
     }
@@ -584,14 +584,14 @@ mem_revoke(struct umem *u)
     /* the shared pages move aside (into the reservation), the copy takes
        their place: a few microseconds in which addr is unmapped, under
        N.lock (Python code runs under the GIL, held by the caller) */
-    if (raw_mremap(u->addr, u->maplen, aside) == MAP_FAILED) {
+    if (fab_raw_mremap(u->addr, u->maplen, aside) == MAP_FAILED) {
         munmap(copy, u->maplen);
         munmap(aside, u->maplen);
         return -1;
     }
-    if (raw_mremap(copy, u->maplen, u->addr) == MAP_FAILED) {
+    if (fab_raw_mremap(copy, u->maplen, u->addr) == MAP_FAILED) {
         /* put the shared pages back: the owner keeps its memory */
-        raw_mremap(aside, u->maplen, u->addr);
+        fab_raw_mremap(aside, u->maplen, u->addr);
         munmap(copy, u->maplen);
         return -1;
     }
@@ -671,231 +671,6 @@ cma_fence(void)
     }
 }
 
-/* ------------------------------------------------------------------ */
-/* adopted user memory (prototype, RDMA_UCX_ADOPT=1)                   */
-
-/* Serializes mem_adopt and mem_unadopt (they call UCP, so N.lock cannot
-   be held across them) with the publishing that takes a reference. */
-static pthread_mutex_t adopt_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* RDMA_UCX_ADOPT set (and not "0"): reg_mr adopts user memory. */
-static int
-adopt_enabled(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("RDMA_UCX_ADOPT");
-        on = e != NULL && e[0] != 0 && strcmp(e, "0") != 0;
-    }
-    return on;
-}
-
-/* 1 if [s, e) is wholly private, anonymous, read-write memory (no file,
-   SysV segment, hugetlbfs or device mapping: those keep the AM path). */
-static int
-anon_private(uintptr_t s, uintptr_t e)
-{
-    char line[4096];
-    uintptr_t pos = s;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (f == NULL)
-        return 0;
-    while (pos < e && fgets(line, sizeof(line), f) != NULL) {
-        unsigned long long start, end, ino;
-        char perms[8], name[4096] = "";
-        if (sscanf(line, "%llx-%llx %7s %*s %*s %llu %4095s", &start, &end,
-                   perms, &ino, name) < 4)
-            break;
-        if (end <= pos)
-            continue;
-        if (start > pos || perms[0] != 'r' || perms[1] != 'w' ||
-            perms[3] != 'p' || ino != 0 ||
-            (name[0] != 0 && strcmp(name, "[heap]") != 0))
-            break;
-        pos = end;
-    }
-    fclose(f);
-    return pos >= e;
-}
-
-/* 1 if the mapping at s covers [s, s + len) and is SysV segment shmid. */
-static int
-is_attach(uintptr_t s, size_t len, int shmid)
-{
-    char line[4096];
-    int ok = 0;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (f == NULL)
-        return 0;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        unsigned long long start, end, ino;
-        char name[4096] = "";
-        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %4095s", &start, &end,
-                   &ino, name) < 3 || start > s || end <= s)
-            continue;
-        ok = start == s && end >= s + len && ino == (unsigned)shmid &&
-             strncmp(name, "/SYSV", 5) == 0;
-        break;
-    }
-    fclose(f);
-    return ok;
-}
-
-/*
- * Adopt the user memory [addr, addr + len) (adopt_lock held, N.lock not):
- * the whole pages holding it become a SysV segment UCX allocated, so that
- * MRs in them take the one-sided fast path.  UCX allocates the segment
- * (ucp_mem_map ALLOCATE, as alloc_mr) and maps it at xaddr; the user's
- * pages are copied into it, then the segment is attached a second time
- * at the user's address with SHM_REMAP, which replaces the user's pages
- * in one step (the process keeps its virtual addresses and its data).
- * The key page publishes, for rkey_ptr, the address UCX knows (xaddr +
- * offset).  Not adopted (the AM path stays): a range that is not whole
- * pages (other data in its first or last page would move into shared
- * memory and vanish from a child: MADV_DONTFORK), memory that is not
- * private anonymous, a range overlapping other UCX or adopted memory only
- * in part, a segment that is not SysV or not exactly the pages.
- * Limit of the prototype: a store by another thread between the copy and
- * the remap is lost.
- */
-static void
-mem_adopt(uint8_t *addr, size_t len)
-{
-    uintptr_t s = (uintptr_t)addr & ~(uintptr_t)4095;
-    uintptr_t e = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
-    size_t plen = e - s;
-    ucp_mem_map_params_t mp;
-    ucp_mem_attr_t a;
-    struct umem *u;
-    struct shmid_ds ds;
-    void *rbuf = NULL;
-    size_t rlen = 0;
-    int shmid = -1;
-
-    if (len == 0 || e < s || ((uintptr_t)addr & 4095) != 0 ||
-        (len & 4095) != 0)
-        return;
-    LOCK();
-    for (u = N.umems; u != NULL; u = u->next)
-        if ((uintptr_t)u->addr < e && s < (uintptr_t)u->addr + u->maplen)
-            break;              /* contained (already fast) or overlap */
-    UNLOCK();
-    if (u != NULL || !anon_private(s, e))
-        return;
-    u = calloc(1, sizeof(*u));
-    if (u == NULL)
-        return;
-    memset(&mp, 0, sizeof(mp));
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.length = plen;
-    mp.flags = UCP_MEM_MAP_ALLOCATE;
-    if (U.mem_map(N.uctx, &mp, &u->memh) != UCS_OK) {
-        free(u);
-        return;
-    }
-    memset(&a, 0, sizeof(a));
-    a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-    if (U.mem_query(u->memh, &a) != UCS_OK ||
-        ((uintptr_t)a.address & 4095) != 0 ||
-        mem_kind(a.address, &shmid) != 1 ||
-        shmctl(shmid, IPC_STAT, &ds) != 0 ||
-        ((ds.shm_segsz + 4095) & ~(size_t)4095) != plen ||
-        shm_private(shmid, plen) < 0)
-        goto fail;
-    memcpy(a.address, (void *)s, plen);
-    /* the user's pages are replaced by the segment (one mmap_lock'ed
-       step); UCX's memory hooks see the shmat and drop what they cached
-       for the range */
-    if (shmat(shmid, (void *)s, SHM_REMAP) != (void *)s)
-        goto fail;
-    madvise((void *)s, plen, MADV_DONTFORK);
-    u->addr = (uint8_t *)s;
-    u->len = plen;
-    u->maplen = plen;
-    u->xaddr = a.address;
-    u->shmid = shmid;
-    if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
-        if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
-            memcpy(u->rkey, rbuf, rlen);
-            u->rkey_len = rlen;
-        }
-        U.rkey_buffer_release(rbuf);
-    }
-    LOCK();
-    u->next = N.umems;
-    N.umems = u;
-    UNLOCK();
-    if (N.sh != NULL)
-        __atomic_fetch_add(&N.sh->st_adopted, 1, __ATOMIC_RELAXED);
-    return;
-fail:
-    U.mem_unmap(N.uctx, u->memh);
-    free(u);
-}
-
-static void *raw_mremap(void *from, size_t len, void *to);
-
-/* Tell UCX's memory hooks (libucm, a dependency of libucp) that the pages
-   at addr were replaced behind their back (raw_mremap): its registration
-   cache drops what it holds for them.  Nothing if libucm has no such
-   call. */
-static void
-vm_unmapped(void *addr, size_t len)
-{
-    static void (*fn)(void *, size_t);
-    static int looked;
-    if (!looked) {
-        *(void **)&fn = dlsym(U.dl, "ucm_vm_munmap");
-        looked = 1;
-    }
-    if (fn != NULL)
-        fn(addr, len);
-}
-
-/* The last MR in adopted memory u is gone (adopt_lock held, N.lock not,
-   no initiator inside an op on it): the user's range becomes private
-   memory again with the segment's contents (a private copy moved over the
-   attachment in one step), and UCX unmaps its own mapping. */
-static void
-mem_unadopt(struct umem *u)
-{
-    struct umem **pp;
-    uint8_t *copy;
-    int replaced = 0;
-    LOCK();
-    for (pp = &N.umems; *pp; pp = &(*pp)->next)
-        if (*pp == u) {
-            *pp = u->next;
-            break;
-        }
-    if (u->shadow != NULL) {
-        /* revoked: a private copy is at addr already */
-        munmap(u->shadow, u->maplen);
-        u->shadow = NULL;
-    }
-    else if (is_attach((uintptr_t)u->addr, u->maplen, u->shmid)) {
-        copy = mmap(NULL, u->maplen, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (copy != MAP_FAILED) {
-            memcpy(copy, u->addr, u->maplen);
-            if (raw_mremap(copy, u->maplen, u->addr) == MAP_FAILED)
-                munmap(copy, u->maplen);    /* stays the segment */
-            else
-                replaced = 1;
-        }
-        /* else: the user's range stays attached (same data) */
-    }
-    /* else: the user unmapped or replaced the range itself */
-    UNLOCK();
-    if (replaced)               /* outside N.lock: UCX's handlers run */
-        vm_unmapped(u->addr, u->maplen);
-    U.mem_unmap(N.uctx, u->memh);
-    free(u->rkey);
-    free(u);
-}
-
 /* Publish mr in the key page if it lies in UCX-allocated memory, or in
    this process's own memory and cross-memory attach is open (N.lock
    held). */
@@ -963,15 +738,15 @@ fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
         free(mr);
         return -1;
     }
-    if (adopt_enabled() && N.sh != NULL && (mr->key >> 8) < SH_MR &&
+    if (fab_adopt_enabled() && N.sh != NULL && (mr->key >> 8) < SH_MR &&
         (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                    IBV_ACCESS_REMOTE_ATOMIC))) {
-        pthread_mutex_lock(&adopt_lock);
-        mem_adopt(mr->addr, mr->len);
+        pthread_mutex_lock(&fab_adopt_lock);
+        fab_mem_adopt(mr->addr, mr->len);
         LOCK();
         sh_mr_publish(mr);
         UNLOCK();
-        pthread_mutex_unlock(&adopt_lock);
+        pthread_mutex_unlock(&fab_adopt_lock);
     }
     else {
         LOCK();
@@ -1009,13 +784,13 @@ fab_dereg_mr(void *vmr, struct pyrdma_status *st)
         /* adopted memory: the last MR in it gives the pages back */
         struct umem *u = mr->umem;
         int last;
-        pthread_mutex_lock(&adopt_lock);
+        pthread_mutex_lock(&fab_adopt_lock);
         LOCK();
         last = --u->refs == 0;
         UNLOCK();
         if (last)
-            mem_unadopt(u);
-        pthread_mutex_unlock(&adopt_lock);
+            fab_mem_unadopt(u);
+        pthread_mutex_unlock(&fab_adopt_lock);
     }
     free(mr);
     return 0;

@@ -6,6 +6,8 @@ For each transport (UCX_TLS=shm,self and tcp on lo), two processes each:
 
 - 8-byte RDMA WRITE message rate: ``ib_write_bw -s 8`` vs
   ``ucp_put_bw -s 8`` (goal of issue 15: at least 0.8);
+- the same with perftest's ``-l 32`` (``--post_list``: 32 WRs per
+  ``ibv_post_send`` call, how NIC message rates are usually measured);
 - 64 KiB RDMA WRITE bandwidth: ``ib_write_bw -s 65536`` vs
   ``ucp_put_bw -s 65536`` (goal: at least 0.9);
 - 8-byte SEND latency (one way, typical): ``ib_send_lat -s 8`` vs
@@ -37,9 +39,11 @@ sys.path.insert(0, str(HERE.parent / "host"))
 from fabric_helpers import listening  # noqa: E402
 
 
-def run_c(tool: str, size: int, iters: int, env: dict) -> dict:
-    """Run perftest's *tool* between two processes on ucx0; return the
-    client's figures: msg_s and mb_s (bw tools) or lat_us (lat tools)."""
+def run_c(tool: str, size: int, iters: int, env: dict,
+          extra: tuple = ()) -> dict:
+    """Run perftest's *tool* (with the options *extra*) between two
+    processes on ucx0; return the client's figures: msg_s and mb_s (bw
+    tools) or lat_us (lat tools)."""
     port = _free_port()
     with tempfile.TemporaryDirectory() as d:
         os.chmod(d, 0o700)
@@ -47,7 +51,7 @@ def run_c(tool: str, size: int, iters: int, env: dict) -> dict:
                  **env)
         args = [sys.executable, "-m", "rdma.fabric", "exec", "--", tool,
                 "-d", "ucx0", "-p", str(port), "-s", str(size), "-n",
-                str(iters)]
+                str(iters), *extra]
         srv = subprocess.Popen(args, env=e, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         try:
@@ -98,6 +102,11 @@ def main(argv=None) -> int:
         measures = [
             ("8 B WRITE rate (msg/s)", "ib_write_bw / ucp_put_bw", ">= 0.8",
              lambda: run_c("ib_write_bw", 8, n_rate, env)["msg_s"],
+             lambda: run_perftest("ucp_put_bw", 8, n_rate, env)["msg_s"]),
+            ("8 B WRITE rate, lists of 32", "ib_write_bw -l 32 / ucp_put_bw",
+             ">= 0.8",
+             lambda: run_c("ib_write_bw", 8, n_rate, env,
+                           ("-l", "32"))["msg_s"],
              lambda: run_perftest("ucp_put_bw", 8, n_rate, env)["msg_s"]),
             ("64 KiB WRITE bandwidth (MB/s)", "ib_write_bw / ucp_put_bw",
              ">= 0.9",

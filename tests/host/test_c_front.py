@@ -470,19 +470,23 @@ def test_perftest(env, tool, tls):
     assert re.search(r"^\s*\d+\s+200\s+[\d.]+", out, re.M), out
 
 
-def test_perftest_writes_go_on_into_a_stopped_server(env, monkeypatch):
+@pytest.mark.parametrize("path", ["adopted", "cma"])
+def test_perftest_writes_go_on_into_a_stopped_server(env, monkeypatch, path):
     """ib_write_bw's server is stopped (SIGSTOP) while its client streams
     WRITEs into the server's own ibv_reg_mr buffer: the WRITEs go on
-    (cross-memory attach, docs/fabric.rst "A stopped target"), and both
+    (docs/fabric.rst "A stopped target"): into the adopted buffer (the
+    default), or by cross-memory attach (RDMA_UCX_ADOPT=0), and both
     finish normally once the server goes on."""
     if shutil.which("ib_write_bw") is None:
         pytest.skip("ib_write_bw is not installed (Debian package perftest)")
     from fabric_helpers import node_stats
     env.update(SHM)
     env["RDMA_UCX_CMA_MIN"] = "0"       # (root's default would be 64 KiB)
+    env["RDMA_UCX_ADOPT"] = "1" if path == "adopted" else "0"
+    counter = "fast_write" if path == "adopted" else "cma_write"
     port = free_port()
     args = ["ib_write_bw", "-d", "ucx0", "-p", str(port), "-s", "4096",
-            "-n", "200000"]
+            "-D", "4"]
     srv = popen(on_fabric(*args), env)
     cli = None
     monkeypatch.setenv("RDMA_UCX_DIR", env["RDMA_UCX_DIR"])   # node_stats
@@ -490,16 +494,15 @@ def test_perftest_writes_go_on_into_a_stopped_server(env, monkeypatch):
         fh.wait_listening(srv, port, T)
         cli = popen(on_fabric(*args, "127.0.0.1"), env)
         deadline = time.monotonic() + T
-        while not (node_stats(cli.pid) or {}).get("cma_write"):
+        while not (node_stats(cli.pid) or {}).get(counter):
             assert cli.poll() is None, cli.communicate()
-            assert time.monotonic() < deadline, "no WRITE by cross-memory " \
-                "attach"
+            assert time.monotonic() < deadline, f"no {counter}"
             time.sleep(0.01)
         os.kill(srv.pid, signal.SIGSTOP)
         try:
-            n0 = node_stats(cli.pid)["cma_write"]
+            n0 = node_stats(cli.pid)[counter]
             time.sleep(2)
-            n1 = node_stats(cli.pid)["cma_write"]
+            n1 = node_stats(cli.pid)[counter]
             srv_stats = node_stats(srv.pid)
         finally:
             os.kill(srv.pid, signal.SIGCONT)
@@ -509,6 +512,7 @@ def test_perftest_writes_go_on_into_a_stopped_server(env, monkeypatch):
         sout, serr = srv.communicate(timeout=T)
         assert srv.returncode == 0, sout + serr
         assert srv_stats["am_req"] == 0, srv_stats
+        assert (srv_stats["adopted"] > 0) == (path == "adopted"), srv_stats
     finally:
         kill(srv)
         if cli is not None:

@@ -1,13 +1,15 @@
-"""Adopted user memory on the software fabric (prototype, issue 15).
+"""Adopted user memory on the software fabric (issue 15; csrc/fabric/adopt.c).
 
-With RDMA_UCX_ADOPT=1, ``reg_mr`` with remote access over whole pages of
-private anonymous memory replaces those pages by a UCX shared segment at
-the same address (same contents), so that the MR takes the one-sided fast
-path (tests/host/test_fabric_onesided.py shows the fast path itself);
-``dereg_mr`` gives the pages back.  These checks run in one process of
-their own (the switch is read once per process): which memory is adopted
-and which is refused, two MRs over the same pages, and what a child of
-``fork`` sees.
+By default (``RDMA_UCX_ADOPT=0`` turns it off), ``reg_mr`` with remote
+access over whole pages of private anonymous memory replaces those pages
+by a UCX shared segment at the same address (same contents), so that the
+MR takes the one-sided fast path (tests/host/test_fabric_onesided.py shows
+the fast path itself).  The pages stay adopted after ``dereg_mr``, until
+the program unmaps them.  These checks run in one process of their own
+(the switch is read once per process): which memory is adopted and which
+is refused, two MRs over the same pages, registering again, what a child
+of ``fork`` sees; and, with a C program (adopt_race.c), that stores other
+threads make while their pages are adopted are not lost.
 
 Run as a program, this module performs the checks and prints the results
 as one JSON line.
@@ -15,6 +17,7 @@ as one JSON line.
 import json
 import mmap
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +43,11 @@ def _shared(addr):
     return "/SYSV" in _mapping(addr)
 
 
+def _sysv_count():
+    with open("/proc/self/maps") as f:
+        return sum("/SYSV" in line for line in f)
+
+
 def _private_anon(n):
     return mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
@@ -55,7 +63,8 @@ def checks():
         return fh.node_stats()["adopted"]
 
     # two MRs over the same pages: the second lies in the first's adopted
-    # memory; the pages go back only with the last
+    # memory; the pages stay adopted after the last, with their data; an
+    # MR over them again is fast at once (no new adoption)
     m = _private_anon(4 * PAGE)
     m[:] = bytes(range(256)) * (4 * PAGE // 256)
     mr1 = pd.mr(m, fh.MR_ALL)
@@ -69,6 +78,17 @@ def checks():
     mr2.close()
     out["two_after_last"] = _shared(addr)
     out["two_data"] = bytes(m[:16]).hex()
+    mr3 = pd.mr(m, fh.MR_ALL)
+    out["again"] = [adopted(), _shared(addr)]
+    mr3.close()
+    # unmapped by the program: the next reg_mr lets UCX's mapping of the
+    # segment go too (two /SYSV mappings fewer)
+    n = _sysv_count()
+    m.close()
+    m1 = _private_anon(2 * PAGE)
+    r = pd.mr(memoryview(m1)[8:PAGE], fh.MR_ALL)   # not adopted itself
+    out["reclaimed"] = n - _sysv_count()
+    r.close()
 
     # an MR overlapping adopted memory in part is not adopted
     m2 = _private_anon(4 * PAGE)
@@ -109,21 +129,34 @@ def checks():
     r.close()
     am.close()
 
-    # fork: adopted pages are MADV_DONTFORK (as a NIC's after
-    # ibv_fork_init): a child that touches them gets SIGSEGV, the rest of
-    # its memory is there
+    # fork: the child gets a private copy of adopted pages as they were
+    # at fork() (as a NIC's with a kernel that copies pinned pages): what
+    # each side writes afterwards stays its own
     m7 = _private_anon(PAGE)
     m7[0:4] = b"abcd"
     r = pd.mr(m7, fh.MR_ALL)
     addr = r.addr
+    rd, wr = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os._exit(7 if bytes(m7[0:4]) == b"abcd" else 8)
+        code = 100
+        try:
+            os.close(rd)
+            seen = bytes(m7[0:4])
+            private = not _shared(addr)
+            m7[0:4] = b"kid!"
+            os.write(wr, b"1")
+            code = (seen == b"abcd") + 2 * private
+        finally:
+            os._exit(code)
+    os.close(wr)
+    os.read(rd, 1)
     _, status = os.waitpid(pid, 0)
     out["fork_child"] = os.waitstatus_to_exitcode(status)
     out["fork_parent"] = bytes(m7[0:4]).decode()
+    m7[0:4] = b"wxyz"
     r.close()
-    out["fork_after"] = _shared(addr)
+    out["fork_after"] = [_shared(addr), bytes(m7[0:4]).decode()]
     ctx.close()
     return out
 
@@ -131,8 +164,8 @@ def checks():
 @pytest.fixture(scope="module")
 def res():
     import rdma
-    env = dict(os.environ, RDMA_UCX_ADOPT="1", UCX_TLS="shm,self",
-               UCX_WARN_UNUSED_ENV_VARS="n")
+    env = dict(os.environ, UCX_TLS="shm,self", UCX_WARN_UNUSED_ENV_VARS="n")
+    env.pop("RDMA_UCX_ADOPT", None)
     env.pop("RDMA_PROVIDER", None)
     env["PYTHONPATH"] = os.pathsep.join(
         (str(HERE), os.path.dirname(os.path.dirname(rdma.__file__))))
@@ -146,10 +179,20 @@ def test_two_mrs_over_the_same_pages(res):
     assert res["two_adopted"] == 1
     assert res["two_shared"] is True
     assert res["two_after_first"] is True       # the second MR keeps it
-    assert res["two_after_last"] is False
+    assert res["two_after_last"] is True        # stays adopted
     want = bytearray(range(16))
     want[5:8] = b"xyz"
     assert res["two_data"] == want.hex()
+
+
+def test_registered_again_without_a_new_adoption(res):
+    assert res["again"] == [1, True]
+
+
+def test_unmapped_memory_is_let_go(res):
+    # the program's attachment went with munmap; UCX's goes at the next
+    # reg_mr
+    assert res["reclaimed"] == 2
 
 
 def test_partial_overlap_is_not_adopted(res):
@@ -166,10 +209,47 @@ def test_alloc_mr_memory_is_not_adopted(res):
     assert res["alloc_mr"] == 0
 
 
-def test_fork_child_has_no_adopted_pages(res):
-    assert res["fork_child"] == -11             # SIGSEGV
-    assert res["fork_parent"] == "abcd"
-    assert res["fork_after"] is False
+def test_fork_child_gets_a_private_copy(res):
+    assert res["fork_child"] == 3       # saw "abcd", and its pages private
+    assert res["fork_parent"] == "abcd"     # the child's write stayed there
+    assert res["fork_after"] == [True, "wxyz"]
+
+
+@pytest.fixture(scope="module")
+def adopt_race(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or not os.path.exists("/usr/include/infiniband/verbs.h"):
+        pytest.skip("needs a C compiler and libibverbs-dev")
+    out = tmp_path_factory.mktemp("adopt") / "adopt_race"
+    subprocess.run([cc, "-O2", "-Wall", "-o", str(out),
+                    str(HERE / "adopt_race.c"), "-libverbs", "-lpthread"],
+                   check=True)
+    return out
+
+
+@pytest.mark.parametrize("wp", ["", "user", "none"])
+def test_stores_during_adoption_are_kept(adopt_race, tmp_path, wp):
+    """adopt_race.c: two threads store into 64 MiB while the main thread
+    registers it (adopted), deregisters and registers it again.  Every
+    store is there at the end: stores made during the copy wait for the
+    new pages (userfaultfd write protection; "user": the unprivileged kind
+    that protects against stores from user mode).  RDMA_UCX_DEBUG_ADOPT_WP
+    =none copies without protection: stores are lost, which shows the
+    check can see them."""
+    env = dict(os.environ, UCX_TLS="shm,self", UCX_WARN_UNUSED_ENV_VARS="n",
+               RDMA_UCX_DIR=str(tmp_path / "d"))
+    env.pop("RDMA_UCX_ADOPT", None)
+    if wp:
+        env["RDMA_UCX_DEBUG_ADOPT_WP"] = wp
+    p = subprocess.run([sys.executable, "-m", "rdma.fabric", "exec", "--",
+                        str(adopt_race)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    if wp == "none":
+        assert p.returncode == 1 and "words lost" in p.stdout, \
+            p.stdout + p.stderr
+    else:
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "adopted OK" in p.stdout
 
 
 if __name__ == "__main__":

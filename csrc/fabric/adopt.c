@@ -1,0 +1,492 @@
+/* adopt.c - adopted user memory: reg_mr turns a program's own
+   page-aligned private memory into UCX shared memory at the same address
+   (mem_adopt), so that same-host peers reach it one-sided.  Stores other
+   threads make during the copy wait (userfaultfd write protection).  The
+   memory stays adopted while the program has it mapped (mem_unadopt,
+   reclaim); a child of fork() gets a private copy (fork handlers).  On
+   by default; RDMA_UCX_ADOPT=0 turns it off.  docs/fabric.rst "Adopted
+   user memory". */
+#include "fabric.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef UFFD_FEATURE_WP_UNPOPULATED
+#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
+#endif
+
+/* Serializes mem_adopt and mem_unadopt (they call UCP, so N.lock cannot
+   be held across them) with the publishing that takes a reference, and
+   with fork() (the ranges a child must make private). */
+pthread_mutex_t fab_adopt_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* At most this many adopted ranges per process: each is a SysV segment,
+   and a system has 4096 of them by default (kernel.shmmni) for everyone. */
+#define ADOPT_MAX 256
+
+/* Adopted ranges, for fork's child (fab_adopt_lock). */
+static struct { uintptr_t s; size_t len; int shmid; } *ranges;
+static size_t nranges, cap_ranges;
+static int fork_pipe[2] = {-1, -1};
+
+static int is_attach(uintptr_t s, size_t len, int shmid);
+
+/* Adoption on unless RDMA_UCX_ADOPT=0. */
+int
+fab_adopt_enabled(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("RDMA_UCX_ADOPT");
+        on = !(e != NULL && strcmp(e, "0") == 0);
+    }
+    return on;
+}
+
+/* 1 if this process has a kernel RDMA device open (/dev/infiniband/
+   uverbsN: rdma-core, or UCX's own verbs transports).  Such a device
+   may hold the physical pages of the program's memory (a registration
+   pins them): replacing them would leave it with stale pages. */
+static int
+uverbs_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    char target[64];
+    int found = 0;
+    if (d == NULL)
+        return 1;               /* cannot tell: assume so */
+    while (!found && (de = readdir(d)) != NULL) {
+        ssize_t n;
+        if (de->d_name[0] == '.')
+            continue;
+        n = readlinkat(dirfd(d), de->d_name, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = 0;
+            found = strncmp(target, "/dev/infiniband/uverbs", 22) == 0;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* RDMA_UCX_DEBUG_ADOPT_WP (a test hook): "none" copies without
+   protection (to show that the race test sees lost stores), "user" takes
+   the unprivileged protection (user-mode stores only) even with the
+   privilege for more. */
+static int
+debug_wp(const char *what)
+{
+    const char *e = getenv("RDMA_UCX_DEBUG_ADOPT_WP");
+    return e != NULL && strcmp(e, what) == 0;
+}
+
+static int
+uffd_open(void)
+{
+    int fd = -1;
+    if (!debug_wp("user"))
+        fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        fd = (int)syscall(SYS_userfaultfd,
+                          O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    return fd;
+}
+
+/* Write-protect [s, s + len) with userfaultfd: a store another thread
+   makes to it waits until wp_end (its fault is retried then, against
+   whatever is mapped there).  Private anonymous memory only (the kernel
+   does not protect SysV segments this way).  The descriptor, or -1 if the kernel offers no such protection here
+   (then the caller does not copy).  Unprivileged (vm.unprivileged_
+   userfaultfd 0, no CAP_SYS_PTRACE) only user-mode stores wait: a system
+   call writing into the range meanwhile fails with EFAULT. */
+static int
+wp_begin(uintptr_t s, size_t len)
+{
+    struct uffdio_api api;
+    struct uffdio_register reg;
+    struct uffdio_writeprotect wp;
+    uint64_t need = UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+    int fd = uffd_open();
+    if (fd < 0)
+        return -1;
+    memset(&api, 0, sizeof(api));
+    api.api = UFFD_API;
+    api.features = need | UFFD_FEATURE_WP_UNPOPULATED;
+    if (ioctl(fd, UFFDIO_API, &api) != 0) {
+        /* an older kernel: no WP_UNPOPULATED (a new descriptor: API may
+           be called once) */
+        close(fd);
+        fd = uffd_open();
+        if (fd < 0)
+            return -1;
+        memset(&api, 0, sizeof(api));
+        api.api = UFFD_API;
+        api.features = need;
+        if (ioctl(fd, UFFDIO_API, &api) != 0)
+            goto fail;
+        /* populate it, so that every page has an entry to protect */
+        for (uintptr_t p = s; p < s + len; p += 4096)
+            (void)*(volatile const char *)p;
+    }
+    memset(&reg, 0, sizeof(reg));
+    reg.range.start = s;
+    reg.range.len = len;
+    reg.mode = UFFDIO_REGISTER_MODE_WP;
+    if (ioctl(fd, UFFDIO_REGISTER, &reg) != 0)
+        goto fail;
+    memset(&wp, 0, sizeof(wp));
+    wp.range.start = s;
+    wp.range.len = len;
+    wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
+    if (ioctl(fd, UFFDIO_WRITEPROTECT, &wp) != 0)
+        goto fail;
+    return fd;
+fail:
+    close(fd);                  /* unregisters the range */
+    return -1;
+}
+
+/* End wp_begin's protection: if the range still holds what was
+   protected (replaced 0), lift the protection; then wake the stores that
+   wait (they retry against what is mapped there now) and close. */
+static void
+wp_end(int fd, uintptr_t s, size_t len, int replaced)
+{
+    struct uffdio_range r = {s, len};
+    if (fd == INT_MAX)
+        return;                 /* debug_wp("none") */
+    if (!replaced) {
+        struct uffdio_writeprotect wp;
+        memset(&wp, 0, sizeof(wp));
+        wp.range = r;
+        wp.mode = 0;            /* and wake */
+        (void)ioctl(fd, UFFDIO_WRITEPROTECT, &wp);
+    }
+    (void)ioctl(fd, UFFDIO_WAKE, &r);
+    close(fd);                  /* wakes any that are left */
+}
+
+/* fork(): the child gets a private copy of every adopted range (as with
+   a NIC and a kernel that copies pinned pages for the child) before
+   fork() returns in it; the parent's fork() returns after that, so the
+   child sees the memory as it was when fork() was called. */
+static void
+fork_prepare(void)
+{
+    pthread_mutex_lock(&fab_adopt_lock);
+    if (nranges > 0 && pipe2(fork_pipe, O_CLOEXEC) != 0)
+        fork_pipe[0] = fork_pipe[1] = -1;
+}
+
+static void
+fork_parent(void)
+{
+    if (fork_pipe[0] >= 0) {
+        struct pollfd pf = {fork_pipe[0], POLLIN, 0};
+        char c;
+        close(fork_pipe[1]);
+        /* the child writes a byte once it is done, or exits (EOF); a
+           child stopped before that is not waited for longer than 10 s */
+        while (poll(&pf, 1, 10000) < 0 && errno == EINTR)
+            ;
+        if (pf.revents)
+            (void)!read(fork_pipe[0], &c, 1);
+        close(fork_pipe[0]);
+        fork_pipe[0] = fork_pipe[1] = -1;
+    }
+    pthread_mutex_unlock(&fab_adopt_lock);
+}
+
+static void
+fork_child(void)
+{
+    size_t i;
+    for (i = 0; i < nranges; i++) {
+        void *s = (void *)ranges[i].s;
+        size_t len = ranges[i].len;
+        void *copy;
+        if (!is_attach(ranges[i].s, len, ranges[i].shmid))
+            continue;           /* the program unmapped it meanwhile */
+        copy = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (copy == MAP_FAILED)
+            continue;           /* stays shared with the parent */
+        memcpy(copy, s, len);
+        if (fab_raw_mremap(copy, len, s) == MAP_FAILED)
+            munmap(copy, len);
+    }
+    nranges = 0;                /* the child adopted nothing */
+    if (fork_pipe[1] >= 0) {
+        (void)!write(fork_pipe[1], "", 1);
+        close(fork_pipe[1]);
+        close(fork_pipe[0]);
+        fork_pipe[0] = fork_pipe[1] = -1;
+    }
+    pthread_mutex_unlock(&fab_adopt_lock);
+}
+
+static void
+install_fork_handlers(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static void reclaim(void);
+
+static void
+range_add(uintptr_t s, size_t len, int shmid)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install_fork_handlers);
+    if (nranges == cap_ranges) {
+        size_t n = cap_ranges ? cap_ranges * 2 : 16;
+        void *p = realloc(ranges, n * sizeof(*ranges));
+        if (p == NULL)
+            return;
+        ranges = p;
+        cap_ranges = n;
+    }
+    ranges[nranges].s = s;
+    ranges[nranges].len = len;
+    ranges[nranges].shmid = shmid;
+    nranges++;
+}
+
+static void
+range_del(uintptr_t s)
+{
+    size_t i;
+    for (i = 0; i < nranges; i++)
+        if (ranges[i].s == s) {
+            ranges[i] = ranges[--nranges];
+            return;
+        }
+}
+
+/* 1 if [s, e) is wholly private, anonymous, read-write memory (no file,
+   SysV segment, hugetlbfs or device mapping: those keep the AM path). */
+static int
+anon_private(uintptr_t s, uintptr_t e)
+{
+    char line[4096];
+    uintptr_t pos = s;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (f == NULL)
+        return 0;
+    while (pos < e && fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long start, end, ino;
+        char perms[8], name[4096] = "";
+        if (sscanf(line, "%llx-%llx %7s %*s %*s %llu %4095s", &start, &end,
+                   perms, &ino, name) < 4)
+            break;
+        if (end <= pos)
+            continue;
+        if (start > pos || perms[0] != 'r' || perms[1] != 'w' ||
+            perms[3] != 'p' || ino != 0 ||
+            (name[0] != 0 && strcmp(name, "[heap]") != 0))
+            break;
+        pos = end;
+    }
+    fclose(f);
+    return pos >= e;
+}
+
+/* 1 if the mapping at s covers [s, s + len) and is SysV segment shmid. */
+static int
+is_attach(uintptr_t s, size_t len, int shmid)
+{
+    char line[4096];
+    int ok = 0;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long start, end, ino;
+        char name[4096] = "";
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %4095s", &start, &end,
+                   &ino, name) < 3 || start > s || end <= s)
+            continue;
+        ok = start == s && end >= s + len && ino == (unsigned)shmid &&
+             strncmp(name, "/SYSV", 5) == 0;
+        break;
+    }
+    fclose(f);
+    return ok;
+}
+
+/*
+ * Adopt the user memory [addr, addr + len) (fab_adopt_lock held, N.lock
+ * not): the whole pages holding it become a SysV segment UCX allocated,
+ * so that MRs in them take the one-sided fast path.  UCX allocates the
+ * segment (ucp_mem_map ALLOCATE, as alloc_mr) and maps it at xaddr; the
+ * user's pages are write-protected (wp_begin), copied into it, then the
+ * segment is attached a second time at the user's address with SHM_REMAP,
+ * which replaces the user's pages in one step (the process keeps its
+ * virtual addresses and its data; stores that waited meanwhile land in
+ * the segment).  The key page publishes, for rkey_ptr, the address UCX
+ * knows (xaddr + offset).  Not adopted (the MR keeps cross-memory attach
+ * or the active-message path): a range that is not whole pages (other
+ * data in its first or last page would move into shared memory), memory
+ * that is not private anonymous, a range overlapping other UCX or adopted
+ * memory, a segment that is not SysV or not exactly the pages, a process
+ * with a kernel RDMA device open (uverbs_open), no userfaultfd, ADOPT_MAX
+ * ranges adopted already.
+ */
+void
+fab_mem_adopt(uint8_t *addr, size_t len)
+{
+    uintptr_t s = (uintptr_t)addr;
+    uintptr_t e = s + len;
+    ucp_mem_map_params_t mp;
+    ucp_mem_attr_t a;
+    struct umem *u;
+    struct shmid_ds ds;
+    void *rbuf = NULL;
+    size_t rlen = 0;
+    int shmid = -1, wp;
+
+    reclaim();
+    if (len == 0 || e < s || (s & 4095) != 0 || (len & 4095) != 0 ||
+        nranges >= ADOPT_MAX)
+        return;
+    LOCK();
+    for (u = N.umems; u != NULL; u = u->next)
+        if ((uintptr_t)u->addr < e && s < (uintptr_t)u->addr + u->maplen)
+            break;              /* contained (already fast) or overlap */
+    UNLOCK();
+    if (u != NULL || !anon_private(s, e) || uverbs_open())
+        return;
+    u = calloc(1, sizeof(*u));
+    if (u == NULL)
+        return;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.length = len;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    if (U.mem_map(N.uctx, &mp, &u->memh) != UCS_OK) {
+        free(u);
+        return;
+    }
+    memset(&a, 0, sizeof(a));
+    a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    if (U.mem_query(u->memh, &a) != UCS_OK ||
+        ((uintptr_t)a.address & 4095) != 0 ||
+        fab_mem_kind(a.address, &shmid) != 1 ||
+        shmctl(shmid, IPC_STAT, &ds) != 0 ||
+        ((ds.shm_segsz + 4095) & ~(size_t)4095) != len ||
+        fab_shm_private(shmid, len) < 0)
+        goto fail;
+    wp = debug_wp("none") ? INT_MAX : wp_begin(s, len);
+    if (wp < 0)
+        goto fail;
+    memcpy(a.address, (void *)s, len);
+    /* the user's pages are replaced by the segment (one mmap_lock'ed
+       step); UCX's memory hooks see the shmat and drop what they cached
+       for the range */
+    if (shmat(shmid, (void *)s, SHM_REMAP) != (void *)s) {
+        wp_end(wp, s, len, 0);
+        goto fail;
+    }
+    wp_end(wp, s, len, 1);
+    u->addr = (uint8_t *)s;
+    u->len = len;
+    u->maplen = len;
+    u->xaddr = a.address;
+    u->shmid = shmid;
+    if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
+        if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
+            memcpy(u->rkey, rbuf, rlen);
+            u->rkey_len = rlen;
+        }
+        U.rkey_buffer_release(rbuf);
+    }
+    range_add(s, len, shmid);
+    LOCK();
+    u->next = N.umems;
+    N.umems = u;
+    UNLOCK();
+    if (N.sh != NULL)
+        __atomic_fetch_add(&N.sh->st_adopted, 1, __ATOMIC_RELAXED);
+    return;
+fail:
+    U.mem_unmap(N.uctx, u->memh);
+    free(u);
+}
+
+/* Forget adopted memory u (N.lock held): off the list; UCX's mapping
+   goes after N.lock is dropped (free_umem). */
+static void
+unlink_umem(struct umem *u)
+{
+    struct umem **pp;
+    for (pp = &N.umems; *pp; pp = &(*pp)->next)
+        if (*pp == u) {
+            *pp = u->next;
+            break;
+        }
+}
+
+static void
+free_umem(struct umem *u)
+{
+    U.mem_unmap(N.uctx, u->memh);
+    free(u->rkey);
+    free(u);
+}
+
+/* Adopted memory with no MR left whose range the program unmapped or
+   replaced (fab_adopt_lock held, N.lock not): UCX's mapping of it goes,
+   and with it the segment's pages (nothing else attaches them). */
+static void
+reclaim(void)
+{
+    struct umem *u, *next, *gone = NULL;
+    LOCK();
+    for (u = N.umems; u != NULL; u = next) {
+        next = u->next;
+        if (u->xaddr != NULL && u->refs == 0 && u->shadow == NULL &&
+            !is_attach((uintptr_t)u->addr, u->maplen, u->shmid)) {
+            unlink_umem(u);
+            range_del((uintptr_t)u->addr);
+            u->next = gone;
+            gone = u;
+        }
+    }
+    UNLOCK();
+    for (u = gone; u != NULL; u = next) {
+        next = u->next;
+        free_umem(u);
+    }
+}
+
+/* The last MR in adopted memory u is gone (fab_adopt_lock held, N.lock
+   not, no initiator inside an op on it).  The range stays the segment
+   (no copy back: a store another thread made during one would be lost,
+   and userfaultfd cannot protect SysV memory), with its data, private to
+   a child of fork; an MR registered over it again takes the fast path
+   with no new copy.  UCX's mapping goes when the program unmaps the range
+   (reclaim, at the next reg_mr or dereg_mr).  Revoked memory
+   (mem_revoke: a private copy is at addr already) goes now. */
+void
+fab_mem_unadopt(struct umem *u)
+{
+    if (u->shadow != NULL) {
+        LOCK();
+        unlink_umem(u);
+        UNLOCK();
+        munmap(u->shadow, u->maplen);
+        u->shadow = NULL;
+        range_del((uintptr_t)u->addr);
+        free_umem(u);
+    }
+    reclaim();
+}
