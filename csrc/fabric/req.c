@@ -99,6 +99,11 @@ struct fhold {
        it skip the key lookup */
     const struct umr *lmr;
     uint32_t lkey;
+    /* the QP's peer may take the one-sided path (nothing of this changes
+       while N.lock is held; the QP's own error state can: fill_slot) */
+    int fast_ok;
+    /* one-sided ops done, for the key page's counters (fhold_drop) */
+    uint32_t n_write, n_read, n_atomic;
 };
 
 /* Count an initiator out of *ctr, never below 0: a target that gave up
@@ -116,6 +121,12 @@ inflight_out(uint32_t *ctr)
 static void
 fhold_drop(struct fhold *h)
 {
+    if (h->n_write + h->n_read + h->n_atomic) {
+        N.sh->st_fast_write += h->n_write;
+        N.sh->st_fast_read += h->n_read;
+        N.sh->st_fast_atomic += h->n_atomic;
+        h->n_write = h->n_read = h->n_atomic = 0;
+    }
     if (h->mr != NULL)
         inflight_out(h->mr);
     if (h->qp != NULL)
@@ -228,6 +239,29 @@ cma_op(struct peer *p, const struct pyrdma_send_wr *wr, int write,
     return 1;
 }
 
+/* memcpy for 1 to 16 bytes, without a call (the 8-byte WRITE rate) */
+static inline void
+copy_small(uint8_t *d, const uint8_t *s, size_t n)
+{
+    if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &b, 8);
+    }
+    else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        memcpy(d, &a, 4);
+        memcpy(d + n - 4, &b, 4);
+    }
+    else
+        while (n--)
+            *d++ = *s++;
+}
+
 static int
 fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
         int op, size_t total, int inline_data, struct fhold *h)
@@ -311,6 +345,12 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
         switch (op) {
         case OP_WRITE: {
             size_t off = 0;
+            if (wr->num_sge == 1 && len <= 16) {
+                copy_small(dst, (const uint8_t *)(uintptr_t)
+                           wr->sg_list[0].addr, (size_t)len);
+                h->n_write++;
+                break;
+            }
             for (i = 0; i < wr->num_sge; i++) {
                 if (wr->sg_list[i].length)
                     memcpy(dst + off,
@@ -318,13 +358,13 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
                            wr->sg_list[i].length);
                 off += wr->sg_list[i].length;
             }
-            N.sh->st_fast_write++;
+            h->n_write++;
             break;
         }
         case OP_READ:
             scatter(wr->sg_list, wr->num_sge, dst, len);
             *byte_len = (uint32_t)len;
-            N.sh->st_fast_read++;
+            h->n_read++;
             break;
         default: {
             uint64_t *pp = (uint64_t *)(void *)dst, old;
@@ -339,7 +379,7 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
             }
             scatter(wr->sg_list, wr->num_sge, (const uint8_t *)&old, 8);
             *byte_len = 8;
-            N.sh->st_fast_atomic++;
+            h->n_atomic++;
             break;
         }
         }
@@ -389,9 +429,7 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     if (op >= OP_CAS && total < 8)
         return EINVAL;
     /* one-sided: done here, no slot used, nothing on the wire (no PSN) */
-    if (q->type == IBV_QPT_RC && peer != NULL && peer->sh != NULL &&
-        !peer->failed && N.sh != NULL && !q->err_pending &&
-        q->attr.qp_state != IBV_QPS_ERR &&
+    if (hold->fast_ok && !q->err_pending && q->attr.qp_state != IBV_QPS_ERR &&
         (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE)) {
         uint32_t byte_len = 0;
         fast = fast_op(q, &byte_len, wr, op, total, inline_data, hold);
@@ -595,7 +633,7 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
     uint32_t first, last, i;
     int rc = 0, signal = 0, n_ucp = 0;
     struct peer *p, *bell = NULL;
-    struct fhold hold = {NULL, NULL};
+    struct fhold hold;
 
     /* one-sided candidates: map the target MRs not mapped yet (UCP is
        called, so before N.lock; a racy look at the cache is enough) */
@@ -631,6 +669,10 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
         *bad = wr;
         return EINVAL;
     }
+    memset(&hold, 0, sizeof(hold));
+    p = q->peer;
+    hold.fast_ok = q->type == IBV_QPT_RC && p != NULL && p->sh != NULL &&
+                   !p->failed && N.sh != NULL;
     first = q->sq_tail;
     for (; wr; wr = wr->next) {
         struct slot *s;

@@ -13,12 +13,12 @@ For each transport (UCX_TLS=shm,self and tcp on lo), two processes each:
 - 8-byte SEND latency (one way, typical): ``ib_send_lat -s 8`` vs
   ``tag_lat -s 8`` (goal: at most 1.5).
 
-perftest registers the program's own buffers (``ibv_reg_mr``), so its
-WRITEs take the fabric's active-message path, not the one-sided fast path
-of ``PD.alloc_mr`` memory (docs/fabric.rst) -- unless
-``RDMA_UCX_ADOPT=1`` is set (prototype: reg_mr adopts page-aligned private
-memory into UCX memory, "Adopted user memory" in docs/fabric.rst).  ``python
-tests/bench/bench_ucx.py`` gives the same measures for Python.
+perftest registers its own page-aligned buffers (``ibv_reg_mr``); the
+fabric adopts them into UCX shared memory, so its WRITEs take the
+one-sided fast path ("The program's own memory: adoption" in
+docs/fabric.rst; ``RDMA_UCX_ADOPT=0`` in the environment measures the
+paths without it).  ``python tests/bench/bench_ucx.py`` gives the same
+measures for Python.
 """
 from __future__ import annotations
 
@@ -96,9 +96,11 @@ def main(argv=None) -> int:
     rows = []
     for name in a.tls or list(TLS):
         env = TLS[name]
-        n_rate = 2000000 // q if name == "shm" else 200000 // q
-        n_lat = 100000 // q if name == "shm" else 20000 // q
-        n_bw = 20000 // q if name == "shm" else 3000 // q
+        # shm: at least half a second of the measured loop per run (short
+        # runs are mostly the start of the first WRs)
+        n_rate = 20000000 // q if name == "shm" else 200000 // q
+        n_lat = 200000 // q if name == "shm" else 20000 // q
+        n_bw = 200000 // q if name == "shm" else 3000 // q
         measures = [
             ("8 B WRITE rate (msg/s)", "ib_write_bw / ucp_put_bw", ">= 0.8",
              lambda: run_c("ib_write_bw", 8, n_rate, env)["msg_s"],
