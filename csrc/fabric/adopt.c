@@ -14,6 +14,9 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1
 #endif
@@ -385,6 +388,9 @@ fab_mem_adopt(uint8_t *addr, size_t len)
         ((ds.shm_segsz + 4095) & ~(size_t)4095) != len ||
         fab_shm_private(shmid, len) < 0)
         goto fail;
+    /* the segment's pages, allocated in one call rather than one fault
+       each during the copy (while other threads' stores wait) */
+    (void)madvise(a.address, len, MADV_POPULATE_WRITE);
     wp = debug_wp("none") ? INT_MAX : wp_begin(s, len);
     if (wp < 0)
         goto fail;
