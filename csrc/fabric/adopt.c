@@ -455,22 +455,48 @@ free_umem(struct umem *u)
 static void
 reclaim(void)
 {
-    struct umem *u, *next, *gone = NULL;
+    struct umem *idle[64], *u, *gone = NULL;
+    int kept[64] = {0};
+    size_t n = 0, i;
+    char line[4096];
+    FILE *f;
+
+    /* the candidates (fab_adopt_lock keeps them: only mem_unadopt and
+       reclaim free adopted memory, and an MR over one would need that
+       lock too) */
     LOCK();
-    for (u = N.umems; u != NULL; u = next) {
-        next = u->next;
-        if (u->xaddr != NULL && u->refs == 0 && u->shadow == NULL &&
-            !is_attach((uintptr_t)u->addr, u->maplen, u->shmid)) {
-            unlink_umem(u);
-            range_del((uintptr_t)u->addr);
-            u->next = gone;
-            gone = u;
-        }
-    }
+    for (u = N.umems; u != NULL && n < 64; u = u->next)
+        if (u->xaddr != NULL && u->refs == 0 && u->shadow == NULL)
+            idle[n++] = u;
     UNLOCK();
-    for (u = gone; u != NULL; u = next) {
-        next = u->next;
-        free_umem(u);
+    if (n == 0 || (f = fopen("/proc/self/maps", "re")) == NULL)
+        return;                 /* (cannot tell: keep them) */
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long start, end, ino;
+        char name[4096] = "";
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %4095s", &start, &end,
+                   &ino, name) < 3 || strncmp(name, "/SYSV", 5) != 0)
+            continue;
+        for (i = 0; i < n; i++)
+            if (start == (uintptr_t)idle[i]->addr &&
+                end >= (uintptr_t)idle[i]->addr + idle[i]->maplen &&
+                ino == (unsigned)idle[i]->shmid)
+                kept[i] = 1;
+    }
+    fclose(f);
+    LOCK();
+    for (i = 0; i < n; i++)
+        if (!kept[i]) {
+            unlink_umem(idle[i]);
+            range_del((uintptr_t)idle[i]->addr);
+            idle[i]->next = gone;
+            gone = idle[i];
+        }
+    UNLOCK();
+    while (gone != NULL) {
+        u = gone->next;
+        free_umem(gone);
+        gone = u;
     }
 }
 
