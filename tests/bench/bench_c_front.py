@@ -34,7 +34,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_ucx import TLS, _free_port, run_perftest  # noqa: E402
+from bench_ucx import PIN, TLS, _free_port, _pin, run_perftest  # noqa: E402
 sys.path.insert(0, str(HERE.parent / "host"))
 from fabric_helpers import listening  # noqa: E402
 
@@ -53,7 +53,8 @@ def run_c(tool: str, size: int, iters: int, env: dict,
                 "-d", "ucx0", "-p", str(port), "-s", str(size), "-n",
                 str(iters), *extra]
         srv = subprocess.Popen(args, env=e, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL,
+                               preexec_fn=_pin("server"))
         try:
             deadline = time.monotonic() + 60
             while not listening(port):
@@ -61,7 +62,8 @@ def run_c(tool: str, size: int, iters: int, env: dict,
                     raise RuntimeError(f"{tool} server did not start")
                 time.sleep(0.02)
             res = subprocess.run(args + ["127.0.0.1"], env=e,
-                                 capture_output=True, text=True, timeout=600)
+                                 capture_output=True, text=True, timeout=600,
+                                 preexec_fn=_pin("client"))
         finally:
             try:
                 srv.wait(60)
@@ -89,11 +91,17 @@ def main(argv=None) -> int:
                     help="runs of every pair (medians are printed)")
     ap.add_argument("--tls", choices=sorted(TLS), action="append",
                     help="only this transport (repeatable)")
+    ap.add_argument("--pin", action="store_true",
+                    help="pin the two processes of each run (perftest's and "
+                         "ucx_perftest's alike) to two CPUs")
     a = ap.parse_args(argv)
     if a.reps < 1:
         ap.error("--reps must be at least 1")
+    cpus = sorted(os.sched_getaffinity(0))
+    if a.pin and len(cpus) >= 2:
+        PIN.update(server=cpus[0], client=cpus[1])
     q = 10 if a.quick else 1
-    rows = []
+    rows, runs = [], []
     for name in a.tls or list(TLS):
         env = TLS[name]
         # shm: at least half a second of the measured loop per run (short
@@ -126,13 +134,21 @@ def main(argv=None) -> int:
             ratio = statistics.median(o / r for o, r in zip(ours, ref))
             rows.append((name, what, statistics.median(ours),
                          statistics.median(ref), ratio, how, goal))
+            runs.append((name, what, ours, ref))
+    pin = "not pinned" if PIN["server"] is None else \
+        f"pinned to CPUs {PIN['server']} and {PIN['client']}"
     print(f"({a.reps} run(s) of each, medians; ratio: median of the per-run "
-          f"ratios)")
+          f"ratios; processes {pin})")
     print(f"{'tls':<5}{'measure':<32}{'perftest':>14}{'ucx_perftest':>14}"
           f"{'ratio':>8}  {'goal':<8}tools")
     for tls, what, ours, ref, ratio, how, goal in rows:
         print(f"{tls:<5}{what:<32}{ours:>14.6g}{ref:>14.6g}{ratio:>8.3f}"
               f"  {goal:<8}{how}")
+    if a.reps > 1:
+        print("every run (perftest / ucx_perftest):")
+        for tls, what, ours, ref in runs:
+            print(f"  {tls} {what:<32}" + ", ".join(
+                f"{o:.4g}/{r:.4g}" for o, r in zip(ours, ref)))
     return 0
 
 
