@@ -1,17 +1,19 @@
 /* adopt.c - adopted user memory: reg_mr turns a program's own
    page-aligned private memory into UCX shared memory at the same address
-   (mem_adopt), so that same-host peers reach it one-sided.  Stores other
-   threads make during the copy wait (userfaultfd write protection).  The
-   memory stays adopted while the program has it mapped (mem_unadopt,
-   reclaim); a child of fork() gets a private copy (fork handlers).  On
-   by default; RDMA_UCX_ADOPT=0 turns it off.  docs/fabric.rst "Adopted
+   (mem_adopt), so that same-host peers reach it one-sided, and gives it
+   back when the last MR in it is gone (mem_unadopt).  Stores other
+   threads make meanwhile wait (userfaultfd); a child of fork() gets a
+   private copy (fork handlers).  On by default; RDMA_UCX_ADOPT=0 turns
+   it off.  docs/fabric.rst "Adopted
    user memory". */
 #include "fabric.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <limits.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 
 #ifndef MADV_POPULATE_WRITE
@@ -500,23 +502,194 @@ reclaim(void)
     }
 }
 
+/* Giving adopted pages back (give_back): the user's range becomes
+   private anonymous memory again with the segment's contents.  Stores
+   must not be lost, and userfaultfd cannot protect the SysV mapping they
+   go to, so the range is replaced at once by empty private memory
+   registered for missing-page faults (mremap of a registered mapping:
+   UFFD_FEATURE_EVENT_REMAP, whose event a helper thread reads, since
+   mremap waits for that), and filled from the segment (UFFDIO_COPY,
+   which peers no longer write: the MR is gone and quiesced).  A thread
+   that touches a page before it is filled waits in its fault until the
+   filling reaches it, then goes on with the page's data. */
+struct giveback {
+    int fd, stop[2];
+    uintptr_t s;
+    size_t len;
+    const uint8_t *src;
+};
+
+/* Fill [a, a + n) of g's range from the segment, skipping a page that is
+   there already.  0, or -1 if the kernel refused. */
+static int
+fill(const struct giveback *g, uintptr_t a, size_t n)
+{
+    while (n > 0) {
+        struct uffdio_copy c;
+        memset(&c, 0, sizeof(c));
+        c.dst = a;
+        c.src = (uintptr_t)(g->src + (a - g->s));
+        c.len = n;
+        if (ioctl(g->fd, UFFDIO_COPY, &c) == 0)
+            return 0;
+        if (c.copy > 0) {
+            a += (size_t)c.copy;
+            n -= (size_t)c.copy;
+        }
+        else if (errno == EEXIST) {
+            a += 4096;
+            n -= 4096;
+        }
+        else if (errno != EAGAIN)
+            return -1;
+    }
+    return 0;
+}
+
+static void *
+giveback_events(void *arg)
+{
+    struct giveback *g = arg;
+    struct pollfd pf[2] = {{g->fd, POLLIN, 0}, {g->stop[0], POLLIN, 0}};
+    for (;;) {
+        struct uffd_msg m;
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (pf[1].revents)
+            break;
+        /* UFFD_EVENT_REMAP: reading it lets the mremap return (until
+           then the kernel refuses UFFDIO_COPY with EAGAIN, so this
+           thread serves no fault itself); UFFD_EVENT_PAGEFAULT: the
+           thread that faulted waits until fill reaches its page, whose
+           UFFDIO_COPY wakes it */
+        (void)!read(g->fd, &m, sizeof(m));
+    }
+    return NULL;
+}
+
+/* 1 if u's range is private memory again with the segment's contents,
+   0 if it is still the segment (nothing changed). */
+static int
+give_back(struct umem *u)
+{
+    struct giveback g;
+    struct uffdio_api api;
+    struct uffdio_register reg;
+    pthread_t th;
+    sigset_t all, old;
+    void *t;
+    int ok = 0;
+
+    g.s = (uintptr_t)u->addr;
+    g.len = u->maplen;
+    g.src = u->xaddr;
+    g.stop[0] = g.stop[1] = -1;
+    if (debug_wp("none")) {
+        /* the test hook: copy and replace, unprotected */
+        t = mmap(NULL, g.len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (t == MAP_FAILED)
+            return 0;
+        memcpy(t, u->addr, g.len);
+        if (fab_raw_mremap(t, g.len, u->addr) != MAP_FAILED)
+            return 1;
+        munmap(t, g.len);
+        return 0;
+    }
+    if ((g.fd = uffd_open()) < 0)
+        return 0;
+    memset(&api, 0, sizeof(api));
+    api.api = UFFD_API;
+    api.features = UFFD_FEATURE_EVENT_REMAP;
+    t = MAP_FAILED;
+    if (ioctl(g.fd, UFFDIO_API, &api) != 0 || pipe2(g.stop, O_CLOEXEC) != 0)
+        goto out;
+    t = mmap(NULL, g.len, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (t == MAP_FAILED)
+        goto out;
+    memset(&reg, 0, sizeof(reg));
+    reg.range.start = (uintptr_t)t;
+    reg.range.len = g.len;
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    if (ioctl(g.fd, UFFDIO_REGISTER, &reg) != 0)
+        goto out;
+    /* the helper takes no signal of the program's */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    ok = pthread_create(&th, NULL, giveback_events, &g) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!ok)
+        goto out;
+    ok = fab_raw_mremap(t, g.len, u->addr) != MAP_FAILED;
+    if (ok) {
+        t = MAP_FAILED;         /* moved */
+        /* (the kernel refuses a copy only for a range that is not
+           registered, which this one is until the close below) */
+        (void)fill(&g, g.s, g.len);
+    }
+    (void)!write(g.stop[1], "", 1);
+    pthread_join(th, NULL);
+out:
+    if (t != MAP_FAILED)
+        munmap(t, g.len);
+    if (g.stop[0] >= 0) {
+        close(g.stop[0]);
+        close(g.stop[1]);
+    }
+    close(g.fd);                /* unregisters what is left */
+    return ok;
+}
+
+/* Tell UCX's memory hooks (libucm, a dependency of libucp) that the pages
+   at addr were replaced behind their back (fab_raw_mremap): its
+   registration cache drops what it holds for them.  Nothing if libucm
+   has no such call. */
+static void
+vm_unmapped(void *addr, size_t len)
+{
+    static void (*fn)(void *, size_t);
+    static int looked;
+    if (!looked) {
+        *(void **)&fn = dlsym(U.dl, "ucm_vm_munmap");
+        looked = 1;
+    }
+    if (fn != NULL)
+        fn(addr, len);
+}
+
 /* The last MR in adopted memory u is gone (fab_adopt_lock held, N.lock
-   not, no initiator inside an op on it).  The range stays the segment
-   (no copy back: a store another thread made during one would be lost,
-   and userfaultfd cannot protect SysV memory), with its data, private to
-   a child of fork; an MR registered over it again takes the fast path
-   with no new copy.  UCX's mapping goes when the program unmaps the range
-   (reclaim, at the next reg_mr or dereg_mr).  Revoked memory
-   (mem_revoke: a private copy is at addr already) goes now. */
+   not, no initiator inside an op on it).  Its pages become the program's
+   private memory again, with what peers wrote into them (give_back), and
+   UCX's mapping of the segment goes.  Kept as the segment, with its data,
+   when that cannot be done safely: a kernel RDMA device is open (it may
+   have registered the range since: its pages must stay), no userfaultfd;
+   such memory stays private to a child of fork, an MR registered over it
+   again is fast at once, and UCX's mapping goes when the program unmaps
+   the range (reclaim).  Revoked memory (mem_revoke: a private copy is at
+   addr already) goes now. */
 void
 fab_mem_unadopt(struct umem *u)
 {
+    int gone = 0;
     if (u->shadow != NULL) {
+        munmap(u->shadow, u->maplen);
+        u->shadow = NULL;
+        gone = 1;
+    }
+    else if (!is_attach((uintptr_t)u->addr, u->maplen, u->shmid))
+        gone = 1;               /* the program unmapped or replaced it */
+    else if (!uverbs_open() && give_back(u)) {
+        gone = 1;
+        vm_unmapped(u->addr, u->maplen);
+    }
+    if (gone) {
         LOCK();
         unlink_umem(u);
         UNLOCK();
-        munmap(u->shadow, u->maplen);
-        u->shadow = NULL;
         range_del((uintptr_t)u->addr);
         free_umem(u);
     }

@@ -7,7 +7,8 @@
    turn (one pass lasts PASS seconds), remembering what they stored last
    in each.  The main thread
    registers the whole buffer (remote write: reg_mr adopts it) while they
-   run, lets them go on, deregisters it, registers it again, stops them
+   run, lets them go on, deregisters it (the pages are given back),
+   registers it again, stops them
    and checks that every word holds what its thread stored there last.
    Prints "adopted OK <words>" or the first wrong word, and exits 0 only
    if all are right. */
@@ -127,6 +128,8 @@ main(void)
     ms(50);
     if (ibv_dereg_mr(mr) != 0)
         return perror("ibv_dereg_mr"), 2;
+    if (sysv(buf))
+        return fprintf(stderr, "not given back\n"), 3;
     ms(20);
     mr = ibv_reg_mr(pd, (void *)buf, BUF, acc);
     if (mr == NULL)
