@@ -40,15 +40,16 @@ base = sysv()
 m = anon(4 * PAGE)
 m[:4] = b"abcd"
 mr = pd.mr(m, MR_ALL)
-out["adopted"] = shared(mr.addr)
+addr = mr.addr
+out["adopted"] = shared(addr)
 v = rdma.get_verbs(rdma.get_end_port(sys.argv[1], provider="verbs"))
 vmr = v.pd().mr(m, 1)           # rxe pins the segment's pages
 m[4:8] = b"efgh"
 mr.close()
-out["kept"] = shared(mr.addr)   # not given back: rxe holds these pages
+out["kept"] = shared(addr)      # not given back: rxe holds these pages
 m2 = anon(2 * PAGE)
 r = pd.mr(m2, MR_ALL)
-out["not_adopted"] = not shared(r.addr)
+out["not_adopted"] = not shared(r.addr)   # (r is open here)
 r.close()
 vmr.close()
 v.close()
