@@ -104,6 +104,15 @@ struct fhold {
     int fast_ok;
     /* one-sided ops done, for the key page's counters (fhold_drop) */
     uint32_t n_write, n_read, n_atomic;
+    /* the last one-sided WRITE of this call into UCX-mapped memory (rkey
+       0: none since, or a WR of the call took a slot): its target QP and
+       MR entries, the MR's bounds and where it is mapped here (fast_op's
+       shortcut for the next WRITE to the same MR) */
+    uint32_t rep_rkey;
+    struct sh_qp *rep_t;
+    struct sh_mr *rep_m;
+    uint64_t rep_lo, rep_len;
+    uint8_t *rep_base;
 };
 
 /* Count an initiator out of *ctr, never below 0: a target that gave up
@@ -132,6 +141,7 @@ fhold_drop(struct fhold *h)
     if (h->qp != NULL)
         inflight_out(h->qp);
     h->mr = h->qp = NULL;
+    h->rep_rkey = 0;
 }
 
 /* Cross-memory attach: WRITE (or READ, write 0) len bytes between the
@@ -282,6 +292,37 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
 
     if (len == 0 || idx == 0 || idx >= SH_MR)
         return 0;
+    if (op == OP_WRITE && rkey == h->rep_rkey && !inline_data &&
+        wr->num_sge == 1 && wr->sg_list->lkey == h->lkey &&
+        in_mr(h->lmr, wr->sg_list->addr, len)) {
+        /* the same local and target MRs as this call's last one-sided
+           WRITE, which checked what cannot change while the MR's key
+           stays (its PD, access, bounds and mapping; the QP's PD), and
+           counted us in on both: the QP's identity, its access and the
+           key are checked again, and the bounds */
+        uint8_t *dst;
+        t = h->rep_t;
+        m = h->rep_m;
+        if (__atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn &&
+            t->dest_qpn == q->qpn && t->peer_guid == N.guid &&
+            (__atomic_load_n(&t->access, __ATOMIC_RELAXED) & need) &&
+            __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey &&
+            raddr >= h->rep_lo && len <= h->rep_len &&
+            raddr - h->rep_lo <= h->rep_len - len) {
+            dst = h->rep_base + (raddr - h->rep_lo);
+            if (len <= 16)
+                copy_small(dst, (const uint8_t *)(uintptr_t)
+                           wr->sg_list->addr, (size_t)len);
+            else
+                memcpy(dst, (const void *)(uintptr_t)wr->sg_list->addr,
+                       len);
+            h->n_write++;
+            /* (as below: withdrawn meanwhile) */
+            return __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey ? 1
+                                                                      : -1;
+        }
+        h->rep_rkey = 0;        /* the full checks decide */
+    }
     c = &p->rk[idx];
     if (c->key != rkey)
         return 0;               /* not mapped (post_send tried) */
@@ -314,12 +355,14 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
             __atomic_fetch_sub(h->qp, 1, __ATOMIC_SEQ_CST);
         h->qp = &t->inflight;
         __atomic_fetch_add(h->qp, 1, __ATOMIC_SEQ_CST);
+        h->rep_rkey = 0;        /* the shortcut relies on our counts */
     }
     if (h->mr != &m->inflight) {
         if (h->mr != NULL)
             __atomic_fetch_sub(h->mr, 1, __ATOMIC_SEQ_CST);
         h->mr = &m->inflight;
         __atomic_fetch_add(h->mr, 1, __ATOMIC_SEQ_CST);
+        h->rep_rkey = 0;
     }
     ok = __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn &&
          t->dest_qpn == q->qpn && t->peer_guid == N.guid &&
@@ -390,6 +433,15 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
            (REM_ACCESS_ERR: -1) */
         if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != rkey)
             ok = -1;
+        else if (op == OP_WRITE && !inline_data && wr->num_sge == 1 &&
+                 wr->sg_list->lkey == h->lkey && h->lmr != NULL) {
+            h->rep_rkey = rkey;
+            h->rep_t = t;
+            h->rep_m = m;
+            h->rep_lo = m->addr;
+            h->rep_len = m->len;
+            h->rep_base = c->base;
+        }
     }
     return ok;
 }
@@ -447,6 +499,7 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
             return -1;
         }
     }
+    hold->rep_rkey = 0;         /* RC order: later WRs check it all */
     if (s->inflight)
         return ENOMEM;          /* UCP still reads this slot */
     s->qp = q;

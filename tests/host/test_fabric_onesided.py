@@ -926,6 +926,59 @@ def test_fast_path_local_bounds_within_a_batch(pair):
         == bytes(16)
 
 
+def test_fast_path_remote_bounds_within_a_batch(pair):
+    """WRITEs of one post_send to the same target MR (the later ones take
+    the shortcut that re-checks only what can change: csrc/fabric/req.c
+    fast_op): the third straddles the MR's end and fails with
+    REM_ACCESS_ERR, the fourth flushes; the first two land, the bytes the
+    third aimed at are untouched."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    warm(a, mrs)
+    a("fill", mr="local", off=0, hex=(b"\x6b" * 64).hex())
+    sa0 = a("stats")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 8, wr_id=1),
+            wr(ibv.IBV_WR_RDMA_WRITE, addr + 64, rkey, 0, 8, wr_id=2),
+            wr(ibv.IBV_WR_RDMA_WRITE, addr + SIZE - 8, rkey, 0, 16,
+               wr_id=3),
+            wr(ibv.IBV_WR_RDMA_WRITE, addr + 128, rkey, 0, 8, wr_id=4))
+    wcs = a("poll", n=4)["wcs"]
+    assert [(w[0], w[1]) for w in wcs] == [
+        (1, ibv.IBV_WC_SUCCESS), (2, ibv.IBV_WC_SUCCESS),
+        (3, ibv.IBV_WC_REM_ACCESS_ERR), (4, ibv.IBV_WC_WR_FLUSH_ERR)], wcs
+    assert a("stats")["fast_write"] - sa0["fast_write"] == 2
+    got = bytes.fromhex(b("dump", mr="mr", off=0, len=SIZE)["hex"])
+    assert got[0:8] == got[64:72] == b"\x6b" * 8
+    assert got[SIZE - 8:] != b"\x6b" * 8 and got[128:136] != b"\x6b" * 8
+
+
+def test_fast_path_batch_across_two_mrs(pair):
+    """One post_send: WRITE to one MR, READ from another, WRITE to the
+    first again: all one-sided (the shortcut for the second WRITE is not
+    taken once the READ moved our in-flight count to the other MR), and
+    every byte right."""
+    ibv = _ibv()
+    a, b, mrs = pair
+    addr, rkey = mrs["mr"]
+    ro_addr, ro_rkey = mrs["ro"]
+    warm(a, mrs)
+    warm(a, mrs, "ro")
+    a("fill", mr="local", off=0, hex=pat(64, 11).hex())
+    sa0 = a("stats")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + 256, rkey, 0, 32, wr_id=1),
+            wr(ibv.IBV_WR_RDMA_READ, ro_addr, ro_rkey, 1024, 16, wr_id=2),
+            wr(ibv.IBV_WR_RDMA_WRITE, addr + 512, rkey, 32, 32, wr_id=3,
+               send_flags=ibv.IBV_SEND_SIGNALED))
+    wcs = a("poll", n=3)["wcs"]
+    assert [(w[0], w[1]) for w in wcs] == [(1, 0), (2, 0), (3, 0)], wcs
+    sa1 = a("stats")
+    assert sa1["fast_write"] - sa0["fast_write"] == 2
+    assert sa1["fast_read"] - sa0["fast_read"] == 1
+    got = bytes.fromhex(b("dump", mr="mr", off=256, len=288)["hex"])
+    assert got[:32] == pat(64, 11)[:32] and got[256:] == pat(64, 11)[32:]
+
+
 @pytest.mark.parametrize("pair", [SHM, TCP], indirect=True,
                          ids=["shm", "tcp"])
 def test_deferred_ack_sent_when_the_qp_is_destroyed(pair):
