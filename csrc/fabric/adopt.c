@@ -92,50 +92,49 @@ debug_wp(const char *what)
     return e != NULL && strcmp(e, what) == 0;
 }
 
+/* A userfaultfd descriptor with the API features wanted, or -1. */
 static int
-uffd_open(void)
+uffd_with(uint64_t features)
 {
+    struct uffdio_api api;
     int fd = -1;
     if (!debug_wp("user"))
         fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         fd = (int)syscall(SYS_userfaultfd,
                           O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    if (fd < 0)
+        return -1;
+    memset(&api, 0, sizeof(api));
+    api.api = UFFD_API;
+    api.features = features;
+    if (ioctl(fd, UFFDIO_API, &api) != 0) {
+        close(fd);
+        return -1;
+    }
     return fd;
 }
 
 /* Write-protect [s, s + len) with userfaultfd: a store another thread
    makes to it waits until wp_end (its fault is retried then, against
    whatever is mapped there).  Private anonymous memory only (the kernel
-   does not protect SysV segments this way).  The descriptor, or -1 if the kernel offers no such protection here
-   (then the caller does not copy).  Unprivileged (vm.unprivileged_
+   does not protect SysV segments this way).  The descriptor, or -1 if
+   the kernel offers no such protection here (then the caller does not
+   copy).  Unprivileged (vm.unprivileged_
    userfaultfd 0, no CAP_SYS_PTRACE) only user-mode stores wait: a system
    call writing into the range meanwhile fails with EFAULT. */
 static int
 wp_begin(uintptr_t s, size_t len)
 {
-    struct uffdio_api api;
     struct uffdio_register reg;
     struct uffdio_writeprotect wp;
-    uint64_t need = UFFD_FEATURE_PAGEFAULT_FLAG_WP;
-    int fd = uffd_open();
-    if (fd < 0)
-        return -1;
-    memset(&api, 0, sizeof(api));
-    api.api = UFFD_API;
-    api.features = need | UFFD_FEATURE_WP_UNPOPULATED;
-    if (ioctl(fd, UFFDIO_API, &api) != 0) {
-        /* an older kernel: no WP_UNPOPULATED (a new descriptor: API may
-           be called once) */
-        close(fd);
-        fd = uffd_open();
+    int fd = uffd_with(UFFD_FEATURE_PAGEFAULT_FLAG_WP |
+                       UFFD_FEATURE_WP_UNPOPULATED);
+    if (fd < 0) {
+        /* an older kernel: no WP_UNPOPULATED */
+        fd = uffd_with(UFFD_FEATURE_PAGEFAULT_FLAG_WP);
         if (fd < 0)
             return -1;
-        memset(&api, 0, sizeof(api));
-        api.api = UFFD_API;
-        api.features = need;
-        if (ioctl(fd, UFFDIO_API, &api) != 0)
-            goto fail;
         /* populate it, so that every page has an entry to protect */
         for (uintptr_t p = s; p < s + len; p += 4096)
             (void)*(volatile const char *)p;
@@ -281,23 +280,21 @@ static int
 anon_private(uintptr_t s, uintptr_t e)
 {
     char line[4096];
+    struct maps_line m;
     uintptr_t pos = s;
     FILE *f = fopen("/proc/self/maps", "re");
     if (f == NULL)
         return 0;
     while (pos < e && fgets(line, sizeof(line), f) != NULL) {
-        unsigned long long start, end, ino;
-        char perms[8], name[4096] = "";
-        if (sscanf(line, "%llx-%llx %7s %*s %*s %llu %4095s", &start, &end,
-                   perms, &ino, name) < 4)
+        if (fab_maps_parse(line, &m) < 0)
             break;
-        if (end <= pos)
+        if (m.end <= pos)
             continue;
-        if (start > pos || perms[0] != 'r' || perms[1] != 'w' ||
-            perms[3] != 'p' || ino != 0 ||
-            (name[0] != 0 && strcmp(name, "[heap]") != 0))
+        if (m.start > pos || m.perms[0] != 'r' || m.perms[1] != 'w' ||
+            m.perms[3] != 'p' || m.ino != 0 ||
+            (m.name[0] != 0 && strcmp(m.name, "[heap]") != 0))
             break;
-        pos = end;
+        pos = m.end;
     }
     fclose(f);
     return pos >= e;
@@ -307,23 +304,9 @@ anon_private(uintptr_t s, uintptr_t e)
 static int
 is_attach(uintptr_t s, size_t len, int shmid)
 {
-    char line[4096];
-    int ok = 0;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (f == NULL)
-        return 0;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        unsigned long long start, end, ino;
-        char name[4096] = "";
-        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %4095s", &start, &end,
-                   &ino, name) < 3 || start > s || end <= s)
-            continue;
-        ok = start == s && end >= s + len && ino == (unsigned)shmid &&
-             strncmp(name, "/SYSV", 5) == 0;
-        break;
-    }
-    fclose(f);
-    return ok;
+    struct maps_line m;
+    return fab_maps_find(s, &m) == 0 && m.start == s && m.end >= s + len &&
+           m.ino == (unsigned)shmid && strncmp(m.name, "/SYSV", 5) == 0;
 }
 
 /*
@@ -349,12 +332,10 @@ fab_mem_adopt(uint8_t *addr, size_t len)
 {
     uintptr_t s = (uintptr_t)addr;
     uintptr_t e = s + len;
-    ucp_mem_map_params_t mp;
     ucp_mem_attr_t a;
+    ucs_status_t st;
     struct umem *u;
     struct shmid_ds ds;
-    void *rbuf = NULL;
-    size_t rlen = 0;
     int shmid = -1, wp;
 
     reclaim();
@@ -371,21 +352,11 @@ fab_mem_adopt(uint8_t *addr, size_t len)
     u = calloc(1, sizeof(*u));
     if (u == NULL)
         return;
-    memset(&mp, 0, sizeof(mp));
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.length = len;
-    mp.flags = UCP_MEM_MAP_ALLOCATE;
-    if (U.mem_map(N.uctx, &mp, &u->memh) != UCS_OK) {
+    if (fab_umem_alloc(u, len, &a, &st) < 0) {
         free(u);
         return;
     }
-    memset(&a, 0, sizeof(a));
-    a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-    if (U.mem_query(u->memh, &a) != UCS_OK ||
-        ((uintptr_t)a.address & 4095) != 0 ||
-        fab_mem_kind(a.address, &shmid) != 1 ||
+    if (fab_mem_kind(a.address, &shmid) != 1 ||
         shmctl(shmid, IPC_STAT, &ds) != 0 ||
         ((ds.shm_segsz + 4095) & ~(size_t)4095) != len ||
         fab_shm_private(shmid, len) < 0)
@@ -410,45 +381,13 @@ fab_mem_adopt(uint8_t *addr, size_t len)
     u->maplen = len;
     u->xaddr = a.address;
     u->shmid = shmid;
-    if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
-        if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
-            memcpy(u->rkey, rbuf, rlen);
-            u->rkey_len = rlen;
-        }
-        U.rkey_buffer_release(rbuf);
-    }
     range_add(s, len, shmid);
-    LOCK();
-    u->next = N.umems;
-    N.umems = u;
-    UNLOCK();
+    fab_umem_add(u);
     if (N.sh != NULL)
         __atomic_fetch_add(&N.sh->st_adopted, 1, __ATOMIC_RELAXED);
     return;
 fail:
-    U.mem_unmap(N.uctx, u->memh);
-    free(u);
-}
-
-/* Forget adopted memory u (N.lock held): off the list; UCX's mapping
-   goes after N.lock is dropped (free_umem). */
-static void
-unlink_umem(struct umem *u)
-{
-    struct umem **pp;
-    for (pp = &N.umems; *pp; pp = &(*pp)->next)
-        if (*pp == u) {
-            *pp = u->next;
-            break;
-        }
-}
-
-static void
-free_umem(struct umem *u)
-{
-    U.mem_unmap(N.uctx, u->memh);
-    free(u->rkey);
-    free(u);
+    fab_umem_free(u);
 }
 
 /* Adopted memory with no MR left whose range the program unmapped or
@@ -461,6 +400,7 @@ reclaim(void)
     int kept[64] = {0};
     size_t n = 0, i;
     char line[4096];
+    struct maps_line m;
     FILE *f;
 
     /* the candidates (fab_adopt_lock keeps them: only mem_unadopt and
@@ -474,22 +414,20 @@ reclaim(void)
     if (n == 0 || (f = fopen("/proc/self/maps", "re")) == NULL)
         return;                 /* (cannot tell: keep them) */
     while (fgets(line, sizeof(line), f) != NULL) {
-        unsigned long long start, end, ino;
-        char name[4096] = "";
-        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %4095s", &start, &end,
-                   &ino, name) < 3 || strncmp(name, "/SYSV", 5) != 0)
+        if (fab_maps_parse(line, &m) < 0 ||
+            strncmp(m.name, "/SYSV", 5) != 0)
             continue;
         for (i = 0; i < n; i++)
-            if (start == (uintptr_t)idle[i]->addr &&
-                end >= (uintptr_t)idle[i]->addr + idle[i]->maplen &&
-                ino == (unsigned)idle[i]->shmid)
+            if (m.start == (uintptr_t)idle[i]->addr &&
+                m.end >= (uintptr_t)idle[i]->addr + idle[i]->maplen &&
+                m.ino == (unsigned)idle[i]->shmid)
                 kept[i] = 1;
     }
     fclose(f);
     LOCK();
     for (i = 0; i < n; i++)
         if (!kept[i]) {
-            unlink_umem(idle[i]);
+            fab_umem_unlink(idle[i]);
             range_del((uintptr_t)idle[i]->addr);
             idle[i]->next = gone;
             gone = idle[i];
@@ -497,7 +435,7 @@ reclaim(void)
     UNLOCK();
     while (gone != NULL) {
         u = gone->next;
-        free_umem(gone);
+        fab_umem_free(gone);
         gone = u;
     }
 }
@@ -576,7 +514,6 @@ static int
 give_back(struct umem *u)
 {
     struct giveback g;
-    struct uffdio_api api;
     struct uffdio_register reg;
     pthread_t th;
     sigset_t all, old;
@@ -599,13 +536,10 @@ give_back(struct umem *u)
         munmap(t, g.len);
         return 0;
     }
-    if ((g.fd = uffd_open()) < 0)
+    if ((g.fd = uffd_with(UFFD_FEATURE_EVENT_REMAP)) < 0)
         return 0;
-    memset(&api, 0, sizeof(api));
-    api.api = UFFD_API;
-    api.features = UFFD_FEATURE_EVENT_REMAP;
     t = MAP_FAILED;
-    if (ioctl(g.fd, UFFDIO_API, &api) != 0 || pipe2(g.stop, O_CLOEXEC) != 0)
+    if (pipe2(g.stop, O_CLOEXEC) != 0)
         goto out;
     t = mmap(NULL, g.len, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -688,10 +622,10 @@ fab_mem_unadopt(struct umem *u)
     }
     if (gone) {
         LOCK();
-        unlink_umem(u);
+        fab_umem_unlink(u);
         UNLOCK();
         range_del((uintptr_t)u->addr);
-        free_umem(u);
+        fab_umem_free(u);
     }
     reclaim();
 }

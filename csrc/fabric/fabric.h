@@ -833,7 +833,21 @@ void fab_mem_adopt(uint8_t *addr, size_t len);
 void fab_mem_unadopt(struct umem *u);
 
 /* mr.c */
+/* one line of /proc/self/maps (fab_maps_parse) */
+struct maps_line {
+    uintptr_t start, end;
+    char perms[8];         /* "rw-p"... */
+    unsigned long long ino;
+    char name[4096];       /* "" for anonymous memory */
+};
+int fab_maps_parse(const char *line, struct maps_line *m);
+int fab_maps_find(uintptr_t addr, struct maps_line *m);
 int fab_mem_kind(const void *addr, int *shmid);
+int fab_umem_alloc(struct umem *u, size_t len, ucp_mem_attr_t *a,
+                   ucs_status_t *s);
+void fab_umem_add(struct umem *u);
+void fab_umem_unlink(struct umem *u);
+void fab_umem_free(struct umem *u);
 int fab_shm_private(int shmid, size_t length);
 void *fab_raw_mremap(void *from, size_t len, void *to);
 int fab_check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n,

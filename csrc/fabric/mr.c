@@ -373,35 +373,54 @@ mem_backable(unsigned long long *as_left)
     return lim;
 }
 
+/* Parse one line of /proc/self/maps into *m (its name "" for anonymous
+   memory).  0, or -1 if it is not such a line. */
+int
+fab_maps_parse(const char *line, struct maps_line *m)
+{
+    unsigned long long start, end;
+    m->name[0] = 0;
+    if (sscanf(line, "%llx-%llx %7s %*s %*s %llu %4095s", &start, &end,
+               m->perms, &m->ino, m->name) < 4)
+        return -1;
+    m->start = (uintptr_t)start;
+    m->end = (uintptr_t)end;
+    return 0;
+}
+
+/* The mapping of this process holding addr, into *m.  0, or -1 if there
+   is none (or /proc/self/maps cannot be read). */
+int
+fab_maps_find(uintptr_t addr, struct maps_line *m)
+{
+    char line[4096];
+    int rc = -1;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (f == NULL)
+        return -1;
+    while (rc < 0 && fgets(line, sizeof(line), f) != NULL)
+        if (fab_maps_parse(line, m) == 0 && m->start <= addr &&
+            addr < m->end)
+            rc = 0;
+    fclose(f);
+    return rc;
+}
+
 /* What UCX mapped at addr: 1 a SysV segment (its id in *shmid), 0
    anonymous memory (mmap), -1 anything else or not found. */
 int
 fab_mem_kind(const void *addr, int *shmid)
 {
-    char line[4096];
-    int kind = -1;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (f == NULL)
+    struct maps_line m;
+    /* (anonymous mappings may have merged with a neighbour) */
+    if (fab_maps_find((uintptr_t)addr, &m) < 0)
         return -1;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        unsigned long long start, end, ino;
-        char name[4096] = "";
-        /* anonymous mappings may have merged with a neighbour */
-        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %4095s", &start, &end,
-                   &ino, name) < 3 || start > (uintptr_t)addr ||
-            end <= (uintptr_t)addr)
-            continue;
-        if (strncmp(name, "/SYSV", 5) == 0 && ino <= INT32_MAX &&
-            start == (uintptr_t)addr) {
-            *shmid = (int)ino;  /* a SysV segment's inode is its id */
-            kind = 1;
-        }
-        else if (name[0] == 0 && ino == 0)
-            kind = 0;
-        break;
+    if (strncmp(m.name, "/SYSV", 5) == 0 && m.ino <= INT32_MAX &&
+        m.start == (uintptr_t)addr) {
+        *shmid = (int)m.ino;    /* a SysV segment's inode is its id */
+        return 1;
     }
-    fclose(f);
-    return kind;
+    return m.name[0] == 0 && m.ino == 0 ? 0 : -1;
 }
 
 /* Make the SysV segment shmid, just created by this process and attached
@@ -426,18 +445,85 @@ fab_shm_private(int shmid, size_t length)
    segment and write every byte of it); only SysV segments (made private
    to the user) or anonymous memory are used (ALLOC_PRIO at init), both
    zero-filled by the kernel, so no page is touched here. */
+/* UCX allocates len bytes for u (ucp_mem_map ALLOCATE: u->memh), and
+   tells where (*a: address and length).  0; -1 if UCX refused (*s);
+   -2 if what it gave cannot be queried or is not page-aligned (unmapped
+   again). */
+int
+fab_umem_alloc(struct umem *u, size_t len, ucp_mem_attr_t *a,
+               ucs_status_t *s)
+{
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = NULL;
+    mp.length = len;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    *s = U.mem_map(N.uctx, &mp, &u->memh);
+    if (*s != UCS_OK)
+        return -1;
+    memset(a, 0, sizeof(*a));
+    a->field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    if (U.mem_query(u->memh, a) != UCS_OK ||
+        ((uintptr_t)a->address & 4095) != 0 || a->length < len) {
+        U.mem_unmap(N.uctx, u->memh);
+        return -2;
+    }
+    return 0;
+}
+
+/* u's packed rkey (kept if it fits the key page), and u on the node's
+   list (N.lock not held). */
+void
+fab_umem_add(struct umem *u)
+{
+    void *rbuf = NULL;
+    size_t rlen = 0;
+    if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
+        if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
+            memcpy(u->rkey, rbuf, rlen);
+            u->rkey_len = rlen;
+        }
+        U.rkey_buffer_release(rbuf);
+    }
+    LOCK();
+    u->next = N.umems;
+    N.umems = u;
+    UNLOCK();
+}
+
+/* u off the node's list (N.lock held). */
+void
+fab_umem_unlink(struct umem *u)
+{
+    struct umem **pp;
+    for (pp = &N.umems; *pp; pp = &(*pp)->next)
+        if (*pp == u) {
+            *pp = u->next;
+            break;
+        }
+}
+
+/* UCX unmaps u's memory (N.lock not held: its hooks run); u is freed. */
+void
+fab_umem_free(struct umem *u)
+{
+    U.mem_unmap(N.uctx, u->memh);
+    free(u->rkey);
+    free(u);
+}
+
 int
 fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
                  struct pyrdma_status *st)
 {
-    ucp_mem_map_params_t mp;
     ucp_mem_attr_t a;
     struct umem *u;
     ucs_status_t s;
-    size_t rlen = 0;
-    void *rbuf = NULL;
     unsigned long long can, as_left, held = 0;
-    int kind, shmid = -1;
+    int kind, rc, shmid = -1;
     (void)pd;
     if (length > MAX_MR_SIZE)
         return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "alloc_mr(): %zu bytes "
@@ -459,24 +545,11 @@ fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     u = calloc(1, sizeof(*u));
     if (u == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");
-    memset(&mp, 0, sizeof(mp));
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.address = NULL;
-    mp.length = length;
-    mp.flags = UCP_MEM_MAP_ALLOCATE;
-    s = U.mem_map(N.uctx, &mp, &u->memh);
-    if (s != UCS_OK) {
+    rc = fab_umem_alloc(u, length, &a, &s);
+    if (rc < 0) {
         free(u);
-        return ucs_fail(st, s, "ucp_mem_map", "alloc_mr()");
-    }
-    memset(&a, 0, sizeof(a));
-    a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-    if (U.mem_query(u->memh, &a) != UCS_OK ||
-        ((uintptr_t)a.address & 4095) != 0 || a.length < length) {
-        U.mem_unmap(N.uctx, u->memh);
-        free(u);
+        if (rc == -1)
+            return ucs_fail(st, s, "ucp_mem_map", "alloc_mr()");
         return pyrdma_fail(st, ENOMEM, "ucp_mem_map", "alloc_mr(): UCX "
                            "gave no page-aligned memory");
     }
@@ -485,24 +558,13 @@ fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
     u->maplen = (a.length + 4095) & ~(size_t)4095;
     kind = fab_mem_kind(u->addr, &shmid);
     if (kind == 1 && fab_shm_private(shmid, length) < 0) {
-        U.mem_unmap(N.uctx, u->memh);
-        free(u);
+        fab_umem_free(u);
         return pyrdma_fail(st, EACCES, "shmctl", "alloc_mr(): could not make "
                            "the shared memory segment private (mode 0600)");
     }
     if (kind < 0)
         memset(u->addr, 0, length);     /* not known to be zero-filled */
-    if (U.rkey_pack(N.uctx, u->memh, &rbuf, &rlen) == UCS_OK) {
-        if (rlen <= SH_RKEY_MAX && (u->rkey = malloc(rlen)) != NULL) {
-            memcpy(u->rkey, rbuf, rlen);
-            u->rkey_len = rlen;
-        }
-        U.rkey_buffer_release(rbuf);
-    }
-    LOCK();
-    u->next = N.umems;
-    N.umems = u;
-    UNLOCK();
+    fab_umem_add(u);
     *mem = u->addr;
     *cookie = u;
     return 0;
@@ -523,13 +585,9 @@ fab_raw_mremap(void *from, size_t len, void *to)
 void
 fab_free_mr_mem(void *cookie)
 {
-    struct umem *u = cookie, **pp;
+    struct umem *u = cookie;
     LOCK();
-    for (pp = &N.umems; *pp; pp = &(*pp)->next)
-        if (*pp == u) {
-            *pp = u->next;
-            break;
-        }
+    fab_umem_unlink(u);
     if (u->shadow != NULL) {
         /* UCX's own mapping goes back where UCX unmaps it (in place of
            the private copy) */
@@ -538,9 +596,7 @@ fab_free_mr_mem(void *cookie)
         u->shadow = NULL;
     }
     UNLOCK();
-    U.mem_unmap(N.uctx, u->memh);
-    free(u->rkey);
-    free(u);
+    fab_umem_free(u);
 }
 
 /* An initiator is still inside a one-sided op on memory u after its MR
