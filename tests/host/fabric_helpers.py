@@ -82,6 +82,33 @@ def node_stats(pid: int | None = None) -> dict | None:
     return None
 
 
+def mapping(addr: int) -> str:
+    """The /proc/self/maps line of the mapping holding *addr* ("" if
+    none)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= addr < hi:
+                return line.strip()
+    return ""
+
+
+def build_c(src: str, out, header: str, flags: tuple, libs: tuple) -> str:
+    """Compile tests/host/*src* into *out* with the system's C compiler
+    (*flags*, linked with *libs*); skip the test without a compiler or
+    without the development header /usr/include/*header*.  Returns the
+    program's path."""
+    import pytest
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or not os.path.exists(os.path.join("/usr/include",
+                                                     header)):
+        pytest.skip(f"needs a C compiler and /usr/include/{header}")
+    here = os.path.dirname(os.path.abspath(__file__))
+    subprocess.run([cc, *flags, "-o", str(out), os.path.join(here, src),
+                    *libs], check=True, timeout=120)
+    return str(out)
+
+
 # ---- processes talking over a TCP port (the C tools, ibtool) ----------
 
 def free_port() -> int:

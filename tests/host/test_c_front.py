@@ -8,6 +8,7 @@ TCP, with a GID and with LIDs), interop of ``ibv_rc_pingpong`` with
 pingpongs exchange their addresses over TCP on 127.0.0.1, as they always
 do.  Every process is bounded by a timeout and killed at the end.
 """
+import contextlib
 import os
 import re
 import shutil
@@ -66,6 +67,37 @@ def pair(server_cmd, client_cmd, port, env, client_env=None, netns=None):
 
 
 check_pingpong = fh.check_pingpong
+
+
+@contextlib.contextmanager
+def running(args, port, env):
+    """The C tool *args* on the fabric as a server (on *port*) and as its
+    client (to 127.0.0.1), running; yields (server, client), and kills
+    both at the end."""
+    srv = popen(on_fabric(*args), env)
+    cli = None
+    try:
+        fh.wait_listening(srv, port, T)
+        cli = popen(on_fabric(*args, "127.0.0.1"), env)
+        yield srv, cli
+    finally:
+        kill(srv)
+        if cli is not None:
+            kill(cli)
+
+
+def wait_counters(cli, pids, ready, what, every=0.02):
+    """The key-page counters of the processes *pids* once ``ready(*their
+    counters)`` is true; fail with *what* after T seconds, or with the
+    client *cli*'s output if it ends first."""
+    deadline = time.monotonic() + T
+    while True:
+        st = [fh.node_stats(pid) for pid in pids]
+        if all(st) and ready(*st):
+            return st
+        assert cli.poll() is None, cli.communicate()
+        assert time.monotonic() < deadline, (what, st)
+        time.sleep(every)
 
 
 # ---- the libraries ---------------------------------------------------
@@ -285,14 +317,10 @@ def test_probe_program(env, tmp_path):
     fork() (a child's inherited objects refuse verbs, its own context
     works, the parent's objects go on), and EBUSY for a CQ or PD still in
     use."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None or not os.path.exists("/usr/include/infiniband/verbs.h"):
-        pytest.skip("no C compiler or no libibverbs-dev")
-    exe = tmp_path / "probe"
-    src = os.path.join(os.path.dirname(__file__), "c_front_probe.c")
-    subprocess.run([cc, "-Wall", "-Wextra", "-Werror", "-o", str(exe), src,
-                    "-libverbs"], check=True, timeout=T)
-    res = run(on_fabric(str(exe)), env)
+    exe = fh.build_c("c_front_probe.c", tmp_path / "probe",
+                     "infiniband/verbs.h", ("-Wall", "-Wextra", "-Werror"),
+                     ("-libverbs",))
+    res = run(on_fabric(exe), env)
     assert res.returncode == 0, res.stdout + res.stderr
     got = dict(line.split("=", 1) for line in res.stdout.splitlines())
     assert got == PROBE_EXPECTED
@@ -351,34 +379,20 @@ def test_pingpong_c_to_c(env, tool, extra, gid, tls):
 def test_peer_killed_mid_transfer(env, monkeypatch):
     """A C process killed (SIGKILL) in the middle of a pingpong: its C peer
     gets an error completion and exits, it does not hang."""
-    from fabric_helpers import node_stats
     monkeypatch.setenv("RDMA_UCX_DIR", env["RDMA_UCX_DIR"])
     env.update(SHM)
     port = free_port()
     args = ["ibv_rc_pingpong", "-d", "ucx0", "-g", "0", "-p", str(port),
             "-n", "100000000"]
-    srv = popen(on_fabric(*args), env)
-    cli = None
-    try:
-        fh.wait_listening(srv, port, T)
-        deadline = time.monotonic() + T
-        cli = popen(on_fabric(*args, "127.0.0.1"), env)
+    with running(args, port, env) as (srv, cli):
         # until messages flow (the server's node has executed requests)
-        while True:
-            st = node_stats(srv.pid)
-            if st and st["am_req"] + st["ring_req"] > 100:
-                break
-            assert cli.poll() is None, cli.communicate()
-            assert time.monotonic() < deadline, "no traffic"
-            time.sleep(0.02)
+        wait_counters(cli, [srv.pid],
+                      lambda st: st["am_req"] + st["ring_req"] > 100,
+                      "no traffic")
         kill(srv)
         t0 = time.monotonic()
         out, err = cli.communicate(timeout=T)
         took = time.monotonic() - t0
-    finally:
-        kill(srv)
-        if cli is not None:
-            kill(cli)
     assert cli.returncode == 1, out + err
     assert "Failed status transport retry counter exceeded" in out + err, \
         out + err
@@ -487,17 +501,10 @@ def test_perftest_writes_go_on_into_a_stopped_server(env, monkeypatch, path):
     port = free_port()
     args = ["ib_write_bw", "-d", "ucx0", "-p", str(port), "-s", "4096",
             "-D", "4"]
-    srv = popen(on_fabric(*args), env)
-    cli = None
     monkeypatch.setenv("RDMA_UCX_DIR", env["RDMA_UCX_DIR"])   # node_stats
-    try:
-        fh.wait_listening(srv, port, T)
-        cli = popen(on_fabric(*args, "127.0.0.1"), env)
-        deadline = time.monotonic() + T
-        while not (node_stats(cli.pid) or {}).get(counter):
-            assert cli.poll() is None, cli.communicate()
-            assert time.monotonic() < deadline, f"no {counter}"
-            time.sleep(0.01)
+    with running(args, port, env) as (srv, cli):
+        wait_counters(cli, [cli.pid], lambda c: c[counter] > 0,
+                      f"no {counter}", every=0.01)
         os.kill(srv.pid, signal.SIGSTOP)
         try:
             n0 = node_stats(cli.pid)[counter]
@@ -513,10 +520,6 @@ def test_perftest_writes_go_on_into_a_stopped_server(env, monkeypatch, path):
         assert srv.returncode == 0, sout + serr
         assert srv_stats["am_req"] == 0, srv_stats
         assert (srv_stats["adopted"] > 0) == (path == "adopted"), srv_stats
-    finally:
-        kill(srv)
-        if cli is not None:
-            kill(cli)
 
 
 ADOPT_TOOLS = {"ib_write_bw": "fast_write", "ib_read_bw": "fast_read",
@@ -525,9 +528,8 @@ ADOPT_TOOLS = {"ib_write_bw": "fast_write", "ib_read_bw": "fast_read",
 
 @pytest.mark.parametrize("tool", sorted(ADOPT_TOOLS))
 def test_perftest_adopted_memory_goes_one_sided(env, monkeypatch, tool):
-    """With RDMA_UCX_ADOPT=1 (prototype), perftest's own buffers
-    (``ibv_reg_mr`` of page-aligned heap or mmap memory) are adopted into
-    UCX memory: the client's WRITEs, READs or atomics take the one-sided
+    """perftest's own buffers (``ibv_reg_mr`` of page-aligned heap or mmap
+    memory) are adopted into UCX memory (RDMA_UCX_ADOPT=1, the default): the client's WRITEs, READs or atomics take the one-sided
     fast path and the server's node executes no request for them."""
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed (Debian package perftest)")
@@ -535,24 +537,11 @@ def test_perftest_adopted_memory_goes_one_sided(env, monkeypatch, tool):
     env.update(SHM, RDMA_UCX_ADOPT="1")
     port = free_port()
     args = [tool, "-d", "ucx0", "-p", str(port), "-D", "4"]
-    srv = popen(on_fabric(*args), env)
-    cli = None
-    try:
-        fh.wait_listening(srv, port, T)
-        deadline = time.monotonic() + T
-        cli = popen(on_fabric(*args, "127.0.0.1"), env)
-        while True:
-            s, c = fh.node_stats(srv.pid), fh.node_stats(cli.pid)
-            if s and c and c[ADOPT_TOOLS[tool]] > 10000:
-                break
-            assert cli.poll() is None, cli.communicate()
-            assert time.monotonic() < deadline, (s, c)
-            time.sleep(0.05)
+    with running(args, port, env) as (srv, cli):
+        s, c = wait_counters(cli, [srv.pid, cli.pid],
+                             lambda s, c: c[ADOPT_TOOLS[tool]] > 10000,
+                             "not one-sided", every=0.05)
         assert s["adopted"] >= 1 and c["adopted"] >= 1, (s, c)
         assert s["am_req"] + s["ring_req"] == 0, s
         out, err = cli.communicate(timeout=T)
         assert cli.returncode == 0, out + err
-    finally:
-        kill(srv)
-        if cli is not None:
-            kill(cli)

@@ -17,7 +17,6 @@ as one JSON line.
 import json
 import mmap
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,18 +28,9 @@ HERE = Path(__file__).resolve().parent
 PAGE = mmap.PAGESIZE
 
 
-def _mapping(addr):
-    """The /proc/self/maps line of the mapping holding *addr*."""
-    with open("/proc/self/maps") as f:
-        for line in f:
-            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-            if lo <= addr < hi:
-                return line.strip()
-    return ""
-
-
 def _shared(addr):
-    return "/SYSV" in _mapping(addr)
+    from fabric_helpers import mapping
+    return "/SYSV" in mapping(addr)
 
 
 def _sysv_count():
@@ -217,14 +207,11 @@ def test_fork_child_gets_a_private_copy(res):
 
 @pytest.fixture(scope="module")
 def adopt_race(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None or not os.path.exists("/usr/include/infiniband/verbs.h"):
-        pytest.skip("needs a C compiler and libibverbs-dev")
-    out = tmp_path_factory.mktemp("adopt") / "adopt_race"
-    subprocess.run([cc, "-O2", "-Wall", "-o", str(out),
-                    str(HERE / "adopt_race.c"), "-libverbs", "-lpthread"],
-                   check=True)
-    return out
+    from fabric_helpers import build_c
+    return build_c("adopt_race.c",
+                   tmp_path_factory.mktemp("adopt") / "adopt_race",
+                   "infiniband/verbs.h", ("-O2", "-Wall"),
+                   ("-libverbs", "-lpthread"))
 
 
 @pytest.mark.parametrize("wp", ["", "user", "none"])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric_helpers import PeerProcess, key_page, node_stats
+from fabric_helpers import PeerProcess, key_page, mapping, node_stats
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 30
@@ -39,17 +39,6 @@ SIZE = 1 << 16
 def _emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
-
-
-def _mapping(addr):
-    """The /proc/self/maps line of the mapping holding *addr* ("" if
-    none)."""
-    with open("/proc/self/maps") as f:
-        for line in f:
-            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-            if lo <= addr < hi:
-                return line.strip()
-    return ""
 
 
 def peer_main():
@@ -171,7 +160,7 @@ def peer_main():
             _emit({"n": n, "bad": bad, "last": n,
                    "local": bytes(v[off:off + 8]).hex()})
         elif op == "mapping":           # the /proc/self/maps line of addr
-            _emit({"line": _mapping(c["addr"])})
+            _emit({"line": mapping(c["addr"])})
         elif op == "info":
             _emit({"gid": str(ctx.end_port.gids[0]), "qpn": qp.qp_num})
         elif op == "reconnect":         # RESET, then to this new peer

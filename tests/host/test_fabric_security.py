@@ -129,14 +129,9 @@ def hello(dst: int, src: int, sid: int, pid: int, key) -> bytes:
 
 @pytest.fixture(scope="module")
 def rogue_bin(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None or not os.path.exists("/usr/include/ucp/api/ucp.h"):
-        pytest.skip("needs a C compiler and libucx-dev")
-    out = tmp_path_factory.mktemp("rogue") / "fabric_rogue"
-    subprocess.run([cc, "-O1", "-Wall", "-o", str(out),
-                    str(HERE / "fabric_rogue.c"), "-lucp", "-lucs"],
-                   check=True, timeout=120)
-    return str(out)
+    return fh.build_c("fabric_rogue.c",
+                      tmp_path_factory.mktemp("rogue") / "fabric_rogue",
+                      "ucp/api/ucp.h", ("-O1", "-Wall"), ("-lucp", "-lucs"))
 
 
 class Rogue:
