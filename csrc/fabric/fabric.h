@@ -163,6 +163,8 @@ struct fab_ucp {
     ucs_status_t (*worker_get_efd)(ucp_worker_h, int *);
     ucs_status_t (*worker_arm)(ucp_worker_h);
     ucs_status_t (*worker_signal)(ucp_worker_h);
+    ucs_status_ptr_t (*worker_flush_nbx)(ucp_worker_h,
+                                         const ucp_request_param_t *);
     ucs_status_t (*worker_set_am_recv_handler)(ucp_worker_h,
                                                const ucp_am_handler_param_t *);
     ucs_status_t (*listener_create)(ucp_worker_h, const ucp_listener_params_t *,
@@ -564,6 +566,9 @@ struct peer {
     uint16_t lid;          /* its LID (0 if unknown) */
     ucp_ep_h ep;           /* endpoint to it */
     int failed;            /* the endpoint failed or the process died */
+    int ended;             /* same host: its process was found gone
+                              (fab_timers fails it once what it sent
+                              is taken in) */
     pid_t pid;             /* same host: its pid (0: unknown) */
     int cma_off;           /* cross-memory attach to it was refused */
     int stopped;           /* same host: stopped (SIGSTOP) at the last

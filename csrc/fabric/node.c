@@ -60,6 +60,7 @@ fab_load(struct pyrdma_status *st)
     REQ(worker_get_efd, "ucp_worker_get_efd");
     REQ(worker_arm, "ucp_worker_arm");
     REQ(worker_signal, "ucp_worker_signal");
+    REQ(worker_flush_nbx, "ucp_worker_flush_nbx");
     REQ(worker_set_am_recv_handler, "ucp_worker_set_am_recv_handler");
     REQ(listener_create, "ucp_listener_create");
     REQ(listener_query, "ucp_listener_query");
@@ -289,6 +290,36 @@ read_boot_id(void)
 }
 
 static void
+flushed_cb(void *req, ucs_status_t status, void *arg)
+{
+    (void)status;
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+    U.request_free(req);
+}
+
+/* Let the transports hand over what UCP has completed (UCT's tcp keeps in
+   its own buffer what the socket did not take), for at most 200 ms. */
+static void
+flush_worker(void)
+{
+    ucp_request_param_t p;
+    ucs_status_ptr_t r;
+    uint64_t t0 = now_ns();
+    int done = 0;
+
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = flushed_cb;
+    p.user_data = &done;
+    r = U.worker_flush_nbx(N.w, &p);
+    if (!UCS_PTR_IS_PTR(r))
+        return;
+    while (!__atomic_load_n(&done, __ATOMIC_ACQUIRE) &&
+           now_ns() - t0 < 200000000ull)
+        U.worker_progress(N.w);
+}
+
+static void
 node_atexit(void)
 {
     int i;
@@ -299,6 +330,7 @@ node_atexit(void)
        thread's next look) has received what its peer sent, and a NIC
        would have acknowledged it */
     fab_drain_out();
+    flush_worker();
     N.stop = 1;
     if (N.stopfd >= 0) {
         uint64_t one = 1;

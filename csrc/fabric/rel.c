@@ -142,7 +142,7 @@ void
 fab_queue_ack(struct uqp *q, const struct wire *h)
 {
     struct obox *o = q->ack_item;
-    if (q->peer == NULL || q->peer->failed)
+    if (q->peer == NULL || q->peer->failed || q->peer->ended)
         return;
     q->rx_seen = 1;
     if (q->dack) {
@@ -191,7 +191,7 @@ fab_queue_resp(struct uqp *q, const struct wire *h, int code, const void *data,
                size_t dlen)
 {
     struct obox *o;
-    if (q->peer == NULL || q->peer->failed)
+    if (q->peer == NULL || q->peer->failed || q->peer->ended)
         return;
     fab_dack_queue(q, 0);       /* an ACK held for q goes first */
     o = ob_new(q, sizeof(struct wire) + dlen);
@@ -465,6 +465,18 @@ fab_on_resp(const struct wire *h, const uint8_t *pl, size_t plen)
         s->rnr_wait = 1;
         s->deadline = 0;
         return;
+    case R_NOQP:
+        /* the target QP does not exist or is not in RTR/RTS: a NIC's
+           request goes unanswered until the requester's ACK timer runs
+           out, and so does this one (a peer that destroyed its QP at its
+           end, as ibv_srq_pingpong does with SENDs of the other side still
+           on the way, is not taken for a failure before then); a WR
+           without a timer (timeout 0) fails now instead of waiting
+           forever */
+        if (s->deadline != 0)
+            return;
+        fab_sq_fail(q, h->slot, IBV_WC_RETRY_EXC_ERR);
+        break;
     case R_RNR_EXC:
         fab_sq_fail(q, h->slot, IBV_WC_RNR_RETRY_EXC_ERR);
         break;
@@ -508,21 +520,39 @@ void
 fab_timers(void)
 {
     uint64_t t = now_ns();
-    int i, any = 0;
+    int i, any = 0, ended = 0;
 
     LOCK();
     for (i = 0; i < N.npeers; i++) {
         struct peer *p = N.peers[i];
-        if (!p->failed && p->pid && p->pid != getpid() &&
+        if (!p->failed && !p->ended && p->pid && p->pid != getpid() &&
             t >= p->next_check) {
             char c = fab_pid_state(p->pid);
             p->next_check = t + 100000000ull;
             p->stopped = c == 'T' || c == 't';
             if (c == 0 || c == 'Z')
-                fab_peer_fail_locked(p);
+                ended = p->ended = 1;
         }
     }
+    if (ended) {
+        /* What a peer sent before it ended may still wait in this node's
+           transports (a last ACK in a socket or a UCX FIFO, while the
+           application's own poll_cq, which progresses UCP, was not
+           scheduled): take it in first, as a NIC delivers what was on
+           the wire, then fail what is still outstanding.  The rings of
+           senders that ended are run below (fab_rings_check), before
+           their QPs fail too. */
+        unsigned n = 0, k;
+        UNLOCK();
+        while ((k = U.worker_progress(N.w)) != 0 && n < 10000)
+            n += k;
+        LOCK();
+        N.ring_check = 0;
+    }
     fab_rings_check(t);
+    for (i = 0; ended && i < N.npeers; i++)
+        if (N.peers[i]->ended && !N.peers[i]->failed)
+            fab_peer_fail_locked(N.peers[i]);
     for (i = 0; i < (int)N.qp_hi; i++) {
         struct uqp *q = N.qps[i];
         uint32_t k;

@@ -3,7 +3,8 @@
 say, because rxe has no counterpart (LID addressing, transfers sent
 eagerly and over UCX's rendezvous protocol, unreachable addresses at
 modify time) or the fabric deliberately differs in a way the shared suite
-cannot observe on rxe in reasonable time (a vanished peer fails at once).
+cannot observe on rxe at all (a request to a vanished QP without an ACK
+timer fails at once).
 
 The module runs over UCX shared memory in this process, and once more over
 TCP in a subprocess (test_whole_module_over_tcp) with UCX_TLS=tcp.
@@ -117,11 +118,12 @@ def _fail_then_flush(a, b, bad_wr, status):
     assert poll_cq(a.send_cq)[0].status == ibv.IBV_WC_WR_FLUSH_ERR
 
 
-def test_destroyed_remote_qp(ctx):
-    """A request to a QP that was destroyed: RETRY_EXC_ERR (at once here;
-    hardware would time out first), then flushes (docs/fabric.rst:
-    dead-peer-at-once)."""
-    a, b = make_pair(ctx, ctx, RC, timeout=10, retry_cnt=1)
+def test_destroyed_remote_qp_without_ack_timer(ctx):
+    """A request to a QP that was destroyed, from a QP with no ACK timer
+    (timeout 0, infinite on a NIC): RETRY_EXC_ERR at once instead of
+    waiting forever, then flushes (docs/fabric.rst: dead-peer-at-once;
+    with a timer: tests/verbs test_request_to_destroyed_qp_times_out)."""
+    a, b = make_pair(ctx, ctx, RC, timeout=0, retry_cnt=1)
     try:
         b.qp.close()
         _fail_then_flush(a, b, a.send_wr(b, W, wr_id=1),

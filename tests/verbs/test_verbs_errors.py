@@ -9,6 +9,7 @@ on the local *write* side (READ target) as LOC_PROT_ERR; WRs behind a
 failed one, and WRs posted later, flush with WR_FLUSH_ERR.
 """
 import errno
+import time
 
 import pytest
 
@@ -45,7 +46,8 @@ def _fail_then_flush(a, b, bad_wr, status):
     name = {ibv.IBV_WC_REM_ACCESS_ERR: "IBV_WC_REM_ACCESS_ERR",
             ibv.IBV_WC_RNR_RETRY_EXC_ERR: "IBV_WC_RNR_RETRY_EXC_ERR",
             ibv.IBV_WC_LOC_PROT_ERR: "IBV_WC_LOC_PROT_ERR",
-            ibv.IBV_WC_LOC_QP_OP_ERR: "IBV_WC_LOC_QP_OP_ERR"}[status]
+            ibv.IBV_WC_LOC_QP_OP_ERR: "IBV_WC_LOC_QP_OP_ERR",
+            ibv.IBV_WC_RETRY_EXC_ERR: "IBV_WC_RETRY_EXC_ERR"}[status]
     assert name in str(err)
     assert err.wc is wcs[0] or err.wc == wcs[0]
     assert err.qp is a.qp
@@ -85,6 +87,21 @@ def test_remote_access_error(pair_factory, case):
     _fail_then_flush(a, b, bad, ibv.IBV_WC_REM_ACCESS_ERR)
     assert bytes(b.buf[:8]) == b"original" and bytes(b.buf[-4:]) == b"tail"
     wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR, what="responder in ERR")
+
+
+def test_request_to_destroyed_qp_times_out(pair_factory):
+    """A SEND to a QP its peer destroyed goes unanswered (rxe drops a packet
+    for a QP that does not exist): RETRY_EXC_ERR once the ACK timer has run
+    out its retries (timeout 12: 16.8 ms, retry_cnt 1), not before; later
+    WRs flush.  (So a program whose peer destroys its QP at the end, with
+    SENDs still on the way to it, is done before they fail, as
+    ibv_srq_pingpong is.)"""
+    a, b = pair_factory(RC, timeout=12, retry_cnt=1)
+    b.qp.close()
+    t0 = time.monotonic()
+    _fail_then_flush(a, b, a.send_wr(b, ibv.IBV_WR_SEND, wr_id=1),
+                     ibv.IBV_WC_RETRY_EXC_ERR)
+    assert time.monotonic() - t0 >= 0.016
 
 
 def test_rnr_retry_exceeded(pair_factory):

@@ -155,8 +155,9 @@ DIFFERENCES = {
     "ib-grh": "UD receives carry an InfiniBand GRH (rxe: an IPv4 header in "
               "bytes 20..39)",
     "no-retransmit": "PSNs are checked but nothing is retransmitted",
-    "dead-peer-at-once": "a request to a missing QP fails at once with "
-                         "RETRY_EXC_ERR (rxe: after the retry timeout)",
+    "dead-peer-at-once": "with no ACK timer (timeout 0), a request to a "
+                         "missing QP fails at once with RETRY_EXC_ERR (rxe: "
+                         "waits forever)",
     "no-mw": "memory windows are not supported (EOPNOTSUPP)",
     "no-multicast": "multicast attach/detach is not supported (EOPNOTSUPP)",
     "unsupported-misc": "no SQD, SRQ resize, LOCAL_INV/BIND_MW/SEND_WITH_INV",
