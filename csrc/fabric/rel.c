@@ -525,7 +525,7 @@ fab_timers(void)
     LOCK();
     for (i = 0; i < N.npeers; i++) {
         struct peer *p = N.peers[i];
-        if (!p->failed && !p->ended && p->pid && p->pid != getpid() &&
+        if (!p->failed && p->pid && p->pid != getpid() &&
             t >= p->next_check) {
             char c = fab_pid_state(p->pid);
             p->next_check = t + 100000000ull;
