@@ -4,8 +4,9 @@ Each host is an execnet gateway (``ssh=node1//python=/opt/venv/bin/python``,
 ``popen//python=...``, ``socket=...``); an agent
 (:mod:`rdma.multihost.agent`) on it opens the RDMA device and runs its end
 of every check.  The controlling process runs no RDMA itself: it relays
-the two ends' messages (pickled :class:`rdma.path.IBPath` halves, MR keys,
-results) between the gateways' channels.
+the two ends' messages (the halves of an :class:`rdma.path.IBPath` as
+plain data, checked on arrival; MR keys; results) between the gateways'
+channels.
 
 Modules: :mod:`~rdma.multihost.hosts` (specs, gateways, timeouts),
 :mod:`~rdma.multihost.schedule` (pairs and rounds),

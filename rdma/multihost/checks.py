@@ -5,11 +5,16 @@ makes it with ``role`` ``"a"`` or ``"b"``, the engine runs the same
 *steps* on both ends in lockstep and hands each end what the other end
 returned from the step before (over the execnet channels, through the
 controlling process).  Every end starts with :meth:`PairEnd.hello`, which
-makes its QP and returns its half of the path: a pickled
-:class:`rdma.path.IBPath` whose source fields (``SGID``, ``SLID``,
-``sqpn``, ``sqpsn``...) describe this end, python-rdma style; the other
-end unpickles it, reverses it and completes it with its own end port
-(:func:`complete_path`).
+makes its QP and returns its half of the path: a dictionary of plain
+numbers (and GIDs as hex strings) holding the source fields of an
+:class:`rdma.path.IBPath` (``SGID``, ``SLID``, ``sqpn``, ``sqpsn``...)
+that describe this end, python-rdma style; the other end checks it
+against :data:`HALF_PATH_FIELDS`, makes an IBPath of it, reverses it and
+completes it with its own end port (:func:`complete_path`).
+
+Nothing a peer host sends is unpickled or executed: a compromised host
+can make a check fail, but not run code on the hosts it is paired with.
+(The controller's channel is trusted: it sends the code the agent runs.)
 
 Data is never shipped through the controller: both ends derive the bytes
 of every message from the check's seed (:func:`payload`), so the receiver
@@ -17,7 +22,6 @@ knows what must arrive.
 """
 from __future__ import annotations
 
-import pickle
 import random
 import struct
 import time
@@ -27,7 +31,7 @@ from rdma.validation import (GUARD, POISON, check_data, check_wc, fmt_size,
                              message_sizes, wait_data)
 
 __all__ = ["CHECKS", "PAIR_CHECKS", "payload", "complete_path", "half_path",
-           "PairEnd"]
+           "check_half_path", "HALF_PATH_FIELDS", "PairEnd"]
 
 #: Bytes of GRH in front of a UD receive.
 GRH_LEN = 40
@@ -41,9 +45,26 @@ def payload(seed: int, index: int, size: int) -> bytes:
     return random.Random(seed * 1000003 + index).randbytes(size)
 
 
+#: The fields a half path may carry, with the (inclusive) range of each
+#: integer field; ``SGID``/``DGID`` are 32 hex digits, ``has_grh`` a bool.
+HALF_PATH_FIELDS: Dict[str, Tuple[int, int]] = {
+    "SLID": (0, 0xFFFF), "DLID": (0, 0xFFFF), "SL": (0, 15),
+    "pkey": (0, 0xFFFF), "qkey": (0, 0xFFFFFFFF), "MTU": (1, 5),
+    "rate": (0, 63), "hop_limit": (0, 255), "traffic_class": (0, 255),
+    "flow_label": (0, 0xFFFFF), "retries": (0, 7),
+    "min_rnr_timer": (0, 31), "dack_resp_time": (0, 31),
+    "sack_resp_time": (0, 31), "packet_life_time": (0, 63),
+    "sqpn": (0, 0xFFFFFF), "dqpn": (0, 0xFFFFFF),
+    "sqpsn": (0, 0xFFFFFF), "dqpsn": (0, 0xFFFFFF),
+    "srdatomic": (0, 255), "drdatomic": (0, 255),
+}
+_GID_FIELDS = ("SGID", "DGID")
+
+
 def half_path(end_port, gid_index: int, qp, *, mtu: int,
-              qp_type: int) -> bytes:
-    """This end's half of the path, pickled: an IBPath from this end (no
+              qp_type: int) -> Dict[str, Any]:
+    """This end's half of the path, as plain data (see
+    :func:`check_half_path`): the fields of an IBPath from this end (no
     destination yet) that the peer reverses."""
     import rdma.ibverbs as ibv
     from rdma.path import IBPath, fill_path
@@ -60,20 +81,61 @@ def half_path(end_port, gid_index: int, qp, *, mtu: int,
         p.qkey = QKEY
     p.end_port = end_port
     fill_path(qp, p)
-    p.end_port = None
-    return pickle.dumps(p)
+    out: Dict[str, Any] = {}
+    for k, v in p._state().items():
+        if k in _GID_FIELDS:
+            out[k] = None if v is None else bytes(v).hex()
+        elif k == "has_grh" or k in HALF_PATH_FIELDS:
+            out[k] = v if k == "has_grh" else int(v)
+    return out
 
 
-def complete_path(blob: bytes, mine: bytes, end_port, gid_index: int):
+def check_half_path(half: Any, who: str = "the peer") -> Dict[str, Any]:
+    """*half* checked against :data:`HALF_PATH_FIELDS`, with GIDs as
+    :class:`rdma.IBA.GID`: the keyword arguments of an IBPath.
+
+    :raises ValueError: anything else than a dictionary of known fields
+        of the right type and range (naming the field and *who* sent it)"""
+    from rdma.IBA import GID
+    if not isinstance(half, dict):
+        raise ValueError(f"{who} sent {type(half).__name__} as its half of "
+                         f"the path, not a dictionary of path fields")
+    out: Dict[str, Any] = {}
+    for k, v in half.items():
+        if k == "has_grh":
+            if not isinstance(v, bool):
+                raise ValueError(f"{who} sent has_grh={v!r}: not a bool")
+            out[k] = v
+        elif k in _GID_FIELDS:
+            if v is None:
+                out[k] = None
+                continue
+            if not isinstance(v, str) or len(v) != 32 or \
+                    any(c not in "0123456789abcdefABCDEF" for c in v):
+                raise ValueError(f"{who} sent {k}={v!r}: not a GID of 32 "
+                                 f"hex digits")
+            out[k] = GID(bytes.fromhex(v))
+        elif k in HALF_PATH_FIELDS:
+            lo, hi = HALF_PATH_FIELDS[k]
+            if type(v) is not int or not lo <= v <= hi:
+                raise ValueError(f"{who} sent {k}={v!r}: not an integer in "
+                                 f"{lo:#x}..{hi:#x}")
+            out[k] = v
+        else:
+            raise ValueError(f"{who} sent an unknown path field {k!r}")
+    return out
+
+
+def complete_path(half: Any, mine: Dict[str, Any], end_port,
+                  gid_index: int):
     """The path from this end to the peer whose :func:`half_path` is
-    *blob* (*mine*: our own half): reversed, given our end port, QP, PSN
-    and GID, resolved without an SA (RoCE: GIDs; the software fabric: its
-    own addressing; InfiniBand: LIDs)."""
+    *half* (*mine*: our own half): checked (:func:`check_half_path`),
+    reversed, given our end port, QP, PSN and GID, resolved without an SA
+    (RoCE: GIDs; the software fabric: its own addressing; InfiniBand:
+    LIDs)."""
     from rdma.path import IBPath, resolve_path
-    peer = pickle.loads(blob)
-    if not isinstance(peer, IBPath):
-        raise ValueError(f"the peer sent {type(peer).__name__}, not an IBPath")
-    me = pickle.loads(mine)
+    peer = IBPath(None, **check_half_path(half))
+    me = IBPath(None, **check_half_path(mine, "this end"))
     p = peer.reverse(for_reply=False)
     # After reverse the D* fields describe the peer; the S* ones (our QP,
     # our send PSN, what we can have outstanding) come from our half.

@@ -138,7 +138,7 @@ def remote_pair(a: RemoteHost, b: RemoteHost, qp_type: int, *,
                 size: int = 4096, depth: int = 16,
                 timeout: float = 60.0) -> RemotePair:
     """Make a QP of *qp_type* on each host and connect them (the two
-    halves of the path cross as pickled :class:`rdma.path.IBPath`)."""
+    halves of the path cross as plain data, checked on arrival)."""
     if a.name == b.name:
         raise ValueError(f"a remote pair needs two hosts, got {a.name} twice")
     pair = RemotePair(next(_keys), a, b)
