@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 from rdma._mad import MADError, MADFormatError
 
 __all__ = ["RMPPReassembler", "RMPP_TYPE_DATA", "RMPP_TYPE_ACK",
-           "RMPP_TYPE_STOP", "RMPP_TYPE_ABORT", "rmpp_flags"]
+           "RMPP_TYPE_STOP", "RMPP_TYPE_ABORT", "rmpp_flags", "MAX_BYTES"]
 
 RMPP_TYPE_DATA = 1
 RMPP_TYPE_ACK = 2
@@ -26,6 +26,9 @@ _ACTIVE, _FIRST, _LAST = 1, 2, 4
 #: Bytes of the MAD and RMPP headers (PayloadLength counts from here).
 _RMPP_HDR_END = 36
 _MAD = 256
+#: The default bound of a joined message: 64 MiB (a million 64-byte SA
+#: records).
+MAX_BYTES = 64 << 20
 
 
 def rmpp_flags(mad: bytes) -> int:
@@ -38,14 +41,18 @@ class RMPPReassembler:
 
     ``hdr_len`` is where the class data starts (56 for the SA: MAD, RMPP
     and SA headers); ``window`` is how many segments past the last one
-    received the ACKs let the sender send.
+    received the ACKs let the sender send; ``max_bytes`` bounds the joined
+    message (:data:`MAX_BYTES` by default), so that a sender that never
+    sends the Last segment cannot make it grow without end.
     """
 
-    def __init__(self, hdr_len: int = 56, window: int = 32):
+    def __init__(self, hdr_len: int = 56, window: int = 32,
+                 max_bytes: Optional[int] = None):
         if not _RMPP_HDR_END <= hdr_len < _MAD:
             raise ValueError(f"hdr_len {hdr_len} is not inside a MAD")
         self.hdr_len = hdr_len
         self.window = window
+        self.max_bytes = MAX_BYTES if max_bytes is None else int(max_bytes)
         self.segments = 0               # contiguous segments received
         self._parts: list = []
         self.message: Optional[bytes] = None
@@ -94,6 +101,13 @@ class RMPPReassembler:
             return self._ack(mad), None          # a retransmission
         if seg != self.segments + 1:
             return None, None                    # a gap: wait for it
+        if seg > 1 and \
+                self.hdr_len + (seg - 1) * (_MAD - self.hdr_len) >= \
+                self.max_bytes:
+            raise MADFormatError(msg=f"RMPP transfer longer than "
+                                     f"{self.max_bytes} bytes (segment "
+                                     f"{seg} without the Last flag)",
+                                 reply=mad)
         data = mad[:_MAD].ljust(_MAD, b"\0")
         self._parts.append(data if seg == 1 else data[self.hdr_len:])
         self.segments = seg

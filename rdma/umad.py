@@ -236,6 +236,12 @@ class UMAD(TimedSends, MADTransactor):
     #: :class:`rdma._rmpp.RMPPReassembler`.  For umad layers that pass
     #: segments through; set before the first SA query.
     rmpp_in_user = False
+    #: With :attr:`rmpp_in_user`: the longest a whole answer may take to
+    #: arrive, in seconds (the kernel's RMPP receive timeout, 40 s), and
+    #: its largest size in bytes; past either the call fails
+    #: (:class:`rdma.IBA.MADTimeoutError`, :class:`rdma.IBA.MADFormatError`).
+    rmpp_deadline = 40.0
+    rmpp_max_bytes = 64 << 20
 
     def __init__(self, end_port: Any = None, path: Any = None, *,
                  timeout_ms: Optional[int] = None,
@@ -459,13 +465,17 @@ class UMAD(TimedSends, MADTransactor):
                    ms: int) -> Optional[bytes]:
         """Receive and acknowledge the rest of an RMPP answer whose first
         segment is ``first``; the joined message, or None when a segment
-        does not come within ``ms`` of the one before."""
+        does not come within ``ms`` of the one before.  The whole answer
+        must come within :attr:`rmpp_deadline` and hold at most
+        :attr:`rmpp_max_bytes`."""
         from rdma._rmpp import RMPPReassembler
         back = UMADReplyPath(self.end_port, agent, addr,
                              self._agent_dqpn.get(agent, 1)).reverse()
-        r = RMPPReassembler(_IBA.SAHeader.MAD_LENGTH)
+        r = RMPPReassembler(_IBA.SAHeader.MAD_LENGTH,
+                            max_bytes=self.rmpp_max_bytes)
         match = _key(first)
         mad = first
+        end = time.monotonic() + self.rmpp_deadline
         while True:
             ack, msg = r.add(mad)
             if ack is not None:
@@ -474,9 +484,15 @@ class UMAD(TimedSends, MADTransactor):
                 return msg
             deadline = time.monotonic() + ms * 1.25 / 1000
             while True:
-                got = self._recv(deadline)
+                got = self._recv(min(deadline, end))
                 if got is None:
-                    return None
+                    if deadline < end:
+                        return None
+                    raise _IBA.MADTimeoutError(
+                        msg=f"the RMPP answer to {_describe_raw(first)} "
+                            f"did not end within {self.rmpp_deadline:g} s "
+                            f"({r.segments} segments received, none "
+                            f"flagged Last)")
                 mad, status, _addr, _agent = got
                 if status == 0 and len(mad) >= 24 and _key(mad) == match:
                     break

@@ -14,6 +14,9 @@ and answers COUNT requests:
 - ``redirect``: answered with the REDIRECT status and a ClassPortInfo
   naming ``REDIRECT_LID`` (QP1, the QP1 Q_Key, the default P_Key);
 - ``error``: answered with status 0x1C (invalid attribute or modifier).
+- ``rmpp-endless:SECONDS``: registers for SA GetTable instead (no RMPP in
+  the umad layer) and answers each request with RMPP DATA segments, one
+  every 20 ms for SECONDS, none flagged Last: a sender that never ends.
 
 It prints ``req TID TRY`` for each request it gets, then ``done`` and
 JSON: requests handled, tries per TID.
@@ -26,9 +29,47 @@ import rdma.IBA as IBA
 import rdma.umad
 
 
+def rmpp_endless(u, seconds: float, count: int) -> int:
+    """Answer SA GetTables with DATA segments that never end."""
+    u.register(IBA.MAD_SUBNET_ADMIN, 2, rmpp=False,
+               methods=[IBA.MAD_METHOD_GET_TABLE])
+    print(f"ready {u.end_port.lid}", flush=True)
+    handled = 0
+    deadline = time.monotonic() + 60
+    while handled < count and time.monotonic() < deadline:
+        got = u.recvfrom(deadline)
+        if got is None:
+            break
+        buf, path = got
+        if buf[1] != IBA.MAD_SUBNET_ADMIN or buf[3] & 0x80:
+            continue
+        handled += 1
+        print(f"req {int.from_bytes(bytes(buf[12:16]), 'big'):#x} 1",
+              flush=True)
+        seg = bytearray(bytes(buf[:256]).ljust(256, b"\0"))
+        seg[3] = IBA.MAD_METHOD_GET_TABLE | IBA.MAD_METHOD_RESPONSE
+        seg[24], seg[25] = 1, 1                 # RMPP version 1, DATA
+        back = path.reverse() if hasattr(path, "reverse") else path
+        end = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < end:
+            n += 1
+            seg[26] = 0x1 | (0x2 if n == 1 else 0)   # Active (First)
+            seg[28:32] = n.to_bytes(4, "big")
+            seg[32:36] = (0 if n == 1 else 220).to_bytes(4, "big")
+            u.sendto(seg, back)
+            time.sleep(0.02)
+    print("done", json.dumps({"handled": handled, "tries": [1] * handled}),
+          flush=True)
+    u.close()
+    return 0
+
+
 def main() -> int:
     mode, count = sys.argv[1], int(sys.argv[2])
     target = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    if mode.startswith("rmpp-endless:"):
+        return rmpp_endless(rdma.umad.get_umad(), float(mode[13:]), count)
     u = rdma.umad.get_umad()
     u.register_server(IBA.MAD_BOARD_MANAGEMENT, 1,
                       method_mask=(1 << IBA.MAD_METHOD_GET)

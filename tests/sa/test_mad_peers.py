@@ -183,3 +183,30 @@ def test_error_status_names_the_rpc_and_path(peers, start):
     assert f"BMGet(MADClassPortInfo) to LIDPath(DLID={p.lid})" in str(err)
     assert "invalid attribute" in str(err)
     p.summary()
+
+
+@pytest.mark.parametrize("case", ["deadline", "max_bytes"])
+def test_endless_rmpp_answer_is_bounded(peers, start, case):
+    """A peer answers a GetTable with RMPP DATA segments for 30 s, none
+    flagged Last; the requester joins RMPP in user space
+    (``rmpp_in_user``).  The call ends with an error naming the cause at
+    ``rmpp_deadline`` (2 s here), or as soon as the answer passes
+    ``rmpp_max_bytes`` (8 KiB: 40 segments), instead of staying busy with
+    its memory growing while the peer goes on."""
+    p = start("Hca3", "rmpp-endless:30", 1)
+    deadline, max_bytes = (2, 1 << 30) if case == "deadline" else \
+        (60, 8192)
+    r = peers.run([sys.executable, str(HERE / "rmpp_user.py"),
+                   "SANodeRecord", str(p.lid), str(deadline),
+                   str(max_bytes)], "Hca2", timeout=60)
+    out = json.loads(r.stdout)
+    if case == "deadline":
+        assert out["error"] == "MADTimeoutError", out
+        assert "did not end within 2 s" in out["msg"], out
+        assert "none flagged Last" in out["msg"], out
+        assert 2 <= out["seconds"] < 6, out
+    else:
+        assert out["error"] == "MADFormatError", out
+        assert "RMPP transfer longer than 8192 bytes" in out["msg"], out
+        assert out["seconds"] < 6, out
+    p.kill()
