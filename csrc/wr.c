@@ -344,16 +344,60 @@ convert(pyrdma_state *S, PyObject *arg, int send, int qp_type,
     return 0;
 }
 
-/* Raise WRError for a rejected WR; return NULL. */
+/* The QP states (IBV_QPS_*) by number, for messages. */
+static const char *const qp_states[] = {"RESET", "INIT", "RTR", "RTS", "SQD",
+                                        "SQE", "ERR"};
+
+/* Why a post to qp (NULL: to an SRQ) failed with err, as ": ..." in msg,
+   or "" when nothing more is known: a QP in a state that takes no such
+   WR, or a full queue.  Cold path: it may ask the provider. */
+static void
+post_reason(pyrdma_QP *qp, int send, int err, char *msg, size_t len)
+{
+    struct pyrdma_qp_attr a;
+    struct pyrdma_status st = {0};
+
+    msg[0] = '\0';
+    if (qp == NULL) {
+        if (err == ENOMEM)
+            PyOS_snprintf(msg, len, ": the SRQ is full");
+        return;
+    }
+    memset(&a, 0, sizeof(a));
+    if (qp->o.prov->query_qp(qp->o.h, &a, PYRDMA_QP_STATE, &st) == 0 &&
+        a.qp_state >= 0 && a.qp_state <= 2 && (send || a.qp_state == 0)) {
+        PyOS_snprintf(msg, len, ": the QP is in the %s state (%s needs %s)",
+                      qp_states[a.qp_state], send ? "post_send" : "post_recv",
+                      send ? "RTS" : "INIT or later");
+        return;
+    }
+    if (err != ENOMEM)
+        return;
+    if (!send) {
+        PyOS_snprintf(msg, len, ": the receive queue is full (max_recv_wr "
+                      "%u)", qp->cap.max_recv_wr);
+        return;
+    }
+    PyOS_snprintf(msg, len, ": the send queue is full (max_send_wr %u; a "
+                  "WR holds its slot until its completion is polled, an "
+                  "unsignaled one until a later signaled WR's is%s)",
+                  qp->cap.max_send_wr, qp->sq_sig_all ?
+                  "; this QP has sq_sig_all=1, the default: every WR is "
+                  "signaled" : "");
+}
+
+/* Raise WRError for WR index of n rejected with err by func (on qp,
+   NULL for an SRQ); return NULL. */
 static PyObject *
 raise_wr(pyrdma_state *S, int err, const char *func, Py_ssize_t index,
-         Py_ssize_t n, PyObject *wr)
+         Py_ssize_t n, PyObject *wr, pyrdma_QP *qp, int send)
 {
-    char msg[96];
+    char why[256], msg[320];
     PyObject *exc;
 
-    PyOS_snprintf(msg, sizeof(msg), "work request %zd of %zd rejected",
-                  index, n);
+    post_reason(qp, send, err, why, sizeof(why));
+    PyOS_snprintf(msg, sizeof(msg), "work request %zd of %zd rejected%s",
+                  index, n, why);
     exc = PyObject_CallFunction(S->WRError, "issnO", err, func, msg, index,
                                 wr ? wr : Py_None);
     if (exc != NULL) {
@@ -439,7 +483,7 @@ pyrdma_post_send(pyrdma_QP *qp, PyObject *arg)
                             bad ? bad - (struct pyrdma_send_wr *)bt->b.wrs : 0,
                             bt->b.n,
                             bad ? bt->b.src[bad - (struct pyrdma_send_wr *)
-                                            bt->b.wrs] : NULL);
+                                            bt->b.wrs] : NULL, qp, 1);
         Py_RETURN_NONE;
     }
     if (convert(S, arg, 1, qp->qp_type, "send_wr", &b, swr, ssge, ssrc) < 0)
@@ -449,7 +493,7 @@ pyrdma_post_send(pyrdma_QP *qp, PyObject *arg)
         Py_ssize_t idx = bad ? bad - (struct pyrdma_send_wr *)b.wrs : 0;
         if (idx < 0 || idx >= b.n)
             idx = 0;
-        raise_wr(S, rc, "ibv_post_send", idx, b.n, b.src[idx]);
+        raise_wr(S, rc, "ibv_post_send", idx, b.n, b.src[idx], qp, 1);
         note_binds(&b, idx);
         wrbuf_free(&b);
         return NULL;
@@ -495,7 +539,8 @@ pyrdma_post_recv(pyrdma_obj *t, PyObject *arg, int srq)
         Py_ssize_t idx = bad ? bad - wrs : 0;
         if (idx < 0 || idx >= n)
             idx = 0;
-        raise_wr(S, rc, func, idx, n, src[idx]);
+        raise_wr(S, rc, func, idx, n, src[idx],
+                 srq ? NULL : (pyrdma_QP *)t, 0);
         wrbuf_free(&b);
         return NULL;
     }

@@ -348,7 +348,8 @@ def test_post_recv_too_many_sges(pair_factory):
 
 
 def test_post_recv_queue_full(pair_factory):
-    """ibv_post_recv past the queue depth: WRError ENOMEM at the first extra."""
+    """ibv_post_recv past the queue depth: WRError ENOMEM at the first
+    extra, saying the receive queue is full and its depth."""
     a, b = pair_factory(RC, max_recv_wr=4)
     depth = b.qp.query(ibv.IBV_QP_CAP).cap.max_recv_wr    # rxe rounds up
     wrs = [ibv.recv_wr(wr_id=i, sg_list=b.mr.sge(length=8)) for i in range(depth + 2)]
@@ -356,16 +357,24 @@ def test_post_recv_queue_full(pair_factory):
         b.qp.post_recv(wrs)
     assert ei.value.errno == errno.ENOMEM
     assert depth <= ei.value.index <= depth + 1
+    assert (f"the receive queue is full (max_recv_wr "
+            f"{b.qp.cap.max_recv_wr})") in str(ei.value)
 
 
 def test_post_send_queue_full(pair_factory):
-    """ibv_post_send past the send queue depth: WRError ENOMEM."""
+    """ibv_post_send past the send queue depth: WRError ENOMEM, saying the
+    send queue is full, its depth, and that sq_sig_all=1 (the default)
+    signals every WR."""
     a, b = pair_factory(RC, max_send_wr=4)
     depth = a.qp.query(ibv.IBV_QP_CAP).cap.max_send_wr    # rxe rounds up
-    wrs = [a.send_wr(b, W, wr_id=i) for i in range(depth + 8)]
+    wrs = [a.send_wr(b, W, wr_id=i, send_flags=0) for i in range(depth + 8)]
     with pytest.raises(ibv.WRError) as ei:
         a.qp.post_send(wrs)
     assert ei.value.errno == errno.ENOMEM and depth <= ei.value.index < depth + 8
+    msg = str(ei.value)
+    assert (f"the send queue is full (max_send_wr "
+            f"{a.qp.cap.max_send_wr};") in msg, msg
+    assert "this QP has sq_sig_all=1, the default" in msg, msg
     poll_cq(a.send_cq, ei.value.index)
 
 
@@ -378,11 +387,15 @@ def test_post_on_reset_qp(ctx):
         with pytest.raises(rdma.SysError) as ei:
             s.qp.post_recv(ibv.recv_wr(wr_id=1, sg_list=s.mr.sge(length=8)))
         assert ei.value.errno == errno.EINVAL
+        assert "the QP is in the RESET state (post_recv needs INIT or " \
+            "later)" in str(ei.value)
         try:
             s.qp.post_send(ibv.send_wr(wr_id=1, opcode=ibv.IBV_WR_SEND,
                                        sg_list=s.mr.sge(length=8)))
         except rdma.SysError as e:
             assert e.errno == errno.EINVAL
+            assert "the QP is in the RESET state (post_send needs RTS)" \
+                in str(e)
             if isinstance(e, ibv.WRError):
                 assert e.index in (0, None)
     finally:
@@ -400,6 +413,7 @@ def test_wrerror_srq_post_recv(ctx):
         with pytest.raises(ibv.WRError) as ei:
             srq.post_recv(wrs)
         assert ei.value.errno == errno.ENOMEM and ei.value.index == depth
+        assert "rejected: the SRQ is full" in str(ei.value)
 
 
 # --------------------------------------------------------------------------
