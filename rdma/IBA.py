@@ -75,7 +75,7 @@ PR_RATE_120Gb0, PR_RATE_168Gb0, PR_RATE_200Gb0 = PR_RATE_120Gb, \
 PR_RATE_300Gb0 = PR_RATE_300Gb
 _RATES = {2: 2.5, 3: 10, 4: 30, 5: 5, 6: 20, 7: 40, 8: 60, 9: 80, 10: 120,
           11: 14, 12: 56, 13: 112, 14: 168, 15: 25, 16: 100, 17: 200,
-          18: 300}
+          18: 300, 19: 28, 20: 50, 21: 400, 22: 600}
 
 
 def rate_to_gbps(rate: int) -> float:
@@ -349,8 +349,17 @@ MAD_METHOD_DELETE = 0x15
 MAD_METHOD_RESPONSE = 0x80
 MAD_METHOD_GET_RESP = 0x81
 MAD_METHOD_REPORT_RESP = 0x86
+MAD_METHOD_GET_TABLE_RESP = MAD_METHOD_GET_TABLE | MAD_METHOD_RESPONSE
+MAD_METHOD_DELETE_RESP = MAD_METHOD_DELETE | MAD_METHOD_RESPONSE
 
+#: The base version of every MAD.
 MAD_BASE_VERSION = 1
+#: A MAD on the wire is 256 bytes (RMPP messages are several of them).
+MAD_LENGTH = 256
+#: SA class version.
+SA_CLASS_VERSION = 2
+#: The MAD, RMPP and SA headers together; SA data starts here.
+SA_HEADER_LENGTH = 56
 
 #: Notice types.
 MAD_NOTICE_FATAL = 0
@@ -375,6 +384,14 @@ MAD_STATUS_SA_TOO_MANY_RECORDS = 4
 MAD_STATUS_SA_INVALID_GID = 5
 MAD_STATUS_SA_INSUFFICIENT_COMPONENTS = 6
 MAD_STATUS_SA_DENIED = 7
+#: The same codes by the names of :mod:`rdma.sa` (``e.sa_status``).
+SA_STATUS_NO_RESOURCES = MAD_STATUS_SA_NO_RESOURCE
+SA_STATUS_REQ_INVALID = MAD_STATUS_SA_REQ_INVALID
+SA_STATUS_NO_RECORDS = MAD_STATUS_SA_NO_RECORDS
+SA_STATUS_TOO_MANY_RECORDS = MAD_STATUS_SA_TOO_MANY_RECORDS
+SA_STATUS_REQ_INVALID_GID = MAD_STATUS_SA_INVALID_GID
+SA_STATUS_REQ_INSUFFICIENT_COMPONENTS = MAD_STATUS_SA_INSUFFICIENT_COMPONENTS
+SA_STATUS_REQ_DENIED = MAD_STATUS_SA_DENIED
 MAD_STATUS_CLASS_SHIFT = 8
 MAD_STATUS_CLASS_MASK = 0x7F
 
@@ -392,10 +409,17 @@ MAD_SNMP = 0x08
 RMPP_ACTIVE = 1 << 0
 RMPP_FIRST = 1 << 1
 RMPP_LAST = 1 << 2
+RMPP_FLAG_ACTIVE, RMPP_FLAG_FIRST, RMPP_FLAG_LAST = \
+    RMPP_ACTIVE, RMPP_FIRST, RMPP_LAST
 RMPP_TYPE_DATA = 1
 RMPP_TYPE_ACK = 2
 RMPP_TYPE_STOP = 3
 RMPP_TYPE_ABORT = 4
+
+#: JoinState bit of a full member (MCMemberRecord).
+MCMEMBER_JOIN_FULL = 0x1
+#: The IPoIB broadcast group of the default partition (full P_Key).
+MGID_IPOIB_BROADCAST = "ff12:401b:ffff::ffff:ffff"
 
 #: ClassPortInfo capabilityMask bits.
 generatesTraps = 1 << 0
@@ -595,7 +619,7 @@ from rdma.IBA_struct import ATTR_TO_STRUCT, CLASS_TO_STRUCT  # noqa: E402
 from rdma import IBA_struct as _structs  # noqa: E402
 from rdma._mad import (  # noqa: E402
     SAError, MADError, MADClassError, MADTimeoutError, MADFormatError,
-    mad_status_words, sa_status_word, lifetime_to_us, MCMEMBER_JOIN_FULL)
+    mad_status_words, sa_status_word, lifetime_to_us)
 
 
 

@@ -19,59 +19,19 @@ from typing import Any, Dict, List, Optional, Type
 
 from rdma._errors import RDMAError
 
-#: The base version of every MAD.
-MAD_BASE_VERSION = 1
-#: Management class of the Subnet Administrator.
-MAD_SUBNET_ADMIN = 0x03
-#: SA class version.
-SA_CLASS_VERSION = 2
-#: A MAD on the wire is 256 bytes (RMPP messages are several of them).
-MAD_LENGTH = 256
-#: The MAD, RMPP and SA headers together; SA data starts here.
-SA_HEADER_LENGTH = 56
-
-MAD_METHOD_GET = 0x01
-MAD_METHOD_SET = 0x02
-MAD_METHOD_GET_RESP = 0x81
-MAD_METHOD_GET_TABLE = 0x12
-MAD_METHOD_GET_TABLE_RESP = 0x92
-MAD_METHOD_DELETE = 0x15
-MAD_METHOD_DELETE_RESP = 0x95
-#: The R bit of ``method``: set in every response.
-MAD_METHOD_RESPONSE = 0x80
-
-RMPP_TYPE_DATA = 1
-RMPP_FLAG_ACTIVE = 0x1
-RMPP_FLAG_FIRST = 0x2
-RMPP_FLAG_LAST = 0x4
-
-#: MTU encodings (IBA 14.2.5.6 / 15.2.5.16).
-MTU_256, MTU_512, MTU_1024, MTU_2048, MTU_4096 = 1, 2, 3, 4, 5
-
-#: JoinState bit of a full member (MCMemberRecord).
-MCMEMBER_JOIN_FULL = 0x1
-#: The IPoIB broadcast group of the default partition (full P_Key).
-MGID_IPOIB_BROADCAST = "ff12:401b:ffff::ffff:ffff"
-
-_RATES = {2: 2.5, 3: 10, 4: 30, 5: 5, 6: 20, 7: 40, 8: 60, 9: 80, 10: 120,
-          11: 14, 12: 56, 13: 112, 14: 168, 15: 25, 16: 100, 17: 200,
-          18: 300, 19: 28, 20: 50, 21: 400, 22: 600}
-
-
-def mtu_to_bytes(mtu: int) -> int:
-    """Return the byte size of an MTU encoding (1 -> 256 ... 5 -> 4096)."""
-    if not 1 <= mtu <= 5:
-        raise ValueError(f"invalid MTU encoding {mtu}")
-    return 128 << mtu
-
-
-def rate_to_gbps(rate: int) -> float:
-    """Return the data rate in Gb/s of a rate encoding (3 -> 10)."""
-    try:
-        return _RATES[rate]
-    except KeyError:
-        raise ValueError(f"invalid rate encoding {rate}") from None
-
+# The constants live in rdma.IBA (which imports this module at its end,
+# after defining them); they are re-exported here for older imports.
+from rdma.IBA import (  # noqa: E402
+    MAD_BASE_VERSION, MAD_LENGTH, MAD_METHOD_DELETE, MAD_METHOD_DELETE_RESP,
+    MAD_METHOD_GET, MAD_METHOD_GET_RESP, MAD_METHOD_GET_TABLE,
+    MAD_METHOD_GET_TABLE_RESP, MAD_METHOD_RESPONSE, MAD_METHOD_SET,
+    MAD_SUBNET_ADMIN, MCMEMBER_JOIN_FULL, MGID_IPOIB_BROADCAST, MTU_256,
+    MTU_512, MTU_1024, MTU_2048, MTU_4096, RMPP_FLAG_ACTIVE,
+    RMPP_FLAG_FIRST, RMPP_FLAG_LAST, RMPP_TYPE_DATA, SA_CLASS_VERSION,
+    SA_HEADER_LENGTH, SA_STATUS_NO_RECORDS, SA_STATUS_NO_RESOURCES,
+    SA_STATUS_REQ_DENIED, SA_STATUS_REQ_INSUFFICIENT_COMPONENTS,
+    SA_STATUS_REQ_INVALID, SA_STATUS_REQ_INVALID_GID,
+    SA_STATUS_TOO_MANY_RECORDS, mtu_to_bytes, rate_to_gbps)
 
 def lifetime_to_us(exponent: int) -> float:
     """Return the time in microseconds of a 4.096 us * 2**exponent value."""
@@ -98,14 +58,6 @@ _SA_STATUS = {
     8: "ERR_STATUS_PRIO_SUGGESTED (a priority is suggested)",
 }
 
-#: SA class-specific status codes (bits 8-14 of the MAD status).
-SA_STATUS_NO_RESOURCES = 1
-SA_STATUS_REQ_INVALID = 2
-SA_STATUS_NO_RECORDS = 3
-SA_STATUS_TOO_MANY_RECORDS = 4
-SA_STATUS_REQ_INVALID_GID = 5
-SA_STATUS_REQ_INSUFFICIENT_COMPONENTS = 6
-SA_STATUS_REQ_DENIED = 7
 
 
 def mad_status_words(status: int) -> List[str]:

@@ -58,3 +58,25 @@ def test_guid():
         GUID("zz")
     with pytest.raises(ValueError):
         GUID(1 << 64)
+
+
+def test_mad_constants_live_in_iba_only():
+    """rdma.IBA is the one home of the MAD constants (python-rdma's): the
+    names rdma._mad still offers are the same objects, and _mad defines
+    no number or string constant of its own."""
+    import ast
+    import rdma.IBA as IBA
+    import rdma._mad as mad
+    from pathlib import Path
+    tree = ast.parse(Path(mad.__file__).read_text())
+    own = [t.id for node in tree.body if isinstance(node, ast.Assign)
+           and isinstance(node.value, (ast.Constant, ast.Tuple))
+           for t in node.targets if isinstance(t, ast.Name)
+           and t.id.isupper()]
+    assert own == [], f"constants defined in rdma/_mad.py: {own}"
+    shared = [n for n in mad.__all__ if n.isupper() and hasattr(IBA, n)]
+    assert len(shared) >= 16
+    for n in shared:
+        assert getattr(mad, n) is getattr(IBA, n), n
+    assert mad.rate_to_gbps is IBA.rate_to_gbps
+    assert mad.mtu_to_bytes is IBA.mtu_to_bytes
