@@ -187,21 +187,28 @@ class CQPoller:
     channel when there are none.
 
     ``CQPoller(cq, comp_channel=None)``: the channel defaults to the CQ's
-    own.  Without a channel it polls in a loop (with short sleeps).  Sleep
-    follows the race-free order: arm the CQ, poll again, then wait; events
-    are acknowledged in batches.
+    own; ``use_channel=False`` ignores it (the events stay for the
+    program).  Without a channel it polls in a loop: :attr:`spin` empty
+    polls, then with short sleeps.  Sleep follows the race-free order: arm
+    the CQ, poll again, then wait; events are acknowledged in batches.
     """
 
     #: Acknowledge events after this many (and when iteration stops).
     ACK_BATCH = 32
+    #: Without a channel: empty polls in a row before sleeping 0.5 ms
+    #: between polls (a completion a few microseconds away costs no sleep).
+    spin = 50
 
     def __init__(self, cq: "ibv.CQ", comp_channel=None,
-                 async_events: bool = False, solicited_only: bool = False):
+                 async_events: bool = False, solicited_only: bool = False,
+                 *, use_channel: bool = True):
         if isinstance(comp_channel, bool):
             # python-rdma's signature: CQPoller(cq, async_events, ...)
             async_events, comp_channel = comp_channel, None
         self._cq = cq
         self._cc = comp_channel if comp_channel is not None else cq.comp_channel
+        if not use_channel:
+            self._cc = comp_channel = None
         if self._cc is not None and cq.comp_channel is not self._cc:
             raise ValueError("CQPoller: the CQ does not report to that "
                              "completion channel")
@@ -274,12 +281,18 @@ class CQPoller:
         try:
             while limit != 0:
                 wcs = self._cq.poll(16 if limit < 0 else min(limit, 16))
+                idle = 0
                 while not wcs:
                     if self._cc is not None:
                         self._cq.req_notify_cq(self._solicited_only)
                     wcs = self._cq.poll(1)
                     if wcs:
                         break
+                    idle += 1
+                    if self._cc is None and idle <= self.spin and (
+                            self.wakeat is None or
+                            time.monotonic() < self.wakeat):
+                        continue
                     if self.sleep(self.wakeat) is None:
                         self.timedout = True
                         return

@@ -67,6 +67,24 @@ def test_get_cq_event(evpair):
     assert cc.get_cq_event(timeout=0.1) is None
 
 
+def test_cqpoller_can_leave_the_channel_alone(evpair):
+    """vtools.CQPoller(cq, use_channel=False) polls a CQ that has a
+    channel without arming it or taking its events (what the test
+    helpers' poll_cq uses): the program's own event is still there."""
+    import rdma.vtools
+    cc, a, b = evpair
+    b.recv_cq.req_notify_cq()
+    b.post_recv(wr_id=1)
+    poller = rdma.vtools.CQPoller(b.recv_cq, use_channel=False)
+    assert list(poller.iterwc(timeout=0.05)) == [] and poller.timedout
+    a.qp.post_send(a.send_wr(b))
+    wcs = list(poller.iterwc(count=1, timeout=10))
+    assert len(wcs) == 1 and not poller.timedout
+    check_ok(wcs[0], ibv.IBV_WC_RECV, 1)
+    assert cc.get_cq_event(timeout=10) is b.recv_cq
+    b.recv_cq.ack_events(1)
+
+
 def test_get_cq_event_timeout(evpair):
     """get_cq_event(timeout) returns None after about that long."""
     cc, a, b = evpair

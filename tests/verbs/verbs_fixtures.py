@@ -32,6 +32,7 @@ import warnings
 
 import rdma
 import rdma.ibverbs as ibv
+import rdma.pytest_plugin
 
 if "pytest" in sys.modules:
     import pytest
@@ -75,26 +76,14 @@ __all__ = [
 def poll_cq(cq, n: int = 1, timeout: float = 10.0) -> list:
     """Poll *cq* until *n* completions arrived; return exactly those.
 
-    Fails (AssertionError listing what did arrive) after *timeout* seconds
-    or when more than *n* completions arrive.
+    :func:`rdma.pytest_plugin.poll_cq` (a :class:`rdma.vtools.CQPoller`),
+    which fails after *timeout* seconds saying what did arrive; this one
+    also fails when more than *n* completions are there.
     """
-    got: list = []
-    deadline = time.monotonic() + timeout
-    idle = 0
-    while len(got) < n:
-        wcs = cq.poll()
-        if wcs:
-            got.extend(wcs)
-            idle = 0
-            continue
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout} s waiting for {n} completion(s); "
-                f"got {len(got)}: {got!r}")
-        idle += 1
-        if idle > 50:
-            time.sleep(0.0005)
-    assert len(got) == n, f"expected {n} completions, got {len(got)}: {got!r}"
+    got = rdma.pytest_plugin.poll_cq(cq, n, timeout)
+    more = cq.poll()
+    assert not more, (f"expected {n} completions, got {n + len(more)}: "
+                      f"{got + more!r}")
     return got
 
 
