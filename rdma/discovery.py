@@ -628,19 +628,15 @@ def _load_SA(sched: Any, sbn: Subnet, want: Set[str]) -> None:
 
 def scheduler_class(name: Optional[str] = None) -> type:
     """The MAD scheduler class: :class:`rdma.sched.MADSchedule` (*name*
-    None or ``"sched"``), or ``"interim"``: the scheduler of
-    :mod:`rdma._smp_interim`, written before ``rdma.sched`` existed, with
-    a SubnGet fast path (about half the CPU per SMP; see
-    ``tests/bench/bench_discovery.py``).
+    None or ``"sched"``; the one scheduler: discovery also runs on any
+    other with python-rdma's interface, passed to :func:`load`).
 
     :raises ValueError: for another name."""
     if name in (None, "sched"):
         from rdma.sched import MADSchedule
         return MADSchedule
-    if name == "interim":
-        from rdma._smp_interim import MADSchedule as Interim
-        return Interim
-    raise ValueError(f"unknown scheduler {name!r}: 'sched' or 'interim'")
+    raise ValueError(f"unknown scheduler {name!r}: only 'sched' (the "
+                     f"interim scheduler was folded into rdma.sched)")
 
 
 def _as_sched(sched: Any) -> Any:
@@ -772,13 +768,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "(Subnet.lid_routed False)")
     ap.add_argument("--sa", action="store_true",
                     help="ask the SA instead of sending SMPs")
-    ap.add_argument("--sched", choices=("sched", "interim"),
-                    default="sched", help="the MAD scheduler (see "
-                    "scheduler_class)")
     a = ap.parse_args(argv)
     umad = rdma.get_umad(a.end_port)
     try:
-        sched = scheduler_class(a.sched)(umad)
+        sched = scheduler_class()(umad)
         if a.outstanding:
             sched.max_outstanding = a.outstanding
         stuff = ["all_NodeInfo", "all_NodeDescription", "all_topology"]

@@ -24,7 +24,7 @@ fabric (a constant: linear in the number of ports).  A last table sums
 it up per size.  Not a test: pytest does not collect it.  Run::
 
     .venv/bin/python tests/bench/bench_discovery.py [--radix 8,16,36,62]
-        [--repeat 5] [--outstanding 16] [--sched sched,interim]
+        [--repeat 5] [--outstanding 16] [--baseline DIR]
         [--sa-radix 8,16] [--shim SHIM.so]
 
 Then SA GetTable of every PathRecord against ``saquery -p`` (all pairs
@@ -90,10 +90,9 @@ def _run_with(f, argv, pythonpath):
 
 
 def _compare(f, tree, radix, repeat, outstanding, up, sched):
-    """ibnetdiscover and ``python -m rdma.discovery --sched SCHED``
-    alternately, *repeat* times each; the medians.  *sched* ``base``
-    runs the default scheduler of the copy of ``rdma`` that
-    ``--baseline`` names."""
+    """ibnetdiscover and ``python -m rdma.discovery`` alternately,
+    *repeat* times each; the medians.  *sched* ``base`` runs the copy of
+    ``rdma`` that ``--baseline`` names, ``sched`` this one."""
     theirs, mine, mine_wall, smps = [], [], [], None
     theirs_cpu, mine_cpu, mine_cpu_all = [], [], []
     pythonpath = None
@@ -101,7 +100,7 @@ def _compare(f, tree, radix, repeat, outstanding, up, sched):
         pythonpath = BASELINE
         argv = [sys.executable, "-m", "rdma.discovery"]
     else:
-        argv = [sys.executable, "-m", "rdma.discovery", "--sched", sched]
+        argv = [sys.executable, "-m", "rdma.discovery"]
     if outstanding:
         argv += ["--outstanding", str(outstanding)]
     for _ in range(repeat):
@@ -247,9 +246,6 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--outstanding", type=int, default=0,
                     help="SMPs in flight (default: the scheduler's)")
-    ap.add_argument("--sched", default="sched",
-                    help="our MAD schedulers to time (rdma.discovery."
-                         "scheduler_class names), comma separated")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="a directory holding another copy of the rdma "
                          "package (an older commit, its extension built): "
@@ -266,7 +262,7 @@ def main():
     a = ap.parse_args()
     if a.shim is not None:
         fabric.SHIM = a.shim
-    scheds = a.sched.split(",")
+    scheds = ["sched"]
     # Byte-compile the packages first: with PYTHONDONTWRITEBYTECODE set
     # (as in CI) every start would compile rdma's sources again (~0.1 s),
     # which an installed package does not.

@@ -149,42 +149,6 @@ def test_nodeinfo_a_walk_refuses(fields, why):
     (IBPath(None, DLID=7, SLID=1, dqpn=0, sqpn=0, qkey=0),
      IBA.SMPLinearForwardingTable, 3),
 ])
-def test_interim_fast_smp_equals_the_codec(path, attr, amod):
-    """The interim scheduler lays out a SubnGet by hand: byte for byte
-    what the SMPFormat codec packs."""
-    from rdma._smp_interim import MADSchedule
-
-    class TIDs:          # the one thing the layout needs from a UMAD
-        end_port = None
-
-        def _get_new_TID(self):
-            return 0x1234
-
-    sched = MADSchedule.__new__(MADSchedule)
-    sched._umad, sched.trace_func = TIDs(), None
-    work = sched.SubnGet(attr, path, amod)
-    dr = isinstance(path, IBDRPath)
-    fmt = IBA.SMPFormatDirected() if dr else IBA.SMPFormat()
-    fmt.baseVersion, fmt.classVersion, fmt.method = 1, 1, 1
-    fmt.mgmtClass = fmt.MAD_CLASS
-    fmt.transactionID, fmt.attributeID = 0x1234, attr.MAD_ATTRIBUTE_ID
-    fmt.attributeModifier = amod
-    if dr:
-        fmt.drSLID, fmt.drDLID = path.drSLID, path.drDLID
-        fmt.initialPath[:len(path.drPath)] = path.drPath
-        fmt.hopCount = len(path.drPath) - 1
-    want = bytearray(256)
-    fmt.pack_into(want)
-    assert bytes(work.buf) == bytes(want)
-
-
-@pytest.mark.parametrize("path,attr,amod", [
-    (IBDRPath(None, drPath=b"\0\1\7\3"), IBA.SMPPortInfo, 5),
-    (IBDRPath(None, drPath=b"\0", DLID=9, SLID=1, drSLID=1, drDLID=4),
-     IBA.SMPNodeInfo, 0),
-    (IBPath(None, DLID=7, SLID=1, dqpn=0, sqpn=0, qkey=0),
-     IBA.SMPLinearForwardingTable, 3),
-])
 def test_sched_fast_smp_equals_the_generic_path(path, attr, amod):
     """rdma.sched lays out a SubnGet by hand (fmt None: the fast path):
     byte for byte what the transactor's generic path packs through the

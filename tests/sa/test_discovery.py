@@ -167,15 +167,13 @@ def started(tmp_path_factory):
                                   "fattree36"])
 def test_topology_equals_ibnetdiscover(started, name):
     """Every node, link, LID and port GUID equals ibnetdiscover's (ibsim's
-    examples, two-port HCAs included, and a 648-HCA fat-tree), with
-    rdma.sched and with the interim scheduler."""
+    examples, two-port HCAs included, and a 648-HCA fat-tree)."""
     f = started(name)
     theirs = ibnetdiscover(f)
     assert len(theirs[0]) >= 3
-    for sched in ("sched", "interim"):
-        mine = discover(f, "--sched", sched)
-        assert mine["errors"] == [], sched
-        assert_same(theirs, ours(mine))
+    mine = discover(f)
+    assert mine["errors"] == []
+    assert_same(theirs, ours(mine))
     if name == "fattree36":
         kinds = [n[0] for n in theirs[0].values()]
         assert kinds.count("CA") == 648 and kinds.count("Switch") == 54
@@ -275,7 +273,7 @@ def test_lfdb_by_directed_route(started):
     forwarding table blocks) goes by directed route: same tables."""
     f = started("2sw4hca")
     by_lid = discover(f, "--lfdb")
-    by_dr = discover(f, "--lfdb", "--dr", "--sched", "interim")
+    by_dr = discover(f, "--lfdb", "--dr")
     assert by_dr["errors"] == []
     assert by_dr["nodes"] == by_lid["nodes"]
     assert all(n.get("lfdb") for n in by_dr["nodes"]
@@ -329,8 +327,7 @@ def test_unlinked_port_and_relink(started):
     assert back[1] == full[1]
 
 
-@pytest.mark.parametrize("sched", ["sched", "interim"])
-def test_node_that_does_not_answer(started, sched):
+def test_node_that_does_not_answer(started):
     """A node that drops every SMP (ibsim ``Error`` at rate 100) costs a
     timeout per route to it, is reported in ``errors`` with its directed
     route, and the rest of the subnet is discovered."""
@@ -339,7 +336,7 @@ def test_node_that_does_not_answer(started, sched):
     f.console('Error "Hca4" 100')
     try:
         t0 = time.monotonic()
-        mine = discover(f, "--sched", sched, timeout=60)
+        mine = discover(f, timeout=60)
         took = time.monotonic() - t0
     finally:
         f.console('Error "Hca4" 0')
