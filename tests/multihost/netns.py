@@ -158,6 +158,16 @@ class Cluster:
             if r.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
 
+    def unslow(self, i: int) -> None:
+        """Lift :meth:`slow` from host *i*."""
+        for ns, dev in ((self.namespaces[i], "eth0"),
+                        (None, self.host_veths[i])):
+            cmd = ["tc", "qdisc", "del", "dev", dev, "root"]
+            if ns:
+                cmd = ["ip", "netns", "exec", ns] + cmd
+            subprocess.run(cmd, capture_output=True, text=True, timeout=20,
+                           check=True)
+
     def block(self, i: int, j: int) -> None:
         """Break only the link between hosts *i* and *j*: each gets a
         blackhole route to the other's address (both keep talking to the
