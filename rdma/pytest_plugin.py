@@ -477,7 +477,9 @@ def _requires(node, setup: RdmaSetup) -> bool:
 
 def _unavailable(node, setup: RdmaSetup, e: Exception):
     if _requires(node, setup):
-        pytest.fail(str(e), pytrace=False)
+        # Called while handling *e*: the failure says it all, so it is
+        # not chained to it ("During handling of the above exception").
+        raise pytest.fail.Exception(str(e), pytrace=False) from None
     pytest.skip(str(e))
 
 

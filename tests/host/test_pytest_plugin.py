@@ -156,6 +156,9 @@ def test_require_turns_skips_into_failures(tmp_path):
     for name, (result, detail) in rows.items():
         assert result in ("ERROR", "FAILED"), (name, result)
         assert "nosuch0" in detail, detail
+    # Each error once, not chained to the lookup's own exception.
+    assert "During handling of the above exception" not in out, out
+    assert out.count("RDMA device 'nosuch0' not found") == len(rows), out
 
 
 def test_require_marker(tmp_path):
