@@ -94,3 +94,53 @@ def test_notebook_executes(name, kernel):
     if name in PLOTS:
         assert any("image/png" in o.get("data", {}) for o in outputs), \
             f"{name} shows no plot"
+
+
+def test_state_diagram_labels_do_not_overlap():
+    """Notebook 02's QP state diagram, drawn with the Agg backend: no two
+    texts overlap, and no edge label covers a state's box."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    nb = nbformat.read(NOTEBOOKS / "02_qp_state_machine.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code"
+                and "FancyBboxPatch" in c.source)
+    plt.close("all")
+    exec(cell.source.replace("plt.show()", ""), {})
+    fig = plt.gcf()
+    ax = fig.axes[0]
+    r = fig.canvas.get_renderer()
+    texts = [(t.get_text(), t.get_window_extent(r)) for t in ax.texts
+             if t.get_text()]          # (the arrows are empty annotations)
+    boxes = [p.get_window_extent(r) for p in ax.patches]
+    states = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+    assert {s for s, _ in texts} >= states
+    for i, (s1, e1) in enumerate(texts):
+        for s2, e2 in texts[i + 1:]:
+            assert not e1.overlaps(e2), f"{s1!r} overlaps {s2!r}"
+        if s1 not in states:
+            for b in boxes:
+                assert not e1.overlaps(b), f"{s1!r} covers a state's box"
+    plt.close("all")
+
+
+def test_readme_notebook_command_shows_the_outputs():
+    """The README's command for running a notebook, as written (from the
+    checkout, with its .venv): it prints the notebook with the outputs of
+    its cells (``jupyter execute`` alone printed nothing)."""
+    import re
+    import subprocess
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"^(\.venv/bin/jupyter .*?\.ipynb)", text.replace(
+        "\\\n    ", ""), re.M)
+    assert m, "no jupyter command in the README"
+    cmd = m.group(1)
+    if not (ROOT / ".venv" / "bin" / "jupyter").exists():
+        pytest.skip("no .venv in this checkout (the README's setup)")
+    env = dict(os.environ, RDMA_PROVIDER="ucx")
+    r = subprocess.run(cmd, shell=True, cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # An output of the first cell: the port it found, on the fabric.
+    assert re.search(r"^    ucx0/1: provider ucx", r.stdout, re.M), \
+        r.stdout[:3000]
