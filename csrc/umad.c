@@ -36,6 +36,9 @@
 #include <endian.h>
 #include <infiniband/umad.h>
 
+#include "dlload.h"
+#include "errors.h"
+
 /* Longest wait with the GIL released before signals are checked (ms). */
 #define SLICE_MS 50
 /* First receive buffer size (bytes of MAD data); grows on ENOSPC. */
@@ -86,90 +89,64 @@ typedef struct {
 
 static PyModuleDef umad_module;
 
-/* Raise SysError(err, func, msg) and return NULL. */
+/* Raise SysError(err, func, msg) (errors.c); return NULL. */
 static PyObject *
 raise_sys(umad_state *st, int err, const char *func, const char *msg)
 {
-    PyObject *exc;
-
-    if (msg != NULL && msg[0] != '\0')
-        exc = PyObject_CallFunction(st->SysError, "iss", err, func, msg);
-    else
-        exc = PyObject_CallFunction(st->SysError, "is", err, func);
-    if (exc != NULL) {
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-        Py_DECREF(exc);
-    }
-    return NULL;
+    return pyrdma_sys_error(st->SysError, err, func, msg);
 }
 
-/* Resolve one symbol into *slot; return 0, or -1 with SysError set. */
-static int
-sym(umad_state *st, void **slot, const char *name)
-{
-    char msg[160];
+/* libibumad, loaded by load(). */
+static const struct pyrdma_dllib libibumad = {
+    .env = "RDMA_UMAD_LIBRARY",
+    .soname = "libibumad.so.3",
+    .package = "libibumad3 (rdma-core)",
+    .name = "libibumad",
+    .too_old = "rdma-core too old?",
+};
 
-    *slot = dlsym(U.dl, name);
-    if (*slot != NULL)
-        return 0;
-    PyOS_snprintf(msg, sizeof(msg),
-                  "libibumad has no symbol %s (rdma-core too old?)", name);
-    raise_sys(st, ENOSYS, "dlsym", msg);
-    return -1;
-}
+#define SYM(field, name) {name, (void **)&U.field, 0}
+static const struct pyrdma_dlsym umad_syms[] = {
+    SYM(init, "umad_init"),
+    SYM(get_cas_names, "umad_get_cas_names"),
+    SYM(get_ca, "umad_get_ca"),
+    SYM(release_ca, "umad_release_ca"),
+    SYM(open_port, "umad_open_port"),
+    SYM(close_port, "umad_close_port"),
+    SYM(size, "umad_size"),
+    SYM(set_addr, "umad_set_addr"),
+    SYM(set_grh, "umad_set_grh"),
+    SYM(set_pkey, "umad_set_pkey"),
+    SYM(send, "umad_send"),
+    SYM(recv, "umad_recv"),
+    SYM(reg, "umad_register"),
+    SYM(unreg, "umad_unregister"),
+    {NULL, NULL, 0},
+};
+#undef SYM
 
-/* Load libibumad; return 0, or -1 with SysError set. */
+/* Load libibumad (or $RDMA_UMAD_LIBRARY) and umad_init() it; return 0, or
+   -1 with SysError set. */
 static int
 load(umad_state *st)
 {
-    const char *lib;
-    char msg[512];
+    struct pyrdma_status status = {0};
 
     if (U.loaded)
         return 0;
-    lib = getenv("RDMA_UMAD_LIBRARY");
-    if (lib == NULL || lib[0] == '\0')
-        lib = "libibumad.so.3";
+    U.dl = pyrdma_dlopen(&libibumad, umad_syms, &status);
     if (U.dl == NULL) {
-        U.dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-        if (U.dl == NULL) {
-            const char *why = dlerror();
-            PyOS_snprintf(msg, sizeof(msg),
-                          "cannot load %s (%s); install the Debian package "
-                          "libibumad3 (rdma-core)", lib,
-                          why ? why : "unknown error");
-            raise_sys(st, ENOENT, "dlopen", msg);
-            return -1;
-        }
+        pyrdma_status_error(st->SysError, &status);
+        return -1;
     }
-#define REQ(field, name) \
-    if (sym(st, (void **)&U.field, name) < 0) \
-        goto fail
-    REQ(init, "umad_init");
-    REQ(get_cas_names, "umad_get_cas_names");
-    REQ(get_ca, "umad_get_ca");
-    REQ(release_ca, "umad_release_ca");
-    REQ(open_port, "umad_open_port");
-    REQ(close_port, "umad_close_port");
-    REQ(size, "umad_size");
-    REQ(set_addr, "umad_set_addr");
-    REQ(set_grh, "umad_set_grh");
-    REQ(set_pkey, "umad_set_pkey");
-    REQ(send, "umad_send");
-    REQ(recv, "umad_recv");
-    REQ(reg, "umad_register");
-    REQ(unreg, "umad_unregister");
-#undef REQ
     if (U.init() < 0) {
         raise_sys(st, EIO, "umad_init", "");
-        goto fail;
+        dlclose(U.dl);
+        U.dl = NULL;
+        return -1;
     }
     U.loaded = 1;
     return 0;
-fail:
-    dlclose(U.dl);
-    U.dl = NULL;
-    return -1;
 }
 
 /* Return the errno of a libibumad failure (its return value or errno). */
