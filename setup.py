@@ -50,6 +50,7 @@ SOURCES = [
     "csrc/wr.c",
     "csrc/capi.c",
     "csrc/provider_verbs.c",
+    "csrc/provider_stubs.c",
 ] + FABRIC_SOURCES
 
 cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",

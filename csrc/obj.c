@@ -207,15 +207,6 @@ pyrdma_obj_check(pyrdma_obj *o)
     return 0;
 }
 
-PyObject *
-pyrdma_not_supported(pyrdma_obj *o, const char *verb)
-{
-    char msg[128];
-    PyOS_snprintf(msg, sizeof(msg), "the %s provider does not implement it",
-                  o->prov ? o->prov->name : "?");
-    return pyrdma_raise_sys(o->state, EOPNOTSUPP, verb, msg);
-}
-
 void
 pyrdma_obj_finalize(PyObject *op)
 {

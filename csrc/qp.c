@@ -37,8 +37,6 @@ pyrdma_pd_srq(PyObject *op, PyObject *args, PyObject *kw)
     a.srq_limit = (uint32_t)lim.v;
     if (!pyrdma_obj_check(pd))
         return NULL;
-    if (pd->prov->create_srq == NULL)
-        return pyrdma_not_supported(pd, "ibv_create_srq");
     srq = (pyrdma_SRQ *)pyrdma_obj_new(pd->state->SRQType, &srq_kind, pd);
     if (srq == NULL)
         return NULL;
@@ -393,8 +391,6 @@ create_qp(pyrdma_obj *pd, struct pyrdma_qp_init_attr *ia,
     pyrdma_QP *qp;
     void *h;
 
-    if (pd->prov->create_qp == NULL)
-        return pyrdma_not_supported(pd, "ibv_create_qp");
     qp = (pyrdma_QP *)pyrdma_obj_new(pd->state->QPType, &qp_kind, pd);
     if (qp == NULL)
         return NULL;
@@ -547,8 +543,6 @@ qp_bind_mw(PyObject *op, PyObject *args, PyObject *kw)
     }
     if (!pyrdma_obj_check((pyrdma_obj *)mro))
         return NULL;
-    if (qp->o.prov->bind_mw == NULL)
-        return pyrdma_not_supported(&qp->o, "ibv_bind_mw");
     d = pyrdma_struct_data(info);
     bi.mr = ((pyrdma_obj *)mro)->h;
     bi.addr = d->addr;

@@ -254,8 +254,6 @@ pyrdma_raise_sys(pyrdma_state *st, int err, const char *func,
 }
 
 /* obj.c */
-/* Raise SysError(EOPNOTSUPP) for a verb the provider lacks; return NULL. */
-PyObject *pyrdma_not_supported(pyrdma_obj *o, const char *verb);
 void pyrdma_obj_setup(pyrdma_obj *o, const struct pyrdma_objkind *kind,
                       const struct pyrdma_provider *prov, pyrdma_state *st);
 /* Make parent the slot-th parent of child (strong ref + list link). */
