@@ -39,6 +39,7 @@ SOURCES = [
     "csrc/module.c",
     "csrc/errors.c",
     "csrc/status.c",
+    "csrc/dlload.c",
     "csrc/obj.c",
     "csrc/structs.c",
     "csrc/context.c",
@@ -49,6 +50,7 @@ SOURCES = [
     "csrc/wr.c",
     "csrc/capi.c",
     "csrc/provider_verbs.c",
+    "csrc/provider_stubs.c",
 ] + FABRIC_SOURCES
 
 cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
@@ -123,6 +125,7 @@ setup(
             "rdma._ibverbs",
             sources=SOURCES,
             depends=["csrc/rdma.h", "csrc/provider.h", "csrc/constants.inc",
+                     "csrc/errors.h", "csrc/dlload.h",
                      "rdma/include/pyrdma.h"] + FABRIC_HEADERS,
             include_dirs=["rdma/include"],
             define_macros=macros,
@@ -132,8 +135,12 @@ setup(
         ),
         Extension(
             "rdma._umad",
-            sources=["csrc/umad.c"],
-            depends=[],
+            # errors.c, status.c and dlload.c are shared with rdma._ibverbs
+            sources=["csrc/umad.c", "csrc/errors.c", "csrc/status.c",
+                     "csrc/dlload.c"],
+            depends=["csrc/errors.h", "csrc/provider.h", "csrc/dlload.h",
+                     "rdma/include/pyrdma.h"],
+            include_dirs=["rdma/include"],
             extra_compile_args=cflags,
             extra_link_args=ldflags,
             libraries=["dl"],

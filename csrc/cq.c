@@ -26,8 +26,6 @@ pyrdma_cc_new(pyrdma_Context *ctx)
 
     if (!pyrdma_obj_check(&ctx->o))
         return NULL;
-    if (ctx->o.prov->create_comp_channel == NULL)
-        return pyrdma_not_supported(&ctx->o, "ibv_create_comp_channel");
     cc = (pyrdma_CompChannel *)pyrdma_obj_new(ctx->o.state->CompChannelType,
                                               &cc_kind, &ctx->o);
     if (cc == NULL)
@@ -244,8 +242,6 @@ pyrdma_cq_new(pyrdma_Context *ctx, PyObject *args, PyObject *kw)
             return NULL;
         }
     }
-    if (ctx->o.prov->create_cq == NULL)
-        return pyrdma_not_supported(&ctx->o, "ibv_create_cq");
     cq = (pyrdma_CQ *)pyrdma_obj_new(S->CQType, &cq_kind, &ctx->o);
     if (cq == NULL)
         return NULL;
@@ -393,8 +389,6 @@ cq_resize(PyObject *op, PyObject *arg)
                      "1..2147483647, not %ld", n);
         return NULL;
     }
-    if (cq->o.prov->resize_cq == NULL)
-        return pyrdma_not_supported(&cq->o, "ibv_resize_cq");
     if (cq->o.prov->resize_cq(cq->o.h, (int)n, &actual, &st) < 0)
         return pyrdma_raise_status(cq->o.state, &st);
     cq->cqe = actual;

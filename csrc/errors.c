@@ -1,17 +1,16 @@
-/* errors.c - raising rdma.SysError from provider failures. */
-#include <errno.h>
-
-#include "rdma.h"
+/* errors.c - raising rdma.SysError (built into rdma._ibverbs and
+   rdma._umad: it uses nothing but the exception class it is given). */
+#include "errors.h"
 
 PyObject *
-pyrdma_raise_sys(pyrdma_state *st, int err, const char *func, const char *msg)
+pyrdma_sys_error(PyObject *cls, int err, const char *func, const char *msg)
 {
     PyObject *exc;
 
     if (msg != NULL && msg[0] != '\0')
-        exc = PyObject_CallFunction(st->SysError, "iss", err, func, msg);
+        exc = PyObject_CallFunction(cls, "iss", err, func, msg);
     else
-        exc = PyObject_CallFunction(st->SysError, "is", err, func);
+        exc = PyObject_CallFunction(cls, "is", err, func);
     if (exc != NULL) {
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
         Py_DECREF(exc);
@@ -20,16 +19,7 @@ pyrdma_raise_sys(pyrdma_state *st, int err, const char *func, const char *msg)
 }
 
 PyObject *
-pyrdma_raise_status(pyrdma_state *st, const struct pyrdma_status *s)
+pyrdma_status_error(PyObject *cls, const struct pyrdma_status *s)
 {
-    return pyrdma_raise_sys(st, s->err, s->func ? s->func : "?", s->msg);
-}
-
-PyObject *
-pyrdma_not_supported(pyrdma_obj *o, const char *verb)
-{
-    char msg[128];
-    PyOS_snprintf(msg, sizeof(msg), "the %s provider does not implement it",
-                  o->prov ? o->prov->name : "?");
-    return pyrdma_raise_sys(o->state, EOPNOTSUPP, verb, msg);
+    return pyrdma_sys_error(cls, s->err, s->func ? s->func : "?", s->msg);
 }

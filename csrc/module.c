@@ -10,19 +10,37 @@ static const struct {
 };
 
 /* The providers compiled into this build, in selection order. */
-static const struct pyrdma_provider *const providers[] = {
+static const struct pyrdma_provider *const builtin[] = {
     &pyrdma_provider_verbs,
     &pyrdma_provider_ucx,
 };
-#define NPROVIDERS (sizeof(providers) / sizeof(providers[0]))
+#define NPROVIDERS (sizeof(builtin) / sizeof(builtin[0]))
+
+/* The same with the ops they lack pointed at stubs (setup_providers), the
+   tables every object calls through. */
+static struct pyrdma_provider providers[NPROVIDERS];
+
+/* Fill providers[] from builtin[] once (module init, with the GIL). */
+static void
+setup_providers(void)
+{
+    static int done;
+    size_t i;
+
+    if (done)
+        return;
+    for (i = 0; i < NPROVIDERS; i++)
+        pyrdma_provider_fill(&providers[i], builtin[i]);
+    done = 1;
+}
 
 const struct pyrdma_provider *
 pyrdma_find_provider(const char *name)
 {
     size_t i;
     for (i = 0; i < NPROVIDERS; i++)
-        if (strcmp(providers[i]->name, name) == 0)
-            return providers[i];
+        if (strcmp(providers[i].name, name) == 0)
+            return &providers[i];
     return NULL;
 }
 
@@ -131,7 +149,7 @@ mod_providers(PyObject *m, PyObject *noargs)
     if (t == NULL)
         return NULL;
     for (i = 0; i < NPROVIDERS; i++) {
-        PyObject *s = PyUnicode_FromString(providers[i]->name);
+        PyObject *s = PyUnicode_FromString(providers[i].name);
         if (s == NULL) {
             Py_DECREF(t);
             return NULL;
@@ -225,6 +243,7 @@ mod_exec(PyObject *m)
         PyErr_NoMemory();
         return -1;
     }
+    setup_providers();
     /* Object types first: struct fields check against them. */
     if (pyrdma_context_init(m, st) < 0 || pyrdma_pd_init(m, st) < 0 ||
         pyrdma_cq_init(m, st) < 0 || pyrdma_qp_init(m, st) < 0 ||

@@ -84,8 +84,6 @@ pyrdma_pd_mr(PyObject *op, PyObject *args, PyObject *kw)
     access = (unsigned int)acc.v;
     if (!pyrdma_obj_check(pd))
         return NULL;
-    if (pd->prov->reg_mr == NULL)
-        return pyrdma_not_supported(pd, "ibv_reg_mr");
     /* The IBA requires local write with remote write or atomic access;
        python-rdma scripts pass IBV_ACCESS_REMOTE_WRITE alone, so add it. */
     if (access & (PYRDMA_ACCESS_REMOTE_WRITE | PYRDMA_ACCESS_REMOTE_ATOMIC))
@@ -150,8 +148,6 @@ pyrdma_pd_alloc_mr(PyObject *op, PyObject *args, PyObject *kw)
                      "not %zd", length);
         return NULL;
     }
-    if (pd->prov->reg_mr == NULL)
-        return pyrdma_not_supported(pd, "ibv_reg_mr");
     if (access & (PYRDMA_ACCESS_REMOTE_WRITE | PYRDMA_ACCESS_REMOTE_ATOMIC))
         access |= PYRDMA_ACCESS_LOCAL_WRITE;
     mr = (pyrdma_MR *)pyrdma_obj_new(pd->state->MRType, &mr_kind, pd);
@@ -414,8 +410,6 @@ pyrdma_pd_mw(PyObject *op, PyObject *args, PyObject *kw)
                      "or IBV_MW_TYPE_2, not %d", type);
         return NULL;
     }
-    if (pd->prov->alloc_mw == NULL)
-        return pyrdma_not_supported(pd, "ibv_alloc_mw");
     mw = (pyrdma_MW *)pyrdma_obj_new(pd->state->MWType, &mw_kind, pd);
     if (mw == NULL)
         return NULL;

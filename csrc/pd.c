@@ -22,8 +22,6 @@ pyrdma_pd_new(pyrdma_Context *ctx)
 
     if (!pyrdma_obj_check(&ctx->o))
         return NULL;
-    if (ctx->o.prov->alloc_pd == NULL)
-        return pyrdma_not_supported(&ctx->o, "ibv_alloc_pd");
     pd = pyrdma_obj_new(ctx->o.state->PDType, &pd_kind, &ctx->o);
     if (pd == NULL)
         return NULL;
@@ -73,8 +71,6 @@ ah_from_attr(pyrdma_obj *pd, PyObject *attr)
     pyrdma_AH *ah;
     void *h;
 
-    if (pd->prov->create_ah == NULL)
-        return pyrdma_not_supported(pd, "ibv_create_ah");
     ah = (pyrdma_AH *)pyrdma_obj_new(S->AHType, &ah_kind, pd);
     if (ah == NULL)
         return NULL;

@@ -12,8 +12,14 @@
  * Conventions:
  *  - control-path ops take a struct pyrdma_status * and return 0 on success
  *    or -1 with the status filled (errno, failing C function, message);
- *  - an op a provider lacks is NULL; the object model raises
- *    SysError(EOPNOTSUPP) naming the verb.
+ *  - an optional op a provider lacks is NULL (those pyrdma_provider_fill
+ *    knows: queries, async events, object creation, memory windows,
+ *    resize_cq); the object model calls the tables pyrdma_provider_fill
+ *    made, where each such op is a stub failing with EOPNOTSUPP naming
+ *    the verb, so it never checks an op for NULL.  Exceptions: async_fd
+ *    (no status to fail with: checked where it is used) and
+ *    alloc_mr_mem/free_mr_mem (NULL means the object model maps the
+ *    memory itself).
  * Keep the ops sorted by object, in the order the verbs appear in
  * <infiniband/verbs.h>.
  */
@@ -364,6 +370,11 @@ struct pyrdma_provider {
                      struct pyrdma_status *st);
     int (*destroy_ah)(void *ah, struct pyrdma_status *st);
 };
+
+/* Copy *p into *out with every optional op p lacks pointed at a stub that
+   fails with EOPNOTSUPP naming the verb (provider_stubs.c). */
+void pyrdma_provider_fill(struct pyrdma_provider *out,
+                          const struct pyrdma_provider *p);
 
 /* The providers compiled in (provider_verbs.c; the software fabric's in
    csrc/fabric/ops.c). */

@@ -11,7 +11,6 @@
  */
 
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
@@ -22,6 +21,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "dlload.h"
 #include "provider.h"
 
 /* The exported libibverbs functions this provider uses. */
@@ -221,85 +221,68 @@ load(struct pyrdma_status *st)
 
 #else /* dlopen */
 
-/* Resolve one symbol; return 0, or -1 with *st set when it is required. */
-static int
-sym(void **slot, const char *name, int required, struct pyrdma_status *st)
-{
-    *slot = dlsym(V.dl, name);
-    if (*slot == NULL && required)
-        return pyrdma_fail(st, ENOSYS, "dlsym",
-                           "%s has no symbol %s (rdma-core too old?)",
-                           "libibverbs", name);
-    return 0;
-}
+/* libibverbs, loaded by load(). */
+static const struct pyrdma_dllib libibverbs = {
+    .env = "RDMA_IBVERBS_LIBRARY",
+    .soname = "libibverbs.so.1",
+    .package = "libibverbs1 (rdma-core)",
+    .name = "libibverbs",
+    .too_old = "rdma-core too old?",
+};
+
+#define SYM(field, name) {name, (void **)&V.field, 0}
+static const struct pyrdma_dlsym verbs_syms[] = {
+    SYM(get_device_list, "ibv_get_device_list"),
+    SYM(free_device_list, "ibv_free_device_list"),
+    SYM(get_device_name, "ibv_get_device_name"),
+    SYM(get_device_guid, "ibv_get_device_guid"),
+    SYM(open_device, "ibv_open_device"),
+    SYM(close_device, "ibv_close_device"),
+    SYM(query_device, "ibv_query_device"),
+    SYM(query_port, "ibv_query_port"),
+    SYM(query_gid, "ibv_query_gid"),
+    SYM(query_pkey, "ibv_query_pkey"),
+    SYM(get_async_event, "ibv_get_async_event"),
+    SYM(ack_async_event, "ibv_ack_async_event"),
+    SYM(alloc_pd, "ibv_alloc_pd"),
+    SYM(dealloc_pd, "ibv_dealloc_pd"),
+    SYM(reg_mr, "ibv_reg_mr"),
+    SYM(dereg_mr, "ibv_dereg_mr"),
+    SYM(create_comp_channel, "ibv_create_comp_channel"),
+    SYM(destroy_comp_channel, "ibv_destroy_comp_channel"),
+    SYM(get_cq_event, "ibv_get_cq_event"),
+    SYM(ack_cq_events, "ibv_ack_cq_events"),
+    SYM(create_cq, "ibv_create_cq"),
+    SYM(destroy_cq, "ibv_destroy_cq"),
+    SYM(resize_cq, "ibv_resize_cq"),
+    SYM(create_srq, "ibv_create_srq"),
+    SYM(modify_srq, "ibv_modify_srq"),
+    SYM(query_srq, "ibv_query_srq"),
+    SYM(destroy_srq, "ibv_destroy_srq"),
+    SYM(create_qp, "ibv_create_qp"),
+    SYM(modify_qp, "ibv_modify_qp"),
+    SYM(query_qp, "ibv_query_qp"),
+    SYM(destroy_qp, "ibv_destroy_qp"),
+    SYM(attach_mcast, "ibv_attach_mcast"),
+    SYM(detach_mcast, "ibv_detach_mcast"),
+    SYM(create_ah, "ibv_create_ah"),
+    SYM(destroy_ah, "ibv_destroy_ah"),
+    {"_ibv_query_gid_ex", (void **)&V.query_gid_ex, 1},   /* optional */
+    {NULL, NULL, 0},
+};
+#undef SYM
 
 /* Load libibverbs (or $RDMA_IBVERBS_LIBRARY); return 0 or -1 with *st set. */
 static int
 load(struct pyrdma_status *st)
 {
-    const char *lib;
-
     if (V.loaded)
         return 0;
-    lib = getenv("RDMA_IBVERBS_LIBRARY");
-    if (lib == NULL || lib[0] == '\0')
-        lib = "libibverbs.so.1";
-    if (V.dl == NULL) {
-        V.dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-        if (V.dl == NULL) {
-            const char *why = dlerror();
-            return pyrdma_fail(st, ENOENT, "dlopen",
-                               "cannot load %s (%s); install the Debian "
-                               "package libibverbs1 (rdma-core)",
-                               lib, why ? why : "unknown error");
-        }
-    }
-#define REQ(field, name) \
-    if (sym((void **)&V.field, name, 1, st)) \
-        goto fail
-    REQ(get_device_list, "ibv_get_device_list");
-    REQ(free_device_list, "ibv_free_device_list");
-    REQ(get_device_name, "ibv_get_device_name");
-    REQ(get_device_guid, "ibv_get_device_guid");
-    REQ(open_device, "ibv_open_device");
-    REQ(close_device, "ibv_close_device");
-    REQ(query_device, "ibv_query_device");
-    REQ(query_port, "ibv_query_port");
-    REQ(query_gid, "ibv_query_gid");
-    REQ(query_pkey, "ibv_query_pkey");
-    REQ(get_async_event, "ibv_get_async_event");
-    REQ(ack_async_event, "ibv_ack_async_event");
-    REQ(alloc_pd, "ibv_alloc_pd");
-    REQ(dealloc_pd, "ibv_dealloc_pd");
-    REQ(reg_mr, "ibv_reg_mr");
-    REQ(dereg_mr, "ibv_dereg_mr");
-    REQ(create_comp_channel, "ibv_create_comp_channel");
-    REQ(destroy_comp_channel, "ibv_destroy_comp_channel");
-    REQ(get_cq_event, "ibv_get_cq_event");
-    REQ(ack_cq_events, "ibv_ack_cq_events");
-    REQ(create_cq, "ibv_create_cq");
-    REQ(destroy_cq, "ibv_destroy_cq");
-    REQ(resize_cq, "ibv_resize_cq");
-    REQ(create_srq, "ibv_create_srq");
-    REQ(modify_srq, "ibv_modify_srq");
-    REQ(query_srq, "ibv_query_srq");
-    REQ(destroy_srq, "ibv_destroy_srq");
-    REQ(create_qp, "ibv_create_qp");
-    REQ(modify_qp, "ibv_modify_qp");
-    REQ(query_qp, "ibv_query_qp");
-    REQ(destroy_qp, "ibv_destroy_qp");
-    REQ(attach_mcast, "ibv_attach_mcast");
-    REQ(detach_mcast, "ibv_detach_mcast");
-    REQ(create_ah, "ibv_create_ah");
-    REQ(destroy_ah, "ibv_destroy_ah");
-#undef REQ
-    sym((void **)&V.query_gid_ex, "_ibv_query_gid_ex", 0, st);
+    V.dl = pyrdma_dlopen(&libibverbs, verbs_syms, st);
+    if (V.dl == NULL)
+        return -1;
     V.loaded = 1;
     return 0;
-fail:
-    dlclose(V.dl);
-    V.dl = NULL;
-    return -1;
 }
 
 #endif /* PYRDMA_LINK_IBVERBS */

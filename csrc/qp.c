@@ -37,8 +37,6 @@ pyrdma_pd_srq(PyObject *op, PyObject *args, PyObject *kw)
     a.srq_limit = (uint32_t)lim.v;
     if (!pyrdma_obj_check(pd))
         return NULL;
-    if (pd->prov->create_srq == NULL)
-        return pyrdma_not_supported(pd, "ibv_create_srq");
     srq = (pyrdma_SRQ *)pyrdma_obj_new(pd->state->SRQType, &srq_kind, pd);
     if (srq == NULL)
         return NULL;
@@ -301,6 +299,121 @@ same_ctx(pyrdma_obj *pd, PyObject *obj, PyTypeObject *tp, const char *what)
     return 1;
 }
 
+/* The objects a new QP is made with (each Py_None when not given). */
+struct qp_objs {
+    PyObject *send_cq;
+    PyObject *recv_cq;
+    PyObject *srq;
+};
+
+/* pd.qp(ibv.qp_init_attr(...)): take the attributes and the objects from
+   the struct attr, given alone (args and kw hold nothing else).  Return 0,
+   or -1 with an error set. */
+static int
+init_attr_from_struct(PyObject *attr, PyObject *args, PyObject *kw,
+                      struct pyrdma_qp_init_attr *ia, struct qp_objs *objs)
+{
+    struct pyrdma_py_qp_init_attr *d = pyrdma_struct_sync(attr);
+    PyObject **slots = pyrdma_struct_slots(attr);
+
+    if (PyTuple_GET_SIZE(args) > 1 || (kw && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "PD.qp(): give a qp_init_attr "
+                        "or the arguments, not both");
+        return -1;
+    }
+    ia->cap = d->cap;
+    ia->qp_type = d->qp_type;
+    ia->sq_sig_all = d->sq_sig_all;
+    objs->send_cq = slots[PYRDMA_INIT_SEND_CQ] ? slots[PYRDMA_INIT_SEND_CQ]
+                                               : Py_None;
+    objs->recv_cq = slots[PYRDMA_INIT_RECV_CQ] ? slots[PYRDMA_INIT_RECV_CQ]
+                                               : Py_None;
+    objs->srq = slots[PYRDMA_INIT_SRQ] ? slots[PYRDMA_INIT_SRQ] : Py_None;
+    return 0;
+}
+
+/* The QP type argument as an int32 (-1, never a QP type, when it does not
+   fit); return 0, or -1 with an error set when it is not an integer. */
+static int
+qp_type_arg(PyObject *qp_type, int32_t *out)
+{
+    int overflow = 0;
+    long t = PyLong_AsLongAndOverflow(qp_type, &overflow);
+
+    if (t == -1 && PyErr_Occurred())
+        return -1;
+    /* out of int32 range: not a QP type (never truncated into one) */
+    *out = overflow || t < INT32_MIN || t > INT32_MAX ? -1 : (int32_t)t;
+    return 0;
+}
+
+/* Check the QP type (RC, UC or UD), that both CQs are given, and that the
+   CQs and the SRQ are open objects of pd's Context (the SRQ of pd itself).
+   Return 1, or 0 with an error naming the problem. */
+static int
+check_init_attr(pyrdma_obj *pd, PyObject *qp_type,
+                const struct pyrdma_qp_init_attr *ia,
+                const struct qp_objs *objs)
+{
+    pyrdma_state *S = pd->state;
+
+    if (ia->qp_type != PYRDMA_QPT_RC && ia->qp_type != PYRDMA_QPT_UC &&
+        ia->qp_type != PYRDMA_QPT_UD) {
+        PyErr_Format(PyExc_ValueError, "PD.qp(): qp_type must be IBV_QPT_RC, "
+                     "IBV_QPT_UC or IBV_QPT_UD, not %R", qp_type);
+        return 0;
+    }
+    if (objs->send_cq == Py_None || objs->recv_cq == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "PD.qp(): send_cq and recv_cq are "
+                        "required");
+        return 0;
+    }
+    if (!same_ctx(pd, objs->send_cq, S->CQType, "send_cq") ||
+        !same_ctx(pd, objs->recv_cq, S->CQType, "recv_cq") ||
+        (objs->srq != Py_None && !same_ctx(pd, objs->srq, S->SRQType, "srq")))
+        return 0;
+    if (objs->srq != Py_None &&
+        ((pyrdma_obj *)objs->srq)->parents[0] != (PyObject *)pd) {
+        PyErr_SetString(PyExc_ValueError, "PD.qp(): the srq belongs to "
+                        "another PD");
+        return 0;
+    }
+    return 1;
+}
+
+/* Create the QP (ibv_create_qp) and link it to pd, its CQs and its SRQ;
+   return it, or NULL with an error set. */
+static PyObject *
+create_qp(pyrdma_obj *pd, struct pyrdma_qp_init_attr *ia,
+          const struct qp_objs *objs)
+{
+    struct pyrdma_status st = {0};
+    pyrdma_QP *qp;
+    void *h;
+
+    qp = (pyrdma_QP *)pyrdma_obj_new(pd->state->QPType, &qp_kind, pd);
+    if (qp == NULL)
+        return NULL;
+    ia->send_cq = ((pyrdma_obj *)objs->send_cq)->h;
+    ia->recv_cq = ((pyrdma_obj *)objs->recv_cq)->h;
+    ia->srq = objs->srq != Py_None ? ((pyrdma_obj *)objs->srq)->h : NULL;
+    ia->qp_context = qp;
+    if (pd->prov->create_qp(pd->h, ia, &h, &qp->qp_num, &st) < 0) {
+        Py_DECREF(qp);
+        return pyrdma_raise_status(pd->state, &st);
+    }
+    qp->o.h = h;
+    qp->qp_type = ia->qp_type;
+    qp->cap = ia->cap;
+    qp->sq_sig_all = ia->sq_sig_all;
+    pyrdma_obj_link(&qp->o, 0, pd);
+    pyrdma_obj_link(&qp->o, 1, (pyrdma_obj *)objs->send_cq);
+    pyrdma_obj_link(&qp->o, 2, (pyrdma_obj *)objs->recv_cq);
+    if (objs->srq != Py_None)
+        pyrdma_obj_link(&qp->o, 3, (pyrdma_obj *)objs->srq);
+    return (PyObject *)qp;
+}
+
 PyObject *
 pyrdma_pd_qp(PyObject *op, PyObject *args, PyObject *kw)
 {
@@ -309,25 +422,21 @@ pyrdma_pd_qp(PyObject *op, PyObject *args, PyObject *kw)
                              "max_send_sge", "max_recv_sge",
                              "max_inline_data", NULL};
     pyrdma_obj *pd = (pyrdma_obj *)op;
-    pyrdma_state *S = pd->state;
-    PyObject *qp_type, *send_cq = Py_None, *recv_cq = Py_None, *srq = Py_None;
+    struct qp_objs objs = {Py_None, Py_None, Py_None};
     struct pyrdma_qp_init_attr ia;
-    struct pyrdma_status st = {0};
     struct pyrdma_uint max_send_wr = {"PD.qp", "max_send_wr", UINT32_MAX, 0},
         max_recv_wr = {"PD.qp", "max_recv_wr", UINT32_MAX, 0},
         max_send_sge = {"PD.qp", "max_send_sge", UINT32_MAX, 1},
         max_recv_sge = {"PD.qp", "max_recv_sge", UINT32_MAX, 1},
         max_inline = {"PD.qp", "max_inline_data", UINT32_MAX, 0};
-    int overflow = 0;
     int sq_sig_all = 1;
-    pyrdma_QP *qp;
-    long t;
-    void *h;
+    PyObject *qp_type;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&OO&OOpO&O&O&:qp", kwlist,
                                      &qp_type, pyrdma_uint_conv, &max_send_wr,
-                                     &send_cq, pyrdma_uint_conv, &max_recv_wr,
-                                     &recv_cq, &srq, &sq_sig_all,
+                                     &objs.send_cq, pyrdma_uint_conv,
+                                     &max_recv_wr, &objs.recv_cq, &objs.srq,
+                                     &sq_sig_all,
                                      pyrdma_uint_conv, &max_send_sge,
                                      pyrdma_uint_conv, &max_recv_sge,
                                      pyrdma_uint_conv, &max_inline))
@@ -335,31 +444,13 @@ pyrdma_pd_qp(PyObject *op, PyObject *args, PyObject *kw)
     if (!pyrdma_obj_check(pd))
         return NULL;
     memset(&ia, 0, sizeof(ia));
-    if (PyObject_TypeCheck(qp_type, S->qp_init_attr)) {
-        /* pd.qp(ibv.qp_init_attr(...)) */
-        struct pyrdma_py_qp_init_attr *d = pyrdma_struct_sync(qp_type);
-        PyObject **slots = pyrdma_struct_slots(qp_type);
-        if (PyTuple_GET_SIZE(args) > 1 || (kw && PyDict_GET_SIZE(kw))) {
-            PyErr_SetString(PyExc_TypeError, "PD.qp(): give a qp_init_attr "
-                            "or the arguments, not both");
+    if (PyObject_TypeCheck(qp_type, pd->state->qp_init_attr)) {
+        if (init_attr_from_struct(qp_type, args, kw, &ia, &objs) < 0)
             return NULL;
-        }
-        ia.cap = d->cap;
-        ia.qp_type = d->qp_type;
-        ia.sq_sig_all = d->sq_sig_all;
-        send_cq = slots[PYRDMA_INIT_SEND_CQ] ? slots[PYRDMA_INIT_SEND_CQ]
-                                             : Py_None;
-        recv_cq = slots[PYRDMA_INIT_RECV_CQ] ? slots[PYRDMA_INIT_RECV_CQ]
-                                             : Py_None;
-        srq = slots[PYRDMA_INIT_SRQ] ? slots[PYRDMA_INIT_SRQ] : Py_None;
     }
     else {
-        t = PyLong_AsLongAndOverflow(qp_type, &overflow);
-        if (t == -1 && PyErr_Occurred())
+        if (qp_type_arg(qp_type, &ia.qp_type) < 0)
             return NULL;
-        /* out of int32 range: not a QP type (never truncated into one) */
-        ia.qp_type = overflow || t < INT32_MIN || t > INT32_MAX
-                     ? -1 : (int32_t)t;
         ia.sq_sig_all = sq_sig_all;
         ia.cap.max_send_wr = (uint32_t)max_send_wr.v;
         ia.cap.max_recv_wr = (uint32_t)max_recv_wr.v;
@@ -367,49 +458,9 @@ pyrdma_pd_qp(PyObject *op, PyObject *args, PyObject *kw)
         ia.cap.max_recv_sge = (uint32_t)max_recv_sge.v;
         ia.cap.max_inline_data = (uint32_t)max_inline.v;
     }
-    if (ia.qp_type != PYRDMA_QPT_RC && ia.qp_type != PYRDMA_QPT_UC &&
-        ia.qp_type != PYRDMA_QPT_UD) {
-        PyErr_Format(PyExc_ValueError, "PD.qp(): qp_type must be IBV_QPT_RC, "
-                     "IBV_QPT_UC or IBV_QPT_UD, not %R", qp_type);
+    if (!check_init_attr(pd, qp_type, &ia, &objs))
         return NULL;
-    }
-    if (send_cq == Py_None || recv_cq == Py_None) {
-        PyErr_SetString(PyExc_TypeError, "PD.qp(): send_cq and recv_cq are "
-                        "required");
-        return NULL;
-    }
-    if (!same_ctx(pd, send_cq, S->CQType, "send_cq") ||
-        !same_ctx(pd, recv_cq, S->CQType, "recv_cq") ||
-        (srq != Py_None && !same_ctx(pd, srq, S->SRQType, "srq")))
-        return NULL;
-    if (srq != Py_None && ((pyrdma_obj *)srq)->parents[0] != op) {
-        PyErr_SetString(PyExc_ValueError, "PD.qp(): the srq belongs to "
-                        "another PD");
-        return NULL;
-    }
-    if (pd->prov->create_qp == NULL)
-        return pyrdma_not_supported(pd, "ibv_create_qp");
-    qp = (pyrdma_QP *)pyrdma_obj_new(S->QPType, &qp_kind, pd);
-    if (qp == NULL)
-        return NULL;
-    ia.send_cq = ((pyrdma_obj *)send_cq)->h;
-    ia.recv_cq = ((pyrdma_obj *)recv_cq)->h;
-    ia.srq = srq != Py_None ? ((pyrdma_obj *)srq)->h : NULL;
-    ia.qp_context = qp;
-    if (pd->prov->create_qp(pd->h, &ia, &h, &qp->qp_num, &st) < 0) {
-        Py_DECREF(qp);
-        return pyrdma_raise_status(S, &st);
-    }
-    qp->o.h = h;
-    qp->qp_type = ia.qp_type;
-    qp->cap = ia.cap;
-    qp->sq_sig_all = ia.sq_sig_all;
-    pyrdma_obj_link(&qp->o, 0, pd);
-    pyrdma_obj_link(&qp->o, 1, (pyrdma_obj *)send_cq);
-    pyrdma_obj_link(&qp->o, 2, (pyrdma_obj *)recv_cq);
-    if (srq != Py_None)
-        pyrdma_obj_link(&qp->o, 3, (pyrdma_obj *)srq);
-    return (PyObject *)qp;
+    return create_qp(pd, &ia, &objs);
 }
 
 static PyObject *
@@ -492,8 +543,6 @@ qp_bind_mw(PyObject *op, PyObject *args, PyObject *kw)
     }
     if (!pyrdma_obj_check((pyrdma_obj *)mro))
         return NULL;
-    if (qp->o.prov->bind_mw == NULL)
-        return pyrdma_not_supported(&qp->o, "ibv_bind_mw");
     d = pyrdma_struct_data(info);
     bi.mr = ((pyrdma_obj *)mro)->h;
     bi.addr = d->addr;

@@ -7,6 +7,7 @@
 
 #include "structmember.h"
 
+#include "errors.h"
 #include "provider.h"
 
 /* Module state (PEP 573): exceptions and heap types. */
@@ -237,14 +238,20 @@ PyObject *pyrdma_gid_from_raw(pyrdma_state *st, const uint8_t raw[16]);
 int pyrdma_gid_to_raw(pyrdma_state *st, PyObject *v, uint8_t raw[16],
                       const char *what);
 
-/* errors.c */
+/* errors.c (errors.h), with this module's SysError */
 /* Raise SysError from a provider status; return NULL. */
-PyObject *pyrdma_raise_status(pyrdma_state *st, const struct pyrdma_status *s);
+static inline PyObject *
+pyrdma_raise_status(pyrdma_state *st, const struct pyrdma_status *s)
+{
+    return pyrdma_status_error(st->SysError, s);
+}
 /* Raise SysError(err, func, msg); return NULL. */
-PyObject *pyrdma_raise_sys(pyrdma_state *st, int err, const char *func,
-                           const char *msg);
-/* Raise SysError(EOPNOTSUPP) for a verb the provider lacks; return NULL. */
-PyObject *pyrdma_not_supported(pyrdma_obj *o, const char *verb);
+static inline PyObject *
+pyrdma_raise_sys(pyrdma_state *st, int err, const char *func,
+                 const char *msg)
+{
+    return pyrdma_sys_error(st->SysError, err, func, msg);
+}
 
 /* obj.c */
 void pyrdma_obj_setup(pyrdma_obj *o, const struct pyrdma_objkind *kind,

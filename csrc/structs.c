@@ -564,20 +564,14 @@ obj_check(pyrdma_Struct *self, const struct pyrdma_field *f, PyObject *v)
     return -1;
 }
 
-/* Set one field from a Python object; return 0 or -1 with an error set. */
+/* Set an integer field (K_U8 .. K_I32, K_BE32) at p from v; return 0 or -1
+   with an error naming the field. */
 static int
-field_set(pyrdma_Struct *self, const struct pyrdma_field *f, PyObject *v)
+set_int(const struct pyrdma_field *f, PyTypeObject *tp, char *p, PyObject *v)
 {
-    PyTypeObject *tp = Py_TYPE(self);
-    char *p = sdata(self) + f->offset;
     unsigned long long u = 0;
     long long s = 0;
 
-    if (v == NULL) {
-        PyErr_Format(PyExc_AttributeError, "cannot delete %s.%s",
-                     tp->tp_name, f->name);
-        return -1;
-    }
     switch (f->kind) {
     case K_U8:
         if (int_arg(v, f, tp, 0, UINT8_MAX, &u, &s)) return -1;
@@ -606,63 +600,114 @@ field_set(pyrdma_Struct *self, const struct pyrdma_field *f, PyObject *v)
         if (int_arg(v, f, tp, INT32_MIN, INT32_MAX, &u, &s)) return -1;
         *(int32_t *)p = (int32_t)s;
         break;
-    case K_STR: {
-        Py_ssize_t n;
-        const char *c;
-        if (!PyUnicode_Check(v)) {
-            PyErr_Format(PyExc_TypeError, "%s.%s must be a str",
-                         tp->tp_name, f->name);
-            return -1;
-        }
-        c = PyUnicode_AsUTF8AndSize(v, &n);
-        if (c == NULL)
-            return -1;
-        if ((size_t)n >= f->size) {
-            PyErr_Format(PyExc_ValueError, "%s.%s is limited to %zu bytes",
-                         tp->tp_name, f->name, f->size - 1);
-            return -1;
-        }
-        memset(p, 0, f->size);
-        memcpy(p, c, (size_t)n);
+    default:        /* not an integer kind: field_set never asks */
         break;
     }
-    case K_GID: {
-        pyrdma_state *st = pyrdma_get_state_by_type(tp);
-        char what[128];
-        if (st == NULL)
-            return -1;
-        PyOS_snprintf(what, sizeof(what), "%s.%s", tp->tp_name, f->name);
-        if (pyrdma_gid_to_raw(st, v, (uint8_t *)p, what) < 0)
-            return -1;
-        break;
+    return 0;
+}
+
+/* Set a K_STR field at p (NUL padded, shorter than its size) from the str
+   v; return 0 or -1 with an error naming the field. */
+static int
+set_str(const struct pyrdma_field *f, PyTypeObject *tp, char *p, PyObject *v)
+{
+    Py_ssize_t n;
+    const char *c;
+
+    if (!PyUnicode_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s must be a str",
+                     tp->tp_name, f->name);
+        return -1;
     }
-    case K_STRUCT: {
-        pyrdma_state *st = pyrdma_get_state_by_type(tp);
-        PyTypeObject *want;
-        if (st == NULL)
-            return -1;
-        want = def_type(st, f->sub);
-        if (!PyObject_TypeCheck(v, want)) {
-            PyErr_Format(PyExc_TypeError, "%s.%s must be a %s, not %.100s",
-                         tp->tp_name, f->name, want->tp_name,
-                         Py_TYPE(v)->tp_name);
-            return -1;
-        }
+    c = PyUnicode_AsUTF8AndSize(v, &n);
+    if (c == NULL)
+        return -1;
+    if ((size_t)n >= f->size) {
+        PyErr_Format(PyExc_ValueError, "%s.%s is limited to %zu bytes",
+                     tp->tp_name, f->name, f->size - 1);
+        return -1;
+    }
+    memset(p, 0, f->size);
+    memcpy(p, c, (size_t)n);
+    return 0;
+}
+
+/* Set a K_GID field at p from a GID, str or 16 bytes; return 0 or -1 with
+   an error naming the field. */
+static int
+set_gid(const struct pyrdma_field *f, PyTypeObject *tp, char *p, PyObject *v)
+{
+    pyrdma_state *st = pyrdma_get_state_by_type(tp);
+    char what[128];
+
+    if (st == NULL)
+        return -1;
+    PyOS_snprintf(what, sizeof(what), "%s.%s", tp->tp_name, f->name);
+    return pyrdma_gid_to_raw(st, v, (uint8_t *)p, what) < 0 ? -1 : 0;
+}
+
+/* Set a K_STRUCT field to v, a struct of the field's type (kept in the
+   field's slot); return 0 or -1 with TypeError naming the field. */
+static int
+set_struct(pyrdma_Struct *self, const struct pyrdma_field *f, PyObject *v)
+{
+    PyTypeObject *tp = Py_TYPE(self), *want;
+    pyrdma_state *st = pyrdma_get_state_by_type(tp);
+
+    if (st == NULL)
+        return -1;
+    want = def_type(st, f->sub);
+    if (!PyObject_TypeCheck(v, want)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s must be a %s, not %.100s",
+                     tp->tp_name, f->name, want->tp_name,
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    Py_INCREF(v);
+    Py_XSETREF(sslots(self)[f->slot], v);
+    return 0;
+}
+
+/* Set a K_OBJ field to v (None empties the slot); return 0 or -1 with
+   TypeError when v is not what the field holds. */
+static int
+set_obj(pyrdma_Struct *self, const struct pyrdma_field *f, PyObject *v)
+{
+    if (obj_check(self, f, v) < 0)
+        return -1;
+    if (v == Py_None)
+        Py_CLEAR(sslots(self)[f->slot]);
+    else {
         Py_INCREF(v);
         Py_XSETREF(sslots(self)[f->slot], v);
-        break;
     }
-    case K_OBJ:
-        if (obj_check(self, f, v) < 0)
-            return -1;
-        if (v == Py_None)
-            Py_CLEAR(sslots(self)[f->slot]);
-        else {
-            Py_INCREF(v);
-            Py_XSETREF(sslots(self)[f->slot], v);
-        }
-        break;
+    return 0;
+}
+
+/* Set one field from a Python object; return 0 or -1 with an error set. */
+static int
+field_set(pyrdma_Struct *self, const struct pyrdma_field *f, PyObject *v)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    char *p = sdata(self) + f->offset;
+    int rc = 0;
+
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "cannot delete %s.%s",
+                     tp->tp_name, f->name);
+        return -1;
     }
+    switch (f->kind) {
+    case K_U8: case K_U16: case K_U32: case K_BE32: case K_U64: case K_I32:
+        rc = set_int(f, tp, p, v);
+        break;
+    case K_STR: rc = set_str(f, tp, p, v); break;
+    case K_GID: rc = set_gid(f, tp, p, v); break;
+    case K_STRUCT: rc = set_struct(self, f, v); break;
+    case K_OBJ: rc = set_obj(self, f, v); break;
+    }
+    if (rc < 0)
+        return -1;
     self->setmask |= 1ULL << (f - self->def->fields);
     return 0;
 }

@@ -36,6 +36,9 @@
 #include <endian.h>
 #include <infiniband/umad.h>
 
+#include "dlload.h"
+#include "errors.h"
+
 /* Longest wait with the GIL released before signals are checked (ms). */
 #define SLICE_MS 50
 /* First receive buffer size (bytes of MAD data); grows on ENOSPC. */
@@ -86,90 +89,64 @@ typedef struct {
 
 static PyModuleDef umad_module;
 
-/* Raise SysError(err, func, msg) and return NULL. */
+/* Raise SysError(err, func, msg) (errors.c); return NULL. */
 static PyObject *
 raise_sys(umad_state *st, int err, const char *func, const char *msg)
 {
-    PyObject *exc;
-
-    if (msg != NULL && msg[0] != '\0')
-        exc = PyObject_CallFunction(st->SysError, "iss", err, func, msg);
-    else
-        exc = PyObject_CallFunction(st->SysError, "is", err, func);
-    if (exc != NULL) {
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-        Py_DECREF(exc);
-    }
-    return NULL;
+    return pyrdma_sys_error(st->SysError, err, func, msg);
 }
 
-/* Resolve one symbol into *slot; return 0, or -1 with SysError set. */
-static int
-sym(umad_state *st, void **slot, const char *name)
-{
-    char msg[160];
+/* libibumad, loaded by load(). */
+static const struct pyrdma_dllib libibumad = {
+    .env = "RDMA_UMAD_LIBRARY",
+    .soname = "libibumad.so.3",
+    .package = "libibumad3 (rdma-core)",
+    .name = "libibumad",
+    .too_old = "rdma-core too old?",
+};
 
-    *slot = dlsym(U.dl, name);
-    if (*slot != NULL)
-        return 0;
-    PyOS_snprintf(msg, sizeof(msg),
-                  "libibumad has no symbol %s (rdma-core too old?)", name);
-    raise_sys(st, ENOSYS, "dlsym", msg);
-    return -1;
-}
+#define SYM(field, name) {name, (void **)&U.field, 0}
+static const struct pyrdma_dlsym umad_syms[] = {
+    SYM(init, "umad_init"),
+    SYM(get_cas_names, "umad_get_cas_names"),
+    SYM(get_ca, "umad_get_ca"),
+    SYM(release_ca, "umad_release_ca"),
+    SYM(open_port, "umad_open_port"),
+    SYM(close_port, "umad_close_port"),
+    SYM(size, "umad_size"),
+    SYM(set_addr, "umad_set_addr"),
+    SYM(set_grh, "umad_set_grh"),
+    SYM(set_pkey, "umad_set_pkey"),
+    SYM(send, "umad_send"),
+    SYM(recv, "umad_recv"),
+    SYM(reg, "umad_register"),
+    SYM(unreg, "umad_unregister"),
+    {NULL, NULL, 0},
+};
+#undef SYM
 
-/* Load libibumad; return 0, or -1 with SysError set. */
+/* Load libibumad (or $RDMA_UMAD_LIBRARY) and umad_init() it; return 0, or
+   -1 with SysError set. */
 static int
 load(umad_state *st)
 {
-    const char *lib;
-    char msg[512];
+    struct pyrdma_status status = {0};
 
     if (U.loaded)
         return 0;
-    lib = getenv("RDMA_UMAD_LIBRARY");
-    if (lib == NULL || lib[0] == '\0')
-        lib = "libibumad.so.3";
+    U.dl = pyrdma_dlopen(&libibumad, umad_syms, &status);
     if (U.dl == NULL) {
-        U.dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-        if (U.dl == NULL) {
-            const char *why = dlerror();
-            PyOS_snprintf(msg, sizeof(msg),
-                          "cannot load %s (%s); install the Debian package "
-                          "libibumad3 (rdma-core)", lib,
-                          why ? why : "unknown error");
-            raise_sys(st, ENOENT, "dlopen", msg);
-            return -1;
-        }
+        pyrdma_status_error(st->SysError, &status);
+        return -1;
     }
-#define REQ(field, name) \
-    if (sym(st, (void **)&U.field, name) < 0) \
-        goto fail
-    REQ(init, "umad_init");
-    REQ(get_cas_names, "umad_get_cas_names");
-    REQ(get_ca, "umad_get_ca");
-    REQ(release_ca, "umad_release_ca");
-    REQ(open_port, "umad_open_port");
-    REQ(close_port, "umad_close_port");
-    REQ(size, "umad_size");
-    REQ(set_addr, "umad_set_addr");
-    REQ(set_grh, "umad_set_grh");
-    REQ(set_pkey, "umad_set_pkey");
-    REQ(send, "umad_send");
-    REQ(recv, "umad_recv");
-    REQ(reg, "umad_register");
-    REQ(unreg, "umad_unregister");
-#undef REQ
     if (U.init() < 0) {
         raise_sys(st, EIO, "umad_init", "");
-        goto fail;
+        dlclose(U.dl);
+        U.dl = NULL;
+        return -1;
     }
     U.loaded = 1;
     return 0;
-fail:
-    dlclose(U.dl);
-    U.dl = NULL;
-    return -1;
 }
 
 /* Return the errno of a libibumad failure (its return value or errno). */
@@ -717,6 +694,38 @@ recv_result(void *umad, size_t hdr, int agent, int len)
                          (const char *)umad + hdr, (Py_ssize_t)len, addr);
 }
 
+/* umad_recv failed with ENOSPC: the MAD stays queued and len is the size
+   it needs.  Grow *buf (header of hdr bytes + *cap bytes of MAD) to fit
+   it; return 0, or -1 with an error set. */
+static int
+grow_recv_buf(umad_state *st, void **buf, size_t *cap, size_t hdr, int len)
+{
+    void *bigger;
+
+    if (len <= (int)*cap || len > MAX_BUF) {
+        raise_sys(st, ENOSPC, "umad_recv",
+                  "received MAD has an impossible length");
+        return -1;
+    }
+    bigger = realloc(*buf, hdr + (size_t)len);
+    if (bigger == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *buf = bigger;
+    *cap = (size_t)len;
+    return 0;
+}
+
+/* Return 1 if umad_recv's result rc (and errno) is a failure, 0 if it only
+   says that no MAD came in the slice (or a signal interrupted it). */
+static int
+recv_failed(int rc)
+{
+    return rc != -ETIMEDOUT && errno != ETIMEDOUT && errno != EAGAIN &&
+           errno != EINTR;
+}
+
 static PyObject *
 port_recv(PyObject *op, PyObject *args, PyObject *kw)
 {
@@ -765,25 +774,12 @@ port_recv(PyObject *op, PyObject *args, PyObject *kw)
             break;
         }
         if (rc == -ENOSPC || errno == ENOSPC) {
-            /* The MAD stays queued; len is the size it needs. */
-            void *bigger;
-            if (len <= (int)cap || len > MAX_BUF) {
-                raise_sys(self->state, ENOSPC, "umad_recv",
-                          "received MAD has an impossible length");
+            if (grow_recv_buf(self->state, &umad, &cap, hdr, len) < 0)
                 break;
-            }
-            bigger = realloc(umad, hdr + (size_t)len);
-            if (bigger == NULL) {
-                PyErr_NoMemory();
-                break;
-            }
-            umad = bigger;
-            cap = (size_t)len;
             self->buf_hint = cap;
             continue;
         }
-        if (rc != -ETIMEDOUT && errno != ETIMEDOUT && errno != EAGAIN &&
-            errno != EINTR) {
+        if (recv_failed(rc)) {
             raise_sys(self->state, err_of(rc), "umad_recv", "");
             break;
         }
@@ -836,26 +832,297 @@ txn_send(umad_Port *self, struct txn *t)
     return rc < 0 ? err_of(rc) : 0;
 }
 
+/* The state of one Port.transact() call. */
+struct transact {
+    umad_Port *port;         /* the port it runs on */
+    struct txn *txns;        /* the requests, n of them */
+    Py_ssize_t n;            /* how many requests */
+    Py_ssize_t next;         /* the first request never sent */
+    Py_ssize_t done;         /* requests answered, failed or given up */
+    Py_ssize_t *inflight;    /* indexes of the requests in flight */
+    Py_ssize_t nin;          /* how many are in flight */
+    int window;              /* the most requests in flight at once */
+    long long sends;         /* MADs sent */
+    long long unmatched;     /* MADs received that matched no request */
+    PyObject *results;       /* per request: reply bytes, None or errno */
+    void *rbuf;              /* receive buffer: header + cap bytes */
+    size_t hdr;              /* size of the ib_user_mad header */
+    size_t cap;              /* bytes of MAD rbuf holds */
+};
+
+/* Raise the ValueError of a port closed while transact() ran; return -1. */
+static int
+closed_during_transact(void)
+{
+    PyErr_SetString(PyExc_ValueError,
+                    "the umad Port was closed during transact()");
+    return -1;
+}
+
+/* Parse request i, a tuple (agent_id, mad, dlid, sl, timeout_ms, retries),
+   into tx->txns[i]: its umad addressed to QP0 for SMPs, to QP1 with the
+   GSI Q_Key otherwise.  Return 0, or -1 with an error set. */
+static int
+parse_request(struct transact *tx, Py_ssize_t i, PyObject *item)
+{
+    struct txn *t = &tx->txns[i];
+    unsigned char mgmt_class;
+    Py_buffer mad;
+    int dlid, sl;
+
+    if (!PyTuple_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "transact: request %zd is not a "
+                     "tuple (agent_id, mad, dlid, sl, timeout_ms, "
+                     "retries)", i);
+        return -1;
+    }
+    if (!PyArg_ParseTuple(item, "iy*iiii:transact", &t->agent, &mad,
+                          &dlid, &sl, &t->timeout_ms, &t->retries))
+        return -1;
+    if (mad.len < 24 || mad.len > MAX_BUF || dlid < 0 ||
+        dlid > 0xFFFF || sl < 0 || sl > 15 || t->timeout_ms < 1 ||
+        t->retries < 0) {
+        PyErr_Format(PyExc_ValueError, "transact: request %zd: a MAD "
+                     "is 24 to %d bytes (not %zd), dlid 16 bit, sl 4 "
+                     "bit, timeout_ms >= 1, retries >= 0", i, MAX_BUF,
+                     mad.len);
+        PyBuffer_Release(&mad);
+        return -1;
+    }
+    t->umad = calloc(1, tx->hdr + (size_t)mad.len);
+    if (t->umad == NULL) {
+        PyBuffer_Release(&mad);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy((char *)t->umad + tx->hdr, mad.buf, (size_t)mad.len);
+    t->len = (int)mad.len;
+    t->key = mad_key((const unsigned char *)mad.buf);
+    PyBuffer_Release(&mad);
+    /* SMPs: QP0, Q_Key 0; other classes QP1 with the GSI Q_Key. */
+    mgmt_class = ((unsigned char *)t->umad)[tx->hdr + 1];
+    if (mgmt_class == 0x01 || mgmt_class == 0x81)
+        U.set_addr(t->umad, dlid, 0, sl, 0);
+    else
+        U.set_addr(t->umad, dlid, 1, sl, (int)0x80010000U);
+    return 0;
+}
+
+/* Allocate tx's tables and parse the requests of seq into them (the
+   results start as None).  Return 0, or -1 with an error set. */
+static int
+transact_setup(struct transact *tx, PyObject *seq)
+{
+    Py_ssize_t i;
+
+    tx->n = PySequence_Fast_GET_SIZE(seq);
+    tx->hdr = U.size();
+    tx->cap = FIRST_BUF;
+    tx->txns = PyMem_Calloc((size_t)tx->n + 1, sizeof(*tx->txns));
+    tx->inflight = PyMem_Calloc((size_t)tx->window, sizeof(*tx->inflight));
+    tx->results = PyList_New(tx->n);
+    tx->rbuf = malloc(tx->hdr + tx->cap);
+    if (tx->txns == NULL || tx->inflight == NULL || tx->rbuf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (tx->results == NULL)
+        return -1;
+    for (i = 0; i < tx->n; i++) {
+        PyList_SET_ITEM(tx->results, i, Py_NewRef(Py_None));
+        if (parse_request(tx, i, PySequence_Fast_GET_ITEM(seq, i)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Free what transact_setup() allocated. */
+static void
+transact_free(struct transact *tx)
+{
+    Py_ssize_t i;
+
+    if (tx->txns != NULL)
+        for (i = 0; i < tx->n; i++)
+            free(tx->txns[i].umad);
+    PyMem_Free(tx->txns);
+    PyMem_Free(tx->inflight);
+    free(tx->rbuf);
+    Py_XDECREF(tx->results);
+}
+
+/* Send requests until window of them are in flight or none is left (a
+   request whose send fails gets the errno as its result).  Return 0, or
+   -1 with an error set. */
+static int
+fill_window(struct transact *tx)
+{
+    while (tx->nin < tx->window && tx->next < tx->n) {
+        int err = txn_send(tx->port, &tx->txns[tx->next]);
+        if (err) {
+            PyObject *e = PyLong_FromLong(err);
+            if (e == NULL)
+                return -1;
+            PyList_SetItem(tx->results, tx->next, e);
+            tx->done++;
+        }
+        else {
+            tx->inflight[tx->nin++] = tx->next;
+            tx->sends++;
+        }
+        tx->next++;
+        if (tx->port->closing)
+            return closed_during_transact();
+    }
+    return 0;
+}
+
+/* Wait for one MAD (GIL released) until the earliest deadline of the tries
+   in flight, at most SLICE_MS; return umad_recv's result, with *len the
+   length of the MAD (or, on ENOSPC, the size it needs). */
+static int
+wait_reply(struct transact *tx, int *len)
+{
+    long long wait = tx->txns[tx->inflight[0]].deadline, now;
+    int rc, portid = tx->port->portid, slice;
+    void *rbuf = tx->rbuf;
+    Py_ssize_t k;
+
+    for (k = 1; k < tx->nin; k++)
+        if (tx->txns[tx->inflight[k]].deadline < wait)
+            wait = tx->txns[tx->inflight[k]].deadline;
+    now = now_ms();
+    wait = wait > now ? wait - now : 0;
+    slice = wait > SLICE_MS ? SLICE_MS : (int)wait;
+    *len = (int)tx->cap;
+    errno = 0;
+    Py_BEGIN_ALLOW_THREADS
+    rc = U.recv(portid, rbuf, len, slice);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+/* Match the MAD of len bytes in tx->rbuf to the request in flight it
+   answers and record the reply, or the error status the kernel gave it;
+   a MAD that answers none (late, stray, or a request) counts as unmatched.
+   A request the kernel gave back (ETIMEDOUT) has its try ended.  Return 0,
+   or -1 with an error set. */
+static int
+take_reply(struct transact *tx, int len)
+{
+    const unsigned char *mad = (const unsigned char *)tx->rbuf + tx->hdr;
+    Py_ssize_t k, i;
+    uint64_t key;
+    int status;
+
+    if (len < 24 || (size_t)len > tx->cap) {
+        tx->unmatched++;
+        return 0;
+    }
+    key = mad_key(mad);
+    status = ((ib_user_mad_t *)tx->rbuf)->status;
+    for (k = 0; k < tx->nin; k++)
+        if (tx->txns[tx->inflight[k]].key == key)
+            break;
+    if (k == tx->nin || (!status && !(mad[3] & 0x80))) {
+        tx->unmatched++;    /* late, stray, or a request */
+        return 0;
+    }
+    i = tx->inflight[k];
+    if (status == ETIMEDOUT) {
+        /* The kernel gave the request back: this try is over. */
+        tx->txns[i].deadline = 0;
+        return 0;
+    }
+    tx->inflight[k] = tx->inflight[--tx->nin];
+    tx->done++;
+    PyList_SetItem(tx->results, i, status ?
+                   PyLong_FromLong(status) :
+                   PyBytes_FromStringAndSize((const char *)mad, len));
+    return PyList_GET_ITEM(tx->results, i) == NULL ? -1 : 0;
+}
+
+/* Re-send the tries in flight whose time is over while they have retries
+   left; give up the others (their result stays None, or is the errno of a
+   failed re-send).  Return 0, or -1 with an error set. */
+static int
+expire_tries(struct transact *tx)
+{
+    long long now = now_ms();
+    Py_ssize_t k;
+
+    for (k = 0; k < tx->nin;) {
+        struct txn *t = &tx->txns[tx->inflight[k]];
+        if (t->deadline > now) {
+            k++;
+            continue;
+        }
+        if (t->retries > 0) {
+            int err;
+            t->retries--;
+            err = txn_send(tx->port, t);
+            if (!err) {
+                tx->sends++;
+                k++;
+                continue;
+            }
+            PyList_SetItem(tx->results, tx->inflight[k],
+                           PyLong_FromLong(err));
+            if (PyList_GET_ITEM(tx->results, tx->inflight[k]) == NULL)
+                return -1;
+        }
+        tx->inflight[k] = tx->inflight[--tx->nin];   /* None: timed out */
+        tx->done++;
+    }
+    return 0;
+}
+
+/* One round of transact(): fill the window, wait for one MAD and take it,
+   then re-send or give up the tries whose time is over.  Return 0, or -1
+   with an error set. */
+static int
+transact_round(struct transact *tx)
+{
+    int rc, len;
+
+    if (fill_window(tx) < 0)
+        return -1;
+    if (tx->nin == 0)
+        return 0;
+    rc = wait_reply(tx, &len);
+    if (tx->port->closing)
+        return closed_during_transact();
+    if (rc >= 0) {
+        if (take_reply(tx, len) < 0)
+            return -1;
+    }
+    else if (rc == -ENOSPC || errno == ENOSPC)
+        return grow_recv_buf(tx->port->state, &tx->rbuf, &tx->cap, tx->hdr,
+                             len);
+    else if (recv_failed(rc)) {
+        raise_sys(tx->port->state, err_of(rc), "umad_recv", "");
+        return -1;
+    }
+    else if (PyErr_CheckSignals() < 0)
+        return -1;
+    return expire_tries(tx);
+}
+
 static PyObject *
 port_transact(PyObject *op, PyObject *args, PyObject *kw)
 {
     umad_Port *self = (umad_Port *)op;
     static char *kwlist[] = {"requests", "window", NULL};
-    PyObject *reqs, *seq = NULL, *results = NULL, *res = NULL;
-    struct txn *txns = NULL;
-    Py_ssize_t n = 0, i, next = 0, done = 0, nin = 0, k;
-    Py_ssize_t *inflight = NULL;     /* indexes of the requests in flight */
-    long long sends = 0, unmatched = 0;
-    int window, rc, len, err;
-    size_t hdr, cap = FIRST_BUF;
-    void *rbuf = NULL;
+    struct transact tx = {.port = self};
+    PyObject *reqs, *seq, *res = NULL;
+    int rc = 0;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi:transact", kwlist, &reqs,
-                                     &window))
+                                     &tx.window))
         return NULL;
-    if (window < 1 || window > 4096) {
+    if (tx.window < 1 || tx.window > 4096) {
         PyErr_Format(PyExc_ValueError, "transact: window is 1 to 4096, "
-                     "not %d", window);
+                     "not %d", tx.window);
         return NULL;
     }
     if (!check_open(self))
@@ -863,205 +1130,18 @@ port_transact(PyObject *op, PyObject *args, PyObject *kw)
     seq = PySequence_Fast(reqs, "transact: requests must be a sequence");
     if (seq == NULL)
         return NULL;
-    n = PySequence_Fast_GET_SIZE(seq);
-    hdr = U.size();
-    txns = PyMem_Calloc((size_t)n + 1, sizeof(*txns));
-    inflight = PyMem_Calloc((size_t)window, sizeof(*inflight));
-    results = PyList_New(n);
-    rbuf = malloc(hdr + cap);
-    if (txns == NULL || inflight == NULL || rbuf == NULL) {
-        PyErr_NoMemory();
-        goto out;
+    if (transact_setup(&tx, seq) == 0) {
+        self->busy++;
+        while (rc == 0 && tx.done < tx.n)
+            rc = transact_round(&tx);
+        if (rc == 0)
+            res = Py_BuildValue("(OLL)", tx.results, tx.sends, tx.unmatched);
+        self->busy--;
+        if (self->closing && self->busy == 0 && port_do_close(self) < 0)
+            Py_CLEAR(res);
     }
-    if (results == NULL)
-        goto out;
-    for (i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        struct txn *t = &txns[i];
-        Py_buffer mad;
-        int dlid, sl;
-
-        PyList_SET_ITEM(results, i, Py_NewRef(Py_None));
-        if (!PyTuple_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "transact: request %zd is not a "
-                         "tuple (agent_id, mad, dlid, sl, timeout_ms, "
-                         "retries)", i);
-            goto out;
-        }
-        if (!PyArg_ParseTuple(item, "iy*iiii:transact", &t->agent, &mad,
-                              &dlid, &sl, &t->timeout_ms, &t->retries))
-            goto out;
-        if (mad.len < 24 || mad.len > MAX_BUF || dlid < 0 ||
-            dlid > 0xFFFF || sl < 0 || sl > 15 || t->timeout_ms < 1 ||
-            t->retries < 0) {
-            PyErr_Format(PyExc_ValueError, "transact: request %zd: a MAD "
-                         "is 24 to %d bytes (not %zd), dlid 16 bit, sl 4 "
-                         "bit, timeout_ms >= 1, retries >= 0", i, MAX_BUF,
-                         mad.len);
-            PyBuffer_Release(&mad);
-            goto out;
-        }
-        t->umad = calloc(1, hdr + (size_t)mad.len);
-        if (t->umad == NULL) {
-            PyBuffer_Release(&mad);
-            PyErr_NoMemory();
-            goto out;
-        }
-        memcpy((char *)t->umad + hdr, mad.buf, (size_t)mad.len);
-        t->len = (int)mad.len;
-        t->key = mad_key((const unsigned char *)mad.buf);
-        PyBuffer_Release(&mad);
-        /* SMPs: QP0, Q_Key 0; other classes QP1 with the GSI Q_Key. */
-        if (((unsigned char *)t->umad)[hdr + 1] == 0x01 ||
-            ((unsigned char *)t->umad)[hdr + 1] == 0x81)
-            U.set_addr(t->umad, dlid, 0, sl, 0);
-        else
-            U.set_addr(t->umad, dlid, 1, sl, (int)0x80010000U);
-    }
-    self->busy++;
-    while (done < n) {
-        long long now, wait;
-        uint64_t key;
-        const unsigned char *mad;
-        int status;
-
-        /* Fill the window. */
-        while (nin < window && next < n) {
-            err = txn_send(self, &txns[next]);
-            if (err) {
-                PyObject *e = PyLong_FromLong(err);
-                if (e == NULL)
-                    goto busy_out;
-                PyList_SetItem(results, next, e);
-                done++;
-            }
-            else {
-                inflight[nin++] = next;
-                sends++;
-            }
-            next++;
-            if (self->closing) {
-                PyErr_SetString(PyExc_ValueError,
-                                "the umad Port was closed during transact()");
-                goto busy_out;
-            }
-        }
-        if (nin == 0)
-            continue;
-        /* Wait for a reply until the earliest deadline. */
-        wait = txns[inflight[0]].deadline;
-        for (k = 1; k < nin; k++)
-            if (txns[inflight[k]].deadline < wait)
-                wait = txns[inflight[k]].deadline;
-        now = now_ms();
-        wait = wait > now ? wait - now : 0;
-        len = (int)cap;
-        errno = 0;
-        {
-            int portid = self->portid;
-            int slice = wait > SLICE_MS ? SLICE_MS : (int)wait;
-            Py_BEGIN_ALLOW_THREADS
-            rc = U.recv(portid, rbuf, &len, slice);
-            Py_END_ALLOW_THREADS
-        }
-        if (self->closing) {
-            PyErr_SetString(PyExc_ValueError,
-                            "the umad Port was closed during transact()");
-            goto busy_out;
-        }
-        if (rc >= 0) {
-            if (len < 24 || (size_t)len > cap) {
-                unmatched++;
-                goto expire;
-            }
-            mad = (const unsigned char *)rbuf + hdr;
-            key = mad_key(mad);
-            status = ((ib_user_mad_t *)rbuf)->status;
-            for (k = 0; k < nin; k++)
-                if (txns[inflight[k]].key == key)
-                    break;
-            if (k == nin || (!status && !(mad[3] & 0x80))) {
-                unmatched++;    /* late, stray, or a request */
-                goto expire;
-            }
-            i = inflight[k];
-            if (status == ETIMEDOUT) {
-                /* The kernel gave the request back: this try is over. */
-                txns[i].deadline = 0;
-                goto expire;
-            }
-            inflight[k] = inflight[--nin];
-            done++;
-            PyList_SetItem(results, i, status ?
-                           PyLong_FromLong(status) :
-                           PyBytes_FromStringAndSize((const char *)mad,
-                                                     len));
-            if (PyList_GET_ITEM(results, i) == NULL)
-                goto busy_out;
-        }
-        else if (rc == -ENOSPC || errno == ENOSPC) {
-            /* The MAD stays queued; len is the size it needs. */
-            void *bigger;
-            if (len <= (int)cap || len > MAX_BUF) {
-                raise_sys(self->state, ENOSPC, "umad_recv",
-                          "received MAD has an impossible length");
-                goto busy_out;
-            }
-            bigger = realloc(rbuf, hdr + (size_t)len);
-            if (bigger == NULL) {
-                PyErr_NoMemory();
-                goto busy_out;
-            }
-            rbuf = bigger;
-            cap = (size_t)len;
-            continue;
-        }
-        else if (rc != -ETIMEDOUT && errno != ETIMEDOUT && errno != EAGAIN &&
-                 errno != EINTR) {
-            raise_sys(self->state, err_of(rc), "umad_recv", "");
-            goto busy_out;
-        }
-        else if (PyErr_CheckSignals() < 0)
-            goto busy_out;
-    expire:
-        /* Re-send or give up the tries whose time is over. */
-        now = now_ms();
-        for (k = 0; k < nin;) {
-            struct txn *t = &txns[inflight[k]];
-            if (t->deadline > now) {
-                k++;
-                continue;
-            }
-            if (t->retries > 0) {
-                t->retries--;
-                err = txn_send(self, t);
-                if (!err) {
-                    sends++;
-                    k++;
-                    continue;
-                }
-                PyList_SetItem(results, inflight[k], PyLong_FromLong(err));
-                if (PyList_GET_ITEM(results, inflight[k]) == NULL)
-                    goto busy_out;
-            }
-            inflight[k] = inflight[--nin];   /* None: timed out */
-            done++;
-        }
-    }
-    res = Py_BuildValue("(OLL)", results, sends, unmatched);
-busy_out:
-    self->busy--;
-    if (self->closing && self->busy == 0 && port_do_close(self) < 0)
-        Py_CLEAR(res);
-out:
-    if (txns != NULL)
-        for (i = 0; i < n; i++)
-            free(txns[i].umad);
-    PyMem_Free(txns);
-    PyMem_Free(inflight);
-    free(rbuf);
-    Py_XDECREF(results);
-    Py_XDECREF(seq);
+    transact_free(&tx);
+    Py_DECREF(seq);
     return res;
 }
 

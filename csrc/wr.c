@@ -449,8 +449,7 @@ note_binds(struct wrbuf *b, Py_ssize_t n)
         if (c->opcode == PYRDMA_WR_BIND_MW) {
             pyrdma_MW *mw = (pyrdma_MW *)slot_obj(b->src[i], PYRDMA_WR_MW);
             mw->rkey = c->bind_mw.rkey;
-            if (mw->o.prov->mw_rekeyed != NULL)
-                mw->o.prov->mw_rekeyed(mw->o.h, c->bind_mw.rkey);
+            mw->o.prov->mw_rekeyed(mw->o.h, c->bind_mw.rkey);
         }
     }
 }

@@ -49,6 +49,33 @@ def test_missing_libibverbs_imports_and_names_the_package():
     assert "AUTO ucx" in res.stdout
 
 
+@pytest.mark.parametrize("env, call, lib, first", [
+    ("RDMA_IBVERBS_LIBRARY", "rdma.get_devices('verbs')", "libibverbs",
+     "ibv_get_device_list"),
+    ("RDMA_UMAD_LIBRARY", "rdma.get_devices('umad')", "libibumad",
+     "umad_init")])
+def test_library_without_the_symbols_names_the_first_missing(env, call, lib,
+                                                             first):
+    """Pointing a loader (csrc/dlload.c, shared by both extensions) at a
+    library that loads but is not the one asked for (libz): SysError
+    ENOSYS from dlsym naming the library and its first missing symbol;
+    asking again fails the same way (nothing half loaded is kept)."""
+    code = ("import rdma\n"
+            "for _ in range(2):\n"
+            "    try:\n"
+            f"        {call}\n"
+            "    except rdma.SysError as e:\n"
+            "        print('ERR', e.errno, e.func, e)\n"
+            "    else:\n"
+            "        print('NOERR')\n")
+    res = run_py(code, env={env: "libz.so.1"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2 and lines[0] == lines[1], res.stdout
+    assert lines[0].startswith("ERR 38 dlsym"), res.stdout
+    assert f"{lib} has no symbol {first} (rdma-core too old?)" in lines[0]
+
+
 def test_no_kernel_support_means_no_devices():
     """On this host (no RDMA in the kernel) the list is empty, not an error."""
     assert rdma.get_devices("verbs") == []
