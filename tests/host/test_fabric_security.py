@@ -45,7 +45,9 @@ WIRE = struct.Struct("<BBBBIIIIIQHHIIIIIQQQIIQ")
 #: the head of a node record (struct record)
 RECORD = struct.Struct("<IiQ40sQH6x2QI4x")
 AM_REQ, AM_RESP = 17, 18
-AM_CTL_HELLO, HELLO_NONE, HELLO_NODE = 42, 0, 1
+AM_CTL_HELLO, AM_CTL_CHALLENGE, AM_CTL_PROOF = 42, 43, 44
+HELLO_NONE, HELLO_NODE, HELLO_SHARED = 0, 1, 2
+WIRE_VERSION = 2
 AM_CTL_RINGOPEN = 40
 #: struct ring (csrc/fabric/fabric.h): magic, version, pid, open, src and
 #: dst GUIDs, sleep, wcpu, head; the slots follow
@@ -99,10 +101,10 @@ def siphash24(k0: int, k1: int, words) -> int:
 
 def wire(kind=AM_REQ, op=OP_WRITE, *, flags=0, dst_qpn=0, src_qpn=0, psn=0,
          src_guid=0, qp_type=ibv.IBV_QPT_RC, rkey=0, length=0, raddr=0,
-         cmp=0, imm=0, sid=0, src_lid=0, qkey=0) -> bytes:
+         cmp=0, imm=0, sid=0, src_lid=0, qkey=0, swap=0) -> bytes:
     return WIRE.pack(kind, op, flags, 7, dst_qpn, src_qpn, psn, 0, 0,
                      src_guid, src_lid, qp_type, imm, rkey, qkey, length, 0,
-                     raddr, cmp, 0, 0, 0, sid)
+                     raddr, cmp, swap, 0, 0, sid)
 
 
 def rdv_dir() -> str:
@@ -121,10 +123,29 @@ def record(guid: int):
     return path, head[1], (head[6], head[7])
 
 
-def hello(dst: int, src: int, sid: int, pid: int, key) -> bytes:
-    mac = siphash24(key[0], key[1], [dst, src, sid, pid])
-    return wire(AM_CTL_HELLO, HELLO_NODE, src_guid=src, sid=sid, imm=pid,
-                cmp=mac)
+def hello(dst: int, src: int, sid: int, pid: int, key, na: int = 0,
+          mode=None) -> bytes:
+    """The HELLO that opens session *sid* of process *pid* of node *src*
+    with node *dst*, with nonce *na* (random if 0), proven with *key*
+    (None: open mode, no key); mode: HELLO_NODE, or HELLO_SHARED."""
+    na = na or random.getrandbits(63) | 1
+    if key is None:
+        return wire(AM_CTL_HELLO, HELLO_NONE, src_guid=src, sid=sid,
+                    imm=pid, raddr=na, qkey=WIRE_VERSION)
+    mac = siphash24(key[0], key[1], [dst, src, sid, pid, na, 0, 1])
+    return wire(AM_CTL_HELLO, mode or HELLO_NODE, src_guid=src, sid=sid,
+                imm=pid, raddr=na, qkey=WIRE_VERSION, cmp=mac)
+
+
+def proof(dst: int, src: int, sid: int, pid: int, key, na: int, nb: int,
+          mode=None) -> bytes:
+    """The PROOF that answers node *dst*'s CHALLENGE (nonce *nb*) to the
+    HELLO with nonce *na*."""
+    mac = 0 if key is None else siphash24(key[0], key[1],
+                                          [dst, src, sid, pid, na, nb, 2])
+    return wire(AM_CTL_PROOF, HELLO_NONE if key is None else
+                mode or HELLO_NODE, src_guid=src, sid=sid, imm=pid,
+                raddr=na, swap=nb, qkey=WIRE_VERSION, cmp=mac)
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +176,35 @@ class Rogue:
                            f"{payload.hex() or '-'}\n")
         self.p.stdin.flush()
         assert self._line(10).startswith("sent ")
+
+    def recv(self, ms: int):
+        """The header of the next active message the node sent this
+        process within *ms* ms (bytes), or None."""
+        self.p.stdin.write(f"recv {ms}\n")
+        self.p.stdin.flush()
+        line = self._line(ms / 1000 + 10)
+        return bytes.fromhex(line[4:]) if line.startswith("got ") else None
+
+    def handshake(self, dst: int, src: int, sid: int, pid: int, key,
+                  mode=None):
+        """Say HELLO to node *dst* as (*src*, *pid*), session *sid*, and
+        answer its CHALLENGE with the PROOF (under *key*; None: open
+        mode).  Return (nb, messages): the node's nonce (0: it refused
+        the HELLO, None: no answer) and the HELLO and PROOF as sent."""
+        na = random.getrandbits(63) | 1
+        h = hello(dst, src, sid, pid, key, na, mode)
+        self.send(h, reply=True)
+        c = self.recv(3000)
+        if c is None:
+            return None, [h]
+        f = WIRE.unpack(c)
+        assert f[0] == AM_CTL_CHALLENGE and f[9] == dst and f[17] == na, f
+        nb = f[18]
+        if nb == 0:
+            return 0, [h]
+        p = proof(dst, src, sid, pid, key, na, nb, mode)
+        self.send(p)
+        return nb, [h, p]
 
     def wait(self, ms: int) -> str:
         self.p.stdin.write(f"wait {ms}\n")
@@ -225,7 +275,7 @@ def test_forged_sources_are_rejected(victim, rogue_bin):
         r_guid, r_sid = 0x0BAD000000000001, random.getrandbits(63) | 1
         r_pid = rogue.p.pid
         before = stats()
-        rogue.send(hello(me, r_guid, r_sid, r_pid, key))
+        assert rogue.handshake(me, r_guid, r_sid, r_pid, key)[0]
         rogue.wait(100)
         evil = b"EVILEVIL"
 
@@ -244,11 +294,11 @@ def test_forged_sources_are_rejected(victim, rogue_bin):
                         qkey=fh.QKEY, length=4), b"ud!!")
         # a HELLO as the victim's node (valid key, another process)
         sid2 = random.getrandbits(63) | 1
-        rogue.send(hello(me, me, sid2, r_pid, key))
+        assert rogue.handshake(me, me, sid2, r_pid, key)[0] == 0
         write(me, sid2)
         # a HELLO with a wrong key
-        rogue.send(hello(me, 0x0BAD000000000002, sid2, r_pid,
-                         (key[0] ^ 1, key[1])))
+        assert rogue.handshake(me, 0x0BAD000000000002, sid2, r_pid,
+                               (key[0] ^ 1, key[1]))[0] == 0
         want = before["rx_denied"] + 7
         assert wait_stat("rx_denied", want) == want
         assert rogue.wait(100) == "alive"
@@ -279,7 +329,7 @@ def test_malformed_messages_are_dropped_and_counted(victim, rogue_bin):
     rogue = Rogue(rogue_bin, "addr", path)
     try:
         r_guid, r_sid = 0x0BAD000000000003, random.getrandbits(63) | 1
-        rogue.send(hello(me, r_guid, r_sid, rogue.p.pid, key))
+        assert rogue.handshake(me, r_guid, r_sid, rogue.p.pid, key)[0]
         ok = dict(dst_qpn=a.qpn, src_qpn=b.qpn, src_guid=r_guid, sid=r_sid,
                   rkey=a.mr.rkey, raddr=a.mr.addr)
         full = wire(op=OP_WRITE, length=8, **ok)
@@ -352,7 +402,7 @@ def test_malformed_ring_entries_are_dropped_and_counted(victim, rogue_bin):
     mm = None
     try:
         r_guid, r_sid = 0x0BAD000000000004, random.getrandbits(63) | 1
-        rogue.send(hello(me, r_guid, r_sid, rogue.p.pid, key))
+        assert rogue.handshake(me, r_guid, r_sid, rogue.p.pid, key)[0]
         size = RING_HEAD.size + RING_SLOTS * RING_SLOT
         name = os.path.join(rdv_dir(), f"ring-{r_guid:016x}-{me:016x}")
         fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -444,8 +494,8 @@ def test_unauthenticated_endpoint_is_closed(victim, rogue_bin):
     liar = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
     try:
         sid = random.getrandbits(63) | 1
-        good.send(hello(me, 0x0BAD000000000004, sid, good.p.pid, key),
-                  reply=True)
+        assert good.handshake(me, 0x0BAD000000000004, sid, good.p.pid,
+                              key)[0]
         liar.send(hello(me, 0x0BAD000000000005, sid, liar.p.pid,
                         (key[1], key[0])), reply=True)
         t0 = time.monotonic()
@@ -683,3 +733,4 @@ def test_other_hosts_authenticate_with_the_shared_secret(
     else:
         assert report["statuses"][0] == ibv.IBV_WC_RETRY_EXC_ERR, report
         assert not report["read_ok"]
+
