@@ -453,13 +453,15 @@ fab_hello_rx(const struct wire *h, ucp_ep_h ep)
         fab_ctl_post(ep, &c);
 }
 
-/* A PROOF arrived: the answer to a CHALLENGE (its nonce in swap).  If it
-   proves the key of its HELLO over both nonces (or, without a key, just
-   answers), the session begins.  A challenge is answered once: a PROOF
-   seen before, or one for a challenge of another exchange, is refused.
-   N.lock not held. */
+/* A PROOF arrived on endpoint ep (the reply endpoint; NULL if the
+   sender did not say it): the answer to a CHALLENGE (its nonce in swap)
+   on the endpoint of the HELLO.  If it proves the key of the HELLO over
+   both nonces (or, without a key, just answers), the session begins.  A
+   challenge is answered once: a PROOF seen before, or one for another
+   exchange, is refused (and its endpoint closed, as for a HELLO).  N.lock
+   not held. */
 void
-fab_proof_rx(const struct wire *h)
+fab_proof_rx(const struct wire *h, ucp_ep_h ep)
 {
     const uint64_t *key;
     struct chal c;
@@ -468,10 +470,10 @@ fab_proof_rx(const struct wire *h)
     LOCK();
     for (i = 0; i < MAX_CHAL; i++)
         if (chal_tab[i].nb != 0 && chal_tab[i].nb == h->swap &&
-            chal_tab[i].guid == h->src_guid)
+            chal_tab[i].guid == h->src_guid && chal_tab[i].ep == ep)
             break;
-    if (i == MAX_CHAL) {
-        hello_refuse(0);        /* no such challenge (any more) */
+    if (ep == NULL || i == MAX_CHAL) {
+        hello_refuse(acc_of(ep));   /* no such challenge (any more) */
         UNLOCK();
         return;
     }
@@ -715,7 +717,8 @@ hello_wait(struct peer *p, struct ctl_tx *x, const int *got, uint64_t ns)
    lock held), proven with key (mode HELLO_*): a HELLO (our session id,
    pid and nonce na), sent with UCP_AM_SEND_FLAG_REPLY (the receiver
    learns the endpoint, and answers on it); the receiver's CHALLENGE (its
-   nonce nb); our PROOF (the MAC over both nonces).  UCX may hold the
+   nonce nb); our PROOF (the MAC over both nonces; on the same endpoint,
+   which it says too).  UCX may hold the
    HELLO back until the endpoint is connected while later messages go
    ahead, and a request that came before the PROOF would be dropped: so
    this waits (driving progress; at most 5 s for each step, less if the
@@ -761,7 +764,7 @@ fab_hello_send(struct peer *p, const uint64_t *key, int mode)
     h.swap = hs.nb;
     h.cmp = key != NULL ? hello_mac(key, p->guid, N.guid, h.sid, h.imm,
                                     hs.na, hs.nb, 2) : 0;
-    x = ctl_start(p->ep, &h, 0);
+    x = ctl_start(p->ep, &h, UCP_AM_SEND_FLAG_REPLY);
     hello_wait(p, x, NULL, 5000000000ull);
     ctl_leave(x);
 }

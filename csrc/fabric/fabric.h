@@ -813,7 +813,7 @@ void fab_rx_denied(void);
 struct auth *fab_auth_find(uint64_t guid);
 int fab_auth_ok(uint64_t guid, uint64_t sid);
 void fab_hello_rx(const struct wire *h, ucp_ep_h ep);
-void fab_proof_rx(const struct wire *h);
+void fab_proof_rx(const struct wire *h, ucp_ep_h ep);
 void fab_challenge_rx(const struct wire *h);
 void fab_ctl_post(ucp_ep_h ep, const struct wire *h);
 void fab_conn_cb(ucp_conn_request_h req, void *arg);

@@ -158,10 +158,11 @@ def rogue_bin(tmp_path_factory):
 class Rogue:
     """fabric_rogue connected to a node (by worker address or sockaddr)."""
 
-    def __init__(self, exe, *args, env=None):
+    def __init__(self, exe, *args, env=None, prefix=()):
         e = dict(os.environ, **(env or {}))
         e.pop("LD_PRELOAD", None)       # not an ASan build
-        self.p = subprocess.Popen([exe, *args], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([*prefix, exe, *args],
+                                  stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env=e)
         assert self._line(10) == "ready"
 
@@ -203,7 +204,7 @@ class Rogue:
         if nb == 0:
             return 0, [h]
         p = proof(dst, src, sid, pid, key, na, nb, mode)
-        self.send(p)
+        self.send(p, reply=True)
         return nb, [h, p]
 
     def wait(self, ms: int) -> str:
@@ -734,3 +735,115 @@ def test_other_hosts_authenticate_with_the_shared_secret(
         assert report["statuses"][0] == ibv.IBV_WC_RETRY_EXC_ERR, report
         assert not report["read_ok"]
 
+
+
+def test_captured_hello_cannot_be_replayed(victim, rogue_bin):
+    """A session is opened by HELLO, CHALLENGE (the node's fresh nonce)
+    and PROOF (the key's MAC over both nonces).  The messages of a
+    session that was accepted (here through the listener, with the node's
+    key), replayed verbatim on another connection, are refused: while
+    their sender is alive, and after it exited (when its GUID is free);
+    a UD SEND under the replayed session is then dropped.  (With a HELLO
+    alone, the replay was accepted and the SEND arrived.)"""
+    ctx, a, b, ua, ub = victim
+    me = guid_of(a.gid)
+    _, _, key = record(me)
+    port = _listener_port(a.gid)
+    if port == 0:
+        pytest.skip("the node has no listener (UCX_TLS without tcp)")
+    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
+           "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    g, sid = 0x0BAD000000000010, random.getrandbits(63) | 1
+
+    def ud_send(rogue):
+        rogue.send(wire(op=OP_SEND, dst_qpn=ua.qpn, src_qpn=1, src_guid=g,
+                        sid=sid, qp_type=ibv.IBV_QPT_UD, qkey=fh.QKEY,
+                        length=4), b"ud!!")
+
+    orig = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
+    rogues = [orig]
+    try:
+        nb, captured = orig.handshake(me, g, sid, orig.p.pid, key)
+        assert nb and len(captured) == 2
+        ua.post_recv(wr_id=1)
+        ud_send(orig)
+        fh.check_ok(fh.poll_cq(ua.recv_cq, 1)[0], wr_id=1)
+        for alive in (True, False):
+            if not alive:
+                orig.close()        # its endpoint closes: its GUID is free
+                time.sleep(0.5)
+            r = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
+            rogues.append(r)
+            before = stats()["rx_denied"]
+            r.send(captured[0], reply=True)
+            c = r.recv(3000)        # a challenge: another nonce
+            assert c is not None and WIRE.unpack(c)[18] not in (0, nb)
+            r.send(captured[1], reply=True)     # the old PROOF: refused
+            assert wait_stat("rx_denied", before + 1) >= before + 1
+            assert r.wait(int(DEADLINE * 500)) == "closed", alive
+        # nothing under the session from another connection once its
+        # sender is gone
+        r = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
+        rogues.append(r)
+        r.send(captured[0], reply=True)
+        assert r.recv(3000) is not None
+        ua.post_recv(wr_id=2)
+        before = stats()["rx_denied"]
+        ud_send(r)
+        assert wait_stat("rx_denied", before + 1) == before + 1
+        fh.expect_no_completion(ua.recv_cq)
+        still_works(a, b)
+    finally:
+        for r in rogues:
+            r.close()
+
+
+def test_open_mode_live_session_cannot_be_taken_over(netns_pair, tmp_path,
+                                                     rogue_bin):
+    """Open mode (no RDMA_UCX_SECRET, listeners on the hosts' addresses):
+    a raw peer that names a connected, live node's GUID and pid in its
+    HELLO is refused, and a WRITE it then sends through the QP connected
+    to that node, with the right rkey, address and PSN, does not land;
+    the real node's work requests then complete (it used to replace the
+    node's session: the WRITE landed)."""
+    hosts = _hosts(netns_pair, tmp_path, None, None)
+    (env_a, pre_a), (env_b, pre_b) = hosts
+    b = fh.PeerProcess(HELPER, "responder", env=env_b, prefix=pre_b,
+                       timeout=40)
+    a = fh.PeerProcess(HELPER, "requester", env={**env_a,
+                                                 "FABRIC_QP_TIMEOUT": "12"},
+                       prefix=pre_a, timeout=40)
+    rogue = None
+    try:
+        ib, ia = b.read(), a.read()
+        b.send(ia)
+        a.send(ib)
+        assert b.read() == {"ready": True}
+        assert a.read() == {"ready": True}
+        victim, live = guid_of(ib["gid"]), guid_of(ia["gid"])
+        rogue = Rogue(rogue_bin, "sock", "198.51.100.2",
+                      str(_listener_port(ib["gid"])),
+                      env={"UCX_TLS": "tcp", "UCX_WARN_UNUSED_ENV_VARS": "n"},
+                      prefix=pre_a)
+        sid = random.getrandbits(63) | 1
+        nb, _ = rogue.handshake(victim, live, sid, ia["pid"], None)
+        assert not nb, "the HELLO was accepted"
+        evil = b"EVILEVIL"
+        rogue.send(wire(op=OP_WRITE, dst_qpn=ib["qpn"], src_qpn=ia["qpn"],
+                        src_guid=live, sid=sid, rkey=ib["rkey"],
+                        raddr=ib["addr"] + 20000, length=len(evil)), evil)
+        rogue.wait(300)
+        b.send({"op": "dump", "off": 20000, "len": len(evil)})
+        assert bytes.fromhex(b.read()["data"]) != evil
+        a.send({"go": 1})
+        report = a.read()
+        assert report["statuses"] == [0, 0, 0, 0], report
+        assert report["read_ok"]
+        b.send({"op": "dump", "off": 20000, "len": len(evil)})
+        assert bytes.fromhex(b.read()["data"]) != evil
+        b.send({"op": "exit"})
+    finally:
+        if rogue is not None:
+            rogue.close()
+        a.close()
+        b.close()
