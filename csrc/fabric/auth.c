@@ -49,6 +49,8 @@
  */
 #define AUTH_DEADLINE_NS 2000000000ull /* to authenticate after connecting */
 #define MAX_PENDING 32          /* unauthenticated connections held */
+#define GRACE_NS 100000000ull   /* a new connection's time to speak */
+#define MAX_YOUNG 256           /* connections held that long at most */
 #define GUARD_EVERY_NS 100000000ull    /* guard passes while any pend */
 #define GUARD_IDLE_NS 500000000ull     /* and at least this often */
 #define LOG_EVERY_NS 10000000000ull    /* the guard logs at most this often */
@@ -66,6 +68,13 @@ struct acc {
 static struct acc acc_tab[MAX_ACC];
 static uint32_t acc_hi;     /* entries in use are below this */
 
+/* Do two connections come from the same address? */
+static int
+same_source(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+    return a->sin_addr.s_addr == b->sin_addr.s_addr;
+}
+
 /* A TCP connection accepted by one of UCX's listening sockets. */
 struct tsock {
     int fd;                /* its fd (UCX's: only shut down, never closed) */
@@ -73,6 +82,7 @@ struct tsock {
     uint64_t seen;         /* first seen (ns) */
     int cm;                /* 1: on the listener's port, 0: tcp transport */
     int ok;                /* proven: left alone */
+    int talk;              /* it sent something */
     struct sockaddr_in peer; /* the other end */
 };
 
@@ -535,6 +545,41 @@ acc_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     UNLOCK();
 }
 
+/* Make room for a connection request (N.lock held): when MAX_PENDING
+   accepted endpoints wait for their HELLO, the oldest of the source
+   that holds the most of them is closed (by the guard), so a flood from
+   one source cannot keep others out, and a request is never refused
+   for want of room. */
+static void
+acc_make_room(uint64_t t)
+{
+    uint32_t w[2 * MAX_PENDING], i;
+    int nw = 0, j, k, best = 0, bestn = 0, old;
+
+    for (i = 0; i < acc_hi && nw < 2 * MAX_PENDING; i++)
+        if (acc_tab[i].ep != NULL && !acc_tab[i].authed &&
+            !acc_tab[i].dead && acc_tab[i].deadline > t)
+            w[nw++] = i;
+    if (nw < MAX_PENDING)
+        return;
+    for (j = 0; j < nw; j++) {
+        int c = 0;
+        for (k = 0; k < nw; k++)
+            c += same_source(&acc_tab[w[j]].client, &acc_tab[w[k]].client);
+        if (c > bestn) {
+            bestn = c;
+            best = j;
+        }
+    }
+    old = best;
+    for (k = 0; k < nw; k++)
+        if (same_source(&acc_tab[w[k]].client, &acc_tab[w[best]].client) &&
+            acc_tab[w[k]].deadline < acc_tab[w[old]].deadline)
+            old = k;
+    acc_tab[w[old]].deadline = 0;
+    N.guard_at = 1;
+}
+
 void
 fab_conn_cb(ucp_conn_request_h req, void *arg)
 {
@@ -549,11 +594,12 @@ fab_conn_cb(ucp_conn_request_h req, void *arg)
     if (U.conn_request_query(req, &ca) != UCS_OK)
         ca.client_address.ss_family = AF_UNSPEC;
     LOCK();
+    acc_make_room(now_ns());
     for (i = 0; i < acc_hi; i++)
         if (acc_tab[i].ep == NULL)
             break;
-    if (N.npending >= MAX_PENDING || i == MAX_ACC) {
-        /* too many unauthenticated (or at all): refused */
+    if (i == MAX_ACC) {
+        /* too many at all: refused */
         fab_rx_denied();
         N.log_closed++;
         N.guard_at = 1;
@@ -802,6 +848,99 @@ fab_listen_scan(uint64_t *ino, int *fds, uint16_t *ports, int max)
     return n;
 }
 
+/* Shut down connection c, which did not prove itself (N.lock held).
+   Counted before the peer can see the end (whoever sees the connection
+   close sees it counted); UCX sees the end and closes its fd. */
+static void
+tsock_shut(struct tsock *c)
+{
+    c->ok = -1;
+    fab_rx_denied();
+    N.log_closed++;
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+/* The order of sock_trim: by source address; in a source, those that
+   spoke first, then the newest first. */
+static int
+tsock_cmp(const void *x, const void *y)
+{
+    const struct tsock *a = *(struct tsock *const *)x;
+    const struct tsock *b = *(struct tsock *const *)y;
+    uint32_t sa = ntohl(a->peer.sin_addr.s_addr);
+    uint32_t sb = ntohl(b->peer.sin_addr.s_addr);
+    if (sa != sb)
+        return sa < sb ? -1 : 1;
+    if (a->talk != b->talk)
+        return b->talk - a->talk;
+    if (a->seen != b->seen)
+        return a->seen > b->seen ? -1 : 1;
+    return 0;
+}
+
+/* How many of the sorted connections w[0..n) wait if each source keeps
+   at most level of them. */
+static int
+level_total(struct tsock *const *w, int n, int level)
+{
+    int i, rank = 0, total = 0;
+    for (i = 0; i < n; i++) {
+        rank = i > 0 && same_source(&w[i]->peer, &w[i - 1]->peer) ?
+               rank + 1 : 0;
+        total += rank < level;
+    }
+    return total;
+}
+
+/* Which unproven connections cur[0..n) wait (N.lock held): those past
+   the deadline are shut down; those first seen less than GRACE_NS ago
+   wait (up to MAX_YOUNG: a peer's UCX may not have spoken yet when the
+   guard first sees its connection); at most MAX_PENDING of the others
+   wait, shared among their sources: every source keeps up to the same
+   number (as many as the room allows), so a source that floods the
+   listener keeps what the others leave, not the room; in a source,
+   those that spoke (a peer's UCX speaks at once) and then the newest
+   are kept.  Return 1 if some wait. */
+static int
+sock_trim(struct tsock *cur, int n, uint64_t t)
+{
+    struct tsock **w = malloc(sizeof(*w) * (n > 0 ? (size_t)n : 1));
+    int nw = 0, i, level = 0, left, rank = 0, waiting = 0, young = 0;
+
+    for (i = 0; i < n; i++) {
+        if (cur[i].ok)
+            continue;
+        if (t - cur[i].seen >= AUTH_DEADLINE_NS)
+            tsock_shut(&cur[i]);
+        else if (w == NULL || (t - cur[i].seen < GRACE_NS && young++ <
+                               MAX_YOUNG))
+            waiting = 1;        /* look again */
+        else
+            w[nw++] = &cur[i];
+    }
+    if (w == NULL)
+        return waiting;
+    qsort(w, (size_t)nw, sizeof(*w), tsock_cmp);
+    if (nw <= MAX_PENDING)
+        level = nw;
+    while (level < nw && level_total(w, nw, level + 1) <= MAX_PENDING)
+        level++;
+    left = MAX_PENDING - level_total(w, nw, level);
+    for (i = 0; i < nw; i++) {
+        rank = i > 0 && same_source(&w[i]->peer, &w[i - 1]->peer) ?
+               rank + 1 : 0;
+        if (rank < level || (rank == level && left > 0)) {
+            if (rank == level)
+                left--;
+            waiting = 1;
+        }
+        else
+            tsock_shut(w[i]);
+    }
+    free(w);
+    return waiting;
+}
+
 /* Look at the TCP connections UCX's listening sockets accepted (no lock
    held); shut down those that did not prove themselves in time, or at
    once beyond MAX_PENDING.  Return 1 if some wait for their deadline. */
@@ -811,7 +950,7 @@ sock_scan(uint64_t t)
     DIR *d;
     struct dirent *e;
     struct tsock *cur = NULL;
-    int ncur = 0, ccur = 0, i, k, waiting = 0, room;
+    int ncur = 0, ccur = 0, i, k, waiting = 0;
 
     if (N.nlsn == 0)
         return 0;
@@ -877,8 +1016,14 @@ sock_scan(uint64_t t)
     LOCK();
     for (i = 0; i < ncur; i++) {
         struct tsock *c = &cur[i];
+        struct tcp_info ti;
+        socklen_t tl = sizeof(ti);
         if (c->ok)
             continue;
+        memset(&ti, 0, sizeof(ti));
+        if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
+            memset(&ti, 0, sizeof(ti));
+        c->talk = ti.tcpi_bytes_received > 0;
         if (c->cm) {
             /* a connection request became an endpoint (which has a
                deadline of its own) */
@@ -893,34 +1038,11 @@ sock_scan(uint64_t t)
             /* the tcp transport: a peer's UCX sends its connection
                request at once and ours answers it; a byte or two that
                UCX waits to complete does not count */
-            struct tcp_info ti;
-            socklen_t tl = sizeof(ti);
-            memset(&ti, 0, sizeof(ti));
-            c->ok = getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0
-                    && ti.tcpi_bytes_received > 0 && ti.tcpi_bytes_acked > 0;
+            c->ok = ti.tcpi_bytes_received > 0 && ti.tcpi_bytes_acked > 0;
         }
     }
-    /* the unproven: the oldest MAX_PENDING wait for their deadline */
-    room = MAX_PENDING;
-    for (k = 0; k < 2; k++)
-        for (i = 0; i < ncur; i++) {
-            struct tsock *c = &cur[i];
-            if (c->ok || (k == 0) != (c->seen < t))
-                continue;
-            if (c->ok == 0 && t - c->seen < AUTH_DEADLINE_NS && room > 0) {
-                room--;
-                waiting = 1;
-                continue;
-            }
-            /* counted before the peer can see the end (whoever sees
-               the connection close sees it counted); UCX sees the end
-               and closes its fd; not seen again unless UCX keeps it
-               (then it is shut down again) */
-            c->ok = -1;
-            fab_rx_denied();
-            N.log_closed++;
-            shutdown(c->fd, SHUT_RDWR);
-        }
+    if (sock_trim(cur, ncur, t))
+        waiting = 1;
     UNLOCK();
     free(N.ts);
     N.ts = cur;

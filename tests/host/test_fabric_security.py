@@ -847,3 +847,89 @@ def test_open_mode_live_session_cannot_be_taken_over(netns_pair, tmp_path,
             rogue.close()
         a.close()
         b.close()
+
+
+#: a sustained flood: keeps N idle TCP connections to IP:PORT open (one
+#: source address), opening a new one whenever the node closes one, until
+#: a line comes on stdin; prints how many it held at first, then how many
+#: it opened in all
+_SUSTAINED = """
+import select, socket, sys
+ip, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+socks, made = set(), 0
+def more():
+    global made
+    while len(socks) < n:
+        try:
+            socks.add(socket.create_connection((ip, port), timeout=2))
+        except OSError:
+            return
+        made += 1
+more()
+print(len(socks), flush=True)
+while True:
+    r, _, _ = select.select(list(socks) + [sys.stdin], [], [], 0.05)
+    if sys.stdin in r:
+        break
+    for s in r:
+        try:
+            data = s.recv(1)
+        except OSError:
+            data = b""
+        if not data:
+            socks.discard(s)
+            s.close()
+    more()
+print(made, flush=True)
+"""
+
+
+def test_silent_flood_does_not_lock_out_authenticated_peers(netns_pair,
+                                                            tmp_path):
+    """200 idle TCP connections to a node's listener from one source,
+    held open (each one the node closes is opened again), while a peer
+    with the right RDMA_UCX_SECRET, from the same source address, connects
+    and runs its work requests: they complete, in every round (the guard
+    used to shut down the newest connections beyond 32 waiting ones, the
+    legitimate peer's among them: RETRY_EXC_ERR in 3 runs of 5)."""
+    hosts = _hosts(netns_pair, tmp_path, "s3cret", "s3cret")
+    (env_a, pre_a), (env_b, pre_b) = hosts
+    for rnd in range(4):
+        b = fh.PeerProcess(HELPER, "responder", env=env_b, prefix=pre_b,
+                           timeout=40)
+        a = flood = None
+        try:
+            ib = b.read()
+            port = _listener_port(ib["gid"])
+            flood = subprocess.Popen(
+                [*pre_a, sys.executable, "-c", _SUSTAINED, "198.51.100.2",
+                 str(port), "200"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, text=True)
+            assert int(flood.stdout.readline()) >= 150
+            time.sleep(0.5)     # the node closes them, the flood reopens
+            a = fh.PeerProcess(HELPER, "requester",
+                               env={**env_a, "FABRIC_QP_TIMEOUT": "12"},
+                               prefix=pre_a, timeout=40)
+            ia = a.read()
+            b.send(ia)
+            a.send(ib)
+            assert b.read() == {"ready": True}
+            assert a.read() == {"ready": True}
+            a.send({"go": 1})
+            report = a.read()
+            assert report["statuses"] == [0, 0, 0, 0], (rnd, report)
+            assert report["read_ok"], (rnd, report)
+            flood.stdin.write("stop\n")
+            flood.stdin.flush()
+            # the node kept closing the flood's connections meanwhile
+            assert int(flood.stdout.readline()) > 200
+            b.send({"op": "exit"})
+        finally:
+            if flood is not None:
+                flood.kill()
+                flood.wait(10)
+                flood.stdin.close()
+                flood.stdout.close()
+            if a is not None:
+                a.close()
+            b.close()
