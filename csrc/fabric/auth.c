@@ -10,42 +10,65 @@
 /*
  * Who may talk to this node (docs/fabric.rst, "Security model").
  *
- * HELLO: the first message on every endpoint a node makes to another
- * (peer_get) is AM_CTL_HELLO, sent with UCP_AM_SEND_FLAG_REPLY so that
- * the receiver learns the endpoint it came on.  It carries the sender's
- * GUID, LID and pid, a random session id (sid) and a MAC: SipHash-2-4 of
- * (receiver GUID, sender GUID, sid, pid) under a 128-bit key, in wire
- * fields (op: key mode, cmp: MAC, imm: pid):
- *  - HELLO_NODE, a node of the same host (same boot id, any network
- *    namespace): the receiver's own key, random, in its node record (a
- *    0600 file in the user's 0700 rendezvous directory: only the same
- *    user can read it);
- *  - HELLO_SHARED, another host: the key derived from RDMA_UCX_SECRET;
- *  - HELLO_NONE: no key; accepted only in open mode (RDMA_UCX_SECRET
- *    unset and the listener on a non-loopback RDMA_UCX_ADDR).
- * An accepted HELLO makes an auth entry (sender GUID -> sid).  Every later
- * message of the sender carries its sid, and a request, response or
- * control message counts only if (src_guid, sid) is an entry's: for RC
- * and UC through q->peer->rx_sid (one comparison on the hot path), for
- * UD, control messages and requests to unknown QPs through the table.
- * So a sender can neither act as another node nor reach a QP that is not
- * connected to it.  An entry is replaced only by a HELLO of the same pid
- * or once its node is gone (same host: its pid; else: the endpoint its
- * HELLO came on failed).
+ * The session: the first messages on every endpoint a node makes to
+ * another (peer_get -> fab_hello_send) open a session, in three steps
+ * (WIRE_VERSION 2; each a struct wire through AM_REQ):
+ *  1. AM_CTL_HELLO, sender -> receiver: the sender's GUID, LID and pid
+ *     (imm), a random session id (sid), a random nonce na (raddr), and
+ *     a MAC (cmp): SipHash-2-4 of (receiver GUID, sender GUID, sid, pid,
+ *     na, 0, 1) under a 128-bit key; op names the key:
+ *      - HELLO_NODE, a node of the same host (same boot id, any network
+ *        namespace): the receiver's own key, random, in its node record
+ *        (a 0600 file in the user's 0700 rendezvous directory: only the
+ *        same user can read it);
+ *      - HELLO_SHARED, another host: the key derived from
+ *        RDMA_UCX_SECRET;
+ *      - HELLO_NONE: no key (no MAC); accepted only in open mode
+ *        (RDMA_UCX_SECRET unset and the listener on a non-loopback
+ *        RDMA_UCX_ADDR), and only on an endpoint the listener accepted.
+ *  2. AM_CTL_CHALLENGE, receiver -> sender, on the endpoint the HELLO
+ *     came on (it is sent with UCP_AM_SEND_FLAG_REPLY): na again and a
+ *     fresh random nonce nb (cmp), which the receiver keeps (struct
+ *     chal, one per endpoint, for AUTH_DEADLINE_NS).  nb 0: refused.
+ *  3. AM_CTL_PROOF, sender -> receiver, on the same endpoint: the
+ *     HELLO's fields, nb (swap) and the MAC of (receiver, sender, sid,
+ *     pid, na, nb, 2).  A challenge is answered once.
+ * Then the session begins: an auth entry (sender GUID -> sid).  The pid
+ * is under both MACs, and nb is new for every exchange, so neither a
+ * captured HELLO nor a captured PROOF is worth anything later.  The
+ * sender waits (fab_hello_send) until UCX has sent its PROOF before its
+ * requests go: they follow it on the endpoint.
+ *
+ * Every later message of the sender carries its sid, and a request,
+ * response or control message counts only if (src_guid, sid) is an
+ * entry's: for RC and UC through q->peer->rx_sid (one comparison on the
+ * hot path), for UD, control messages and requests to unknown QPs
+ * through the table.  So a sender can neither act as another node nor
+ * reach a QP that is not connected to it.  An entry is replaced only
+ * once its node is gone (same host: its pid; else: the endpoint its
+ * HELLO came on failed), or by a session proven with a key from the
+ * same pid (the node connected again).  Without a key the pid proves
+ * nothing: a live node's session is never replaced, and a failed peer's
+ * QPs do not come back to life under the new one.
  *
  * The guard: the listener (the port in the GUID) accepts every
- * connection request into an endpoint (struct acc); one without a valid
- * HELLO after AUTH_DEADLINE_NS is closed, and beyond MAX_PENDING such
- * endpoints a request is rejected.  Below UCP, UCX itself accepts every
- * TCP connection to its listening sockets (this listener's, and the tcp
- * transport's own) and holds an fd for it until the peer speaks, forever;
- * the guard watches those sockets (edge-triggered in the progress
- * thread's epoll set; UCX's async thread may accept a connection before
- * that thread sees the edge, which then never comes, so the guard also
- * looks every GUARD_IDLE_NS), finds the connections among the process's fds,
- * and shuts down (UCX then closes them) those that have not become a
+ * connection request into an endpoint (struct acc); one without a
+ * session after AUTH_DEADLINE_NS is closed, and when MAX_PENDING such
+ * endpoints wait, a new request closes the oldest of the source address
+ * holding the most (it is not refused: a peer with the key always gets
+ * its turn).  Below UCP, UCX itself accepts every TCP connection to its
+ * listening sockets (this listener's, and the tcp transport's own) and
+ * holds an fd for it until the peer speaks, forever; the guard watches
+ * those sockets (edge-triggered in the progress thread's epoll set;
+ * UCX's async thread may accept a connection before that thread sees
+ * the edge, which then never comes, so the guard also looks every
+ * GUARD_IDLE_NS), finds the connections among the process's fds, and
+ * shuts down (UCX then closes them) those that have not become a
  * connection request (listener) or sent anything (tcp transport) after
- * AUTH_DEADLINE_NS, and at once those beyond MAX_PENDING.
+ * AUTH_DEADLINE_NS; meanwhile those first seen less than GRACE_NS ago
+ * wait (a peer's UCX speaks within that), and of the others at most
+ * MAX_PENDING, shared fairly among source addresses (sock_trim): the
+ * others are shut down at once.
  */
 #define AUTH_DEADLINE_NS 2000000000ull /* to authenticate after connecting */
 #define MAX_PENDING 32          /* unauthenticated connections held */
@@ -941,6 +964,41 @@ sock_trim(struct tsock *cur, int n, uint64_t t)
     return waiting;
 }
 
+/* Which of the connections cur[0..n), not proven before, have proven
+   themselves (N.lock held), and which have spoken at all. */
+static void
+sock_prove(struct tsock *cur, int n)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        struct tsock *c = &cur[i];
+        struct tcp_info ti;
+        socklen_t tl = sizeof(ti);
+        if (c->ok)
+            continue;
+        memset(&ti, 0, sizeof(ti));
+        if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
+            memset(&ti, 0, sizeof(ti));
+        c->talk = ti.tcpi_bytes_received > 0;
+        if (c->cm) {
+            /* a connection request became an endpoint (which has a
+               deadline of its own) */
+            uint32_t j;
+            for (j = 0; j < acc_hi && !c->ok; j++)
+                c->ok = acc_tab[j].ep != NULL &&
+                        acc_tab[j].client.sin_port == c->peer.sin_port &&
+                        acc_tab[j].client.sin_addr.s_addr ==
+                        c->peer.sin_addr.s_addr;
+        }
+        else {
+            /* the tcp transport: a peer's UCX sends its connection
+               request at once and ours answers it; a byte or two that
+               UCX waits to complete does not count */
+            c->ok = ti.tcpi_bytes_received > 0 && ti.tcpi_bytes_acked > 0;
+        }
+    }
+}
+
 /* Look at the TCP connections UCX's listening sockets accepted (no lock
    held); shut down those that did not prove themselves in time, or at
    once beyond MAX_PENDING.  Return 1 if some wait for their deadline. */
@@ -1014,33 +1072,7 @@ sock_scan(uint64_t t)
                 break;
             }
     LOCK();
-    for (i = 0; i < ncur; i++) {
-        struct tsock *c = &cur[i];
-        struct tcp_info ti;
-        socklen_t tl = sizeof(ti);
-        if (c->ok)
-            continue;
-        memset(&ti, 0, sizeof(ti));
-        if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
-            memset(&ti, 0, sizeof(ti));
-        c->talk = ti.tcpi_bytes_received > 0;
-        if (c->cm) {
-            /* a connection request became an endpoint (which has a
-               deadline of its own) */
-            uint32_t j;
-            for (j = 0; j < acc_hi && !c->ok; j++)
-                c->ok = acc_tab[j].ep != NULL &&
-                        acc_tab[j].client.sin_port == c->peer.sin_port &&
-                        acc_tab[j].client.sin_addr.s_addr ==
-                        c->peer.sin_addr.s_addr;
-        }
-        else {
-            /* the tcp transport: a peer's UCX sends its connection
-               request at once and ours answers it; a byte or two that
-               UCX waits to complete does not count */
-            c->ok = ti.tcpi_bytes_received > 0 && ti.tcpi_bytes_acked > 0;
-        }
-    }
+    sock_prove(cur, ncur);
     if (sock_trim(cur, ncur, t))
         waiting = 1;
     UNLOCK();
