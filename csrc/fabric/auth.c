@@ -46,10 +46,10 @@
  * through the table.  So a sender can neither act as another node nor
  * reach a QP that is not connected to it.  An entry is replaced only
  * once its node is gone (same host: its pid; else: the endpoint its
- * HELLO came on failed), or by a session proven with a key from the
- * same pid (the node connected again).  Without a key the pid proves
- * nothing: a live node's session is never replaced, and a failed peer's
- * QPs do not come back to life under the new one.
+ * HELLO came on failed), or by a session proven with the node key from
+ * the same pid (the node connected again).  Of another host the pid
+ * proves nothing: a live node's session is never replaced; and without a
+ * key a failed peer's QPs do not come back to life under a new one.
  *
  * The guard: the listener (the port in the GUID) accepts every
  * connection request into an endpoint (struct acc); one without a
@@ -313,15 +313,17 @@ acc_of(ucp_ep_h ep)
 
 /* May a new session of process pid, proven in key mode m, replace auth
    entry a (NULL: none) of its GUID?  Only if a's node is gone (same
-   host: its pid; else the endpoint its HELLO came on failed), or, proven
-   with a key (which binds the pid), if it is the same process connecting
-   again.  Without a key the pid proves nothing: a live node's session is
-   never taken over.  N.lock held. */
+   host: its pid; else the endpoint its HELLO came on failed), or if both
+   are of this host and of the same process (it connected again; the
+   node key binds the pid, and this host's pids mean something).  Of
+   another host the pid proves nothing (any holder of the secret could
+   name it; without a key anyone): a live node's session is never taken
+   over.  N.lock held. */
 static int
 claim_ok(const struct auth *a, int m, pid_t pid)
 {
     struct acc *x;
-    if (a == NULL || (m != HELLO_NONE && a->pid == pid))
+    if (a == NULL || (m == HELLO_NODE && a->same_host && a->pid == pid))
         return 1;
     if (a->same_host)
         return !fab_pid_alive(a->pid);

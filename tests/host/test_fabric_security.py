@@ -798,15 +798,26 @@ def test_captured_hello_cannot_be_replayed(victim, rogue_bin):
             r.close()
 
 
-def test_open_mode_live_session_cannot_be_taken_over(netns_pair, tmp_path,
-                                                     rogue_bin):
-    """Open mode (no RDMA_UCX_SECRET, listeners on the hosts' addresses):
-    a raw peer that names a connected, live node's GUID and pid in its
-    HELLO is refused, and a WRITE it then sends through the QP connected
-    to that node, with the right rkey, address and PSN, does not land;
-    the real node's work requests then complete (it used to replace the
-    node's session: the WRITE landed)."""
-    hosts = _hosts(netns_pair, tmp_path, None, None)
+def secret_key(secret: str):
+    """The key of RDMA_UCX_SECRET *secret* (fab_secret_key)."""
+    b = secret.encode()[:256]
+    words = [int.from_bytes(b[i:i + 8], "little")
+             for i in range(0, len(b), 8)] + [len(b)]
+    return tuple(siphash24(0x72646d6175637831, j, words) for j in (1, 2))
+
+
+@pytest.mark.parametrize("secret", [None, "s3cret"],
+                         ids=["open-mode", "shared-secret"])
+def test_live_session_cannot_be_taken_over(netns_pair, tmp_path, rogue_bin,
+                                           secret):
+    """Other hosts, in open mode (no RDMA_UCX_SECRET, listeners on the
+    hosts' addresses) or with a secret the raw peer holds too: a HELLO
+    that names a connected, live node's GUID and pid is refused, and a
+    WRITE the raw peer then sends through the QP connected to that node,
+    with the right rkey, address and PSN, does not land; the real node's
+    work requests then complete (it used to replace the node's session:
+    the WRITE landed)."""
+    hosts = _hosts(netns_pair, tmp_path, secret, secret)
     (env_a, pre_a), (env_b, pre_b) = hosts
     b = fh.PeerProcess(HELPER, "responder", env=env_b, prefix=pre_b,
                        timeout=40)
@@ -826,7 +837,9 @@ def test_open_mode_live_session_cannot_be_taken_over(netns_pair, tmp_path,
                       env={"UCX_TLS": "tcp", "UCX_WARN_UNUSED_ENV_VARS": "n"},
                       prefix=pre_a)
         sid = random.getrandbits(63) | 1
-        nb, _ = rogue.handshake(victim, live, sid, ia["pid"], None)
+        nb, _ = rogue.handshake(victim, live, sid, ia["pid"],
+                                secret and secret_key(secret),
+                                HELLO_SHARED)
         assert not nb, "the HELLO was accepted"
         evil = b"EVILEVIL"
         rogue.send(wire(op=OP_WRITE, dst_qpn=ib["qpn"], src_qpn=ia["qpn"],
