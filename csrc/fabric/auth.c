@@ -356,7 +356,9 @@ struct chal {
     uint32_t acc;          /* that endpoint's acc_ref, 0: not accepted */
     uint64_t deadline;     /* the PROOF must come before */
 };
-#define MAX_CHAL 64             /* challenges waiting at a time */
+#define MAX_CHAL 1024           /* challenges waiting at a time (only
+                                   key holders, and in open mode the
+                                   listener's endpoints, make them) */
 static struct chal chal_tab[MAX_CHAL];
 
 /* The entry for a challenge on endpoint ep (N.lock held): the one ep
