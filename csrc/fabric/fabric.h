@@ -87,10 +87,11 @@
  * (struct ring.wcpu): on a small machine the peer it waits for may need
  * this CPU.
  *
- * Security: every endpoint's first message is a HELLO that proves the
- * sender's key (same host: the receiver's, from its 0600 node record;
- * other hosts: RDMA_UCX_SECRET) and gives a session id that every later
- * message carries; a message counts only under its sender's session and
+ * Security: every endpoint's first messages (HELLO, the receiver's
+ * CHALLENGE with a fresh nonce, PROOF) prove the sender's key (same
+ * host: the receiver's, from its 0600 node record; other hosts:
+ * RDMA_UCX_SECRET) and open a session whose id every later message
+ * carries; a message counts only under its sender's session and
  * reaches only the QPs connected to that sender; malformed ones are
  * dropped and counted.  A guard bounds what unauthenticated connections
  * to the listener (and to UCX's TCP transport) may hold, and for how
@@ -813,6 +814,9 @@ void fab_rx_denied(void);
 struct auth *fab_auth_find(uint64_t guid);
 int fab_auth_ok(uint64_t guid, uint64_t sid);
 void fab_hello_rx(const struct wire *h, ucp_ep_h ep);
+void fab_proof_rx(const struct wire *h, ucp_ep_h ep);
+void fab_challenge_rx(const struct wire *h);
+void fab_ctl_post(ucp_ep_h ep, const struct wire *h);
 void fab_conn_cb(ucp_conn_request_h req, void *arg);
 void fab_hello_send(struct peer *p, const uint64_t *key, int mode);
 int fab_listen_scan(uint64_t *ino, int *fds, uint16_t *ports, int max);
