@@ -145,24 +145,32 @@ fab_shm_file_map(const char *path, size_t size, int oflags, void *at)
 }
 
 /* Create the temporary file tmp, size bytes of zeros, and map it (the
-   caller fills it, then renames it into place); NULL (and no file) if it
-   cannot be. */
+   caller fills it, then renames it into place); NULL (and no file, errno
+   set) if it cannot be.  Its space is reserved here, every page of it:
+   /dev/shm is shared by every user and may be full, and a page of a
+   sparse file that finds no space when it is first touched is SIGBUS for
+   this process and for every peer that maps the file, long after the
+   call that made it (a reg_mr writing a new entry of the key page, a
+   SEND writing its first request into a new ring). */
 void *
 fab_shm_file_create(const char *tmp, size_t size)
 {
     void *m;
-    int fd = fab_priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    int rc, fd = fab_priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         return NULL;
-    if (ftruncate(fd, (off_t)size) != 0) {
+    if ((rc = posix_fallocate(fd, 0, (off_t)size)) != 0) {
         close(fd);
         unlink(tmp);
+        errno = rc;
         return NULL;
     }
     m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
+        rc = errno;
         unlink(tmp);
+        errno = rc;
         return NULL;
     }
     return m;
