@@ -295,6 +295,8 @@ read_boot_id(void)
         N.boot_id[n - 1] = '\0';
     N.netns = stat("/proc/self/ns/net", &sb) == 0 ? (unsigned long)sb.st_ino
                                                    : 0;
+    N.pidns = stat("/proc/self/ns/pid", &sb) == 0 ? (unsigned long)sb.st_ino
+                                                   : 0;
 }
 
 static void
@@ -362,19 +364,29 @@ node_atexit(void)
     unlink(N.lidfile);
 }
 
-/* Claim a LID near hint in the rendezvous directory; 0 or -1. */
+/* Claim a LID near hint in the rendezvous directory; 0 or -1.  The
+   claim ("<pid> <guid>\n") is written and locked (fab_file_hold) in a
+   temporary file first, then linked into place: a LID file is never seen
+   unlocked or half written by a node that would take it for a stale one. */
 static int
 claim_lid(uint16_t hint)
 {
-    int tries;
+    char tmp[300], buf[64];
+    int tries, fd, len, rc = -1;
+
+    snprintf(tmp, sizeof(tmp), "%s/lid-claim.tmp%d", N.dir, (int)getpid());
+    fd = fab_priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return -1;
+    len = snprintf(buf, sizeof(buf), "%d %016llx\n", (int)getpid(),
+                   (unsigned long long)N.guid);
+    if (fab_file_hold(fd) != 0 || write(fd, buf, (size_t)len) != len)
+        goto out;
     for (tries = 0; tries < 4096; tries++) {
         uint16_t lid = (uint16_t)(1 + (hint + tries) % 0xBFFE);
-        char path[260], buf[64];
-        int fd, len;
+        char path[260];
         snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                  0600);
-        if (fd < 0) {
+        if (link(tmp, path) != 0) {
             if (errno == EEXIST && fab_lid_owner(lid) == 0) {
                 /* stale: its owner died */
                 unlink(path);
@@ -382,22 +394,20 @@ claim_lid(uint16_t hint)
                 continue;
             }
             if (errno != EEXIST)
-                return -1;
+                goto out;
             continue;
         }
-        len = snprintf(buf, sizeof(buf), "%d %016llx\n", (int)getpid(),
-                       (unsigned long long)N.guid);
-        if (write(fd, buf, (size_t)len) != len) {
-            close(fd);
-            unlink(path);
-            return -1;
-        }
-        close(fd);
         N.lid = lid;
         snprintf(N.lidfile, sizeof(N.lidfile), "%s", path);
-        return 0;
+        N.lidfd = fd;
+        rc = 0;
+        break;
     }
-    return -1;
+out:
+    unlink(tmp);
+    if (rc < 0)
+        close(fd);
+    return rc;
 }
 
 static int
@@ -411,6 +421,7 @@ write_record(void)
     rec.magic = REC_MAGIC;
     rec.pid = getpid();
     rec.netns = N.netns;
+    rec.pidns = N.pidns;
     snprintf(rec.boot_id, sizeof(rec.boot_id), "%s", N.boot_id);
     rec.guid = N.guid;
     rec.lid = N.lid;
@@ -419,17 +430,98 @@ write_record(void)
     snprintf(N.nodefile, sizeof(N.nodefile), "%s/node-%016llx", N.dir,
              (unsigned long long)N.guid);
     snprintf(tmp, sizeof(tmp), "%s.tmp%d", N.nodefile, (int)getpid());
-    fd = fab_priv_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    fd = fab_priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         return -1;
-    if (write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec) ||
-        write(fd, N.waddr, N.waddr_len) != (ssize_t)N.waddr_len) {
+    /* held from before it is in place until the process ends */
+    if (fab_file_hold(fd) != 0 ||
+        write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec) ||
+        write(fd, N.waddr, N.waddr_len) != (ssize_t)N.waddr_len ||
+        rename(tmp, N.nodefile) != 0) {
         close(fd);
         unlink(tmp);
         return -1;
     }
-    close(fd);
-    return rename(tmp, N.nodefile);
+    N.recfd = fd;
+    return 0;
+}
+
+/* Choose the node's GUID (IPv4 | port | a random salt) and GID: a GUID
+   whose record a live node holds is taken; a dead one's record and key
+   page go. */
+static void
+pick_guid(void)
+{
+    uint8_t salt[2];
+    uint64_t be;
+    int tries, fd;
+    char path[300];
+
+    for (tries = 0; tries < SALT_TRIES; tries++) {
+        uint8_t g[8];
+        int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (rfd < 0 || read(rfd, salt, 2) != 2) {
+            salt[0] = (uint8_t)getpid();
+            salt[1] = (uint8_t)(getpid() >> 8) ^ (uint8_t)tries;
+        }
+        if (rfd >= 0)
+            close(rfd);
+        memcpy(g, &N.ip, 4);
+        g[4] = (uint8_t)(N.port >> 8);
+        g[5] = (uint8_t)N.port;
+        g[6] = salt[0];
+        g[7] = salt[1];
+        memcpy(&be, g, 8);
+        N.guid = be64toh(be);
+        snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
+                 (unsigned long long)N.guid);
+        fd = fab_priv_open(path, O_RDONLY, 0);
+        if (fd < 0)
+            break;
+        {
+            struct record r;
+            ssize_t n = read(fd, &r, sizeof(r));
+            int held = fab_file_held(fd);
+            close(fd);
+            if (n != (ssize_t)sizeof(r) || held == 0 ||
+                (held < 0 && !fab_pid_alive(r.pid))) {
+                unlink(path);
+                snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
+                         (unsigned long long)N.guid);
+                unlink(path);
+                break;
+            }
+        }
+    }
+    memset(N.gid, 0, 16);
+    N.gid[0] = 0xfe;
+    N.gid[1] = 0x80;
+    be = htobe64(N.guid);
+    memcpy(N.gid + 8, &be, 8);
+}
+
+/* fork(): the child shares the open file descriptions of the node record
+   and LID claim, and with them their liveness locks, which would keep the
+   parent's node "alive" for as long as the child lives.  The child is not
+   that node (fab_node_up starts a new one there): it lets go of them. */
+static void
+node_fork_child(void)
+{
+    if (N.recfd >= 0)
+        close(N.recfd);
+    if (N.lidfd >= 0)
+        close(N.lidfd);
+    N.recfd = N.lidfd = -1;
+}
+
+/* No record or LID claim open yet; a child of fork() lets go of them. */
+static void
+node_files_init(void)
+{
+    static int atfork;
+    N.recfd = N.lidfd = -1;
+    if (!atfork && pthread_atfork(NULL, NULL, node_fork_child) == 0)
+        atfork = 1;
 }
 
 /* Choose the rendezvous directory and make sure it is ours alone: a
@@ -486,8 +578,7 @@ fab_node_up(struct pyrdma_status *st)
     ucs_status_t s;
     const char *ipstr;
     struct epoll_event ev;
-    uint8_t salt[2];
-    uint64_t be, before[64], after[64];
+    uint64_t before[64], after[64];
     int lfd[64], nbefore;
     uint16_t lport[64];
     int rc = -1;
@@ -512,6 +603,7 @@ fab_node_up(struct pyrdma_status *st)
         return -1;
     }
     N.stopfd = N.efd = N.epfd = -1;
+    node_files_init();
     fab_auth_init();
     read_boot_id();
     if (pick_dir(st) < 0)
@@ -664,56 +756,14 @@ fab_node_up(struct pyrdma_status *st)
         }
     }
     /* identity: GUID = IPv4 | port | salt, LID unique on this host */
-    {
-        int tries, fd;
-        char path[300];
-        for (tries = 0; tries < SALT_TRIES; tries++) {
-            uint8_t g[8];
-            int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-            if (rfd < 0 || read(rfd, salt, 2) != 2) {
-                salt[0] = (uint8_t)getpid();
-                salt[1] = (uint8_t)(getpid() >> 8) ^ (uint8_t)tries;
-            }
-            if (rfd >= 0)
-                close(rfd);
-            memcpy(g, &N.ip, 4);
-            g[4] = (uint8_t)(N.port >> 8);
-            g[5] = (uint8_t)N.port;
-            g[6] = salt[0];
-            g[7] = salt[1];
-            memcpy(&be, g, 8);
-            N.guid = be64toh(be);
-            snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
-                     (unsigned long long)N.guid);
-            fd = fab_priv_open(path, O_RDONLY, 0);
-            if (fd < 0)
-                break;
-            {
-                struct record r;
-                ssize_t n = read(fd, &r, sizeof(r));
-                close(fd);
-                if (n != (ssize_t)sizeof(r) || !fab_pid_alive(r.pid)) {
-                    unlink(path);
-                    snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
-                             (unsigned long long)N.guid);
-                    unlink(path);
-                    break;
-                }
-            }
-        }
-        memset(N.gid, 0, 16);
-        N.gid[0] = 0xfe;
-        N.gid[1] = 0x80;
-        be = htobe64(N.guid);
-        memcpy(N.gid + 8, &be, 8);
-        if (claim_lid((uint16_t)(N.guid ^ (N.guid >> 16) ^ (N.guid >> 32))) < 0
-            || write_record() < 0) {
-            pyrdma_fail(st, errno ? errno : EIO, "open",
-                        "cannot register in %s", N.dir);
-            goto out;
-        }
-        fab_sh_create();
+    pick_guid();
+    if (claim_lid((uint16_t)(N.guid ^ (N.guid >> 16) ^ (N.guid >> 32))) < 0
+        || write_record() < 0) {
+        pyrdma_fail(st, errno ? errno : EIO, "open",
+                    "cannot register in %s", N.dir);
+        goto out;
     }
+    fab_sh_create();
     /* wake-ups */
     if ((s = U.worker_get_efd(N.w, &N.efd)) != UCS_OK) {
         ucs_fail(st, s, "ucp_worker_get_efd", "event fd");
@@ -771,7 +821,9 @@ out:
             close(N.stopfd);
         if (N.lidfile[0])
             unlink(N.lidfile);
-        N.epfd = N.stopfd = -1;
+        if (N.lidfd >= 0)
+            close(N.lidfd);
+        N.epfd = N.stopfd = N.lidfd = -1;
     }
     pthread_mutex_unlock(&init_lock);
     return rc;

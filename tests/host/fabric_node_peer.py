@@ -4,8 +4,9 @@ namespaces.
 
     python fabric_node_peer.py
 
-It opens ucx0, makes an RC QP and prints its address as one JSON line
-(gid, lid, qpn, pid, or {"error": ...} if the device cannot be opened).
+It opens ucx0, makes an RC QP and a 64 KiB MR over a bytearray and prints
+its address as one JSON line (gid, lid, qpn, pid, addr, rkey of the MR, or
+{"error": ...} if the device cannot be opened).
 Then it answers commands, one JSON line each:
 
 - {"op": "connect", "gid"|"lid": ..., "qpn": N}: the QP to RTS, {"ok": 1}
@@ -13,6 +14,10 @@ Then it answers commands, one JSON line each:
 - {"op": "reg", "n": N}: registers N more MRs, {"ok": N} or the error;
 - {"op": "recv"}: posts a receive, waits for it, {"status": S, "data": hex};
 - {"op": "send", "data": hex}: one SEND, {"status": S};
+- {"op": "write", "addr": A, "rkey": K, "len": N}: one RDMA WRITE of N
+  bytes 0x5a there, {"status": S, "stats": this node's key-page counters};
+- {"op": "peek", "off": O, "len": N}: {"data": hex} of its own buffer;
+- {"op": "fork"}: forks a child that sleeps 60 s, {"child": pid};
 - {"op": "exit"}.
 """
 from __future__ import annotations
@@ -25,8 +30,8 @@ import rdma
 import rdma.ibverbs as ibv
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fabric_helpers import (MR_ALL, Side, poll_cq, to_init,  # noqa: E402
-                            to_rtr, to_rts)
+from fabric_helpers import (MR_ALL, Side, node_stats,  # noqa: E402
+                            poll_cq, to_init, to_rtr, to_rts)
 
 
 def emit(obj):
@@ -47,7 +52,8 @@ def main() -> int:
     except rdma.SysError as e:
         emit(error(e))
         return 0
-    emit({"gid": str(s.gid), "lid": s.lid, "qpn": s.qpn, "pid": os.getpid()})
+    emit({"gid": str(s.gid), "lid": s.lid, "qpn": s.qpn, "pid": os.getpid(),
+          "addr": s.mr.addr, "rkey": s.mr.rkey})
     mrs = []
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -79,6 +85,26 @@ def main() -> int:
                     send_flags=ibv.IBV_SEND_SIGNALED))
                 wc = poll_cq(s.send_cq, 1, timeout=30)[0]
                 emit({"status": wc.status})
+            elif op == "write":
+                n = cmd["len"]
+                s.buf[8192:8192 + n] = bytes([cmd.get("byte", 0x5a)]) * n
+                s.qp.post_send(ibv.send_wr(
+                    wr_id=3, opcode=ibv.IBV_WR_RDMA_WRITE,
+                    sg_list=s.mr.sge(length=n, off=8192),
+                    remote_addr=cmd["addr"], rkey=cmd["rkey"],
+                    send_flags=ibv.IBV_SEND_SIGNALED))
+                wc = poll_cq(s.send_cq, 1, timeout=30)[0]
+                emit({"status": wc.status, "stats": node_stats()})
+            elif op == "peek":
+                emit({"data": bytes(s.buf[cmd["off"]:cmd["off"] + cmd["len"]])
+                      .hex()})
+            elif op == "fork":
+                child = os.fork()
+                if child == 0:          # lives on, does nothing
+                    import time
+                    time.sleep(cmd.get("sleep", 60))
+                    os._exit(0)
+                emit({"child": child})
             else:
                 break
         except (rdma.SysError, OSError) as e:

@@ -157,3 +157,145 @@ def test_full_shm_send_to_new_peer(shm, how):
         a.close({"op": "exit"})
         b.close({"op": "exit"})
     assert (a.p.returncode, b.p.returncode) == (0, 0)
+
+
+# --------------------------------------------------------------------------
+# pid namespaces: two containers that share /dev/shm
+
+PIDNS = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+
+
+@pytest.fixture
+def rdir():
+    """A rendezvous directory of this test's own (other tests' nodes
+    are not swept or seen)."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="rdma-ucx-test-", dir="/dev/shm")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def files_of(d, info):
+    """The rendezvous files of the node whose address is *info*."""
+    guid = "".join(f"{b:02x}" for b in __import__("ipaddress")
+                   .IPv6Address(info["gid"]).packed[8:])
+    return [os.path.join(d, n) for n in (f"node-{guid}", f"keys-{guid}",
+                                         f"lid-{info['lid']:04x}")]
+
+
+def pidns_node(d, pidns=False):
+    return PeerProcess(PEER, env={"RDMA_UCX_DIR": d,
+                                  "UCX_LOG_FILE": "stderr"},
+                       prefix=PIDNS if pidns else ())
+
+
+def talk(x, ix, y, iy, how):
+    """Connect x and y (by LID or GID) and SEND one message from x to y."""
+    assert ask(x, {"op": "connect", how: iy[how], "qpn": iy["qpn"]}) == \
+        {"ok": 1}
+    assert ask(y, {"op": "connect", how: ix[how], "qpn": ix["qpn"]}) == \
+        {"ok": 1}
+    assert ask(y, {"op": "recv"}) == {"posted": 1}
+    assert ask(x, {"op": "send", "data": "abcd"}) == {"status": 0}
+    assert y.read(40) == {"status": 0, "data": "abcd"}
+
+
+def test_pid_namespace_keeps_live_records(rdir):
+    """A (this pid namespace), B (its own pid namespace, same /dev/shm),
+    then C: B's start must not sweep A's files (A's pid means nothing in
+    B's namespace, B's own pid is 1), and C reaches both by LID."""
+    nodes = []
+    try:
+        a = pidns_node(rdir)
+        nodes.append(a)
+        ia = a.read(40)
+        assert "error" not in ia, ia
+        b = pidns_node(rdir, pidns=True)
+        nodes.append(b)
+        ib = b.read(40)
+        assert "error" not in ib, ib
+        assert ib["pid"] == 1, ib               # it is in its own namespace
+        gone = [f for f in files_of(rdir, ia) if not os.path.exists(f)]
+        assert not gone, f"B's start swept live node A's files {gone}"
+        c1 = pidns_node(rdir)
+        nodes.append(c1)
+        ic1 = c1.read(40)
+        talk(c1, ic1, a, ia, "lid")
+        c2 = pidns_node(rdir)
+        nodes.append(c2)
+        ic2 = c2.read(40)
+        talk(c2, ic2, b, ib, "lid")
+        # both stay up: a liveness check that misread the other
+        # namespace's pids would fail them within 100 ms
+        time.sleep(0.5)
+        assert ask(c2, {"op": "recv"}) == {"posted": 1}
+        assert ask(b, {"op": "send", "data": "ef"}) == {"status": 0}
+        assert c2.read(40) == {"status": 0, "data": "ef"}
+    finally:
+        for n in nodes:
+            n.close({"op": "exit"})
+
+
+def test_dead_nodes_records_are_swept(rdir):
+    """A node killed (SIGKILL: no clean-up of its own) leaves its files;
+    the next node to start removes them, whether the dead node was in
+    this pid namespace or in another (whose record says pid 1)."""
+    b = pidns_node(rdir, pidns=True)
+    ib = b.read(40)
+    a = pidns_node(rdir)
+    try:
+        ia = a.read(40)
+        assert "error" not in ia and "error" not in ib, (ia, ib)
+        fa, fb = files_of(rdir, ia), files_of(rdir, ib)
+        assert all(map(os.path.exists, fa + fb))
+        with open(f"/proc/{b.pid}/task/{b.pid}/children") as f:
+            inner = int(f.read().split()[0])    # B's python, seen from here
+        a.p.kill()
+        b.p.kill()                              # --kill-child: B too
+        a.p.wait(10)
+        b.p.wait(10)
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{inner}") and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{inner}")
+        assert all(map(os.path.exists, fa + fb))  # nothing cleaned up
+        c = pidns_node(rdir)
+        try:
+            assert "error" not in c.read(40)
+            left = [f for f in fa + fb if os.path.exists(f)]
+            assert not left, f"dead nodes' files not swept: {left}"
+        finally:
+            c.close({"op": "exit"})
+    finally:
+        a.close()
+        b.close()
+
+
+def test_forked_child_does_not_keep_a_dead_node_alive(rdir):
+    """A forked child shares its parent's open files: it must not keep
+    the liveness lock of the parent's record once the parent is dead."""
+    a = pidns_node(rdir)
+    child = None
+    try:
+        ia = a.read(40)
+        assert "error" not in ia, ia
+        child = ask(a, {"op": "fork"})["child"]
+        fa = files_of(rdir, ia)
+        a.p.kill()
+        a.p.wait(10)
+        assert os.path.exists(f"/proc/{child}")
+        c = pidns_node(rdir)
+        try:
+            assert "error" not in c.read(40)
+            left = [f for f in fa if os.path.exists(f)]
+            assert not left, f"the dead parent's files stayed: {left}"
+        finally:
+            c.close({"op": "exit"})
+    finally:
+        a.close()
+        if child is not None:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
