@@ -742,6 +742,9 @@ struct node {
                               (RDMA_UCX_CMA_MIN, CMA_MIN_DEFAULT) */
     int cma_cap;           /* this process had CAP_SYS_PTRACE at start:
                               its cross-memory copies lower it (req.c) */
+    int yama;              /* Yama's ptrace_scope (0: none) */
+    int cma_in;            /* same-host peers may reach this process's
+                              memory by cross-memory attach (fab_cma_policy) */
     uint32_t poll_cpu;     /* 1 + the CPU poll_cq last waited on, as the
                               receivers of this node's rings know it
                               (struct ring.wcpu), 0: none yet */
@@ -874,6 +877,8 @@ void fab_sh_qp_sync(struct uqp *q);
 int fab_sh_quiesce(uint32_t *ctr);
 struct sh_page *fab_sh_map(uint64_t guid);
 void fab_sh_create(void);
+int fab_cma_policy(void);
+void fab_cma_ptracer(void);
 void fab_rk_fetch(struct peer *p, uint32_t key);
 extern int fab_cma_debug_stop;
 int fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,

@@ -652,9 +652,14 @@ fab_node_up(struct pyrdma_status *st)
        tested on.  Left to itself UCX also picks its verbs transports on
        any RDMA device of the machine; on Soft-RoCE (rxe) those break the
        fabric (RC WRs end in RETRY_EXC_ERR; UCX 1.13's ud_verbs aborts).
-       UCX_TLS overrides. */
+       UCX_TLS overrides.  UCX's cma transport (in "shm") reaches a
+       peer's memory by cross-memory attach: under Yama it is used only
+       where the fabric's own is (fab_cma_policy). */
     if (getenv("UCX_TLS") == NULL)
-        U.config_modify(cfg, "TLS", "shm,self,tcp");
+        U.config_modify(cfg, "TLS", fab_cma_policy() || N.yama == 0
+                                    ? "shm,self,tcp" : "sysv,posix,self,tcp");
+    else
+        fab_cma_policy();
     /* alloc_mr memory: SysV shared memory (made mode 0600 there), else
        anonymous memory; never a POSIX segment, whose allocation writes
        every byte of it to /dev/shm first (see alloc_mr_mem) */
@@ -677,6 +682,7 @@ fab_node_up(struct pyrdma_status *st)
         ucs_fail(st, s, "ucp_worker_create", "creating the UCX worker");
         goto out;
     }
+    fab_cma_ptracer();          /* what UCX's cma component did to Yama */
     memset(&ap, 0, sizeof(ap));
     ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                     UCP_AM_HANDLER_PARAM_FIELD_CB |
