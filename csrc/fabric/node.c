@@ -679,7 +679,11 @@ fab_node_up(struct pyrdma_status *st)
     wp.thread_mode = UCS_THREAD_MODE_MULTI;
     s = U.worker_create(N.uctx, &wp, &N.w);
     if (s != UCS_OK) {
-        ucs_fail(st, s, "ucp_worker_create", "creating the UCX worker");
+        /* UCX's posix transport makes its receive FIFO in /dev/shm */
+        ucs_fail(st, s, "ucp_worker_create", s == UCS_ERR_NO_MEMORY
+                 ? "creating the UCX worker (its shared-memory FIFO is in "
+                   "/dev/shm: is /dev/shm full?)"
+                 : "creating the UCX worker");
         goto out;
     }
     fab_cma_ptracer();          /* what UCX's cma component did to Yama */

@@ -104,6 +104,7 @@ def test_full_shm_at_start_is_a_clean_error(shm):
         first = a.read(40)
         assert "error" in first, first
         assert first["errno"] in (28, 12), first          # ENOSPC, ENOMEM
+        assert "/dev/shm" in first["error"], first
     finally:
         a.close({"op": "exit"})
     assert a.p.returncode == 0
