@@ -570,7 +570,10 @@ struct peer {
     int ended;             /* same host: its process was found gone
                               (fab_timers fails it once what it sent
                               is taken in) */
-    pid_t pid;             /* same host: its pid (0: unknown) */
+    pid_t pid;             /* same host: its pid (0: unknown, or in
+                              another pid namespace) */
+    int rec_live;          /* same host, another pid namespace: its
+                              liveness is its record's lock */
     int cma_off;           /* cross-memory attach to it was refused */
     int stopped;           /* same host: stopped (SIGSTOP) at the last
                               liveness check: its WRs' timers wait */
@@ -676,8 +679,12 @@ struct node {
     uint16_t port;         /* host order, 0: no listener */
     char dir[200];         /* rendezvous directory */
     char nodefile[260], lidfile[260];
+    int recfd, lidfd;      /* the node record and the LID claim, open and
+                              locked (fab_file_hold) while the node lives:
+                              its liveness in every pid namespace */
     char boot_id[40];
     unsigned long netns;
+    unsigned long pidns;   /* inode of its pid namespace */
     /* tables */
     struct uqp *qps[MAX_QP];
     uint16_t qp_gen[MAX_QP];
@@ -736,6 +743,9 @@ struct node {
                               (RDMA_UCX_CMA_MIN, CMA_MIN_DEFAULT) */
     int cma_cap;           /* this process had CAP_SYS_PTRACE at start:
                               its cross-memory copies lower it (req.c) */
+    int yama;              /* Yama's ptrace_scope (0: none) */
+    int cma_in;            /* same-host peers may reach this process's
+                              memory by cross-memory attach (fab_cma_policy) */
     uint32_t poll_cpu;     /* 1 + the CPU poll_cq last waited on, as the
                               receivers of this node's rings know it
                               (struct ring.wcpu), 0: none yet */
@@ -753,8 +763,10 @@ extern struct node N;
 /* The rendezvous record of a node. */
 struct record {
     uint32_t magic;        /* REC_MAGIC */
-    pid_t pid;             /* owner */
+    pid_t pid;             /* owner, in its pid namespace */
     unsigned long netns;   /* inode of its network namespace */
+    unsigned long pidns;   /* inode of its pid namespace: pid means
+                              nothing in another */
     char boot_id[40];      /* of its host */
     uint64_t guid;         /* its GUID */
     uint16_t lid;          /* its LID */
@@ -762,7 +774,8 @@ struct record {
                               0600, so only the same user reads it */
     uint32_t alen;         /* worker address bytes that follow */
 };
-#define REC_MAGIC 0x52554359u   /* ...59: the record has the HELLO key */
+#define REC_MAGIC 0x5255435Au   /* ...59: the record has the HELLO key;
+                                   5A: and the pid namespace (pidns) */
 
 /* A sender that said HELLO. */
 struct auth {
@@ -796,6 +809,9 @@ void *fab_shm_file_create(const char *tmp, size_t size);
 int fab_node_up(struct pyrdma_status *st);
 
 /* peer.c */
+int fab_file_hold(int fd);
+int fab_file_held(int fd);
+int fab_record_alive(uint64_t guid);
 int fab_pid_alive(pid_t pid);
 char fab_pid_state(pid_t pid);
 uint64_t fab_lid_owner(uint16_t lid);
@@ -865,6 +881,8 @@ void fab_sh_qp_sync(struct uqp *q);
 int fab_sh_quiesce(uint32_t *ctr);
 struct sh_page *fab_sh_map(uint64_t guid);
 void fab_sh_create(void);
+int fab_cma_policy(void);
+void fab_cma_ptracer(void);
 void fab_rk_fetch(struct peer *p, uint32_t key);
 extern int fab_cma_debug_stop;
 int fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,

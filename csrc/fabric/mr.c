@@ -86,23 +86,69 @@ fab_sh_map(uint64_t guid)
    first cross-memory-attach copy: the case dereg_mr must fence out. */
 int fab_cma_debug_stop;
 
+/* Yama's ptrace_scope: 0 without Yama (or unreadable). */
+static int
+yama_scope(void)
+{
+    char buf[16] = "";
+    ssize_t n;
+    int fd = open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    return n > 0 ? atoi(buf) : 0;
+}
+
 /* May same-host peers reach this process's own memory by cross-memory
-   attach (process_vm_writev/readv)?  The kernel allows it to processes
-   of the same user while this one is dumpable and, under Yama's
-   ptrace_scope 1, once it names any process as its ptracer
-   (PR_SET_PTRACER_ANY: this lifts only Yama's restriction to
-   descendants, not the same-user rule).  RDMA_UCX_CMA=0 turns it off,
-   as a target and as an initiator; WRs of fewer than RDMA_UCX_CMA_MIN
-   bytes (default CMA_MIN_DEFAULT, or CMA_MIN_CAP for an initiator with
-   CAP_SYS_PTRACE) keep the request ring (faster while the target runs;
-   they wait for it when it is stopped). */
+   attach (process_vm_writev/readv)?  Decided before UCX starts (its own
+   cma transport follows the same rule: node.c leaves it out of UCX_TLS
+   when this is 0 under Yama).  The kernel allows it to processes of the
+   same user while this one is dumpable; Yama's ptrace_scope 1 allows it
+   only to ancestors and named ptracers.  Lifting that (naming any process
+   as ptracer, PR_SET_PTRACER_ANY) lets every process of the user read and
+   write this process's memory and attach a debugger to it, so under
+   scope 1 it takes RDMA_UCX_CMA=1; under 2 and 3 it is never open, and
+   RDMA_UCX_CMA=0 closes it everywhere.  Sets and returns N.cma_in. */
+int
+fab_cma_policy(void)
+{
+    const char *e = getenv("RDMA_UCX_CMA");
+    int off = e != NULL && strcmp(e, "0") == 0;
+    int on = e != NULL && strcmp(e, "1") == 0;
+
+    N.yama = yama_scope();
+    N.cma_in = !off && (N.yama == 0 || (N.yama == 1 && on));
+    return N.cma_in;
+}
+
+/* After UCX started (node.c, after ucp_init and the worker): UCX's cma
+   component names any process as this one's ptracer under scope 1 when
+   it is loaded, whatever UCX_TLS says.  Keep that only where cross-memory
+   attach was asked for (fab_cma_policy); else withdraw it (which also
+   withdraws an exception the program may have made itself before; docs/
+   fabric.rst). */
+void
+fab_cma_ptracer(void)
+{
+    if (N.yama != 1)
+        return;
+    if (N.cma_in && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
+        N.cma_in = 0;
+    if (!N.cma_in)
+        prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+}
+
+/* Cross-memory attach for this node as initiator and as target:
+   RDMA_UCX_CMA=0 turns it off as both; WRs of fewer than
+   RDMA_UCX_CMA_MIN bytes (default CMA_MIN_DEFAULT, or CMA_MIN_CAP for an
+   initiator with CAP_SYS_PTRACE) keep the request ring (faster while the
+   target runs; they wait for it when it is stopped).  1 if this process
+   is open as a target (fab_cma_policy, and dumpable). */
 static int
 cma_allowed(void)
 {
     const char *e = getenv("RDMA_UCX_CMA");
-    char buf[16] = "";
-    int fd, scope = 0;
-    ssize_t n;
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];
 
@@ -120,22 +166,9 @@ cma_allowed(void)
     e = getenv("RDMA_UCX_CMA_MIN");
     if (e != NULL && *e != '\0')
         N.cma_min = strtoull(e, NULL, 0);
-    if (!N.cma_out)
+    if (!N.cma_out || !N.cma_in)
         return 0;
-    if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1)
-        return 0;
-    fd = open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n > 0)
-            scope = atoi(buf);
-    }
-    if (scope >= 2)
-        return 0;
-    if (scope == 1 && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
-        return 0;
-    return 1;
+    return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1;
 }
 
 /* Create this node's key page; without it there is no fast path. */

@@ -533,6 +533,12 @@ fab_timers(void)
             if (c == 0 || c == 'Z')
                 ended = p->ended = 1;
         }
+        else if (!p->failed && p->rec_live && t >= p->next_check) {
+            /* in another pid namespace: its record's lock */
+            p->next_check = t + 100000000ull;
+            if (!fab_record_alive(p->guid))
+                ended = p->ended = 1;
+        }
     }
     if (ended) {
         /* What a peer sent before it ended may still wait in this node's

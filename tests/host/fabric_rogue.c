@@ -29,9 +29,10 @@
 
 /* The head of a node record (struct record in csrc/fabric/fabric.h). */
 struct record {
-    uint32_t magic;        /* 0x52554358 */
+    uint32_t magic;        /* REC_MAGIC */
     pid_t pid;             /* owner */
     unsigned long netns;   /* its network namespace */
+    unsigned long pidns;   /* its pid namespace */
     char boot_id[40];      /* its host */
     uint64_t guid;         /* its GUID */
     uint16_t lid;          /* its LID */

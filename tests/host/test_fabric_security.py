@@ -42,8 +42,9 @@ HELPER = str(HERE / "fabric_helpers.py")
 SHM = {"UCX_TLS": "shm,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
 #: struct wire (csrc/fabric/wire.h), the header of every message
 WIRE = struct.Struct("<BBBBIIIIIQHHIIIIIQQQIIQ")
-#: the head of a node record (struct record)
-RECORD = struct.Struct("<IiQ40sQH6x2QI4x")
+#: the head of a node record (struct record): magic, pid, netns, pidns,
+#: boot id, GUID, LID, key
+RECORD = struct.Struct("<IiQQ40sQH6x2QI4x")
 AM_REQ, AM_RESP = 17, 18
 AM_CTL_HELLO, AM_CTL_CHALLENGE, AM_CTL_PROOF = 42, 43, 44
 HELLO_NONE, HELLO_NODE, HELLO_SHARED = 0, 1, 2
@@ -120,7 +121,7 @@ def record(guid: int):
     path = os.path.join(rdv_dir(), f"node-{guid:016x}")
     with open(path, "rb") as f:
         head = RECORD.unpack(f.read(RECORD.size))
-    return path, head[1], (head[6], head[7])
+    return path, head[1], (head[7], head[8])
 
 
 def hello(dst: int, src: int, sid: int, pid: int, key, na: int = 0,
