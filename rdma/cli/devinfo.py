@@ -6,11 +6,14 @@ indented under the device) so that the two can be compared line by line.
 from __future__ import annotations
 
 import argparse
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import rdma
 import rdma.ibverbs as ibv
 from rdma.IBA import GUID, GID_TYPE_ROCE_V2
+from rdma.cli._common import add_provider
+
+__all__ = ["add_parser", "devinfo"]
 
 _TRANSPORT = {0: "InfiniBand", 1: "iWARP", 2: "usNIC", 3: "usNIC UDP",
               4: "unspecified"}
@@ -27,6 +30,22 @@ _SPEED = {1: "2.5 Gbps", 2: "5.0 Gbps", 4: "10.0 Gbps", 8: "10.0 Gbps",
           16: "14.0 Gbps", 32: "25.0 Gbps", 64: "50.0 Gbps",
           128: "100.0 Gbps", 256: "200.0 Gbps"}
 _VL = {1: "1", 2: "2", 3: "4", 4: "8", 5: "15"}
+
+
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
+    """Add ``devinfo`` to ``ibtool``."""
+    p = subparsers.add_parser(name, help=help)
+    add_provider(p)
+    p.add_argument("-d", "--ib-dev", metavar="DEVICE",
+                   help="use this device (default: all devices)")
+    p.add_argument("-i", "--ib-port", metavar="PORT", type=int, default=0,
+                   help="use this port of the device (default: all ports)")
+    p.add_argument("-l", "--list", action="store_true",
+                   help="print only the device names")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print all the attributes of the device")
+    return p
 
 
 def _line(indent: int, key: str, value: object) -> str:
@@ -139,6 +158,7 @@ def _print_device(dev: rdma.Device, port_filter: int, verbose: bool) -> int:
 
 
 def devinfo(args: argparse.Namespace) -> int:
+    """Run ``ibtool devinfo``; return the exit status."""
     # Verbs devices only, as ibv_devinfo (a umad-only CA has no verbs).
     devices = [d for d in rdma.get_devices(args.provider) if d.has_verbs]
     if args.list:

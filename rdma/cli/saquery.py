@@ -28,10 +28,11 @@ _ALIASES = {"PATHRECORD": "PR", "NODERECORD": "NR", "PORTINFORECORD": "PIR",
             "LINKRECORD": "LR"}
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``saquery`` to the ``rdma`` command's subparsers."""
     p = subparsers.add_parser(
-        "saquery", help="query the subnet administrator (like saquery)",
+        name, help=help,
         description="Query SA records: " + ", ".join(
             f"{k} ({v})" for k, v in _TYPES.items()))
     p.add_argument("query", nargs="?", default="NR", metavar="TYPE",
@@ -70,7 +71,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="wait for each reply (default 1000 ms)")
     p.add_argument("--retries", type=int, default=2,
                    help="re-sends after a timeout (default 2)")
-    p.set_defaults(func=saquery)
     return p
 
 

@@ -38,11 +38,11 @@ from typing import Any, Dict, List, Optional, Tuple
 __all__ = ["add_parser", "validate", "run_suite", "read_junit", "format_table"]
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``validate`` to the ``rdma`` command's subparsers."""
     p = subparsers.add_parser(
-        "validate", help="check a fabric: ports, GIDs, every verb, atomics, "
-                         "paths (runs the rdma.validation pytest suite)",
+        name, help=help,
         description="Check a fabric: ports active and GID tables sane, every "
                     "verb on RC/UC/UD from 1 B to 1 MiB with data "
                     "verification, atomics under contention, SA paths where "
@@ -108,7 +108,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "within S+30 s fails its pair")
     p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                    help="extra pytest arguments (after --)")
-    p.set_defaults(func=validate)
     return p
 
 
