@@ -108,8 +108,8 @@ def command_module(name: str) -> Any:
 
 
 class _Version(argparse.Action):
-    """``--version``: print the package's version and exit 0 (read only
-    when asked: importlib.metadata is slow to import)."""
+    """``--version``: print the version of the rdma package (the one
+    running, ``rdma.__version__``) and exit 0."""
 
     def __init__(self, option_strings: List[str], dest: str,
                  help: Optional[str] = None) -> None:
@@ -117,17 +117,9 @@ class _Version(argparse.Action):
                          default=argparse.SUPPRESS, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"{parser.prog} {version()}")
+        import rdma
+        print(f"{parser.prog} {rdma.__version__}")
         parser.exit()
-
-
-def version() -> str:
-    """The version of the ``rdma`` package."""
-    from importlib import metadata
-    try:
-        return metadata.version("rdma")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
@@ -136,7 +128,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     summaries (enough for ``--help`` and for naming a wrong command)."""
     parser = argparse.ArgumentParser(
         prog="ibtool", description="RDMA tools built on the rdma package.")
-    # --version
+    parser.add_argument("--version", action=_Version,
+                        help="print the version of the rdma package and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (_, _, summary) in COMMANDS.items():

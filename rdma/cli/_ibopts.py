@@ -49,11 +49,23 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
 
 def get_end_port(args: argparse.Namespace) -> Any:
     """The local umad end port that ``-C``/``-P`` name (default: the first
-    ACTIVE one).  Raises :class:`rdma.RDMAError` when there is none."""
+    ACTIVE one).  Raises :class:`rdma.RDMAError` when there is none, and
+    :class:`CmdError` (bad usage, exit 2) when ``-C``/``-P`` name no
+    device or port of those there are."""
     import rdma.umad
     ca, port = getattr(args, "CA", None), getattr(args, "port", None)
     if ca is None and port is None:
         return rdma.umad.get_end_port()
+    try:
+        return _named_end_port(ca, port)
+    except rdma.RDMAError as e:
+        if not rdma.get_devices():
+            raise                       # no device at all: not usage
+        raise CmdError(str(e)) from None
+
+
+def _named_end_port(ca: Optional[str], port: Optional[str]) -> Any:
+    import rdma.umad
     if ca is None:
         if "/" in str(port):
             return rdma.umad.get_end_port(str(port))

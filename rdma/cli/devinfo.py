@@ -167,9 +167,13 @@ def devinfo(args: argparse.Namespace) -> int:
             print(f"\t{d.name}")
         return 0
     if args.ib_dev:
-        devices = [d for d in devices if d.name == args.ib_dev]
-        if not devices:
-            raise rdma.RDMAError(f"IB device '{args.ib_dev}' wasn't found")
+        named = [d for d in devices if d.name == args.ib_dev]
+        if not named:
+            # ibv_devinfo's words.  A -d naming none of the devices there
+            # are is bad usage (exit 2); no device at all is not.
+            msg = f"IB device '{args.ib_dev}' wasn't found"
+            raise ValueError(msg) if devices else rdma.RDMAError(msg)
+        devices = named
     elif args.ib_port:
         raise ValueError("-i/--ib-port needs -d/--ib-dev")
     if not devices:

@@ -162,10 +162,13 @@ def _query(args: argparse.Namespace) -> Tuple[str, Any, bool]:
 def saquery(args: argparse.Namespace) -> int:
     """Run ``ibtool saquery``; return the exit code."""
     import rdma.umad
+    from rdma.cli._common import check_end_port_name
     kind, rec, table = _query(args)
     name = args.ca
     if name is not None and args.port is not None:
         name = f"{name}/{args.port}"
+    if name is not None:
+        check_end_port_name(name)
     end_port = rdma.umad.get_end_port(name)
     with rdma.umad.get_umad(end_port, timeout_ms=args.timeout,
                             retries=args.retries) as umad:
