@@ -91,3 +91,47 @@ def test_argparse_errors_exit_2(argv):
     res = ibtool(*argv)
     assert res.returncode == 2
     assert "Traceback" not in res.stderr and "error:" in res.stderr
+
+
+def _our_tracebacks(stderr):
+    """The tracebacks in *stderr* that went through the rdma package.  A
+    SIGINT that lands while Python itself starts (site, runpy finding
+    the module, the console script's first line) is before the package's
+    first line and cannot be caught by it."""
+    blocks = stderr.split("Traceback (most recent call last):")[1:]
+    pkg = os.path.join(ROOT, "rdma") + os.sep
+    return [b for b in blocks if pkg in b]
+
+
+@pytest.mark.parametrize("entry", ["-m", "script"])
+def test_ctrl_c_at_any_moment_is_quiet(entry):
+    """SIGINT to a freshly started ``ibtool devices`` at delays from 0 to
+    0.4 s: never a traceback from the package (it used to print one from
+    rdma/__init__.py, the command modules' imports and build_parser);
+    the status is 130 (exit or death by SIGINT) or 0 (already done)."""
+    import signal
+    import time
+    if entry == "-m":
+        argv = [sys.executable, "-m", "rdma", "devices"]
+    else:
+        # what the ibtool console script runs, under its name
+        argv = [sys.executable, "-c",
+                "import sys; sys.argv[0] = 'ibtool'; "
+                "from rdma.cli import main; sys.exit(main())", "devices"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(
+            os.pathsep) if p]))
+    seen = []
+    for i in range(21):
+        delay = i * 0.02
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert not _our_tracebacks(err), f"after {delay:.2f} s:\n{err}"
+        if "Traceback" in err or "Fatal Python error" in err:
+            continue        # Python's own start (site, runpy, io): status 1
+        assert p.returncode in (0, 130, -signal.SIGINT), (delay, err)
+        seen.append(p.returncode)
+    assert set(seen) & {130, -signal.SIGINT}, seen
