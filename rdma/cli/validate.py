@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -133,18 +134,41 @@ def build_pytest_args(args: argparse.Namespace, junit: str) -> List[str]:
          "--rdma-require"]
     a += ["-rN", "--tb=short"] if args.verbose else ["-q", "--tb=no", "-rN",
                                                      "--no-header"]
-    for opt, val in (("--rdma-device", args.device), ("--rdma-port", args.port),
-                     ("--rdma-gid-index", args.gid_index),
-                     ("--rdma-provider", args.provider),
-                     ("--rdma-peer-device", args.peer_device),
-                     ("--rdma-peer-gid-index", args.peer_gid_index)):
+    for opt in _PLUGIN_VALUES:
+        val = getattr(args, _PLUGIN_OPTIONS[opt][2:].replace("-", "_"))
         if val is not None:
             a.append(f"{opt}={val}")
-    if args.quick:
-        a.append("--rdma-quick")
-    if args.multicast:
-        a.append("--rdma-multicast")
+    for opt in _PLUGIN_FLAGS:
+        if getattr(args, _PLUGIN_OPTIONS[opt][2:]):
+            a.append(opt)
     return a + list(args.pytest_args)
+
+
+#: The pytest plugin's options that ``ibtool validate`` passes on, and
+#: its own names for them.
+_PLUGIN_OPTIONS = {"--rdma-device": "--device", "--rdma-port": "--port",
+                   "--rdma-gid-index": "--gid-index",
+                   "--rdma-provider": "--provider",
+                   "--rdma-peer-device": "--peer-device",
+                   "--rdma-peer-gid-index": "--peer-gid-index",
+                   "--rdma-quick": "--quick",
+                   "--rdma-multicast": "--multicast",
+                   "--rdma-hosts": "--hosts"}
+_PLUGIN_VALUES = ("--rdma-device", "--rdma-port", "--rdma-gid-index",
+                  "--rdma-provider", "--rdma-peer-device",
+                  "--rdma-peer-gid-index")
+_PLUGIN_FLAGS = ("--rdma-quick", "--rdma-multicast")
+
+
+def own_option_names(text: str) -> str:
+    """*text* (a check's message, written for pytest) with the plugin's
+    option names replaced by ``ibtool validate``'s: the suite says "give
+    --rdma-peer-device", ``ibtool validate``'s option is --peer-device."""
+    if "ibtool validate" in text:       # names both already
+        return text
+    return re.sub(r"--rdma-[a-z-]+\b",
+                  lambda m: _PLUGIN_OPTIONS.get(m.group(0), m.group(0)),
+                  text)
 
 
 def run_suite(pytest_args: List[str], timeout: float,
@@ -364,6 +388,8 @@ def validate(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 3
         rows, props = read_junit(junit)
+        for r in rows:
+            r["detail"] = own_option_names(r["detail"])
         if args.verbose:
             print()
         target = props.get("rdma_end_port") or args.device or "first ACTIVE port"

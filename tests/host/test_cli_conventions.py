@@ -135,3 +135,18 @@ def test_ctrl_c_at_any_moment_is_quiet(entry):
         assert p.returncode in (0, 130, -signal.SIGINT), (delay, err)
         seen.append(p.returncode)
     assert set(seen) & {130, -signal.SIGINT}, seen
+
+
+@needs_device
+def test_validate_hints_name_its_own_options():
+    """The suite's skip reason says "give --rdma-peer-device" (the pytest
+    plugin's option); ``ibtool validate``'s option is --peer-device."""
+    res = ibtool("validate", "--quick", "--", "-k", "peer_reachable")
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = " ".join(res.stdout.split())      # the table wraps details
+    assert "give --peer-device" in text, res.stdout
+    assert "--rdma-" not in text
+    from rdma.cli.validate import own_option_names
+    assert own_option_names("give --rdma-hosts twice") == \
+        "give --hosts twice"
+    assert own_option_names("--rdma-require") == "--rdma-require"
