@@ -359,12 +359,6 @@ def validate(args: argparse.Namespace) -> int:
                          ("pair_timeout", 10.0)):
         if getattr(args, opt, default) != default:
             raise ValueError(f"--{opt.replace('_', '-')} needs --hosts")
-    if args.device:
-        from rdma.cli._common import check_end_port_name
-        name = args.device
-        if args.port is not None and "/" not in name:
-            name = f"{name}/{args.port}"
-        check_end_port_name(name, args.provider)
     tmpdir = None
     if args.junitxml:
         junit = os.path.abspath(args.junitxml)

@@ -58,9 +58,6 @@ def validate_subnet(args: argparse.Namespace) -> int:
     if args.CA or args.port:
         port = f"{args.CA or ''}{'/' if args.CA and args.port else ''}" \
                f"{args.port or ''}"
-        if args.CA:
-            from rdma.cli._common import check_end_port_name
-            check_end_port_name(port)
     for opt, value in (("--ib-port", port), ("--ib-topology", args.topology),
                        ("--ib-rate", args.rate),
                        ("--junitxml", args.junitxml), ("-k", args.keyword)):
