@@ -1,7 +1,10 @@
 """``ibtool devinfo``: what ``ibv_devinfo`` prints, from rdma's own queries.
 
-The output uses ibv_devinfo's layout (``name:<tabs>value`` lines, ports
-indented under the device) so that the two can be compared line by line.
+The output is ibv_devinfo's text, tab for tab (``name:<tabs>value`` lines,
+ports indented under the device), so that the two can be compared line
+by line; on the software fabric (ucx0) ``ibtool devinfo [-v]`` and
+``python -m rdma.fabric exec -- ibv_devinfo [-v]`` differ only in the
+values each process has of its own (node GUID, LID, GID).
 """
 from __future__ import annotations
 
@@ -49,11 +52,44 @@ def add_parser(subparsers: Any, name: str,
 
 
 def _line(indent: int, key: str, value: object) -> str:
-    # ibv_devinfo aligns values with tabs to column 32 (device) / 40 (port).
-    col = 32 if indent == 1 else 48
+    """``key:<tabs>value`` indented by *indent* tabs as ibv_devinfo prints
+    it: the value at column 40 for a device's fields (one tab level),
+    48 for a port's, always after at least one tab."""
+    col = 40 if indent == 1 else 48
     width = indent * 8 + len(key) + 1
     tabs = max(1, (col - width + 7) // 8)
     return "\t" * indent + key + ":" + "\t" * tabs + str(value)
+
+
+def _fabric_extended_lines() -> List[str]:
+    """The extended part of ``ibv_devinfo -v`` (what it reads with
+    ibv_query_device_ex, then ``num_comp_vectors``) for the software
+    fabric: its query_device_ex reports none of the extended capabilities
+    (no ODP, timestamps, TSO, RSS, WQs, packet pacing or tag matching:
+    all 0, csrc/fabric_verbs/device.c) and its contexts have one
+    completion vector.  rdma's bindings have no ibv_query_device_ex, so
+    for a verbs device this part is not printed."""
+    lines = ["\tgeneral_odp_caps:"]
+    for t in ("rc", "uc", "ud", "xrc"):
+        lines += [f"\t{t}_odp_caps:", "\t" * 5 + "NO SUPPORT"]
+    lines += ["\tcompletion_timestamp_mask not supported",
+              "\tcore clock not supported",
+              _line(1, "device_cap_flags_ex", "0x0"),
+              "\ttso_caps:",
+              "\t\tmax_tso:\t\t\t0",
+              "\trss_caps:"]
+    for key, tabs, value in (("max_rwq_indirection_tables", 3, "0"),
+                             ("max_rwq_indirection_table_size", 3, "0"),
+                             ("rx_hash_function", 4, "0x0"),
+                             ("rx_hash_fields_mask", 4, "0x0")):
+        lines.append(f"\t\t{key}:" + "\t" * tabs + value)
+    lines += [_line(1, "max_wq_type_rq", 0),
+              "\tpacket_pacing_caps:",
+              "\t\tqp_rate_limit_min:\t0kbps",
+              "\t\tqp_rate_limit_max:\t0kbps",
+              "\ttag matching not supported",
+              _line(1, "num_comp_vectors", 1)]
+    return lines
 
 
 def _flag_names(prefix: str, value: int) -> List[str]:
@@ -117,11 +153,14 @@ def _print_device(dev: rdma.Device, port_filter: int, verbose: bool) -> int:
                 out(_line(1, "max_srq_sge", a.max_srq_sge))
             out(_line(1, "max_pkeys", a.max_pkeys))
             out(_line(1, "local_ca_ack_delay", a.local_ca_ack_delay))
+            if dev.provider == "ucx":
+                for line in _fabric_extended_lines():
+                    out(line)
         for port in range(1, a.phys_port_cnt + 1):
             if port_filter and port != port_filter:
                 continue
             p = ctx.query_port(port)
-            out(_line(2, "port", port))
+            out(f"\t\tport:\t{port}")
             out(_line(3, "state", f"{_PORT_STATE.get(p.state, 'invalid state')} ({p.state})"))
             out(_line(3, "max_mtu", f"{_MTU.get(p.max_mtu, 'invalid MTU')} ({p.max_mtu})"))
             out(_line(3, "active_mtu", f"{_MTU.get(p.active_mtu, 'invalid MTU')} ({p.active_mtu})"))
