@@ -130,6 +130,8 @@ def add_parser(subparsers: Any, name: str,
     p.add_argument("--output", choices=("text", "csv", "json"),
                    default="text",
                    help="text (a perftest-like table), csv or json")
+    p.add_argument("--json", dest="output", action="store_const",
+                   const="json", help="the same as --output json")
     p.add_argument("--progress", choices=("auto", "always", "never"),
                    default="auto",
                    help="progress bar on stderr: auto = when stdout is a "

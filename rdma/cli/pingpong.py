@@ -97,6 +97,8 @@ def add_parser(subparsers: Any, name: str,
                    help="validate the received data (exit 3 if wrong)")
     p.add_argument("--output", choices=("text", "json"), default="text",
                    help="text (the C tools' lines) or one JSON object")
+    p.add_argument("--json", dest="output", action="store_const",
+                   const="json", help="the same as --output json")
     return _oob.intermixed(p)
 
 

@@ -24,6 +24,7 @@ failed, 2 for bad usage, 3 when pytest itself could not run (or timed out).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -76,6 +77,11 @@ def add_parser(subparsers: Any, name: str,
                    help="stop the run after S seconds (default 1800)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show pytest's output (progress and tracebacks)")
+    p.add_argument("--json", action="store_true",
+                   help="print the results as one JSON object (the fields "
+                        "of the text: device, provider, link_layer, "
+                        "gid_index, peer, tests, counts, verdict, seconds, "
+                        "first_problem, exit_status)")
     m = p.add_argument_group(
         "several hosts (execnet gateways; see docs/validation.rst)")
     m.add_argument("--hosts", action="append", metavar="SPEC|FILE",
@@ -345,12 +351,82 @@ def _tail(text: str, n: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:])
 
 
+def _result(args: argparse.Namespace, rc: int, output: str,
+            rows: List[Dict[str, str]], props: Dict[str, str],
+            elapsed: float) -> Dict[str, Any]:
+    """What ``ibtool validate`` reports, as the fields of its text (and of
+    ``--json``): the port checked, the table's rows (``test``, ``result``,
+    ``detail``, ``time``), the counts, the verdict, the first problem and
+    the exit status."""
+    counts: Dict[str, int] = {}
+    for r in rows:
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+    failed = counts.get("FAILED", 0) + counts.get("ERROR", 0)
+    res: Dict[str, Any] = {
+        "device": props.get("rdma_end_port") or args.device,
+        "provider": props.get("rdma_provider"),
+        "link_layer": props.get("rdma_link_layer"),
+        "gid_index": props.get("rdma_gid_index"),
+        "peer": props.get("rdma_peer") or args.peer_device or "loopback",
+        "tests": rows,
+        "counts": {k.lower(): n for k, n in sorted(counts.items())},
+        "seconds": elapsed, "junitxml": args.junitxml,
+        "first_problem": None, "problem": None}
+    if rc < 0:
+        res.update(verdict="STOPPED", exit_status=3,
+                   problem=f"the run was stopped ({_tail(output, 1)})")
+    elif rc not in (0, 1) and not failed:
+        res.update(verdict="ERROR", exit_status=3,
+                   problem=f"pytest exit status {rc}")
+    else:
+        verdict = "FAILED" if failed or rc == 1 else "PASSED"
+        res.update(verdict=verdict, exit_status=1 if failed or rc == 1
+                   else 0)
+    if failed:
+        first = next(r for r in rows if r["result"] in ("FAILED", "ERROR"))
+        res["first_problem"] = {"test": first["test"],
+                                "detail": first["detail"]}
+    return res
+
+
+def _print_result(res: Dict[str, Any], rows: List[Dict[str, str]],
+                  output: str) -> None:
+    """:func:`_result` as text: the header, the table, the verdict."""
+    head = f"ibtool validate: {res['device'] or 'first ACTIVE port'}"
+    if res["provider"]:
+        ll, gi = (("?" if v is None else v)
+                  for v in (res["link_layer"], res["gid_index"]))
+        head += f" ({res['provider']}, {ll}, GID index {gi})"
+    head += f", peer: {res['peer']}"
+    print(head)
+    print()
+    print(format_table(rows))
+    print()
+    if res["verdict"] == "STOPPED":
+        print(f"ibtool validate: {res['problem']}")
+        return
+    if res["verdict"] == "ERROR":
+        print(_tail(output), file=sys.stderr)
+        print(f"ibtool validate: {res['problem']}", file=sys.stderr)
+        return
+    summary = ", ".join(f"{n} {k}" for k, n in res["counts"].items())
+    print(f"{res['verdict']}: {summary or 'no tests ran'} in "
+          f"{res['seconds']:.1f} s"
+          + (f"; JUnit XML: {res['junitxml']}" if res["junitxml"] else ""))
+    if res["first_problem"]:
+        print(f"first problem: {res['first_problem']['test']}: "
+              f"{res['first_problem']['detail']}")
+
+
 def validate(args: argparse.Namespace) -> int:
     if args.pytest_args and args.pytest_args[0] == "--":
         args.pytest_args = args.pytest_args[1:]
     if args.timeout <= 0:
         raise ValueError("--timeout must be positive")
     if getattr(args, "hosts", None):
+        if args.json:
+            raise ValueError("--json is for one host: with --hosts the "
+                             "report is the table, matrix and JUnit XML")
         from rdma.multihost.command import validate_hosts
         return validate_hosts(args)
     for opt, default in (("plot", None), ("pairs", "all"),
@@ -377,46 +453,23 @@ def validate(args: argparse.Namespace) -> int:
         elapsed = time.monotonic() - t0
         if not os.path.exists(junit):
             print(output.rstrip(), file=sys.stderr)
-            print(f"ibtool validate: pytest wrote no report "
-                  f"(exit status {rc})",
-                  file=sys.stderr)
+            problem = f"pytest wrote no report (exit status {rc})"
+            print(f"ibtool validate: {problem}", file=sys.stderr)
+            if args.json:
+                print(json.dumps({"verdict": "ERROR", "problem": problem,
+                                  "exit_status": 3}))
             return 3
         rows, props = read_junit(junit)
         for r in rows:
             r["detail"] = own_option_names(r["detail"])
-        if args.verbose:
+        if args.verbose and not args.json:
             print()
-        target = props.get("rdma_end_port") or args.device or "first ACTIVE port"
-        head = f"ibtool validate: {target}"
-        if props.get("rdma_provider"):
-            head += (f" ({props['rdma_provider']}, "
-                     f"{props.get('rdma_link_layer', '?')}, GID index "
-                     f"{props.get('rdma_gid_index', '?')})")
-        peer = props.get("rdma_peer") or args.peer_device
-        head += f", peer: {peer or 'loopback'}"
-        print(head)
-        print()
-        print(format_table(rows))
-        counts: Dict[str, int] = {}
-        for r in rows:
-            counts[r["result"]] = counts.get(r["result"], 0) + 1
-        summary = ", ".join(f"{n} {k.lower()}" for k, n in sorted(counts.items()))
-        print()
-        failed = counts.get("FAILED", 0) + counts.get("ERROR", 0)
-        if rc < 0:
-            print(f"ibtool validate: the run was stopped ({_tail(output, 1)})")
-            return 3
-        if rc not in (0, 1) and not failed:
-            print(_tail(output), file=sys.stderr)
-            print(f"ibtool validate: pytest exit status {rc}", file=sys.stderr)
-            return 3
-        verdict = "FAILED" if failed or rc == 1 else "PASSED"
-        print(f"{verdict}: {summary or 'no tests ran'} in {elapsed:.1f} s"
-              + (f"; JUnit XML: {args.junitxml}" if args.junitxml else ""))
-        if failed:
-            first = next(r for r in rows if r["result"] in ("FAILED", "ERROR"))
-            print(f"first problem: {first['test']}: {first['detail']}")
-        return 1 if verdict == "FAILED" else 0
+        result = _result(args, rc, output, rows, props, elapsed)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            _print_result(result, rows, output)
+        return result["exit_status"]
     finally:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)

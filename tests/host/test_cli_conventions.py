@@ -150,3 +150,29 @@ def test_validate_hints_name_its_own_options():
     assert own_option_names("give --rdma-hosts twice") == \
         "give --hosts twice"
     assert own_option_names("--rdma-require") == "--rdma-require"
+
+
+@needs_device
+def test_validate_json():
+    """``ibtool validate --json``: one JSON object with the fields of the
+    text (device, provider, peer, the table's test/result/detail, counts,
+    verdict, first_problem) and the exit status it exits with."""
+    import json
+    res = ibtool("validate", "--quick", "--json", "--", "-k", "ports")
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["verdict"] == "PASSED" and out["exit_status"] == 0
+    assert out["device"] and out["provider"] and out["peer"] == "loopback"
+    assert out["first_problem"] is None
+    names = {t["test"]: t for t in out["tests"]}
+    assert names["test_ports::test_port_active"]["result"] == "PASSED"
+    assert set(names["test_ports::test_device"]) == {"test", "result",
+                                                     "detail", "time"}
+    assert sum(out["counts"].values()) == len(out["tests"])
+    res = ibtool("validate", "--quick", "--json", "--device", "nosuch0",
+                 "--", "-k", "test_device")
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["verdict"] == "FAILED" and out["exit_status"] == 1
+    assert out["first_problem"]["test"] == "test_ports::test_device"
+    assert "nosuch0" in out["first_problem"]["detail"]
