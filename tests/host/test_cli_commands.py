@@ -15,7 +15,7 @@ from rdma.cli import COMMANDS
 
 CLI_DIR = os.path.dirname(rdma.cli.__file__)
 #: Modules of rdma/cli that are tools of their own, not ibtool commands.
-NOT_COMMANDS = {"manpages"}
+NOT_COMMANDS = {"manpages", "completion"}
 
 
 def _own_module(name):
