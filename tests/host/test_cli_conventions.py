@@ -176,3 +176,15 @@ def test_validate_json():
     assert out["verdict"] == "FAILED" and out["exit_status"] == 1
     assert out["first_problem"]["test"] == "test_ports::test_device"
     assert "nosuch0" in out["first_problem"]["detail"]
+
+
+def test_library_users_keep_their_excepthook():
+    """The quiet-Ctrl-C hook is for the package's own commands only: a
+    program that imports rdma keeps sys.excepthook, and a
+    KeyboardInterrupt it does not catch still shows its traceback."""
+    res = subprocess.run(
+        [sys.executable, "-c", "import sys; h = sys.excepthook; "
+                               "import rdma; assert sys.excepthook is h; "
+                               "raise KeyboardInterrupt"],
+        capture_output=True, text=True, timeout=60)
+    assert "Traceback" in res.stderr and "KeyboardInterrupt" in res.stderr
