@@ -22,6 +22,7 @@ Python in them, next to the package's rdma/fabric/__init__.py:
     the ibv_* front end for unmodified C programs (csrc/fabric_verbs/),
     loaded with LD_PRELOAD (``python -m rdma.fabric preload``).
 """
+import glob
 import os
 import shlex
 import subprocess
@@ -118,8 +119,21 @@ class BuildExtAndLibs(build_ext):
         os.replace(target + ".tmp", target)
 
 
+# ibtool's shell completions and man pages, generated from its argparse
+# parsers into rdma/cli/data/ (python -m rdma.cli.completion bash|zsh,
+# python -m rdma.cli.manpages; tests/host/test_cli_completion.py checks
+# they are current), installed where bash-completion, zsh's compinit and
+# man look under the installation prefix.
+CLI_DATA = "rdma/cli/data/"
+DATA_FILES = [
+    ("share/bash-completion/completions", [CLI_DATA + "bash/ibtool"]),
+    ("share/zsh/site-functions", [CLI_DATA + "zsh/_ibtool"]),
+    ("share/man/man1", sorted(glob.glob(CLI_DATA + "man/*.1"))),
+]
+
 setup(
     cmdclass={"build_ext": BuildExtAndLibs},
+    data_files=DATA_FILES,
     ext_modules=[
         Extension(
             "rdma._ibverbs",

@@ -7,9 +7,31 @@ device or port (verbs and umad devices are one model, see
 :func:`get_gmp_mad` open one.  Verbs errors raise :class:`SysError`, MAD
 errors :class:`MADError`.
 """
-from typing import Any
+# First, before any import that takes time (os and sys are loaded already).
+import os as _os
+import sys as _sys
 
-from rdma._errors import RDMAError, SysError, WRError
+
+def _quiet_interrupt(tp, value, tb, _prev=_sys.excepthook) -> None:
+    """sys.excepthook of the package's own commands: Ctrl-C is no bug, so
+    a KeyboardInterrupt nobody caught prints no traceback (Python still
+    ends the process by SIGINT: the shell sees status 130)."""
+    if issubclass(tp, KeyboardInterrupt):
+        return
+    _prev(tp, value, tb)
+
+
+# ``python -m rdma`` (or ``-m rdma.fabric`` ...): while runpy imports this
+# package, argv[0] is still "-m"; the ibtool console script imports it
+# first thing.  A Ctrl-C from here on is quiet; rdma.cli.main catches it
+# once the command runs (exit 130).
+if getattr(_sys, "argv", [""])[:1] == ["-m"] or \
+        _os.path.basename(getattr(_sys, "argv", [""])[0] or "") == "ibtool":
+    _sys.excepthook = _quiet_interrupt
+
+from typing import Any  # noqa: E402
+
+from rdma._errors import RDMAError, SysError, WRError  # noqa: E402
 from rdma.devices import (Device, EndPort, RDMADevice, get_device,
                           get_devices, get_end_port, get_verbs)
 # The MAD errors live with the MAD structures (rdma.IBA, which rdma.devices

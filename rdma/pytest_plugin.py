@@ -342,6 +342,24 @@ class RdmaSetup:
             s += f", peer {self.peer_device}"
         return s
 
+    def __repr__(self) -> str:
+        """The options that differ from the defaults, as the constructor
+        takes them, and the end ports once looked up (``->``)."""
+        opts = [("device", self.device, None), ("port", self.port, None),
+                ("gid_index", self.gid_index_opt, None),
+                ("provider", self.provider, None),
+                ("peer_device", self.peer_device, None),
+                ("peer_gid_index", self.peer_gid_index_opt, None),
+                ("quick", self.quick, False),
+                ("require", self.require, False),
+                ("multicast", self.multicast, False)]
+        s = "RdmaSetup(" + ", ".join(f"{k}={v!r}" for k, v, default in opts
+                                     if v != default) + ")"
+        found = [f"{k} {self._cache[k][1]}" for k in ("end_port",
+                                                        "peer_end_port")
+                 if self._cache.get(k, (False,))[0]]
+        return s + (f" -> {', '.join(found)}" if found else "")
+
     def close(self) -> None:
         self._cache.clear()
 

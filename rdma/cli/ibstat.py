@@ -27,10 +27,11 @@ PHYS_STATES = ("No state change", "Sleep", "Polling", "Disabled",
                "PhyTest")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``ibstat`` to ``ibtool``'s subparsers."""
     p = subparsers.add_parser(
-        "ibstat", help="show the local InfiniBand CAs (like ibstat)",
+        name, help=help,
         description="Show the local InfiniBand CAs and their ports as "
                     "infiniband-diags' ibstat does.")
     p.add_argument("ca_name", nargs="?", help="only this CA")
@@ -41,7 +42,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="the CAs without their ports")
     p.add_argument("-p", "--port_list", action="store_true",
                    help="list the port GUIDs")
-    p.set_defaults(func=ibstat)
     return p
 
 

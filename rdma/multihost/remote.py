@@ -23,6 +23,8 @@ __all__ = ["RemoteHost", "RemoteEnd", "RemotePair", "remote_pair",
            "function_source"]
 
 _keys = itertools.count(1 << 20)
+#: Names of the QP types (ibv_qp_type) a pair may have.
+_QP_TYPES = {2: "RC", 3: "UC", 4: "UD"}
 
 
 def function_source(fn: Callable) -> Tuple[str, str]:
@@ -101,11 +103,31 @@ class RemotePair:
     """A QP pair between two hosts, at RTS: ``a`` and ``b`` are
     :class:`RemoteEnd`; :meth:`run` runs a function on both at once."""
 
-    def __init__(self, key: int, a: RemoteHost, b: RemoteHost):
+    def __init__(self, key: int, a: RemoteHost, b: RemoteHost,
+                 qp_type: Optional[int] = None):
         self.key = key
         self.hosts = (a, b)
+        self.qp_type = qp_type
+        self.closed = False
         self.a: RemoteEnd
         self.b: RemoteEnd
+
+    def __repr__(self) -> str:
+        kind = _QP_TYPES.get(self.qp_type, f"QP type {self.qp_type}") \
+            if self.qp_type is not None else "QP"
+        ends = []
+        for host, end in zip(self.hosts, (getattr(self, "a", None),
+                                          getattr(self, "b", None))):
+            text = f"{host.name} {host.info.get('end_port', '?')}"
+            qpn = ((end.info.get("path") or {}).get("sqpn")
+                   if end is not None else None)
+            if qpn is not None:
+                text += f" QPN {qpn:#x}"
+            ends.append(text)
+        state = ("closed" if self.closed else
+                 "at RTS" if hasattr(self, "b") else "connecting")
+        return (f"<RemotePair {kind} {ends[0]} <-> {ends[1]}, {state}, "
+                f"key {self.key}>")
 
     def run(self, fn_a: Callable, fn_b: Callable,
             kwargs_a: Optional[Dict] = None,
@@ -121,6 +143,7 @@ class RemotePair:
         return ra[1], rb[1]
 
     def close(self) -> None:
+        self.closed = True
         for h in self.hosts:
             try:
                 h.host.call("pair_end", 10.0, key=self.key)
@@ -141,7 +164,7 @@ def remote_pair(a: RemoteHost, b: RemoteHost, qp_type: int, *,
     halves of the path cross as plain data, checked on arrival)."""
     if a.name == b.name:
         raise ValueError(f"a remote pair needs two hosts, got {a.name} twice")
-    pair = RemotePair(next(_keys), a, b)
+    pair = RemotePair(next(_keys), a, b, int(qp_type))
     params = {"qp_type": int(qp_type), "size": int(size),
               "depth": int(depth), "hosts": [a.name, b.name],
               "timeout": timeout}

@@ -558,3 +558,25 @@ def test_perftest_adopted_memory_goes_one_sided(env, monkeypatch, tool):
         assert s["am_req"] + s["ring_req"] == 0, s
         out, err = cli.communicate(timeout=T)
         assert cli.returncode == 0, out + err
+
+
+#: Values each process on the fabric has of its own (its node's GUID, LID
+#: and GID): masked, tabs kept, to compare two processes' devinfo.
+_OWN_VALUES = re.compile(r"^(\t+(?:node_guid|sys_image_guid|port_lid|"
+                         r"GID\[\s*\d+\]):\t+).*$", re.M)
+
+
+@pytest.mark.parametrize("verbose", [[], ["-v"]])
+def test_ibtool_devinfo_is_ibv_devinfo_text(env, verbose):
+    """``ibtool devinfo [-v]`` prints ibv_devinfo's text tab for tab,
+    the extended section of -v included (it had one tab too few on every
+    device line and on the port line, and no extended section)."""
+    ref = run(on_fabric("ibv_devinfo", *verbose, "-d", "ucx0"), env)
+    ours = run([sys.executable, "-m", "rdma", "devinfo", *verbose, "-d",
+                "ucx0", "--provider", "ucx"], env)
+    assert ref.returncode == 0 and ours.returncode == 0, \
+        ref.stderr + ours.stderr
+    want = _OWN_VALUES.sub(r"\1X", ref.stdout).splitlines()
+    got = _OWN_VALUES.sub(r"\1X", ours.stdout).splitlines()
+    assert len(want) > (60 if verbose else 15)
+    assert got == want

@@ -1,11 +1,8 @@
-"""``ibtool ibaddr``, ``ibtool sminfo`` and ``ibtool perfquery``: one-node
-inquiries printed as infiniband-diags prints them.
+"""``ibtool perfquery``: a port's PortCounters, printed as
+infiniband-diags' ``perfquery`` prints them.
 
 ::
 
-    ibtool ibaddr [-g | -l] [TARGET]          # GID and LID range of a port
-    ibtool sminfo [TARGET]                     # the SM (default: the local
-                                               # port's SM LID)
     ibtool perfquery [-x] [-r | -R] [TARGET [PORT]]   # PortCounters
 """
 from __future__ import annotations
@@ -15,47 +12,17 @@ from typing import Any, List
 
 from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
-                              add_sa_option, add_target_options,
-                              get_end_port, gmp_path, smp_get, smp_path,
-                              transactor)
+                              add_timeout_option, get_end_port, gmp_path,
+                              open_umad, smp_get, target_words)
 
-__all__ = ["add_parsers", "ibaddr", "sminfo", "perfquery"]
-
-SM_STATES = {0: "SMINFO_NOTACT", 1: "SMINFO_DISCOVER", 2: "SMINFO_STANDBY",
-             3: "SMINFO_MASTER"}
+__all__ = ["add_parser", "perfquery", "counters_lines", "counters_ext_lines",
+           "aggregate"]
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    add_device_options(p)
-    add_target_options(p)
-    add_sa_option(p)
-    p.add_argument("-t", "--timeout", type=int, default=None, metavar="MS",
-                   help="timeout of each MAD in ms")
-
-
-def add_parsers(subparsers: Any) -> None:
-    """Add ``ibaddr``, ``sminfo`` and ``perfquery`` to ``ibtool``."""
-    p = subparsers.add_parser(
-        "ibaddr", help="a port's GID and LID range (like ibaddr)")
-    p.add_argument("rest", nargs="*", metavar="TARGET",
-                   help="LID, -G GUID or -D route (default: local port)")
-    p.add_argument("-g", "--gid_show", action="store_true",
-                   help="only the GID")
-    p.add_argument("-l", "--lid_show", action="store_true",
-                   help="only the LID range")
-    _common(p)
-    p.set_defaults(func=ibaddr)
-
-    p = subparsers.add_parser(
-        "sminfo", help="the subnet manager's SMInfo (like sminfo)")
-    p.add_argument("rest", nargs="*", metavar="TARGET",
-                   help="the SM's LID, -G GUID or -D route (default: the "
-                        "local port's SM LID)")
-    _common(p)
-    p.set_defaults(func=sminfo)
-
-    p = subparsers.add_parser(
-        "perfquery", help="a port's PortCounters (like perfquery)")
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
+    """Add ``perfquery`` to ``ibtool``."""
+    p = subparsers.add_parser(name, help=help)
     p.add_argument("rest", nargs="*", metavar="TARGET",
                    help="LID or -G GUID (default: the local port), then "
                         "the port (default: the local port's number), "
@@ -95,68 +62,9 @@ def add_parsers(subparsers: Any) -> None:
                    help="the target is a port GUID (hex)")
     t.add_argument("-L", "--Lid", dest="addr_lid", action="store_true",
                    help="the target is a LID (the default)")
-    p.add_argument("-t", "--timeout", type=int, default=None, metavar="MS",
-                   help="timeout of each MAD in ms")
-    p.set_defaults(func=perfquery, details=None)
-
-
-def _umad(args: argparse.Namespace, end_port: Any) -> Any:
-    import rdma.umad
-    kw = {} if args.timeout is None else {"timeout_ms": args.timeout}
-    return rdma.umad.UMAD(end_port, **kw)
-
-
-def _target(args: argparse.Namespace, most: int) -> List[str]:
-    if len(args.rest) > most:
-        raise CmdError(f"too many arguments: {' '.join(args.rest)}")
-    return list(args.rest)
-
-
-def ibaddr(args: argparse.Namespace) -> int:
-    """Run ``ibtool ibaddr``; return the exit status."""
-    import rdma.IBA as IBA
-    rest = _target(args, 1)
-    end_port = get_end_port(args)
-    with _umad(args, end_port) as raw:
-        umad = transactor(raw, args)
-        path = smp_path(rest[0] if rest else None, args, end_port, raw)
-        ni = smp_get(umad, IBA.SMPNodeInfo, path)
-        pi = smp_get(umad, IBA.SMPPortInfo, path)
-    gid = IBA.GID.from_parts(pi.GIDPrefix, int(ni.portGUID))
-    first, last = pi.LID, pi.LID + (1 << pi.LMC) - 1
-    show_gid = args.gid_show or not args.lid_show
-    show_lid = args.lid_show or not args.gid_show
-    parts = []
-    if show_gid:
-        parts.append(f"GID {gid} ")
-    if show_lid:
-        parts.append(f"LID start 0x{first:x} end 0x{last:x}")
-    print("".join(parts))
-    return 0
-
-
-def sminfo(args: argparse.Namespace) -> int:
-    """Run ``ibtool sminfo``; return the exit status."""
-    import rdma.IBA as IBA
-    rest = _target(args, 1)
-    end_port = get_end_port(args)
-    target = rest[0] if rest else None
-    if target is None:
-        if not end_port.sm_lid:
-            raise CmdError(f"{end_port} knows no SM LID (no SM on the "
-                           f"subnet?): give the SM's LID")
-        target = str(end_port.sm_lid)
-        args.addr_direct = args.addr_guid = False
-    with _umad(args, end_port) as raw:
-        path = smp_path(target, args, end_port, raw)
-        si = smp_get(transactor(raw, args), IBA.SMPSMInfo, path)
-    lid = getattr(path, "DLID", 0)
-    if lid in (0, 0xFFFF):
-        lid = 0
-    print(f"sminfo: sm lid {lid} sm guid 0x{int(si.GUID):x}, activity "
-          f"count {si.actCount} priority {si.priority} state {si.SMState} "
-          f"{SM_STATES.get(si.SMState, '???')}")
-    return 0
+    add_timeout_option(p)
+    p.set_defaults(details=None)
+    return p
 
 
 def counters_lines(pc: Any) -> List[str]:
@@ -321,7 +229,7 @@ def _details(args: argparse.Namespace, rest: List[str], end_port: Any,
     """``perfquery -E`` / ``-D``: one port's error or discard details."""
     import rdma.IBA as IBA
     attr, title, rows = _DETAILS[args.details]
-    with _umad(args, end_port) as umad:
+    with open_umad(args, end_port) as umad:
         path = gmp_path(rest[0] if rest else None, args, end_port, umad)
         val = umad.PerformanceGet(getattr(IBA, attr)(portSelect=port), path)
     print(f"# {title} counters: Lid {path.DLID} port {port}")
@@ -336,7 +244,7 @@ def perfquery(args: argparse.Namespace) -> int:
     """Run ``ibtool perfquery``; return the exit status."""
     import rdma.IBA as IBA
     import sys
-    rest = _target(args, 2)
+    rest = target_words(args, 2)
     end_port = get_end_port(args)
     ports = _ports_spec(rest[1]) if len(rest) > 1 else []
     # As perfquery: -a means port 255; a port argument replaces it, and
@@ -351,7 +259,7 @@ def perfquery(args: argparse.Namespace) -> int:
                            f"not with -x, -l, -r, -R or a port list")
         return _details(args, rest, end_port, port)
     cls = IBA.PMPortCountersExt if args.extended else IBA.PMPortCounters
-    with _umad(args, end_port) as umad:
+    with open_umad(args, end_port) as umad:
         path = gmp_path(rest[0] if rest else None, args, end_port, umad)
         cpi = umad.PerformanceGet(IBA.MADClassPortInfo, path)
         cap = cpi.capabilityMask

@@ -23,11 +23,10 @@ from rdma.cli._ibopts import CmdError
 __all__ = ["add_parser", "validate_subnet"]
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``validate-subnet`` to ``ibtool``."""
-    p = subparsers.add_parser(
-        "validate-subnet", help="check an InfiniBand subnet: topology, "
-                                "link rates, error counters, routes, SM")
+    p = subparsers.add_parser(name, help=help)
     p.add_argument("--topology", metavar="FILE",
                    help="the expected topology (ibnetdiscover format)")
     p.add_argument("--rate", metavar="RATE",
@@ -44,7 +43,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--junitxml", metavar="FILE", help="JUnit XML report")
     p.add_argument("-k", dest="keyword", default=None,
                    help="only the checks matching this pytest expression")
-    p.set_defaults(func=validate_subnet)
     return p
 
 

@@ -23,18 +23,16 @@ __all__ = ["add_parser", "set_nodedesc", "SYSFS"]
 SYSFS = Path("/sys/class/infiniband")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``set_nodedesc`` to ``ibtool``."""
-    p = subparsers.add_parser(
-        "set_nodedesc", help="show or set local CAs' NodeDescription "
-                             "(like set_nodedesc.sh)")
+    p = subparsers.add_parser(name, help=help)
     p.add_argument("desc", nargs="?", default=None,
                    help="the new description (at most 64 bytes of UTF-8)")
     p.add_argument("-C", "--Ca", dest="CA", default=None,
                    help="only this CA (default: all)")
     p.add_argument("-v", "--view", action="store_true",
                    help="print the descriptions (the default without DESC)")
-    p.set_defaults(func=set_nodedesc)
     return p
 
 

@@ -31,11 +31,10 @@ ERROR_COUNTERS = IBA.PC_ERROR_COUNTERS
 _ALL_PORT_SELECT = 0x100      # ClassPortInfo:CapabilityMask bit (PerfMgt)
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``ibqueryerrors`` to ``ibtool``."""
-    p = subparsers.add_parser(
-        "ibqueryerrors", help="ports whose error counters are above a "
-                              "threshold (like ibqueryerrors)")
+    p = subparsers.add_parser(name, help=help)
     p.add_argument("-c", "--suppress-common", action="store_true",
                    help="suppress PortRcvSwitchRelayErrors")
     p.add_argument("-k", "--clear", action="store_true",
@@ -51,7 +50,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_device_options(p)
     add_node_name_map(p)
     add_sa_option(p)
-    p.set_defaults(func=ibqueryerrors)
     return p
 
 

@@ -62,11 +62,10 @@ _PORT_STATES = {"down": 1, "arm": 3, "active": 4}
 _PLACEHOLDER_LID = 0x1234
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``ibportstate`` to ``ibtool``."""
-    p = subparsers.add_parser(
-        "ibportstate", help="show, enable, disable or reset a port "
-                            "(like ibportstate)")
+    p = subparsers.add_parser(name, help=help)
     p.add_argument("rest", nargs="*", metavar="TARGET",
                    help="the node (LID, -G GUID or -D route), the port, "
                         "then query (default), enable, disable, on, off, "
@@ -77,7 +76,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="show the M_Key")
     add_device_options(p)
     add_target_options(p)
-    p.set_defaults(func=ibportstate)
     return p
 
 

@@ -1,6 +1,7 @@
-"""``ibtool ibnetdiscover``, ``ibswitches`` and ``ibhosts``: the subnet
-as :mod:`rdma.discovery` finds it (directed-route SMPs, many in flight),
-printed as infiniband-diags prints it.
+"""``ibtool ibnetdiscover``, ``ibswitches``, ``ibhosts``, ``ibrouters``
+and ``ibnodes`` (the last four are aliases of this module in ``ibtool``'s
+table): the subnet as :mod:`rdma.discovery` finds it (directed-route
+SMPs, many in flight), printed as infiniband-diags prints it.
 
 ::
 
@@ -27,16 +28,21 @@ from rdma.cli._ibopts import (add_device_options, add_node_name_map,
                               add_sa_option, get_end_port,
                               load_node_name_map, node_name)
 
-__all__ = ["add_parsers", "discover", "topology_lines", "ibnetdiscover",
+__all__ = ["add_parser", "discover", "topology_lines", "ibnetdiscover",
            "ibswitches", "ibhosts", "ibrouters", "ibnodes"]
 
 
-
-def add_parsers(subparsers: Any) -> None:
-    """Add ``ibnetdiscover``, ``ibswitches`` and ``ibhosts``."""
-    p = subparsers.add_parser(
-        "ibnetdiscover", help="discover the subnet and print its topology "
-                              "file (like ibnetdiscover)")
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
+    """Add ``ibnetdiscover``, or one of its aliases in ``ibtool``'s
+    table (``ibswitches``, ``ibhosts``, ``ibrouters``, ``ibnodes``: the
+    same discovery, listed)."""
+    p = subparsers.add_parser(name, help=help)
+    if name != "ibnetdiscover":
+        add_device_options(p)
+        add_node_name_map(p)
+        add_sa_option(p)
+        return p
     p.add_argument("topology_file", nargs="?", default=None,
                    help="write the topology here (default: stdout)")
     g = p.add_mutually_exclusive_group()
@@ -54,17 +60,7 @@ def add_parsers(subparsers: Any) -> None:
     add_device_options(p)
     add_node_name_map(p)
     add_sa_option(p)
-    p.set_defaults(func=ibnetdiscover)
-    for name, what, func in (("ibswitches", "switches", ibswitches),
-                             ("ibhosts", "CAs", ibhosts),
-                             ("ibrouters", "routers", ibrouters),
-                             ("ibnodes", "CAs and switches", ibnodes)):
-        p = subparsers.add_parser(
-            name, help=f"list the {what} of the subnet (like {name})")
-        add_device_options(p)
-        add_node_name_map(p)
-        add_sa_option(p)
-        p.set_defaults(func=func)
+    return p
 
 
 def discover(args: argparse.Namespace) -> Any:

@@ -32,10 +32,10 @@ __all__ = ["add_parser", "iblinkinfo", "port_line", "link_text"]
 _CAP_EXT_SPEEDS = 1 << 14
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``iblinkinfo`` to ``ibtool``."""
-    p = subparsers.add_parser(
-        "iblinkinfo", help="every link of the subnet (like iblinkinfo)")
+    p = subparsers.add_parser(name, help=help)
     p.add_argument("-l", "--line", action="store_true",
                    help="one line per port with the node's GUID and name")
     p.add_argument("-d", "--down", action="store_true",
@@ -56,7 +56,7 @@ def add_parser(subparsers: Any) -> None:
     add_device_options(p)
     add_node_name_map(p)
     add_sa_option(p)
-    p.set_defaults(func=iblinkinfo)
+    return p
 
 
 def _pick(table: Any, v: int) -> str:
