@@ -276,7 +276,7 @@ def test_error_status_is_a_mad_error(worker, lids):
 @pytest.mark.parametrize("attr", ["SANodeRecord", "SAPortInfoRecord"])
 def test_get_table_rmpp_kernel_and_user(fabric, worker, lids, attr):
     """A GetTable answer of several MADs: through the RMPP agent (the
-    kernel's job; the fixed shim's here) and joined in user space by
+    kernel's job; rdma's ibsim shim's here) and joined in user space by
     rdma._rmpp (an agent without RMPP, each segment acknowledged): the
     same records, every node's."""
     import json
