@@ -75,7 +75,8 @@ static void agent_drop(struct agent *a)
 }
 
 /* Close a file: drop its agents and queued MADs (the caller closes the
- * descriptor and frees f). */
+ * descriptor, ends SM-capability for issm0 without sim.lock, and frees
+ * f). */
 void file_release(struct ufile *f)
 {
     struct packet *p;
@@ -89,8 +90,6 @@ void file_release(struct ufile *f)
         free(p);
     }
     __atomic_store_n(&sim.files[f->fd], NULL, __ATOMIC_RELEASE);
-    if (f->issm && link_ctl(SIM_OP_SET_ISSM, &(int){0}, sizeof(int)) < 0)
-        SIM_LOG("SET_ISSM 0 failed: %s", strerror(errno));
 }
 
 /* Return 0 if the kernel would take this registration, else an errno. */

@@ -12,8 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How long a control request may wait for its answer. */
-#define CTL_ANSWER_MS 5000
+/* How long a control request may wait for its answer (the server is
+ * single-threaded and may be busy with a slow client for a while). */
+#define CTL_ANSWER_MS 30000
 
 /* Fill *a with the abstract-namespace address "<base>:<what><num>" (num
  * < 0: none); return its length.  ibsim's names end with a NUL byte that
@@ -138,9 +139,15 @@ static int attach(void)
     if (host)
         snprintf(h.node, sizeof(h.node), "%s", host);
     if (link_ctl(SIM_OP_CONNECT, &h, sizeof(h)) < 0) {
-        shim_log("ibsim refused us as a client on node \"%s\" (unknown "
-                 "node, all client slots taken, or an SM there already)",
-                 host ? host : "(default)");
+        int err = errno;
+
+        if (err == ETIMEDOUT)
+            shim_log("ibsim did not answer our CONNECT");
+        else
+            shim_log("ibsim refused us as a client on node \"%s\" "
+                     "(unknown node, all client slots taken, or an SM "
+                     "there already)", host ? host : "(default)");
+        errno = err;
         return -1;
     }
     sim.client = h.id;
@@ -174,7 +181,9 @@ static int query_node(void)
 }
 
 /* Open both sockets, attach to the server and read our node.  Return 0,
- * or -1 (everything closed again). */
+ * or -1 (the sockets closed again, except when CONNECT got no answer:
+ * the server may still take it and then connects to our data socket,
+ * and ibsim exits if that socket is gone). */
 int link_open(void)
 {
     const char *base = getenv("IBSIM_SOCKNAME");
@@ -185,8 +194,11 @@ int link_open(void)
     sim.data_fd = bound_socket("in");
     if (sim.ctl_fd < 0 || sim.data_fd < 0 || reach_server(sim.ctl_fd) < 0)
         goto fail;
-    if (attach() < 0)
+    if (attach() < 0) {
+        if (errno == ETIMEDOUT)
+            return -1;
         goto fail;
+    }
     if (query_node() < 0) {
         link_ctl(SIM_OP_DISCONNECT, NULL, 0);
         goto fail;

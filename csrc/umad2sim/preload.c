@@ -41,6 +41,7 @@ static int (*libc_scandir)(const char *, struct dirent ***,
 
 static pthread_once_t resolved = PTHREAD_ONCE_INIT;
 static pthread_once_t started = PTHREAD_ONCE_INIT;
+static pid_t owner;             /* the process that connected */
 
 void shim_log(const char *fmt, ...)
 {
@@ -68,9 +69,12 @@ static void resolve(void)
     *(void **)&libc_scandir = dlsym(RTLD_NEXT, "scandir");
 }
 
-/* At exit: give our ibsim client slot back and remove the sysfs tree. */
+/* At exit: give our ibsim client slot back and remove the sysfs tree
+ * (not in a child forked without exec: both are its parent's). */
 static void stop(void)
 {
+    if (getpid() != owner)
+        return;
     link_close();
     sysfs_remove();
 }
@@ -91,6 +95,7 @@ static void start(void)
         return;
     }
     sim.up = 1;
+    owner = getpid();
     atexit(stop);
 }
 
@@ -161,6 +166,10 @@ EXPORT int close(int fd)
     pthread_mutex_lock(&sim.lock);
     file_release(f);
     pthread_mutex_unlock(&sim.lock);
+    /* Never a control exchange under sim.lock: the server may be
+     * waiting for our receiver, which waits for the lock. */
+    if (f->issm && link_ctl(SIM_OP_SET_ISSM, &(int){0}, sizeof(int)) < 0)
+        SIM_LOG("SET_ISSM 0 failed: %s", strerror(errno));
     rc = libc_close(fd);
     free(f);
     return rc;

@@ -222,7 +222,7 @@ def umad_file_contract():
 
 def short_read_keeps_mad(lid):
     """Send a PortInfo SMP to ``lid`` through libibumad (ctypes), wait
-    for the answer with select(), read it first into a buffer too small
+    for the answer with epoll, read it first into a buffer too small
     (ENOSPC: the header says the length needed, the MAD stays queued),
     then whole.  Returns (errno name of the short read, length in its
     header, bytes of the whole read, TID and status of the answer)."""
@@ -244,7 +244,11 @@ def short_read_keeps_mad(lid):
         buf.raw = bytes(hdr) + bytes(mad)
         lib.umad_set_addr(buf, lid, 0, 0, 0)
         assert lib.umad_send(fd, agent, buf, 256, 1000, 0) == 0
-        assert select.select([fd], [], [], 5)[0] == [fd]
+        ep = select.epoll()
+        ep.register(fd, select.EPOLLIN)
+        ready = ep.poll(5)
+        ep.close()
+        assert ready == [(fd, select.EPOLLIN)], ready
         small = ctypes.create_string_buffer(hdr + 100)
         n = libc.read(fd, small, ctypes.c_size_t(hdr + 100))
         first = errno.errorcode.get(ctypes.get_errno(), "?") if n < 0 \

@@ -168,38 +168,36 @@ def test_service_record_last_32_bytes(big):
         worker.call("sa_delete", key)
 
 
-def _main_fabric_nodes():
-    from conftest import TOPOLOGIES
-    return len(hca_nodes(TOPOLOGIES["2sw4hca"])) + 2
+#: NodeRecords of this module's fabric: its HCAs and two switches.
+NODES = len(hca_nodes(TOPOLOGY)) + 2
 
 
-def test_agents_do_not_pile_up(fabric):
+def test_agents_do_not_pile_up(big):
     """In one process, an agent registered and unregistered 2000 times
     (libibumad's umad_register/umad_unregister), then an SA GetTable: an
     agent id freed by unregister is used again, as with the kernel."""
-    worker = fabric.worker("Hca2")
-    assert worker.call("agent_churn", 2000, timeout=120) == \
-        _main_fabric_nodes()
+    worker = big.worker("Hca2")
+    assert worker.call("agent_churn", 2000, timeout=120) == NODES
 
 
-def test_closing_a_umad_frees_its_agents(fabric):
+def test_closing_a_umad_frees_its_agents(big):
     """300 times in one process a UMAD with four agents, closed with them
     still registered (what a tool run per command does), then an SA
     GetTable.  Closing the file frees all its agents, as the kernel does:
     ibsim's own shim freed one per close, and umad_register failed with
     ENOMEM ("Cannot allocate memory") after about ten rounds."""
-    worker = fabric.worker("Hca3")
-    assert worker.call("agent_churn", 300, per_umad=True, timeout=300) == \
-        _main_fabric_nodes()
+    worker = big.worker("Hca3")
+    assert worker.call("agent_churn", 300, per_umad=True,
+                       timeout=300) == NODES
 
 
-def test_umad_file_contract(fabric):
+def test_umad_file_contract(big):
     """A file holds 32 agents (the 33rd: ENOMEM), ids are the lowest free
     ones, unregistering an unknown id is EINVAL; an empty file is not
     readable (select), read() on it is EAGAIN (libibumad opens it
     O_NONBLOCK) and a buffer smaller than the header is EINVAL."""
     import errno
-    r = fabric.worker("Hca4").call("umad_file_contract")
+    r = big.worker("Hca4").call("umad_file_contract")
     assert r["fd"] >= 0
     assert r["ids"] == list(range(32))
     assert r["33rd"] == (-errno.EPERM, errno.ENOMEM)
@@ -209,11 +207,12 @@ def test_umad_file_contract(fabric):
     assert r["read empty"] == "EAGAIN" and r["read tiny"] == "EINVAL"
 
 
-def test_short_read_keeps_the_mad(fabric):
+def test_short_read_keeps_the_mad(big):
     """A MAD read into a buffer too small: ENOSPC, the header carries the
     length needed, and the MAD stays queued for the next read (which
-    gets the PortInfo answer whole, with our TID)."""
-    worker = fabric.worker("Hca4")
+    gets the PortInfo answer whole, with our TID).  The wait for it is
+    an epoll on the umad descriptor."""
+    worker = big.worker("Hca4")
     sm = worker.call("end_port")["sm_lid"]
     first, need, whole, tid, status = worker.call("short_read_keeps_mad",
                                                   sm)
