@@ -71,6 +71,19 @@ static int send_message(const struct agent *a, const struct ib_user_mad_hdr *h,
 
 /* ---- sends that wait for a response (timeout_ms > 0) */
 
+/* When an attempt with this timeout fails.  A little before the timeout
+ * (a quarter of it, at most 100 ms): libibmad waits for the answer in
+ * poll() with the same timeout and gives up unless the send came back
+ * timed out first, which the kernel's timer does at once but our thread,
+ * on a loaded machine, may not. */
+static uint64_t deadline(uint32_t timeout_ms)
+{
+    uint64_t t = timeout_ms * 1000000ull;
+    uint64_t early = t / 4 < 100000000ull ? t / 4 : 100000000ull;
+
+    return now_ns() + t - early;
+}
+
 static void wake_receiver(void)
 {
     uint64_t one = 1;
@@ -144,7 +157,7 @@ static void attempt_failed(struct pending *p)
 
     if (a && p->retries_left) {
         p->retries_left--;
-        p->deadline_ns = now_ns() + h->timeout_ms * 1000000ull;
+        p->deadline_ns = deadline(h->timeout_ms);
         if (send_message(a, h, p->umad + HDR_NEW, p->len - HDR_NEW, 1) < 0)
             SIM_LOG("resend failed: %s", strerror(errno));
         pending_link(p);
@@ -198,7 +211,7 @@ static void expect_response(uint16_t tag, const struct ib_user_mad_hdr *h,
     p->tag = tag;
     p->tid = get_be64(mad + MO_TID) & TID_LOW48;
     p->retries_left = h->retries;
-    p->deadline_ns = now_ns() + h->timeout_ms * 1000000ull;
+    p->deadline_ns = deadline(h->timeout_ms);
     pending_link(p);
     wake_receiver();
 }
