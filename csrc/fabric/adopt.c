@@ -115,6 +115,25 @@ uffd_with(uint64_t features)
     return fd;
 }
 
+/* Block every signal this thread can block (the old mask into *old):
+   while it copies a range under userfaultfd's protection, a store into
+   the range from this same thread (its signal handler's) would wait for
+   the end of the protection, which only this thread can bring.  Signals
+   that come meanwhile are delivered by signals_on. */
+static void
+signals_off(sigset_t *old)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, old);
+}
+
+static void
+signals_on(const sigset_t *old)
+{
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 /* Write-protect [s, s + len) with userfaultfd: a store another thread
    makes to it waits until wp_end (its fault is retried then, against
    whatever is mapped there).  Private anonymous memory only (the kernel
@@ -336,6 +355,7 @@ fab_mem_adopt(uint8_t *addr, size_t len)
     ucs_status_t st;
     struct umem *u;
     struct shmid_ds ds;
+    sigset_t sigs;
     int shmid = -1, wp;
 
     reclaim();
@@ -364,18 +384,25 @@ fab_mem_adopt(uint8_t *addr, size_t len)
     /* the segment's pages, allocated in one call rather than one fault
        each during the copy (while other threads' stores wait) */
     (void)madvise(a.address, len, MADV_POPULATE_WRITE);
+    /* a store into the range from this thread (a signal handler's) would
+       wait for this thread's own wp_end: no signal until then */
+    signals_off(&sigs);
     wp = debug_wp("none") ? INT_MAX : wp_begin(s, len);
-    if (wp < 0)
+    if (wp < 0) {
+        signals_on(&sigs);
         goto fail;
+    }
     memcpy(a.address, (void *)s, len);
     /* the user's pages are replaced by the segment (one mmap_lock'ed
        step); UCX's memory hooks see the shmat and drop what they cached
        for the range */
     if (shmat(shmid, (void *)s, SHM_REMAP) != (void *)s) {
         wp_end(wp, s, len, 0);
+        signals_on(&sigs);
         goto fail;
     }
     wp_end(wp, s, len, 1);
+    signals_on(&sigs);
     u->addr = (uint8_t *)s;
     u->len = len;
     u->maplen = len;
@@ -516,7 +543,7 @@ give_back(struct umem *u)
     struct giveback g;
     struct uffdio_register reg;
     pthread_t th;
-    sigset_t all, old;
+    sigset_t old;
     void *t;
     int ok = 0;
 
@@ -551,13 +578,15 @@ give_back(struct umem *u)
     reg.mode = UFFDIO_REGISTER_MODE_MISSING;
     if (ioctl(g.fd, UFFDIO_REGISTER, &reg) != 0)
         goto out;
-    /* the helper takes no signal of the program's */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* the helper takes no signal of the program's; nor does this thread
+       until the range is filled (its signal handler touching a page not
+       yet filled would wait for this thread's own fill) */
+    signals_off(&old);
     ok = pthread_create(&th, NULL, giveback_events, &g) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!ok)
+    if (!ok) {
+        signals_on(&old);
         goto out;
+    }
     ok = fab_raw_mremap(t, g.len, u->addr) != MAP_FAILED;
     if (ok) {
         t = MAP_FAILED;         /* moved */
@@ -565,6 +594,7 @@ give_back(struct umem *u)
            registered, which this one is until the close below) */
         (void)fill(&g, g.s, g.len);
     }
+    signals_on(&old);
     (void)!write(g.stop[1], "", 1);
     pthread_join(th, NULL);
 out:
