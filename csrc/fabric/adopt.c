@@ -283,11 +283,11 @@ range_add(uintptr_t s, size_t len, int shmid)
 }
 
 static void
-range_del(uintptr_t s)
+range_del(uintptr_t s, int shmid)
 {
     size_t i;
     for (i = 0; i < nranges; i++)
-        if (ranges[i].s == s) {
+        if (ranges[i].s == s && ranges[i].shmid == shmid) {
             ranges[i] = ranges[--nranges];
             return;
         }
@@ -364,7 +364,8 @@ fab_mem_adopt(uint8_t *addr, size_t len)
         return;
     LOCK();
     for (u = N.umems; u != NULL; u = u->next)
-        if ((uintptr_t)u->addr < e && s < (uintptr_t)u->addr + u->maplen)
+        if (!u->detached && (uintptr_t)u->addr < e &&
+            s < (uintptr_t)u->addr + u->maplen)
             break;              /* contained (already fast) or overlap */
     UNLOCK();
     if (u != NULL || !anon_private(s, e) || uverbs_open())
@@ -417,6 +418,52 @@ fail:
     fab_umem_free(u);
 }
 
+/* A registration of [addr, addr + len) is about to be matched against
+   adopted memory (fab_adopt_lock held, N.lock not).  Adopted memory
+   there that is no longer what the program has mapped at its address
+   (it unmapped the range, or mapped other memory over it, while an MR
+   still held the segment) is detached: the MRs in it keep the segment (a
+   NIC's pinned pages), and no new MR is matched to it, so that the new
+   memory is registered (adopted) afresh.  Memory that was revoked
+   (mem_revoke: a private copy at addr) is left as it is. */
+void
+fab_adopt_check(const uint8_t *addr, size_t len)
+{
+    uintptr_t s = (uintptr_t)addr, e = s + len;
+    struct umem *cand[16], *u;
+    size_t n = 0, i;
+
+    LOCK();
+    for (u = N.umems; u != NULL && n < 16; u = u->next)
+        if (u->xaddr != NULL && !u->detached && u->shadow == NULL &&
+            (uintptr_t)u->addr < e && s < (uintptr_t)u->addr + u->maplen)
+            cand[n++] = u;
+    UNLOCK();
+    for (i = 0; i < n; i++) {
+        u = cand[i];
+        if (is_attach((uintptr_t)u->addr, u->maplen, u->shmid))
+            continue;
+        LOCK();
+        u->detached = 1;
+        UNLOCK();
+    }
+}
+
+/* 1 if u is adopted memory that is no longer what the program has
+   mapped at its address (then it is detached, as by fab_adopt_check);
+   0 for any other memory.  Either lock held. */
+int
+fab_adopt_moved(struct umem *u)
+{
+    if (u->xaddr == NULL || u->shadow != NULL)
+        return 0;
+    if (!u->detached &&
+        is_attach((uintptr_t)u->addr, u->maplen, u->shmid))
+        return 0;
+    u->detached = 1;
+    return 1;
+}
+
 /* Adopted memory with no MR left whose range the program unmapped or
    replaced (fab_adopt_lock held, N.lock not): UCX's mapping of it goes,
    and with it the segment's pages (nothing else attaches them). */
@@ -455,7 +502,7 @@ reclaim(void)
     for (i = 0; i < n; i++)
         if (!kept[i]) {
             fab_umem_unlink(idle[i]);
-            range_del((uintptr_t)idle[i]->addr);
+            range_del((uintptr_t)idle[i]->addr, idle[i]->shmid);
             idle[i]->next = gone;
             gone = idle[i];
         }
@@ -654,7 +701,7 @@ fab_mem_unadopt(struct umem *u)
         LOCK();
         fab_umem_unlink(u);
         UNLOCK();
-        range_del((uintptr_t)u->addr);
+        range_del((uintptr_t)u->addr, u->shmid);
         fab_umem_free(u);
     }
     reclaim();

@@ -428,6 +428,9 @@ struct umem {
                               attached again; NULL: alloc_mr memory */
     int shmid;             /* adopted: the SysV segment */
     int refs;              /* adopted: MRs that lie in it */
+    int detached;          /* adopted: the program unmapped or replaced
+                              the range (fab_adopt_check); its MRs keep
+                              the segment, no new MR lies in it */
     ucp_mem_h memh;
     void *rkey;            /* packed rkey, NULL if too big */
     size_t rkey_len;
@@ -836,6 +839,8 @@ extern pthread_mutex_t fab_adopt_lock;
 int fab_adopt_enabled(void);
 void fab_mem_adopt(uint8_t *addr, size_t len);
 void fab_mem_unadopt(struct umem *u);
+void fab_adopt_check(const uint8_t *addr, size_t len);
+int fab_adopt_moved(struct umem *u);
 
 /* mr.c */
 /* one line of /proc/self/maps (fab_maps_parse) */
@@ -1001,6 +1006,21 @@ in_mr(const struct umr *mr, uint64_t addr, uint64_t len)
 {
     uint64_t start = (uint64_t)(uintptr_t)mr->addr;
     return addr >= start && len <= mr->len && addr - start <= mr->len - len;
+}
+
+/* Where the responder reaches raddr, an address in mr: for adopted
+   memory, UCX's own mapping of the segment, which stays the MR's
+   whatever the program does with its range (unmaps it, maps other
+   memory there, makes it read-only), as a NIC's pinned pages; else raddr
+   itself.  (Revoked memory, mem_revoke: the private copy at the
+   program's address.) */
+static inline uint8_t *
+mr_at(const struct umr *mr, uint64_t raddr)
+{
+    const struct umem *u = mr != NULL ? mr->umem : NULL;
+    if (u != NULL && u->xaddr != NULL && u->shadow == NULL)
+        return u->xaddr + (raddr - (uint64_t)(uintptr_t)u->addr);
+    return (uint8_t *)(uintptr_t)raddr;
 }
 
 /* Scatter len bytes of src into a checked s/g list; return bytes copied. */

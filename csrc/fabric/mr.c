@@ -406,6 +406,41 @@ fab_maps_find(uintptr_t addr, struct maps_line *m)
     return rc;
 }
 
+/* Is every page of [addr, addr + len) mapped, readable, and writable if
+   write is set?  What the kernel's ib_umem_get pins (without
+   FOLL_FORCE): 0, or -1 with *what naming the first page that is not
+   ("not mapped", "not writable", "not readable"). */
+static int
+range_mapped(uintptr_t addr, size_t len, int write, uintptr_t *bad,
+             const char **what)
+{
+    char line[4096];
+    struct maps_line m;
+    uintptr_t pos = addr & ~(uintptr_t)4095, e = addr + len;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (f == NULL)
+        return 0;               /* cannot tell: the pages are used as is */
+    *what = "not mapped";
+    while (pos < e && fgets(line, sizeof(line), f) != NULL) {
+        if (fab_maps_parse(line, &m) < 0 || m.end <= pos)
+            continue;
+        if (m.start > pos)
+            break;              /* a hole */
+        if (m.perms[0] != 'r' && !write) {
+            *what = "not readable";
+            break;
+        }
+        if (write && m.perms[1] != 'w') {
+            *what = "not writable";
+            break;
+        }
+        pos = m.end;
+    }
+    fclose(f);
+    *bad = pos < addr ? addr : pos;
+    return pos >= e ? 0 : -1;
+}
+
 /* What UCX mapped at addr: 1 a SysV segment (its id in *shmid), 0
    anonymous memory (mmap), -1 anything else or not found. */
 int
@@ -616,7 +651,9 @@ mem_revoke(struct umem *u)
     uint8_t *copy, *aside;
     uint32_t i;
 
-    if (u->shadow != NULL)
+    /* (adopted memory the program no longer has at addr: what is there
+       now is not u's, and the program does not see u's pages) */
+    if (u->shadow != NULL || fab_adopt_moved(u))
         return 0;
     for (i = 1; i < N.nmr && i < SH_MR; i++) {
         struct umr *m = N.mrs[i];
@@ -739,7 +776,7 @@ sh_mr_publish(struct umr *mr)
     if (N.sh == NULL || idx >= SH_MR)
         return;
     for (u = N.umems; u; u = u->next)
-        if (mr->addr >= u->addr && mr->len <= u->len &&
+        if (!u->detached && mr->addr >= u->addr && mr->len <= u->len &&
             (size_t)(mr->addr - u->addr) <= u->len - mr->len)
             break;
     mr->umem = u;
@@ -779,10 +816,24 @@ fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
            struct pyrdma_status *st)
 {
     struct umr *mr;
+    const char *what;
+    uintptr_t bad;
     if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
         !(access & IBV_ACCESS_LOCAL_WRITE))
         return pyrdma_fail(st, EINVAL, "ibv_reg_mr", "remote write or atomic "
                            "access needs IBV_ACCESS_LOCAL_WRITE");
+    /* the pages a NIC would pin, pinned as the kernel would (write
+       access: writable pages only) */
+    if (length > 0 &&
+        range_mapped((uintptr_t)addr, length,
+                     (access & (IBV_ACCESS_LOCAL_WRITE |
+                                IBV_ACCESS_REMOTE_WRITE |
+                                IBV_ACCESS_REMOTE_ATOMIC |
+                                IBV_ACCESS_MW_BIND)) != 0,
+                     &bad, &what) < 0)
+        return pyrdma_fail(st, EFAULT, "ibv_reg_mr", "the memory at %#lx "
+                           "(of %#lx, %zu bytes) is %s", (unsigned long)bad,
+                           (unsigned long)(uintptr_t)addr, length, what);
     mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");
@@ -798,6 +849,7 @@ fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
         (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                    IBV_ACCESS_REMOTE_ATOMIC))) {
         pthread_mutex_lock(&fab_adopt_lock);
+        fab_adopt_check(mr->addr, mr->len);
         fab_mem_adopt(mr->addr, mr->len);
         LOCK();
         sh_mr_publish(mr);
@@ -805,9 +857,12 @@ fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
         pthread_mutex_unlock(&fab_adopt_lock);
     }
     else {
+        pthread_mutex_lock(&fab_adopt_lock);
+        fab_adopt_check(mr->addr, mr->len);
         LOCK();
         sh_mr_publish(mr);
         UNLOCK();
+        pthread_mutex_unlock(&fab_adopt_lock);
     }
     *out = mr;
     return 0;

@@ -171,16 +171,16 @@ rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
     switch (h->op) {
     case OP_WRITE:
         if (h->len)
-            memcpy((void *)(uintptr_t)h->raddr, pl, h->len);
+            memcpy(mr_at(mr, h->raddr), pl, h->len);
         break;
     case OP_READ: {
-        fab_queue_resp(q, h, R_READ, h->len ? (const void *)(uintptr_t)h->raddr
-                                        : NULL, h->len);
+        fab_queue_resp(q, h, R_READ, h->len ? mr_at(mr, h->raddr) : NULL,
+                       h->len);
         return RX_DONE;
     }
     case OP_CAS:
     case OP_FAA: {
-        uint64_t *p = (uint64_t *)(uintptr_t)h->raddr, old;
+        uint64_t *p = (uint64_t *)mr_at(mr, h->raddr), old;
         if (h->op == OP_FAA)
             old = __atomic_fetch_add(p, h->cmp, __ATOMIC_SEQ_CST);
         else {

@@ -136,8 +136,16 @@ rdma_op(enum ibv_wr_opcode op, uint64_t raddr, uint32_t rkey, uint32_t len)
 {
     struct ibv_sge sge = {(uintptr_t)local, len, lmr->lkey};
     struct ibv_send_wr wr, *bad;
+    struct ibv_recv_wr rwr, *rbad;
     struct ibv_wc wc;
     int i, n = 0;
+    if (op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+        /* (the active-message path: its receive) */
+        memset(&rwr, 0, sizeof(rwr));
+        rwr.wr_id = 9;
+        if (ibv_post_recv(qp, &rwr, &rbad))
+            DIE("ibv_post_recv");
+    }
     memset(&wr, 0, sizeof(wr));
     wr.wr_id = 7;
     wr.sg_list = &sge;
@@ -150,7 +158,9 @@ rdma_op(enum ibv_wr_opcode op, uint64_t raddr, uint32_t rkey, uint32_t len)
         DIE("ibv_post_send");
     for (i = 0; i < 100000 && n == 0; i++) {
         n = ibv_poll_cq(cq, 1, &wc);
-        if (n == 0)
+        if (n > 0 && wc.wr_id != 7)
+            n = 0;              /* the receive's */
+        else if (n == 0)
             usleep(100);
     }
     if (n < 0)
@@ -239,6 +249,26 @@ all(const uint8_t *p, size_t n, int c)
     return 1;
 }
 
+/* 1 if the mapping holding p is a SysV segment (adopted memory). */
+static int
+sysv(const void *p)
+{
+    char line[512];
+    int r = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
+            lo <= (unsigned long)p && (unsigned long)p < hi) {
+            r = strstr(line, "/SYSV") != NULL;
+            break;
+        }
+    }
+    if (f != NULL)
+        fclose(f);
+    return r;
+}
+
 /* n fresh private anonymous bytes at addr (exactly there), filled with c;
    NULL if the system placed them elsewhere. */
 static uint8_t *
@@ -262,10 +292,15 @@ check_unmap(const char *how)
     size_t n = 4 * PAGE, off = 0;
     uint8_t *raw, *buf, *other;
     struct ibv_mr *mr;
+    enum ibv_wr_opcode op = IBV_WR_RDMA_WRITE;
     int s;
-    /* "unaligned": a buffer that does not start a page (not adopted) */
-    if (strcmp(how, "unaligned") == 0)
+    /* "unaligned": a buffer that does not start a page (not adopted);
+       "imm": WRITE_WITH_IMM, which the target executes itself (a plain
+       WRITE may be the initiator's, one-sided) */
+    if (strstr(how, "unaligned") != NULL)
         off = 64;
+    if (strstr(how, "imm") != NULL)
+        op = IBV_WR_RDMA_WRITE_WITH_IMM;
     raw = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                -1, 0);
     if (raw == MAP_FAILED)
@@ -275,6 +310,7 @@ check_unmap(const char *how)
     mr = ibv_reg_mr(pd, buf, n - off, RW);
     if (mr == NULL)
         DIE("ibv_reg_mr");
+    printf("adopted=%d\n", sysv(buf));
     munmap(raw, n);
     other = map_at(raw, n, 'o');
     if (other == NULL) {
@@ -282,7 +318,7 @@ check_unmap(const char *how)
         return 0;
     }
     memset(local, 'W', 8);
-    s = rdma_op(IBV_WR_RDMA_WRITE, (uintptr_t)buf + PAGE, mr->rkey, 8);
+    s = rdma_op(op, (uintptr_t)buf + PAGE, mr->rkey, 8);
     printf("write=%s\n", status(s));
     printf("other_untouched=%d\n", all(other, n, 'o'));
     if (s == IBV_WC_SUCCESS) {
@@ -340,26 +376,6 @@ check_stale(const char *how)
         ibv_dereg_mr(old);
     munmap(again, n);
     return 0;
-}
-
-/* 1 if the mapping holding p is a SysV segment (adopted memory). */
-static int
-sysv(const void *p)
-{
-    char line[512];
-    int r = 0;
-    FILE *f = fopen("/proc/self/maps", "r");
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
-            lo <= (unsigned long)p && (unsigned long)p < hi) {
-            r = strstr(line, "/SYSV") != NULL;
-            break;
-        }
-    }
-    if (f != NULL)
-        fclose(f);
-    return r;
 }
 
 /* signal: the handler stores a counter that goes up by one into the

@@ -77,3 +77,129 @@ def test_signal_handler_stores_during_registration(prog, tmp_path, adopt):
     res = run(prog, tmp_path, "signal", "200", adopt=adopt, timeout=60)
     assert res == {"adopted": str(int(adopt)), "rounds": "200",
                    "signals": "some", "lost": "0"}
+
+
+# ---- registration checks the range (EFAULT) ---------------------------
+
+def test_c_registration_of_memory_not_there(prog, tmp_path):
+    """ibv_reg_mr with write access over PROT_READ memory, or over a range
+    that is (in part) not mapped, fails with EFAULT, as the kernel's
+    ib_umem_get does (pinning for write without FOLL_FORCE).  Before,
+    the registration succeeded and a peer's 8-byte WRITE into the
+    read-only pages killed the target with SIGSEGV.  Read-only access
+    over them is allowed; a peer's READ works and its WRITE ends in
+    REM_ACCESS_ERR (the MR has no remote write)."""
+    res = run(prog, tmp_path, "ro")
+    assert res == {"ro_remote_write": "Bad address",
+                   "ro_local_write": "Bad address",
+                   "unmapped": "Bad address",
+                   "unmapped_read": "Bad address",
+                   "half_unmapped": "Bad address",
+                   "ro_read_only": "ok",
+                   "ro_read": "success",
+                   "ro_write": "remote access error",
+                   "end": "ok"}
+
+
+PY_CHECK = r"""
+import ctypes, errno, json, mmap
+import rdma, rdma.ibverbs as ibv
+PAGE = mmap.PAGESIZE
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_long)
+libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+W = (ibv.IBV_ACCESS_LOCAL_WRITE | ibv.IBV_ACCESS_REMOTE_WRITE |
+     ibv.IBV_ACCESS_REMOTE_READ)
+ctx = rdma.get_verbs(rdma.get_end_port(provider="ucx"))
+pd = ctx.pd()
+out = {}
+
+def reg(buf, access):
+    try:
+        pd.mr(buf, access).close()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+    except TypeError:
+        return "TypeError"
+
+# a read-only mapping, as Python sees it (a read-only buffer)
+ro = mmap.mmap(-1, 2 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+               prot=mmap.PROT_READ)
+out["ro_view_read"] = reg(memoryview(ro), ibv.IBV_ACCESS_REMOTE_READ)
+out["ro_view_write"] = reg(memoryview(ro), W)
+# the same kind of pages through a writable buffer (ctypes)
+a = libc.mmap(None, 2 * PAGE, mmap.PROT_READ,
+              mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+out["ro_ctypes_write"] = reg((ctypes.c_char * (2 * PAGE)).from_address(a), W)
+out["ro_ctypes_read"] = reg((ctypes.c_char * (2 * PAGE)).from_address(a),
+                            ibv.IBV_ACCESS_REMOTE_READ)
+# memory that is not there
+b = libc.mmap(None, 2 * PAGE, mmap.PROT_READ | mmap.PROT_WRITE,
+              mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+libc.munmap(b, 2 * PAGE)
+out["unmapped"] = reg((ctypes.c_char * 64).from_address(b + 8),
+                      ibv.IBV_ACCESS_REMOTE_READ)
+try:
+    pd.mr((ctypes.c_char * PAGE).from_address(b), W)
+except OSError as e:
+    out["message"] = str(e)
+ctx.close()
+print(json.dumps(out))
+"""
+
+
+def test_python_registration_of_memory_not_there(tmp_path):
+    """PD.mr: write access over a read-only buffer is refused by the
+    binding (TypeError, as before); over read-only pages seen through a
+    writable buffer (ctypes), or over pages that are not mapped, the
+    fabric refuses it with EFAULT, naming the address.  Read-only access
+    over read-only pages is allowed."""
+    import json
+    import rdma
+    d = tmp_path / "rendezvous"
+    d.mkdir(mode=0o700)
+    env = dict(os.environ, RDMA_UCX_DIR=str(d), UCX_TLS="shm,self",
+               UCX_WARN_UNUSED_ENV_VARS="n",
+               PYTHONPATH=os.path.dirname(os.path.dirname(rdma.__file__)))
+    p = subprocess.run([sys.executable, "-c", PY_CHECK], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    msg = res.pop("message")
+    assert res == {"ro_view_read": "ok", "ro_view_write": "TypeError",
+                   "ro_ctypes_write": "EFAULT", "ro_ctypes_read": "ok",
+                   "unmapped": "EFAULT"}
+    assert "not mapped" in msg, msg
+
+
+# ---- what a NIC keeps after the program unmaps registered memory ------
+
+@pytest.mark.parametrize("how", ["", "imm"])
+def test_unmapped_adopted_memory_stays_the_mrs(prog, tmp_path, how):
+    """The program unmaps an adopted buffer it still has registered and
+    maps other memory at the same address.  A peer's WRITE through the
+    MR lands in the MR's pages (the segment, as a NIC's pinned pages),
+    never in the new memory; a READ gives back what it wrote.  "imm":
+    WRITE_WITH_IMM, which the target executes itself (before, it wrote
+    at the program's address: into the new memory)."""
+    res = run(prog, tmp_path, "unmap", how)
+    assert res == {"adopted": "1", "write": "success",
+                   "other_untouched": "1", "read_back": "WWWWWWWW",
+                   "other_after_dereg": "1"}
+
+
+# ---- new memory where adopted memory was ------------------------------
+
+@pytest.mark.parametrize("how", ["keep", "dereg"])
+def test_new_memory_at_an_adopted_address(prog, tmp_path, how):
+    """An adopted buffer is unmapped (its MR still registered: "keep", or
+    deregistered first: "dereg"), new memory is mapped at the same
+    address and registered.  A WRITE and a READ through the new MR see
+    the new memory; before ("keep"), they went to the old segment: the
+    WRITE was lost to the program and the READ returned the old bytes."""
+    res = run(prog, tmp_path, "stale", how)
+    assert res == {"write": "success", "write_seen": "1", "read": "success",
+                   "read_got": "Rnnnnnnn"}
