@@ -397,11 +397,14 @@ fab_mem_adopt(uint8_t *addr, size_t len)
     /* the user's pages are replaced by the segment (one mmap_lock'ed
        step); UCX's memory hooks see the shmat and drop what they cached
        for the range */
+    fab_self_remap = 1;         /* (the same data: MRs over it go on) */
     if (shmat(shmid, (void *)s, SHM_REMAP) != (void *)s) {
+        fab_self_remap = 0;
         wp_end(wp, s, len, 0);
         signals_on(&sigs);
         goto fail;
     }
+    fab_self_remap = 0;
     wp_end(wp, s, len, 1);
     signals_on(&sigs);
     u->addr = (uint8_t *)s;
@@ -695,7 +698,9 @@ fab_mem_unadopt(struct umem *u)
         gone = 1;               /* the program unmapped or replaced it */
     else if (!uverbs_open() && give_back(u)) {
         gone = 1;
+        fab_self_remap = 1;
         vm_unmapped(u->addr, u->maplen);
+        fab_self_remap = 0;
     }
     if (gone) {
         LOCK();

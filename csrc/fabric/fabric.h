@@ -473,6 +473,11 @@ struct umr {
     uint32_t key;          /* lkey == rkey */
     struct umem *umem;     /* UCX-allocated memory it lies in, or NULL */
     int shared;            /* published in the key page */
+    int own;               /* in the program's own memory, watched for
+                              unmapping (fab_own_watch) */
+    int gone;              /* the program unmapped, replaced or moved
+                              (part of) it: nothing reaches it any more */
+    struct umr *own_next;  /* the watched MRs (mr.c) */
 };
 
 /* A completion channel. */
@@ -1006,6 +1011,40 @@ in_mr(const struct umr *mr, uint64_t addr, uint64_t len)
 {
     uint64_t start = (uint64_t)(uintptr_t)mr->addr;
     return addr >= start && len <= mr->len && addr - start <= mr->len - len;
+}
+
+/* The responder is inside a landing in the program's own memory
+   (fab_land_begin); the unmapping hook (mr.c) waits for its end. */
+extern int fab_landing;
+/* How many MRs are watched (fab_own_watch). */
+extern int fab_own_count;
+/* Set while this thread replaces pages under MRs itself (adoption): the
+   unmapping hook ignores what it does. */
+extern __thread int fab_self_remap;
+
+/* Begin touching mr's memory for a peer (N.lock held): 1, or 0 if the
+   program no longer has it (mr->gone; then nothing may touch it).  For
+   the program's own memory the hook that sees it unmapped (mr.c) sets
+   gone, then waits while a landing is on: so memory that passes here
+   stays mapped until fab_land_end.  Nothing inside may allocate memory
+   or take a lock (the unmapping thread may hold malloc's). */
+static inline int
+fab_land_begin(struct umr *mr)
+{
+    if (!mr->own)
+        return 1;
+    __atomic_store_n(&fab_landing, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&mr->gone, __ATOMIC_SEQ_CST))
+        return 1;
+    __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static inline void
+fab_land_end(struct umr *mr)
+{
+    if (mr != NULL && mr->own)
+        __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
 }
 
 /* Where the responder reaches raddr, an address in mr: for adopted

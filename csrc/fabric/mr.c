@@ -5,6 +5,9 @@
    rkeys, the in-flight counts). */
 #include "fabric.h"
 
+#include <dlfcn.h>
+#include <ucm/api/ucm.h>
+
 /* ------------------------------------------------------------------ */
 /* the key page (one-sided fast path)                                  */
 
@@ -240,7 +243,8 @@ fab_check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n, int write,
             continue;
         mr = mr_lookup(sg[i].lkey);
         if (mr == NULL || mr->pd != pd || !in_mr(mr, sg[i].addr, sg[i].length)
-            || (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
+            || (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)) ||
+            __atomic_load_n(&mr->gone, __ATOMIC_SEQ_CST))
             return bad_status;
     }
     return 0;
@@ -810,6 +814,124 @@ sh_mr_publish(struct umr *mr)
     mr->shared = 1;
 }
 
+/* ------------------------------------------------------------------ */
+/* the program's own memory, unmapped under an MR                      */
+
+/* A NIC keeps the pages of an MR pinned: the program's munmap does not
+   free them, and a peer's WRITE lands in them, never in memory mapped at
+   that address later.  Adopted memory does the same (its segment stays
+   the MR's: mr_at).  The program's other memory cannot be kept; so UCX's
+   memory hooks (libucm, which intercept munmap, mmap over a range,
+   mremap, shmat and shmdt, brk and madvise that discards pages) call
+   own_unmapped before such memory goes, which marks the MRs in it gone
+   (the responder and local work requests then refuse them: REM_ACCESS_ERR,
+   LOC_PROT_ERR), withdraws them from the key page, and waits for the
+   cross-memory-attach initiators and a landing of the responder that are
+   inside them (as dereg_mr does). */
+
+int fab_landing;
+int fab_own_count;
+__thread int fab_self_remap;
+
+/* The watched MRs (fab_own_watch); own_lock is taken by the hook in any
+   thread, so nothing that allocates or unmaps memory, nor any other
+   lock, is taken under it. */
+static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct umr *own_list;
+static int own_hooked;
+
+/* Withdraw and mark gone the watched MRs that overlap [s, e) (own_lock
+   held); the key page indexes of those it withdrew into idx (at most
+   max). */
+static int
+own_mark_gone(uintptr_t s, uintptr_t e, uint32_t *idx, int max)
+{
+    struct umr *m;
+    int n = 0;
+    for (m = own_list; m != NULL; m = m->own_next) {
+        uintptr_t a = (uintptr_t)m->addr;
+        uint32_t k = m->key, i = m->key >> 8;
+        if (m->gone || a >= e || a + m->len <= s)
+            continue;
+        __atomic_store_n(&m->gone, 1, __ATOMIC_SEQ_CST);
+        if (N.sh != NULL && i < SH_MR &&
+            __atomic_compare_exchange_n(&N.sh->mr[i].key, &k, 0, 0,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
+            && n < max)
+            idx[n++] = i;
+    }
+    return n;
+}
+
+/* libucm: memory of this process is about to be unmapped (or replaced,
+   moved, discarded).  Called in the thread that does it, before. */
+static void
+own_unmapped(ucm_event_type_t type, ucm_event_t *ev, void *arg)
+{
+    uintptr_t s = (uintptr_t)ev->vm_unmapped.address;
+    uintptr_t e = s + ev->vm_unmapped.size;
+    uint32_t idx[32];
+    int n, i, stuck = 0;
+    (void)type;
+    (void)arg;
+    if (__atomic_load_n(&fab_own_count, __ATOMIC_RELAXED) == 0 ||
+        fab_self_remap || e <= s)
+        return;
+    pthread_mutex_lock(&own_lock);
+    n = own_mark_gone(s, e, idx, 32);
+    pthread_mutex_unlock(&own_lock);
+    /* a landing begun before it saw the mark ends first (fab_land_begin) */
+    while (__atomic_load_n(&fab_landing, __ATOMIC_SEQ_CST))
+        sched_yield();
+    for (i = 0; i < n; i++)
+        stuck |= fab_sh_quiesce(&N.sh->mr[idx[i]].inflight);
+    if (stuck)
+        cma_fence();            /* as dereg_mr */
+}
+
+static void
+own_hook(void)
+{
+    ucs_status_t (*set)(int, int, ucm_event_callback_t, void *);
+    *(void **)&set = dlsym(U.dl, "ucm_set_event_handler");
+    own_hooked = set != NULL &&
+                 set(UCM_EVENT_VM_UNMAPPED, 0, own_unmapped, NULL) == UCS_OK;
+}
+
+/* Watch mr, in the program's own memory, for unmapping (N.lock not
+   held: the hooks are installed the first time).  Without UCX's hooks
+   nothing is watched (docs/fabric.rst). */
+static void
+own_watch(struct umr *mr)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, own_hook);
+    if (!own_hooked)
+        return;
+    pthread_mutex_lock(&own_lock);
+    mr->own = 1;
+    mr->own_next = own_list;
+    own_list = mr;
+    __atomic_fetch_add(&fab_own_count, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&own_lock);
+}
+
+static void
+own_unwatch(struct umr *mr)
+{
+    struct umr **pp;
+    if (!mr->own)
+        return;
+    pthread_mutex_lock(&own_lock);
+    for (pp = &own_list; *pp != NULL; pp = &(*pp)->own_next)
+        if (*pp == mr) {
+            *pp = mr->own_next;
+            __atomic_fetch_sub(&fab_own_count, 1, __ATOMIC_SEQ_CST);
+            break;
+        }
+    pthread_mutex_unlock(&own_lock);
+}
+
 int
 fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
            void **out, struct pyrdma_mr_info *info,
@@ -864,6 +986,8 @@ fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
         UNLOCK();
         pthread_mutex_unlock(&fab_adopt_lock);
     }
+    if (mr->umem == NULL && length > 0)
+        own_watch(mr);
     *out = mr;
     return 0;
 }
@@ -874,6 +998,7 @@ fab_dereg_mr(void *vmr, struct pyrdma_status *st)
     struct umr *mr = vmr;
     struct sh_mr *e = NULL;
     (void)st;
+    own_unwatch(mr);
     LOCK();
     N.mrs[mr->key >> 8] = NULL;
     if (mr->shared) {

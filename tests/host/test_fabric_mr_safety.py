@@ -30,6 +30,8 @@ import sys
 import pytest
 
 import fabric_helpers as fh
+# the two-process pair of the one-sided tests (its peer has the MR "own")
+from test_fabric_onesided import pair, post_ok, wr  # noqa: F401
 
 PAGE = mmap.PAGESIZE
 
@@ -203,3 +205,44 @@ def test_new_memory_at_an_adopted_address(prog, tmp_path, how):
     res = run(prog, tmp_path, "stale", how)
     assert res == {"write": "success", "write_seen": "1", "read": "success",
                    "read_got": "Rnnnnnnn"}
+
+
+@pytest.mark.parametrize("how", ["", "imm", "unaligned", "unaligned,imm"])
+def test_unmapped_own_memory_is_refused(prog, tmp_path, how):
+    """The same with memory that is not adopted (RDMA_UCX_ADOPT=0, or a
+    buffer that does not start a page): its pages cannot be kept, so once
+    the program unmaps it (UCX's memory hooks tell the fabric, before the
+    pages go) the MR reaches nothing: the peer's WRITE ends in
+    REM_ACCESS_ERR, and the new memory at that address is untouched.
+    Before, the WRITE completed with SUCCESS into the new memory."""
+    res = run(prog, tmp_path, "unmap", how, adopt=False)
+    assert res == {"adopted": "0", "write": "remote access error",
+                   "other_untouched": "1", "other_after_dereg": "1"}
+
+
+@pytest.mark.parametrize("pair", [{"UCX_TLS": "shm,self",
+                                   "UCX_WARN_UNUSED_ENV_VARS": "n",
+                                   "RDMA_UCX_CMA_MIN": "0"}],
+                         indirect=True, ids=["cma"])
+def test_unmapped_own_memory_cross_memory_attach(pair):
+    """Two processes: the target's MR over its own memory (not adopted),
+    reached by the initiator itself with cross-memory attach.  The target
+    unmaps the memory under the MR and maps other memory at the same
+    address: the initiator's next WRITE must not land there (the target's
+    unmapping withdraws the MR from its key page first, and waits for
+    initiators inside a copy); it ends in REM_ACCESS_ERR."""
+    import rdma.ibverbs as ibv
+    a, b, mrs = pair
+    addr, rkey = mrs["own"]
+    a("fill", mr="local", off=0, hex=(b"W" * 64).hex())
+    s0 = a("stats")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr, rkey, 0, 64))
+    assert a("poll", n=1)["wcs"][0][1] == ibv.IBV_WC_SUCCESS
+    assert a("stats")["cma_write"] == s0["cma_write"] + 1
+    r = b("remap")
+    if not r["placed"]:
+        pytest.skip("the system mapped the new memory elsewhere")
+    post_ok(a, wr(ibv.IBV_WR_RDMA_WRITE, addr + 128, rkey, 0, 64))
+    assert a("poll", n=1)["wcs"][0][1] == ibv.IBV_WC_REM_ACCESS_ERR
+    assert bytes.fromhex(b("peek", addr=r["base"], len=3 * PAGE)["hex"]) \
+        == b"o" * (3 * PAGE)
