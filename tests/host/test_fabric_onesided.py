@@ -41,6 +41,17 @@ def _emit(obj):
     sys.stdout.flush()
 
 
+def _unaligned(n):
+    """n bytes of a bytearray that do not start a page: memory of the
+    program's own that is not adopted (a bytearray's own bytes may start a
+    page, by chance of the heap's layout)."""
+    import ctypes
+    b = bytearray(n + 64)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(b))
+    off = 64 if start % mmap.PAGESIZE == 0 else 0
+    return memoryview(b)[off:off + n]
+
+
 def peer_main():
     import rdma
     import rdma.ibverbs as ibv
@@ -54,7 +65,7 @@ def peer_main():
            "ro": pd.alloc_mr(4096, ibv.IBV_ACCESS_LOCAL_WRITE
                              | ibv.IBV_ACCESS_REMOTE_READ),
            "local": pd.alloc_mr(SIZE, ibv.IBV_ACCESS_LOCAL_WRITE),
-           "user": pd.mr(bytearray(4096), fh.MR_ALL)}
+           "user": pd.mr(_unaligned(4096), fh.MR_ALL)}
     # page-aligned private anonymous memory of the program's own: adopted
     # into UCX memory by reg_mr with RDMA_UCX_ADOPT=1 (prototype)
     adopt_buf = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE
