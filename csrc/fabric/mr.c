@@ -840,27 +840,29 @@ static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct umr *own_list;
 static int own_hooked;
 
-/* Withdraw and mark gone the watched MRs that overlap [s, e) (own_lock
-   held); the key page indexes of those it withdrew into idx (at most
-   max). */
+/* Mark gone the watched MRs that overlap [s, e) and withdraw them from
+   the key page (own_lock held): how many it marked; the key page indexes
+   of those it withdrew into idx (at most max, *nidx of them). */
 static int
-own_mark_gone(uintptr_t s, uintptr_t e, uint32_t *idx, int max)
+own_mark_gone(uintptr_t s, uintptr_t e, uint32_t *idx, int max, int *nidx)
 {
     struct umr *m;
-    int n = 0;
+    int marked = 0;
+    *nidx = 0;
     for (m = own_list; m != NULL; m = m->own_next) {
         uintptr_t a = (uintptr_t)m->addr;
         uint32_t k = m->key, i = m->key >> 8;
         if (m->gone || a >= e || a + m->len <= s)
             continue;
         __atomic_store_n(&m->gone, 1, __ATOMIC_SEQ_CST);
+        marked++;
         if (N.sh != NULL && i < SH_MR &&
             __atomic_compare_exchange_n(&N.sh->mr[i].key, &k, 0, 0,
                                         __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
-            && n < max)
-            idx[n++] = i;
+            && *nidx < max)
+            idx[(*nidx)++] = i;
     }
-    return n;
+    return marked;
 }
 
 /* libucm: memory of this process is about to be unmapped (or replaced,
@@ -871,15 +873,17 @@ own_unmapped(ucm_event_type_t type, ucm_event_t *ev, void *arg)
     uintptr_t s = (uintptr_t)ev->vm_unmapped.address;
     uintptr_t e = s + ev->vm_unmapped.size;
     uint32_t idx[32];
-    int n, i, stuck = 0;
+    int n, i, marked, stuck = 0;
     (void)type;
     (void)arg;
     if (__atomic_load_n(&fab_own_count, __ATOMIC_RELAXED) == 0 ||
         fab_self_remap || e <= s)
         return;
     pthread_mutex_lock(&own_lock);
-    n = own_mark_gone(s, e, idx, 32);
+    marked = own_mark_gone(s, e, idx, 32, &n);
     pthread_mutex_unlock(&own_lock);
+    if (marked == 0)
+        return;                 /* (no MR there: the usual case) */
     /* a landing begun before it saw the mark ends first (fab_land_begin) */
     while (__atomic_load_n(&fab_landing, __ATOMIC_SEQ_CST))
         sched_yield();
