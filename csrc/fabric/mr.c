@@ -6,6 +6,7 @@
 #include "fabric.h"
 
 #include <dlfcn.h>
+#include <sys/ioctl.h>
 #include <ucm/api/ucm.h>
 
 /* ------------------------------------------------------------------ */
@@ -410,10 +411,68 @@ fab_maps_find(uintptr_t addr, struct maps_line *m)
     return rc;
 }
 
+/* The kernel's PROCMAP_QUERY (Linux 6.11; uapi linux/fs.h, which older
+   headers lack): the mapping holding an address, from an ioctl on
+   /proc/self/maps, without the text of all mappings. */
+struct vma_query {
+    uint64_t size, flags, addr;         /* in */
+    uint64_t start, end, vflags;        /* out: the mapping */
+    uint64_t page_size, offset, inode;
+    uint32_t dev_major, dev_minor;
+    uint32_t name_size, build_id_size;  /* in/out (0: not wanted) */
+    uint64_t name_addr, build_id_addr;  /* in */
+};
+#define VMA_QUERY _IOWR('f', 17, struct vma_query)
+#define VMA_READABLE 1
+#define VMA_WRITABLE 2
+
+/* Check one mapping's permissions (r, w as in /proc/self/maps): 0, or -1
+   with *what set. */
+static int
+perms_ok(int r, int w, int write, const char **what)
+{
+    if (write && !w) {
+        *what = "not writable";
+        return -1;
+    }
+    if (!write && !r) {
+        *what = "not readable";
+        return -1;
+    }
+    return 0;
+}
+
+/* range_mapped by PROCMAP_QUERY: 0 or -1 as range_mapped (*pos the first
+   address not checked), or -2 if the kernel has no such query. */
+static int
+range_query(uintptr_t *pos, uintptr_t e, int write, const char **what)
+{
+    struct vma_query q;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), rc = 0;
+    if (fd < 0)
+        return -2;
+    while (rc == 0 && *pos < e) {
+        memset(&q, 0, sizeof(q));
+        q.size = sizeof(q);
+        q.addr = *pos;
+        if (ioctl(fd, VMA_QUERY, &q) != 0)
+            rc = errno == ENOENT ? -1 : -2;     /* a hole, or no query */
+        else if (q.start > *pos || q.end <= *pos)
+            rc = -1;
+        else if (perms_ok((q.vflags & VMA_READABLE) != 0,
+                          (q.vflags & VMA_WRITABLE) != 0, write, what) < 0)
+            rc = -1;
+        else
+            *pos = (uintptr_t)q.end;
+    }
+    close(fd);
+    return rc;
+}
+
 /* Is every page of [addr, addr + len) mapped, readable, and writable if
    write is set?  What the kernel's ib_umem_get pins (without
-   FOLL_FORCE): 0, or -1 with *what naming the first page that is not
-   ("not mapped", "not writable", "not readable"). */
+   FOLL_FORCE): 0, or -1 with *bad the first page that is not and *what
+   saying why ("not mapped", "not writable", "not readable"). */
 static int
 range_mapped(uintptr_t addr, size_t len, int write, uintptr_t *bad,
              const char **what)
@@ -421,28 +480,29 @@ range_mapped(uintptr_t addr, size_t len, int write, uintptr_t *bad,
     char line[4096];
     struct maps_line m;
     uintptr_t pos = addr & ~(uintptr_t)4095, e = addr + len;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (f == NULL)
-        return 0;               /* cannot tell: the pages are used as is */
+    FILE *f;
+    int rc;
     *what = "not mapped";
-    while (pos < e && fgets(line, sizeof(line), f) != NULL) {
-        if (fab_maps_parse(line, &m) < 0 || m.end <= pos)
-            continue;
-        if (m.start > pos)
-            break;              /* a hole */
-        if (m.perms[0] != 'r' && !write) {
-            *what = "not readable";
-            break;
+    rc = range_query(&pos, e, write, what);
+    if (rc == -2) {             /* an older kernel: the text */
+        pos = addr & ~(uintptr_t)4095;
+        *what = "not mapped";
+        if ((f = fopen("/proc/self/maps", "re")) == NULL)
+            return 0;           /* cannot tell: the pages are used as is */
+        while (pos < e && fgets(line, sizeof(line), f) != NULL) {
+            if (fab_maps_parse(line, &m) < 0 || m.end <= pos)
+                continue;
+            if (m.start > pos || perms_ok(m.perms[0] == 'r',
+                                          m.perms[1] == 'w', write,
+                                          what) < 0)
+                break;          /* a hole, or the permissions */
+            pos = m.end;
         }
-        if (write && m.perms[1] != 'w') {
-            *what = "not writable";
-            break;
-        }
-        pos = m.end;
+        fclose(f);
+        rc = pos >= e ? 0 : -1;
     }
-    fclose(f);
     *bad = pos < addr ? addr : pos;
-    return pos >= e ? 0 : -1;
+    return rc;
 }
 
 /* What UCX mapped at addr: 1 a SysV segment (its id in *shmid), 0
