@@ -1047,6 +1047,25 @@ fab_land_end(struct umr *mr)
         __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
 }
 
+/* The same around a check of local s/g lists (fab_check_sges, which
+   refuses gone MRs) and the scatter of a peer's data into them: 1 if a
+   landing was begun (some MR is watched), for fab_land_sges_end. */
+static inline int
+fab_land_sges_begin(void)
+{
+    if (__atomic_load_n(&fab_own_count, __ATOMIC_RELAXED) == 0)
+        return 0;
+    __atomic_store_n(&fab_landing, 1, __ATOMIC_SEQ_CST);
+    return 1;
+}
+
+static inline void
+fab_land_sges_end(int began)
+{
+    if (began)
+        __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
+}
+
 /* Where the responder reaches raddr, an address in mr: for adopted
    memory, UCX's own mapping of the segment, which stays the MR's
    whatever the program does with its range (unmaps it, maps other

@@ -302,10 +302,7 @@ rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
             room += w->sge[i].length;
         want = h->op == OP_SEND ? plen + (q->type == IBV_QPT_UD ? GRH_LEN : 0)
                                 : 0;
-        /* (the program's own memory: see fab_land_begin) */
-        land = __atomic_load_n(&fab_own_count, __ATOMIC_RELAXED) != 0;
-        if (land)
-            __atomic_store_n(&fab_landing, 1, __ATOMIC_SEQ_CST);
+        land = fab_land_sges_begin();  /* (see fab_land_begin) */
         bad = fab_check_sges(q->pd, w->sge, w->num_sge, 1,
                              IBV_WC_LOC_PROT_ERR);
         r->head++;
@@ -317,8 +314,7 @@ rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
         }
         else
             wc.byte_len = h->len;
-        if (land)
-            __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
+        fab_land_sges_end(land);
         if (bad) {
             wc.status = bad;
             wc.byte_len = 0;

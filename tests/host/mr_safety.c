@@ -11,6 +11,9 @@
            maps other memory at its address: a peer's WRITE through the
            MR must not land in that memory (prints what the WRITE's
            completion said and what the new memory holds).
+   local   the same with a buffer of the program's own WRs: a READ into
+           it through the old MR ends in an error, the new memory is
+           untouched.
    stale   an MR over a buffer, the buffer unmapped, new memory mapped at
            the same address and registered: WRITE and READ through the
            new MR see the new memory (argv[2] "keep": the first MR stays
@@ -338,6 +341,40 @@ check_unmap(const char *how)
     return 0;
 }
 
+/* local: the program unmaps a buffer registered for its own WRs (the
+   requester's side), maps other memory there, and READs a peer's bytes
+   into it through the old MR: the READ must end in an error, and the
+   other memory stay as it is. */
+static int
+check_local(void)
+{
+    size_t n = 4 * PAGE;
+    uint8_t *raw = map_at(NULL, n, 'a'), *src = map_at(NULL, n, 'S');
+    uint8_t *other, *keep = local;
+    struct ibv_mr *mr, *smr, *keep_mr = lmr;
+    int s;
+    mr = ibv_reg_mr(pd, raw + 64, n - 64, IBV_ACCESS_LOCAL_WRITE);
+    smr = ibv_reg_mr(pd, src, n, RW);
+    if (mr == NULL || smr == NULL)
+        DIE("ibv_reg_mr");
+    munmap(raw, n);
+    other = map_at(raw, n, 'o');
+    if (other == NULL) {
+        printf("placed=elsewhere\n");
+        return 0;
+    }
+    local = raw + 64 + PAGE;    /* rdma_op's s/g list: the old MR */
+    lmr = mr;
+    s = rdma_op(IBV_WR_RDMA_READ, (uintptr_t)src, smr->rkey, 8);
+    local = keep;
+    lmr = keep_mr;
+    printf("read=%s\n", status(s));
+    printf("other_untouched=%d\n", all(other, n, 'o'));
+    ibv_dereg_mr(mr);
+    ibv_dereg_mr(smr);
+    return 0;
+}
+
 static int
 check_stale(const char *how)
 {
@@ -460,11 +497,13 @@ main(int argc, char **argv)
         return check_ro();
     if (strcmp(what, "unmap") == 0)
         return check_unmap(how);
+    if (strcmp(what, "local") == 0)
+        return check_local();
     if (strcmp(what, "stale") == 0)
         return check_stale(how);
     if (strcmp(what, "signal") == 0)
         return check_signal(argc > 2 ? atoi(how) : 200);
-    fprintf(stderr, "usage: mr_safety ro|unmap [unaligned]|stale keep|dereg"
-            "|signal [rounds]\n");
+    fprintf(stderr, "usage: mr_safety ro|unmap [unaligned][imm]|local|"
+            "stale keep|dereg|signal [rounds]\n");
     return 2;
 }

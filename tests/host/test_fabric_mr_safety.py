@@ -220,6 +220,16 @@ def test_unmapped_own_memory_is_refused(prog, tmp_path, how):
                    "other_untouched": "1", "other_after_dereg": "1"}
 
 
+def test_unmapped_local_buffer_is_refused(prog, tmp_path):
+    """The requester's side: the program unmaps a buffer registered for
+    its own WRs (not adopted: local access only) and maps other memory
+    there; a READ into it through the old MR ends in LOC_PROT_ERR, and
+    the peer's bytes land nowhere.  Before, the READ completed with
+    SUCCESS into the new memory."""
+    res = run(prog, tmp_path, "local")
+    assert res == {"read": "local protection error", "other_untouched": "1"}
+
+
 @pytest.mark.parametrize("pair", [{"UCX_TLS": "shm,self",
                                    "UCX_WARN_UNUSED_ENV_VARS": "n",
                                    "RDMA_UCX_CMA_MIN": "0"}],
