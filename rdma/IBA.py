@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import ipaddress
 
-__all__ = ["GID", "GUID", "GID_DEFAULT_PREFIX", "IB_DEFAULT_QP1_QKEY", "IB_DEFAULT_QP0_QKEY",
+__all__ = ["GID", "GUID", "GID_DEFAULT_PREFIX", "IB_DEFAULT_QP1_QKEY",
+           "IB_DEFAULT_QP0_QKEY",
            "DEFAULT_PKEY", "PKEY_DEFAULT", "PKEY_MEMBERSHIP_BIT",
            "IB_DEFAULT_PKEY_FULL", "IB_PKEY_FULL_MASK", "GID_TYPE_IB",
            "GID_TYPE_ROCE_V1", "GID_TYPE_ROCE_V2", "LID_MULTICAST",

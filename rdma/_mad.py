@@ -28,10 +28,7 @@ from rdma.IBA import (  # noqa: E402
     MAD_SUBNET_ADMIN, MCMEMBER_JOIN_FULL, MGID_IPOIB_BROADCAST, MTU_256,
     MTU_512, MTU_1024, MTU_2048, MTU_4096, RMPP_FLAG_ACTIVE,
     RMPP_FLAG_FIRST, RMPP_FLAG_LAST, RMPP_TYPE_DATA, SA_CLASS_VERSION,
-    SA_HEADER_LENGTH, SA_STATUS_NO_RECORDS, SA_STATUS_NO_RESOURCES,
-    SA_STATUS_REQ_DENIED, SA_STATUS_REQ_INSUFFICIENT_COMPONENTS,
-    SA_STATUS_REQ_INVALID, SA_STATUS_REQ_INVALID_GID,
-    SA_STATUS_TOO_MANY_RECORDS, mtu_to_bytes, rate_to_gbps)
+    SA_HEADER_LENGTH, mtu_to_bytes, rate_to_gbps)
 
 def lifetime_to_us(exponent: int) -> float:
     """Return the time in microseconds of a 4.096 us * 2**exponent value."""
@@ -459,7 +456,7 @@ def decode_sa_reply(buf: bytes, record_cls: Optional[Type[BinStruct]] = None,
 
 from rdma.binstruct import BinFormat, BinStruct  # noqa: E402
 from rdma.IBA_struct import *  # noqa: E402,F401,F403
-from rdma.IBA_struct import (ATTR_TO_STRUCT, MADHeader, SAFormat,  # noqa: E402
+from rdma.IBA_struct import (ATTR_TO_STRUCT, SAFormat,  # noqa: E402
                              SAHeader)
 from rdma import IBA_struct as _structs  # noqa: E402
 

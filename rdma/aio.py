@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import List, Optional
+from typing import List
 
 import rdma.ibverbs as ibv
 

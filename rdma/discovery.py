@@ -366,7 +366,7 @@ class _TopoWalk:
         if isinstance(node, Switch):
             if node in self.scanned:
                 return None
-            sels: Any = range(0, ninf.numPorts + 1)
+            sels: Any = range(ninf.numPorts + 1)
         else:
             # A CA is read port by port, through the port each route
             # arrives at (its other ports are reached from their peers).

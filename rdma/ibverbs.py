@@ -12,7 +12,10 @@ from typing import Optional
 from rdma import _ibverbs
 from rdma._errors import AsyncError, RDMAError, SysError, WRError
 from rdma._ibverbs import *  # noqa: F401,F403  (types and IBV_* constants)
-from rdma._ibverbs import IBV_WC_SUCCESS
+from rdma._ibverbs import (IBV_WC_SUCCESS, ah_attr, async_event, device_attr,
+                           gid_entry, global_route, mw_bind_info, port_attr,
+                           qp_attr, qp_cap, qp_init_attr, recv_wr, send_wr,
+                           sge, srq_attr, wc)
 
 Context = _ibverbs.Context
 PD = _ibverbs.PD

@@ -254,7 +254,6 @@ class MADTransactor:
         rbuf = bytes(rbuf)
         data_off = _data_offset(type(fmt))
         is_sa = isinstance(fmt, IBA.SAFormat)
-        rmpp = is_sa and len(rbuf) > 26 and bool(rbuf[26] & IBA.RMPP_ACTIVE)
         if len(rbuf) < IBA.MADHeader.MAD_LENGTH:
             raise MADFormatError(req=fmt, path=path, rep_buf=rbuf,
                                  msg=f"RPC {describe(fmt)} to {path}: reply "

@@ -42,8 +42,7 @@ a reason that names the device and provider that were looked for.
 from __future__ import annotations
 
 import os
-import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 

@@ -19,9 +19,8 @@ from typing import Any, Dict, List, Optional, Type, Union
 from rdma._mad import (BinStruct, MADError, MADFormatError, MADTimeoutError,
                        SAError, SAPathNotFoundError, SALinkRecord,
                        SAMCMemberRecord, SANodeRecord, SAPathRecord,
-                       SAPortInfoRecord, SAServiceRecord,
-                       SA_STATUS_NO_RECORDS)
-from rdma.IBA import GID
+                       SAPortInfoRecord, SAServiceRecord)
+from rdma.IBA import GID, SA_STATUS_NO_RECORDS
 
 __all__ = ["SAError", "SAPathNotFoundError", "MADError", "MADTimeoutError",
            "MADFormatError",

@@ -20,7 +20,6 @@ import collections
 from typing import (Any, Deque, Dict, Iterator, List, Optional, Set, Tuple,
                     Type)
 
-import rdma
 from rdma import IBA
 from rdma._errors import RDMAError
 from rdma.IBA import GID, GUID

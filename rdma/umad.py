@@ -21,13 +21,8 @@ from typing import Any, List, Optional, Tuple, Type, Union
 from rdma import _umad
 from rdma import devices as _devices
 from rdma._errors import RDMAError, SysError
-from rdma._mad import (MAD_METHOD_DELETE,
-                       MAD_METHOD_GET, MAD_METHOD_GET_RESP,
-                       MAD_METHOD_GET_TABLE,
-                       MAD_METHOD_RESPONSE, MAD_METHOD_SET,
-                       MAD_SUBNET_ADMIN, SA_CLASS_VERSION, BinStruct,
-                       MADFormatError, MADHeader, MADTimeoutError, SAError,
-                       SAReply, decode_sa_reply, encode_sa_request)
+from rdma._mad import (BinStruct,
+                       MADHeader, SAReply, decode_sa_reply, encode_sa_request)
 from rdma.devices import DemandList, Device, EndPort
 from rdma.IBA import GID, GUID, IB_DEFAULT_QP1_QKEY
 from rdma.path import IBPath

@@ -11,7 +11,6 @@ import select
 import time
 from typing import Iterable, Iterator, Optional, Union
 
-import rdma
 import rdma.ibverbs as ibv
 
 __all__ = ["BufferPool", "CQPoller"]

@@ -543,9 +543,10 @@ def find_outliers(res: Result) -> Outliers:
     A pair is bad when a check between them failed, when either
     direction's bandwidth is below ``slow_fraction`` of the typical value
     (:func:`_typical`: the median of the hosts' medians), or its latency
-    above ``lat_factor`` times the typical latency.  Then, repeatedly, the host in the most unexplained bad pairs
-    is blamed if at least two of its pairs are bad and more than half of
-    its pairs are; its bad pairs are then explained.  Bad pairs left over
+    above ``lat_factor`` times the typical latency.  Then, repeatedly, the
+    host in the most unexplained bad pairs is blamed if at least two of its
+    pairs are bad and more than half of its pairs are; its bad pairs are
+    then explained.  Bad pairs left over
     are blamed on their link.  A host whose own check failed is blamed
     directly.  Slow pairs fail their ``perf`` case."""
     o = res.outliers

@@ -322,7 +322,8 @@ def _find_kernel() -> tuple[str, Path, Path]:
                 f"RDMA_TESTVM_KERNEL={wanted}: no /boot/vmlinuz-{wanted}")
     if not kernels:
         raise VMUnavailable(
-            "no kernel image /boot/vmlinuz-*: install the Debian package linux-image-amd64")
+            "no kernel image /boot/vmlinuz-*: install the Debian package "
+            "linux-image-amd64")
     problems = []
     for kver in kernels:
         moddir = mod_root / kver
@@ -678,7 +679,8 @@ def _guest_env(base: Mapping[str, str], extra: Mapping[str, str | None] | None,
             continue
         if k in _PASS_ENV or k.startswith(_PASS_ENV_PREFIXES):
             env[k] = v
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin")
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin:"
+                   "/usr/local/sbin:/usr/sbin:/sbin")
     env.update({
         "RDMA_TESTVM": "1",
         "RDMA_TESTVM_OUT": f"{_GUEST_SHARE}/out",
@@ -1016,7 +1018,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
                     break
                 streamer.pump(final=True)
                 raise vm_failure(
-                    f"VM died while the command was running (qemu status {proc.returncode})")
+                    f"VM died while the command was running "
+                    f"(qemu status {proc.returncode})")
             if time.monotonic() > cmd_deadline:
                 _kill(proc)
                 streamer.pump(final=True)

@@ -25,8 +25,9 @@ exit status:
   {EXIT_UNAVAILABLE}  the VM cannot run here (missing package or kernel)
   2    bad usage
   130/143  interrupted by SIGINT/SIGTERM (the VM is killed)
-(A command that itself exits with {EXIT_TIMEOUT}-{EXIT_UNAVAILABLE} is indistinguishable from
-these; a one-line message on stderr tells them apart.)
+(A command that itself exits with {EXIT_TIMEOUT}-{EXIT_UNAVAILABLE} is
+indistinguishable from these; a one-line message on stderr tells them
+apart.)
 
 example:
   python -m rdma.testvm --two-host --out build/vm -- \\

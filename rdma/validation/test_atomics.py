@@ -57,7 +57,8 @@ def test_fetch_add_and_compare_swap(rdma_setup, rdma_pair, record_property):
                 compare = value if kw == "hit" else (value ^ 1)
                 kw = dict(compare_add=compare, swap=swap)
                 expect = swap if compare == value else value
-                name = f"compare-and-swap ({'equal' if compare == value else 'different'})"
+                same = "equal" if compare == value else "different"
+                name = f"compare-and-swap ({same})"
             else:
                 expect = (value + kw["compare_add"]) & MASK
                 name = f"fetch-and-add {kw['compare_add']:#x}"

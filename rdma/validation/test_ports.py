@@ -1,7 +1,7 @@
 """The end ports: found, ACTIVE, with sane GID and P_Key tables."""
 import pytest
 
-from rdma.pytest_plugin import (default_gid_index, describe_gids,
+from rdma.pytest_plugin import (describe_gids,
                                 gid_problem, port_problem)
 from rdma.validation import MAX_SIZE, fmt_size, require
 

@@ -60,12 +60,12 @@ class Transfer:
             # dst reads src: the reply lands in dst's target area.
             wr = dst.send_wr(ibv.IBV_WR_RDMA_READ, size, off=area,
                              remote=src, remote_off=0, wr_id=7)
-            initiator, responder = dst, src
+            initiator = dst
         else:
             kw = {"imm_data": imm} if verb.endswith("WITH_IMM") else {}
             wr = src.send_wr(OPCODES[verb], size, off=0, remote=dst,
                              remote_off=area, wr_id=7, **kw)
-            initiator, responder = src, dst
+            initiator = src
         consumes_recv = verb in ("SEND", "SEND_WITH_IMM",
                                  "RDMA_WRITE_WITH_IMM")
         if consumes_recv:
