@@ -77,7 +77,7 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
     except BaseException:
         ctx.close()
         raise
-    ret._allocated_cts = True       # python-rdma: the VMAD closes the ctx
+    ret._allocated_ctx = True       # python-rdma: the VMAD closes the ctx
     return ret
 
 
