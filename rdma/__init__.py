@@ -7,7 +7,7 @@ device or port (verbs and umad devices are one model, see
 :func:`get_gmp_mad` open one.  Verbs errors raise :class:`SysError`, MAD
 errors :class:`MADError`.
 """
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from rdma._errors import RDMAError, SysError, WRError
 from rdma.devices import (Device, EndPort, RDMADevice, get_device,
@@ -16,10 +16,15 @@ from rdma.devices import (Device, EndPort, RDMADevice, get_device,
 # has imported already).
 from rdma.IBA import MADClassError, MADError, MADTimeoutError
 
+if TYPE_CHECKING:
+    from rdma.umad import UMAD
+    from rdma.vmad import VMAD
+
 __version__ = "0.1.0"
 
 
-def get_umad(end_port: Any = None, path: Any = None, **kwargs: Any):
+def get_umad(end_port: Any = None, path: Any = None,
+             **kwargs: Any) -> "UMAD":
     """Open a :class:`rdma.umad.UMAD` (SMPs and GMPs through libibumad) on
     *end_port* (an :class:`EndPort`, a name for :func:`get_end_port`, or
     None for the default end port).  *path* (python-rdma's argument) and
@@ -34,7 +39,7 @@ def get_umad(end_port: Any = None, path: Any = None, **kwargs: Any):
 
 
 def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
-                **kwargs: Any):
+                **kwargs: Any) -> "Union[UMAD, VMAD]":
     """Return a GMP transactor for *port* (python-rdma's
     ``rdma.get_gmp_mad``): something with ``SubnAdmGet``,
     ``PerformanceGet``... for general MADs (not SMPs).
@@ -59,10 +64,8 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
                         f"MADs through a verbs QP (rdma.vmad): GMPs need an "
                         f"InfiniBand device or the ibsim shim")
     try:
-        import rdma.vmad as vmad
+        from rdma.vmad import VMAD
     except ImportError:
-        vmad = None
-    if vmad is None:
         if verbs is not None:
             raise RDMAError("get_gmp_mad(verbs=...): this build has no "
                             "rdma.vmad (MADs through a verbs QP)")
@@ -70,10 +73,10 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
     if path is None:
         path = port.sa_path
     if verbs is not None:
-        return vmad.VMAD(verbs, path, **kwargs)
+        return VMAD(verbs, path, **kwargs)
     ctx = get_verbs(port)
     try:
-        ret = vmad.VMAD(ctx, path, **kwargs)
+        ret = VMAD(ctx, path, **kwargs)
     except BaseException:
         ctx.close()
         raise

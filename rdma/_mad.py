@@ -15,7 +15,7 @@ class-specific status, :class:`SAError` for the SA) and
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from rdma._errors import RDMAError
 
@@ -200,13 +200,13 @@ class MADError(RDMAError):
             return f"{self.messages[-1]} [{self.messages[-2]}]"
         return f"{type(self).__name__}"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         state = {k: v for k, v in self.__dict__.items()
                  if k not in ("exc_info", "args")}
         return (_rebuild_error, (type(self), state))
 
 
-def _rebuild_error(cls: type, state: Dict[str, Any]) -> MADError:
+def _rebuild_error(cls: Type[MADError], state: Dict[str, Any]) -> MADError:
     e = cls.__new__(cls)
     RDMAError.__init__(e)
     e.__dict__.update(state)
@@ -478,7 +478,8 @@ __all__ = [
     "MTU_256", "MTU_512", "MTU_1024", "MTU_2048", "MTU_4096",
     "mtu_to_bytes", "rate_to_gbps", "lifetime_to_us",
     "MCMEMBER_JOIN_FULL", "MGID_IPOIB_BROADCAST",
-] + list(_structs.__all__)
+]
+__all__ += _structs.__all__
 
 #: The SA record classes by their short names (as ``saquery`` names them).
 SA_RECORDS: Dict[str, Type[BinStruct]] = {

@@ -7,32 +7,27 @@ belong to this namespace (:class:`WCError`, :class:`AsyncError`).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from rdma import _ibverbs
 from rdma._errors import AsyncError, RDMAError, SysError, WRError
 from rdma._ibverbs import *  # noqa: F401,F403  (types and IBV_* constants)
-from rdma._ibverbs import (IBV_WC_SUCCESS, ah_attr, async_event, device_attr,
+from rdma._ibverbs import (AH, CQ, MR, MW, PD, QP, SRQ, IBV_WC_SUCCESS,
+                           CompChannel, Context, RecvBatch, SendBatch,
+                           WCArray, ah_attr, async_event, device_attr,
                            gid_entry, global_route, mw_bind_info, port_attr,
                            qp_attr, qp_cap, qp_init_attr, recv_wr, send_wr,
                            sge, srq_attr, wc)
 
-Context = _ibverbs.Context
-PD = _ibverbs.PD
-CQ = _ibverbs.CQ
-CompChannel = _ibverbs.CompChannel
-QP = _ibverbs.QP
-SRQ = _ibverbs.SRQ
-MR = _ibverbs.MR
-MW = _ibverbs.MW
-AH = _ibverbs.AH
-SendBatch = _ibverbs.SendBatch
-RecvBatch = _ibverbs.RecvBatch
-WCArray = _ibverbs.WCArray
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+    from rdma.devices import EndPort
+    from rdma.path import IBPath
 
 
-def _names(prefix: str, exclude: tuple = ()) -> dict:
-    out = {}
+def _names(prefix: str, exclude: Tuple[str, ...] = ()) -> Dict[int, str]:
+    out: Dict[int, str] = {}
     for n in dir(_ibverbs):
         if n.startswith(prefix) and not any(n.startswith(e) for e in exclude):
             out.setdefault(getattr(_ibverbs, n), n)
@@ -80,8 +75,9 @@ class WCError(RDMAError):
     ``WCError(wc, cq, msg, obj=qp_or_srq, is_rq=...)`` works too.
     """
 
-    def __init__(self, wc, qp=None, msg: Optional[str] = None, obj=None,
-                 is_rq: Optional[bool] = None, cq=None):
+    def __init__(self, wc: _ibverbs.wc, qp: QP | CQ | None = None,
+                 msg: Optional[str] = None, obj: QP | SRQ | None = None,
+                 is_rq: Optional[bool] = None, cq: Optional[CQ] = None):
         if qp is not None and isinstance(qp, CQ):
             qp, cq = None, qp            # python-rdma: WCError(wc, cq, ...)
         if qp is None and isinstance(obj, QP):
@@ -108,7 +104,9 @@ class WCError(RDMAError):
         super().__init__(text)
 
 
-def WCPath(end_port, wc, buf=None, off: int = 0, **kwargs):
+def WCPath(end_port: Optional[EndPort], wc: _ibverbs.wc,
+           buf: Optional[ReadableBuffer] = None, off: int = 0,
+           **kwargs: Any) -> IBPath:
     """The path of a received UD packet (see :func:`rdma.path.WCPath`)."""
     from rdma.path import WCPath as _wcpath
     return _wcpath(end_port, wc, buf, off, **kwargs)
