@@ -35,7 +35,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from typing import Any, Callable, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
 import rdma.IBA as IBA
 from rdma._mad import (MADClassError, MADError, MADFormatError,
@@ -118,7 +118,7 @@ def _data_offset(fmt_cls: Type[BinFormat]) -> int:
     return fmt_cls._by_name["data"].offset // 8
 
 
-def _key(buf: Any) -> int:
+def _key(buf: Union[bytes, bytearray, memoryview]) -> int:
     """mgmtClass || TransactionID[31:0] (C13-19.1.1)."""
     return (buf[1] << 32) | int.from_bytes(bytes(buf[12:16]), "big")
 
@@ -175,6 +175,10 @@ class MADTransactor:
     busy_delay = 0.01
     #: Redirects followed for one request.
     max_redirects = 2
+    #: The request being completed, while a completer runs.
+    req_fmt: Optional[BinFormat]
+    req_path: Any
+    _redirects: Dict[Any, Any]
 
     @property
     def is_async(self) -> bool:
@@ -185,7 +189,8 @@ class MADTransactor:
     # -- what subclasses provide
 
     def _execute(self, buf: bytearray, path: Any,
-                 sendOnly: bool = False) -> Optional[Tuple[bytes, Any]]:
+                 sendOnly: bool = False
+                 ) -> Optional[Tuple[Union[bytes, bytearray], Any]]:
         """Send ``buf`` along ``path``; return ``(reply bytes, reply
         path)``, or None after the last retry timed out."""
         raise NotImplementedError
@@ -397,7 +402,8 @@ class MADTransactor:
         """Build, send and complete one RPC (asynchronous transactors
         return work here instead)."""
         key = self._redirect_key(fmt, path)
-        redirects = getattr(self, "_redirects", None)
+        redirects: Optional[Dict[Any, Any]] = getattr(self, "_redirects",
+                                                      None)
         original = None
         if key is not None and redirects and key in redirects:
             original, path = path, redirects[key]
@@ -406,7 +412,8 @@ class MADTransactor:
         busy = followed = 0
         while True:
             ret = self._execute(buf, path)
-            if ret is None and original is not None:
+            if ret is None and original is not None and \
+                    redirects is not None:
                 # The remembered redirect target is gone: ask the
                 # original target again (it may redirect anew).
                 del redirects[key]
@@ -446,7 +453,8 @@ class MADTransactor:
     @staticmethod
     def _method(payload: Any, name: str, call: str) -> int:
         try:
-            return getattr(payload, name)
+            method: int = getattr(payload, name)
+            return method
         except AttributeError:
             cls = payload if isinstance(payload, type) else type(payload)
             raise TypeError(f"{cls.__name__} cannot be sent with {call}"
@@ -590,8 +598,9 @@ class MADTransactor:
     def SubnAdmGetTable(self, payload: _Payload, path: Any = None,
                         attributeModifier: int = 0) -> List[Any]:
         """SubnAdmGetTable: every record matching ``payload`` (a list)."""
-        return self._subn_adm_do(payload, path, attributeModifier,
+        records: List[Any] = self._subn_adm_do(payload, path, attributeModifier,
                                  "SubnAdmGetTable")
+        return records
 
     def SubnAdmSet(self, payload: _Payload, path: Any = None,
                    attributeModifier: int = 0) -> Any:
@@ -608,14 +617,16 @@ class MADTransactor:
     def SubnAdmGetTraceTable(self, payload: _Payload, path: Any = None,
                              attributeModifier: int = 0) -> List[Any]:
         """SubnAdmGetTraceTable: the TraceRecords of a path."""
-        return self._subn_adm_do(payload, path, attributeModifier,
+        records: List[Any] = self._subn_adm_do(payload, path, attributeModifier,
                                  "SubnAdmGetTraceTable")
+        return records
 
     def SubnAdmGetMulti(self, payload: _Payload, path: Any = None,
                         attributeModifier: int = 0) -> List[Any]:
         """SubnAdmGetMulti (MultiPathRecord)."""
-        return self._subn_adm_do(payload, path, attributeModifier,
+        records: List[Any] = self._subn_adm_do(payload, path, attributeModifier,
                                  "SubnAdmGetMulti")
+        return records
 
     # -- serving requests
 

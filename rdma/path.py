@@ -105,7 +105,7 @@ class Path:
             self.drop_cache()
         object.__setattr__(self, name, value)
 
-    def _port(self) -> EndPort:
+    def _need_end_port(self) -> EndPort:
         """The end port, for what needs one."""
         if self.end_port is None:
             raise AttributeError(f"the {type(self).__name__} has no "
@@ -330,7 +330,7 @@ class IBPath(Path):
         if self.SGID is None:
             raise rdma.RDMAError("the path has no SGID")
         try:
-            idx = self._port().gids.index(self.SGID)
+            idx = self._need_end_port().gids.index(self.SGID)
         except ValueError:
             raise rdma.RDMAError(f"GID {self.SGID} is not on "
                                  f"{self.end_port}") from None
@@ -339,7 +339,7 @@ class IBPath(Path):
 
     @SGID_index.setter
     def SGID_index(self, value: int) -> None:
-        self.SGID = self._port().gids[value]
+        self.SGID = self._need_end_port().gids[value]
         self.__dict__["_cached_SGID_index"] = value
 
     @property
@@ -351,7 +351,7 @@ class IBPath(Path):
             return cached
         except KeyError:
             pass
-        pkeys = self._port().pkeys
+        pkeys = self._need_end_port().pkeys
         for k in (self.pkey, self.pkey ^ IBA.PKEY_MEMBERSHIP_BIT):
             if k in pkeys:
                 self.__dict__["_cached_pkey_index"] = pkeys.index(k)
@@ -361,7 +361,7 @@ class IBPath(Path):
 
     @pkey_index.setter
     def pkey_index(self, value: int) -> None:
-        self.pkey = self._port().pkeys[value]
+        self.pkey = self._need_end_port().pkeys[value]
         self.__dict__["_cached_pkey_index"] = value
 
     @property
@@ -372,7 +372,7 @@ class IBPath(Path):
 
     @SLID_bits.setter
     def SLID_bits(self, value: int) -> None:
-        self.SLID = value | self._port().lid
+        self.SLID = value | self._need_end_port().lid
 
     @property
     def DLID_bits(self) -> int:
@@ -382,7 +382,7 @@ class IBPath(Path):
 
     @DLID_bits.setter
     def DLID_bits(self, value: int) -> None:
-        self.DLID = value | self._port().lid
+        self.DLID = value | self._need_end_port().lid
 
     @property
     def packet_life_time(self) -> int:
@@ -486,7 +486,7 @@ class IBPath(Path):
         a = ibv.ah_attr(dlid=self.DLID, sl=self.SL,
                         src_path_bits=self.SLID_bits,
                         static_rate=self.rate if self.rate else 0,
-                        port_num=self._port().port_id)
+                        port_num=self._need_end_port().port_id)
         if self.has_grh:
             if self.DGID is None:
                 raise rdma.RDMAError("the path has a GRH but no DGID")
@@ -525,7 +525,7 @@ class IBPath(Path):
         (IBV_QPS_INIT, _RTR or _RTS) on this path (the QP table)."""
         if state == ibv.IBV_QPS_INIT:
             a = ibv.qp_attr(qp_state=state, pkey_index=self.pkey_index,
-                            port_num=self._port().port_id)
+                            port_num=self._need_end_port().port_id)
             if qp_type == ibv.IBV_QPT_UD:
                 if self.qkey is None:
                     raise rdma.RDMAError("a UD QP needs path.qkey")
@@ -902,8 +902,10 @@ def resolve_path(umad: Any, path: IBPath, reversible: bool = True,
                                  f"path comes from the SA; pass "
                                  f"rdma.get_umad(end_port)")
         from rdma import sa
-        return sa.resolve_path(umad, path, reversible=reversible,
-                               properties=properties)
+        # (a coroutine to yield when umad is asynchronous)
+        resolved: IBPath = sa.resolve_path(umad, path, reversible=reversible,
+                                           properties=properties)
+        return resolved
     # The software fabric: no SM; the ports' LIDs and GIDs are the truth.
     path.SLID = ep.lid
     if path.DGID is not None:
