@@ -15,7 +15,7 @@ class-specific status, :class:`SAError` for the SA) and
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type, Union
 
 from rdma._errors import RDMAError
 
@@ -392,7 +392,7 @@ class SAReply:
                 f"records={len(self.records)}>")
 
 
-def decode_sa_reply(buf: bytes, record_cls: Optional[Type[BinStruct]] = None,
+def decode_sa_reply(buf: Union[bytes, bytearray], record_cls: Optional[Type[BinStruct]] = None,
                     ) -> SAReply:
     """Decode an SA reply (one MAD, or a reassembled RMPP message).
 

@@ -118,5 +118,5 @@ __all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "M
            "RDMAError", "SysError", "wc_status_str", "wc_opcode_str",
            "device_attr", "port_attr", "gid_entry", "global_route", "ah_attr",
            "qp_cap", "qp_attr", "qp_init_attr", "srq_attr", "sge", "send_wr",
-           "recv_wr", "wc", "async_event", "mw_bind_info", "inc_rkey"] + \
-    [n for n in dir(_ibverbs) if n.startswith("IBV_")]
+           "recv_wr", "wc", "async_event", "mw_bind_info", "inc_rkey"]
+__all__ += [n for n in dir(_ibverbs) if n.startswith("IBV_")]
