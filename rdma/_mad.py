@@ -392,7 +392,8 @@ class SAReply:
                 f"records={len(self.records)}>")
 
 
-def decode_sa_reply(buf: Union[bytes, bytearray], record_cls: Optional[Type[BinStruct]] = None,
+def decode_sa_reply(buf: Union[bytes, bytearray],
+                    record_cls: Optional[Type[BinStruct]] = None,
                     ) -> SAReply:
     """Decode an SA reply (one MAD, or a reassembled RMPP message).
 
