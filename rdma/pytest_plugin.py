@@ -665,10 +665,11 @@ class QPEnd:
         (self.srq or self.qp).post_recv(wr)
 
     def send_wr(self, opcode: int, length: int, off: int = 0,
-                remote: Optional[QPEnd] = None, remote_off: int = 0,
+                remote: Any = None, remote_off: int = 0,
                 **kw: Any) -> ibv.send_wr:
         """A signaled send_wr of buf[off:off+length]; RDMA and atomic
-        opcodes address *remote* (a QPEnd) at *remote_off*; UD carries
+        opcodes address *remote* (a QPEnd, or anything with ``mr.addr``
+        and ``mr.rkey``) at *remote_off*; UD carries
         the AH, QPN and Q_Key of the path."""
         import rdma.ibverbs as ibv
         fields: Dict[str, Any] = dict(wr_id=kw.pop("wr_id", 1), opcode=opcode,

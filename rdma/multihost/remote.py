@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import textwrap
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, NoReturn, Optional, Tuple
 
 from rdma.multihost.engine import _both
 from rdma.multihost.hosts import CheckError, Host, HostError
@@ -25,7 +25,7 @@ __all__ = ["RemoteHost", "RemoteEnd", "RemotePair", "remote_pair",
 _keys = itertools.count(1 << 20)
 
 
-def function_source(fn: Callable) -> Tuple[str, str]:
+def function_source(fn: Callable[..., Any]) -> Tuple[str, str]:
     """(source, name) of a module-level function, to run remotely."""
     if not inspect.isfunction(fn):
         raise TypeError(f"expected a function, got {type(fn).__name__}")
@@ -36,7 +36,7 @@ def function_source(fn: Callable) -> Tuple[str, str]:
     return textwrap.dedent(inspect.getsource(fn)), fn.__name__
 
 
-def _raise(e: BaseException):
+def _raise(e: BaseException) -> NoReturn:
     if isinstance(e, CheckError) and e.kind == "AssertionError":
         raise AssertionError(f"on {e.host}: {e.msg}") from None
     raise e
@@ -55,7 +55,7 @@ class RemoteHost:
     def __repr__(self) -> str:
         return f"RemoteHost({self.name!r}, {self.info.get('end_port')})"
 
-    def call(self, fn: Callable, timeout: Optional[float] = None,
+    def call(self, fn: Callable[..., Any], timeout: Optional[float] = None,
              **kwargs: Any) -> Any:
         """Run ``fn(agent, **kwargs)`` on the host and return its result;
         ``agent.end_port``, ``agent.ctx`` (an open Context),
@@ -73,10 +73,10 @@ class RemoteHost:
 class RemoteEnd:
     """One end of a :class:`RemotePair`, on host ``host``."""
 
-    def __init__(self, pair: "RemotePair", host: RemoteHost, info: Dict):
+    def __init__(self, pair: "RemotePair", host: RemoteHost, info: Dict[str, Any]):
         self.pair, self.host, self.info = pair, host, info
 
-    def run(self, fn: Callable, timeout: Optional[float] = None,
+    def run(self, fn: Callable[..., Any], timeout: Optional[float] = None,
             **kwargs: Any) -> Any:
         """Run ``fn(end, **kwargs)`` where *end* is this end's
         :class:`rdma.pytest_plugin.QPEnd` (``qp``, ``cq``, ``buf``,
@@ -107,9 +107,9 @@ class RemotePair:
         self.a: RemoteEnd
         self.b: RemoteEnd
 
-    def run(self, fn_a: Callable, fn_b: Callable,
-            kwargs_a: Optional[Dict] = None,
-            kwargs_b: Optional[Dict] = None,
+    def run(self, fn_a: Callable[..., Any], fn_b: Callable[..., Any],
+            kwargs_a: Optional[Dict[str, Any]] = None,
+            kwargs_b: Optional[Dict[str, Any]] = None,
             timeout: Optional[float] = None) -> Tuple[Any, Any]:
         """Run ``fn_a`` on end a and ``fn_b`` on end b at the same time
         (a ping-pong needs both); return both results."""
@@ -130,7 +130,7 @@ class RemotePair:
     def __enter__(self) -> "RemotePair":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
