@@ -81,7 +81,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import IO, Iterable, Mapping, Sequence
+from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = [
     "VMException",
@@ -238,7 +238,7 @@ class Requirements:
 # Requirements
 # --------------------------------------------------------------------------
 
-def _version_key(v: str):
+def _version_key(v: str) -> list[tuple[int, int | str]]:
     return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-+~]", v)]
 
 
@@ -504,7 +504,7 @@ def _kernel_image(req: Requirements, cdir: Path, deadline: float) -> Path:
 class _Cpio:
     """Minimal writer for the newc cpio format the kernel unpacks."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.buf = io.BytesIO()
         self.ino = 1
 
@@ -673,7 +673,7 @@ def _parse_memory(memory: str | int) -> str:
 
 def _guest_env(base: Mapping[str, str], extra: Mapping[str, str | None] | None,
                two_host: bool) -> dict[str, str]:
-    env = {}
+    env: dict[str, str] = {}
     for k, v in base.items():
         if k.startswith("RDMA_TESTVM"):
             continue
@@ -699,13 +699,13 @@ def _guest_env(base: Mapping[str, str], extra: Mapping[str, str | None] | None,
             "RDMA_TESTVM_HOST2_NETDEV": "veth1",
             "RDMA_TESTVM_HOST2_IP": HOST2_ADDR,
         })
-    for k, v in (extra or {}).items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-            raise ValueError(f"bad environment variable name {k!r}")
-        if v is None:
-            env.pop(k, None)
+    for name, val in (extra or {}).items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"bad environment variable name {name!r}")
+        if val is None:
+            env.pop(name, None)
         else:
-            env[k] = str(v)
+            env[name] = str(val)
     return env
 
 
@@ -727,10 +727,10 @@ def _hidden_in_guest(path: str) -> bool:
     return False
 
 
-_libc = None
+_libc: ctypes.CDLL | None = None
 
 
-def _load_libc():
+def _load_libc() -> None:
     global _libc
     if _libc is None:
         try:
@@ -740,9 +740,9 @@ def _load_libc():
             _libc = None
 
 
-def _qemu_preexec(parent: int):
+def _qemu_preexec(parent: int) -> Callable[[], None]:
     """Runs in the forked child: die with the parent (even on SIGKILL)."""
-    def preexec():
+    def preexec() -> None:
         if _libc is not None:
             _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
@@ -750,12 +750,13 @@ def _qemu_preexec(parent: int):
     return preexec
 
 
-def _spawn_qemu(cmd: list[str], log) -> subprocess.Popen:
+def _spawn_qemu(cmd: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
     """Start qemu in its own process group, set up to be SIGKILLed when this
     process dies (even by SIGKILL): util-linux's setpriv sets the parent-death
     signal and execs qemu (same pid); without setpriv, a preexec_fn does."""
-    kw = dict(stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-              start_new_session=True)
+    kw: dict[str, Any] = dict(stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT,
+                              start_new_session=True)
     setpriv = shutil.which("setpriv")
     if setpriv:
         return subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", *cmd], **kw)
@@ -814,7 +815,7 @@ class _Streamer:
             pass
 
 
-def _kill(proc: subprocess.Popen | None) -> None:
+def _kill(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is None or proc.poll() is not None:
         return
     try:
@@ -845,7 +846,7 @@ def _command_script(command: Sequence[str] | str, cwd: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _copy_out(tmp: Path, out_dir: str | os.PathLike | None) -> None:
+def _copy_out(tmp: Path, out_dir: str | os.PathLike[str] | None) -> None:
     if out_dir is None:
         return
     src = tmp / "share" / "out"
@@ -855,9 +856,10 @@ def _copy_out(tmp: Path, out_dir: str | os.PathLike | None) -> None:
 
 def run(command: Sequence[str] | str, *, two_host: bool = False,
         timeout: float = 600, boot_timeout: float = 120,
-        memory: str | int = "1G", cpus: int = 2, cwd: str | os.PathLike | None = None,
+        memory: str | int = "1G", cpus: int = 2,
+        cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str | None] | None = None,
-        out_dir: str | os.PathLike | None = None,
+        out_dir: str | os.PathLike[str] | None = None,
         stream: IO[str] | None = None) -> VMResult:
     """Boot the VM, run *command* in it and return a :class:`VMResult`.
 
@@ -898,7 +900,7 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
 
     name = f"rdma-testvm-{uuid.uuid4().hex}"
     tmp = Path(tempfile.mkdtemp(prefix="rdma-testvm-"))
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     try:
         share = tmp / "share"
         share.mkdir()
@@ -944,12 +946,12 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
             "-device", f"virtio-9p-pci,fsdev=share,mount_tag={_SHARE_TAG}",
         ]
 
-        def collect(**kw):
+        def collect(**kw: Any) -> dict[str, Any]:
             console = _read_text(console_log)
             return dict(console=console, dmesg=_read_text(share / "dmesg"),
                         output=_read_text(share / "output"), name=name, **kw)
 
-        def vm_failure(what: str):
+        def vm_failure(what: str) -> VMError:
             info = collect()
             console = info["console"]
             panic = re.search(r"Kernel panic - not syncing.*", console)
@@ -1007,7 +1009,7 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
         streamer = _Streamer(share / "output", stream)
         cmd_deadline = t_ready + float(timeout) + _KILL_AFTER + _COMMAND_GRACE
 
-        def finished():
+        def finished() -> bool:
             return _read_text(share / "rc").endswith("\n")
 
         while not finished():

@@ -6,6 +6,8 @@ import argparse
 import os
 import signal
 import sys
+from types import FrameType
+from typing import NoReturn, Optional
 
 from . import (EXIT_TIMEOUT, EXIT_UNAVAILABLE, EXIT_VM_FAILURE, VMError,
                VMTimeout, VMUnavailable, cache_state, check_requirements, run)
@@ -41,7 +43,7 @@ class _Terminated(BaseException):
         self.signum = signum
 
 
-def _on_signal(signum, frame):
+def _on_signal(signum: int, frame: Optional[FrameType]) -> NoReturn:
     # Ignore repeats while the VM is being torn down.
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, signal.SIG_IGN)
@@ -165,14 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     return res.returncode
 
 
-def _fail(line: str, e, args) -> None:
+def _fail(line: str, e: BaseException, args: argparse.Namespace) -> None:
     sys.stdout.flush()
-    if args.print_dmesg and getattr(e, "dmesg", ""):
-        sys.stderr.write(e.dmesg)
+    dmesg: str = getattr(e, "dmesg", "")
+    if args.print_dmesg and dmesg:
+        sys.stderr.write(dmesg)
     if args.verbose:
         print(str(e), file=sys.stderr)
-        if getattr(e, "console", ""):
-            print("--- console ---\n" + e.console.rstrip(), file=sys.stderr)
+        console: str = getattr(e, "console", "")
+        if console:
+            print("--- console ---\n" + console.rstrip(), file=sys.stderr)
     print(f"rdma-testvm: {line}", file=sys.stderr)
 
 
