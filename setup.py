@@ -77,8 +77,8 @@ FRONT_LIB = ("librdma_fabric_verbs.so",
              ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
               "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
               "-ldl", "-lpthread"])
-LIB_DEPENDS = (["csrc/provider.h", "csrc/fabric_lib.h", "rdma/include/pyrdma.h"]
-               + FABRIC_HEADERS)
+LIB_DEPENDS = (["csrc/provider.h", "csrc/fabric_lib.h",
+                "rdma/include/pyrdma.h"] + FABRIC_HEADERS)
 
 
 class BuildExtAndLibs(build_ext):

@@ -671,9 +671,10 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str],
 
     With *sa*, or when *sched* is a
     :class:`rdma.satransactor.SATransactor` (python-rdma chose by that
-    class alone), the items come from the SA instead, by GetTable of NodeRecords,
-    PortInfoRecords, LinkRecords and SwitchInfoRecords (a scheduler or a
-    synchronous transactor; ``all_LFDB`` still reads SMPs).
+    class alone), the items come from the SA instead, by GetTable of
+    NodeRecords, PortInfoRecords, LinkRecords and SwitchInfoRecords (a
+    scheduler or a synchronous transactor; ``all_LFDB`` still reads
+    SMPs).
 
     Returns *sbn*.  What could not be read is in ``sbn.errors``.
 

@@ -37,7 +37,8 @@ def _names(prefix: str, exclude: Tuple[str, ...] = ()) -> Dict[int, str]:
 _WC_STATUS = _names("IBV_WC_", ("IBV_WC_EX_", "IBV_WC_STANDARD", "IBV_WC_IP",
                                 "IBV_WC_WITH", "IBV_WC_GRH", "IBV_WC_TM",
                                 "IBV_WC_SEND", "IBV_WC_RDMA", "IBV_WC_COMP",
-                                "IBV_WC_FETCH", "IBV_WC_BIND", "IBV_WC_LOCAL_INV",
+                                "IBV_WC_FETCH", "IBV_WC_BIND",
+                                "IBV_WC_LOCAL_INV",
                                 "IBV_WC_TSO", "IBV_WC_RECV", "IBV_WC_DRIVER",
                                 "IBV_WC_ATOMIC_WRITE", "IBV_WC_FLUSH"))
 _WC_OPCODE = {getattr(_ibverbs, n): n for n in (
@@ -112,9 +113,9 @@ def WCPath(end_port: Optional[EndPort], wc: _ibverbs.wc,
     return _wcpath(end_port, wc, buf, off, **kwargs)
 
 
-__all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW",
-           "AH", "SendBatch", "RecvBatch", "WCArray", "WCError", "WRError",
-           "AsyncError",
+__all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR",
+           "MW", "AH", "SendBatch", "RecvBatch", "WCArray", "WCError",
+           "WRError", "AsyncError",
            "RDMAError", "SysError", "wc_status_str", "wc_opcode_str",
            "device_attr", "port_attr", "gid_entry", "global_route", "ah_attr",
            "qp_cap", "qp_attr", "qp_init_attr", "srq_attr", "sge", "send_wr",

@@ -1,6 +1,7 @@
 """The MAD RPC interface: :class:`MADTransactor`, python-rdma's mixin.
 
-Every RPC (:meth:`~MADTransactor.SubnGet`, :meth:`~MADTransactor.PerformanceGet`,
+Every RPC (:meth:`~MADTransactor.SubnGet`,
+:meth:`~MADTransactor.PerformanceGet`,
 :meth:`~MADTransactor.SubnAdmGetTable`, :meth:`~MADTransactor.BMGet`...) is
 a thin call onto one core: :meth:`~MADTransactor._doMAD` builds the
 request format (``SMPFormat``, ``SMPFormatDirected``, ``SAFormat``,
@@ -598,8 +599,8 @@ class MADTransactor:
     def SubnAdmGetTable(self, payload: _Payload, path: Any = None,
                         attributeModifier: int = 0) -> List[Any]:
         """SubnAdmGetTable: every record matching ``payload`` (a list)."""
-        records: List[Any] = self._subn_adm_do(payload, path, attributeModifier,
-                                 "SubnAdmGetTable")
+        records: List[Any] = self._subn_adm_do(
+            payload, path, attributeModifier, "SubnAdmGetTable")
         return records
 
     def SubnAdmSet(self, payload: _Payload, path: Any = None,
@@ -617,15 +618,15 @@ class MADTransactor:
     def SubnAdmGetTraceTable(self, payload: _Payload, path: Any = None,
                              attributeModifier: int = 0) -> List[Any]:
         """SubnAdmGetTraceTable: the TraceRecords of a path."""
-        records: List[Any] = self._subn_adm_do(payload, path, attributeModifier,
-                                 "SubnAdmGetTraceTable")
+        records: List[Any] = self._subn_adm_do(
+            payload, path, attributeModifier, "SubnAdmGetTraceTable")
         return records
 
     def SubnAdmGetMulti(self, payload: _Payload, path: Any = None,
                         attributeModifier: int = 0) -> List[Any]:
         """SubnAdmGetMulti (MultiPathRecord)."""
-        records: List[Any] = self._subn_adm_do(payload, path, attributeModifier,
-                                 "SubnAdmGetMulti")
+        records: List[Any] = self._subn_adm_do(
+            payload, path, attributeModifier, "SubnAdmGetMulti")
         return records
 
     # -- serving requests

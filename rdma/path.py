@@ -823,7 +823,8 @@ def fill_path(qp: "ibv.QP", path: IBPath, max_rd_atomic: int = 255) -> IBPath:
     path.sqpn = qp.qp_num
     dev = qp.pd.ctx.query_device()
     path.sack_resp_time = dev.local_ca_ack_delay
-    path.srdatomic = min(path.srdatomic, dev.max_qp_init_rd_atom, max_rd_atomic)
+    path.srdatomic = min(path.srdatomic, dev.max_qp_init_rd_atom,
+                         max_rd_atomic)
     path.drdatomic = min(path.drdatomic, dev.max_qp_rd_atom, max_rd_atomic)
     if path.sqpsn == 0:
         path.sqpsn = int.from_bytes(os.urandom(3), "big")

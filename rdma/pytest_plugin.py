@@ -42,8 +42,9 @@ a reason that names the device and provider that were looked for.
 from __future__ import annotations
 
 import os
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, List,
-                    Iterator, NoReturn, Optional, Sequence, Tuple, TypeVar, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator,
+                    List, NoReturn, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import pytest
 
@@ -96,9 +97,9 @@ class Unavailable(Exception):
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("rdma", "RDMA devices (rdma.pytest_plugin)")
     for name, typ, help_ in _OPTIONS:
-        group.addoption("--rdma-" + name.replace("_", "-"), dest="rdma_" + name,
-                        type=typ, default=None, metavar=name.split("_")[-1].upper(),
-                        help=help_)
+        group.addoption("--rdma-" + name.replace("_", "-"),
+                        dest="rdma_" + name, type=typ, default=None,
+                        metavar=name.split("_")[-1].upper(), help=help_)
         parser.addini("rdma_" + name, help_ + " (ini form)", default=None)
     group.addoption("--rdma-quick", dest="rdma_quick", action="store_true",
                     default=False,
@@ -300,7 +301,8 @@ class RdmaSetup:
     the :class:`rdma.EndPort` or raise :class:`Unavailable` with a message
     that names what was looked for."""
 
-    def __init__(self, device: Optional[str] = None, port: Optional[int] = None,
+    def __init__(self, device: Optional[str] = None,
+                 port: Optional[int] = None,
                  gid_index: Optional[int] = None,
                  provider: Optional[str] = None,
                  peer_device: Optional[str] = None,
@@ -508,7 +510,8 @@ def _unavailable(node: Node, setup: RdmaSetup,
 def _cap_atomics(ep: EndPort) -> Optional[str]:
     a = ep.parent.attr
     if a.atomic_cap == 0:
-        return f"{ep.parent} has no atomic operations (atomic_cap IBV_ATOMIC_NONE)"
+        return (f"{ep.parent} has no atomic operations (atomic_cap "
+                f"IBV_ATOMIC_NONE)")
     return None
 
 
@@ -596,7 +599,8 @@ def poll_cq(cq: ibv.CQ, n: int = 1, timeout: float = 10.0,
                                                       timeout=timeout))
     if len(got) < n:
         raise AssertionError(
-            f"no completion after {timeout:g} s{' for ' + what if what else ''}"
+            f"no completion after {timeout:g} s"
+            f"{' for ' + what if what else ''}"
             f" (expected {n}, got {len(got)}): is the peer reachable?")
     return got
 
@@ -762,7 +766,8 @@ def make_pair(ctx_a: ibv.Context, ep_a: EndPort, gid_a: int,
         # What one end may have outstanding, the other must accept.
         pa.srdatomic = pb.drdatomic = min(pa.srdatomic, pb.drdatomic)
         pb.srdatomic = pa.drdatomic = min(pb.srdatomic, pa.drdatomic)
-        pa.dack_resp_time, pb.dack_resp_time = pb.sack_resp_time, pa.sack_resp_time
+        pa.dack_resp_time, pb.dack_resp_time = \
+            pb.sack_resp_time, pa.sack_resp_time
         a.path, b.path = pa, pb
         a.qp.establish(pa, qp_access)
         b.qp.establish(pb, qp_access)
@@ -829,9 +834,10 @@ def rdma_pair(request: pytest.FixtureRequest, rdma_setup: RdmaSetup,
               rdma_end_port: EndPort, rdma_peer_end_port: EndPort
               ) -> Generator[Callable[..., QPPair], None, None]:
     """A factory: ``rdma_pair(qp_type, size=4096, depth=16, srq=False,
-    access=None, pd_b=None)`` returns a :class:`QPPair` between rdma_end_port and the
-    peer end port, both at RTS.  Fails with the reason when a port is not
-    ACTIVE (skips without --rdma-require) or the GID index is unusable."""
+    access=None, pd_b=None)`` returns a :class:`QPPair` between
+    rdma_end_port and the peer end port, both at RTS.  Fails with the
+    reason when a port is not ACTIVE (skips without --rdma-require) or the
+    GID index is unusable."""
     import rdma
     try:
         ep_a = rdma_setup.ready_port()

@@ -58,8 +58,8 @@ def delete(umad: Any, payload: BinStruct, **kw: Any) -> Optional[BinStruct]:
     return rec
 
 
-def path_record_query(umad: Any, *, table: bool = False,
-                      **fields: Any) -> Union[SAPathRecord, List[SAPathRecord]]:
+def path_record_query(umad: Any, *, table: bool = False, **fields: Any
+                      ) -> Union[SAPathRecord, List[SAPathRecord]]:
     """Query PathRecords by fields (``DGID=``, ``SLID=``, ``PKey=``...).
 
     Returns the one :class:`SAPathRecord` of a SubnAdmGet, or the list of a

@@ -153,7 +153,8 @@ class BufferPool:
                      path: Optional[IBPath] = None) -> "ibv.send_wr":
         """A signaled SEND of *buf_len* bytes of buffer *buf_idx*; with a
         *path* (UD) it carries the AH, remote QPN and Q_Key."""
-        wr = ibv.send_wr(wr_id=buf_idx, sg_list=self.make_sge(buf_idx, buf_len),
+        wr = ibv.send_wr(wr_id=buf_idx,
+                         sg_list=self.make_sge(buf_idx, buf_len),
                          opcode=ibv.IBV_WR_SEND,
                          send_flags=ibv.IBV_SEND_SIGNALED)
         if path is not None:

@@ -73,7 +73,8 @@ class RemoteHost:
 class RemoteEnd:
     """One end of a :class:`RemotePair`, on host ``host``."""
 
-    def __init__(self, pair: "RemotePair", host: RemoteHost, info: Dict[str, Any]):
+    def __init__(self, pair: "RemotePair", host: RemoteHost,
+                 info: Dict[str, Any]):
         self.pair, self.host, self.info = pair, host, info
 
     def run(self, fn: Callable[..., Any], timeout: Optional[float] = None,

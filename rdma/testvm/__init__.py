@@ -140,7 +140,7 @@ GID_INDEX = 1
 
 _SHARE_TAG = "rdmatestvm"
 _GUEST_SHARE = "/run/rdma-testvm"
-_KILL_AFTER = 5            # guest: SIGKILL this long after the timeout's SIGTERM
+_KILL_AFTER = 5            # guest: SIGKILL this long after the SIGTERM
 _COMMAND_GRACE = 30        # host: extra wait beyond the guest's own timeout
 _SHUTDOWN_TIMEOUT = 30     # host: wait for power-off after the command ended
 _BUILD_TIMEOUT = 300       # host: building the cached vmlinux/initramfs
@@ -152,8 +152,8 @@ _PASS_ENV = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "HOME", "LANG", "LANGUAGE",
 _PASS_ENV_PREFIXES = ("RDMA_", "PYTEST_", "LC_", "PYENV", "PYTHON")
 
 _QEMU = "qemu-system-x86_64"
-_KERNEL_APPEND = ("console=ttyS0 panic=-1 loglevel=4 quiet mitigations=off pci=noacpi "
-                  "cryptomgr.notests tsc=reliable")
+_KERNEL_APPEND = ("console=ttyS0 panic=-1 loglevel=4 quiet mitigations=off "
+                  "pci=noacpi cryptomgr.notests tsc=reliable")
 
 
 # --------------------------------------------------------------------------
@@ -239,14 +239,16 @@ class Requirements:
 # --------------------------------------------------------------------------
 
 def _version_key(v: str) -> list[tuple[int, int | str]]:
-    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-+~]", v)]
+    return [(0, int(p)) if p.isdigit() else (1, p)
+            for p in re.split(r"[.\-+~]", v)]
 
 
 def _find_qemu() -> str:
     path = shutil.which(_QEMU)
     if not path:
         raise VMUnavailable(
-            f"{_QEMU} not found on PATH: install the Debian package qemu-system-x86")
+            f"{_QEMU} not found on PATH: install the Debian package "
+            f"qemu-system-x86")
     return path
 
 
@@ -313,7 +315,8 @@ def _find_kernel() -> tuple[str, Path, Path]:
     mod_root = Path("/lib/modules")
     boot = Path("/boot")
     wanted = os.environ.get("RDMA_TESTVM_KERNEL")
-    kernels = sorted((p.name[len("vmlinuz-"):] for p in boot.glob("vmlinuz-*")),
+    kernels = sorted((p.name[len("vmlinuz-"):]
+                      for p in boot.glob("vmlinuz-*")),
                      key=_version_key, reverse=True) if boot.is_dir() else []
     if wanted:
         kernels = [k for k in kernels if k == wanted]
@@ -424,7 +427,8 @@ def _remove_stale(directory: Path, prefix: str, keep: Path) -> None:
     may belong to a concurrent run of another version of this module), and
     temp files left by builders that were killed."""
     now = time.time()
-    for p in [*directory.glob(prefix + "*"), *directory.glob(f".{prefix}*.tmp")]:
+    for p in [*directory.glob(prefix + "*"),
+              *directory.glob(f".{prefix}*.tmp")]:
         if p == keep:
             continue
         try:
@@ -610,7 +614,8 @@ def _initramfs(req: Requirements, cdir: Path) -> Path:
     for name, path in mods:
         cpio.file(f"modules/{name}.ko", _read_module(path))
     cpio.file("modules/order", "".join(
-        f"{n} {_MODULE_PARAMS.get(n, '')}".rstrip() + "\n" for n, _ in mods).encode())
+        f"{n} {_MODULE_PARAMS.get(n, '')}".rstrip() + "\n"
+        for n, _ in mods).encode())
     _atomic_write(target, [cpio.finish()])
     _remove_stale(cdir, "initramfs-", target)
     return target
@@ -642,13 +647,15 @@ def cache_state() -> dict[str, str]:
     if vml.is_file():
         vml_state = f"{vml} (cached)"
     elif vml.with_name(vml.name + ".none").is_file():
-        vml_state = f"{req.vmlinuz} (no PVH-bootable vmlinux inside: slower boot)"
+        vml_state = (f"{req.vmlinuz} (no PVH-bootable vmlinux inside: "
+                     f"slower boot)")
     else:
         vml_state = f"{vml} (not built yet)"
     return {
         "cache_dir": str(cdir),
         "vmlinux": vml_state,
-        "initramfs": f"{initrd} ({'cached' if initrd.is_file() else 'not built yet'})",
+        "initramfs": f"{initrd} "
+                     f"({'cached' if initrd.is_file() else 'not built yet'})",
     }
 
 
@@ -759,7 +766,8 @@ def _spawn_qemu(cmd: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
                               start_new_session=True)
     setpriv = shutil.which("setpriv")
     if setpriv:
-        return subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", *cmd], **kw)
+        return subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", *cmd],
+                                **kw)
     _load_libc()
     return subprocess.Popen(cmd, preexec_fn=_qemu_preexec(os.getpid()), **kw)
 
@@ -925,7 +933,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
         (share / "config.sh").write_text(
             "".join(f"{k}={shlex.quote(v)}\n" for k, v in config.items()))
         (share / "env.sh").write_text(
-            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in guest_env.items()))
+            "".join(f"export {k}={shlex.quote(v)}\n"
+                    for k, v in guest_env.items()))
         (share / "cmd.sh").write_text(script)
 
         qemu_cmd = [
@@ -993,7 +1002,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     _kill(proc)
-                raise vm_failure(f"qemu exited during boot (status {proc.returncode})")
+                raise vm_failure(f"qemu exited during boot "
+                                 f"(status {proc.returncode})")
             if time.monotonic() > boot_deadline:
                 _kill(proc)
                 info = collect()
@@ -1005,7 +1015,7 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
             time.sleep(_POLL)
         t_ready = time.monotonic()
 
-        # --- the command ------------------------------------------------------
+        # --- the command ---------------------------------------------------
         streamer = _Streamer(share / "output", stream)
         cmd_deadline = t_ready + float(timeout) + _KILL_AFTER + _COMMAND_GRACE
 
@@ -1035,7 +1045,7 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
         t_done = time.monotonic()
         streamer.pump(final=True)
 
-        # --- shutdown ---------------------------------------------------------
+        # --- shutdown ------------------------------------------------------
         clean = True
         try:
             proc.wait(timeout=_SHUTDOWN_TIMEOUT)
@@ -1067,7 +1077,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
         try:
             _copy_out(tmp, out_dir)
         except OSError as e:
-            exc.add_note(f"(could not copy $RDMA_TESTVM_OUT to {out_dir}: {e})")
+            exc.add_note(f"(could not copy $RDMA_TESTVM_OUT to {out_dir}: "
+                         f"{e})")
         raise
     else:
         try:

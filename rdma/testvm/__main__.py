@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--env wants K=V, not {item!r}")
         env[key] = value
 
-    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, _on_signal)
+           for s in (signal.SIGTERM, signal.SIGHUP)}
     res = None
     try:
         res = run(command, two_host=args.two_host, timeout=args.timeout,
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nrdma-testvm: interrupted, VM killed", file=sys.stderr)
         return 130
     except _Terminated as e:
-        print(f"rdma-testvm: got signal {e.signum}, VM killed", file=sys.stderr)
+        print(f"rdma-testvm: got signal {e.signum}, VM killed",
+              file=sys.stderr)
         return 128 + e.signum
     except BrokenPipeError:
         return 141

@@ -149,12 +149,14 @@ def test_atomics_under_contention(rdma_setup: RdmaSetup,
     attempts = 0
     deadline = time.monotonic() + 4 * TIMEOUT
     while min(done) < per_qp:
-        assert time.monotonic() < deadline, "compare-and-swap loop made no progress"
+        assert time.monotonic() < deadline, \
+            "compare-and-swap loop made no progress"
         active = [k for k in range(nqp) if done[k] < per_qp]
         for k in active:
             q = reqs[k]
-            q.qp.post_send(atomic(q, target, CAS, roff, aligned(q, 8), attempts,
-                                  compare_add=guess[k], swap=guess[k] + 1))
+            q.qp.post_send(atomic(q, target, CAS, roff, aligned(q, 8),
+                                  attempts, compare_add=guess[k],
+                                  swap=guess[k] + 1))
             attempts += 1
         for k in active:
             q = reqs[k]

@@ -95,7 +95,8 @@ def _mgid(end_port: EndPort, gid_index: int) -> GID:
     g = bytes(end_port.gids[gid_index])
     if g[:12] == b"\0" * 10 + b"\xff\xff":            # RoCE v2 over IPv4
         return GID(b"\0" * 10 + b"\xff\xff" +
-                   bytes([239, 1, random.randrange(256), random.randrange(1, 255)]))
+                   bytes([239, 1, random.randrange(256),
+                          random.randrange(1, 255)]))
     return GID(bytes([0xff, 0x0e]) + b"\0" * 10 +
                random.getrandbits(32).to_bytes(4, "big"))
 
@@ -122,7 +123,8 @@ def test_ud_multicast(rdma_setup: RdmaSetup, rdma_pair: Callable[..., QPPair],
     for m in members:
         m.qp.attach_mcast(mgid, 0)
     try:
-        msg = random_bytes(min(512, mtu_to_bytes(rdma_end_port.attr.active_mtu)))
+        msg = random_bytes(min(512,
+                               mtu_to_bytes(rdma_end_port.attr.active_mtu)))
         for m in members:
             m.post_recv(GRH_LEN + len(msg) + GUARD, off=4096, wr_id=77)
         a.buf[0:len(msg)] = msg
@@ -133,14 +135,16 @@ def test_ud_multicast(rdma_setup: RdmaSetup, rdma_pair: Callable[..., QPPair],
                          sg_list=a.mr.sge(len(msg), 0), ah=a.pd.ah(path),
                          remote_qpn=0xFFFFFF, remote_qkey=a.path.qkey)
         a.qp.post_send(wr)
-        check_wc("multicast SEND", poll_cq(a.cq, 1, TIMEOUT, "multicast SEND")[0],
+        check_wc("multicast SEND",
+                 poll_cq(a.cq, 1, TIMEOUT, "multicast SEND")[0],
                  ibv.IBV_WC_SEND)
         for k, m in enumerate(members):
             wc = poll_cq(m.cq, 1, 10.0, f"multicast receive on member {k} "
                                         f"(group {mgid})")[0]
             check_wc(f"multicast receive on member {k}", wc, ibv.IBV_WC_RECV)
             check_data(f"multicast message on member {k}",
-                       memoryview(m.buf)[4096 + GRH_LEN:4096 + GRH_LEN + len(msg)],
+                       memoryview(m.buf)[4096 + GRH_LEN:
+                                         4096 + GRH_LEN + len(msg)],
                        msg)
     finally:
         for m in members:

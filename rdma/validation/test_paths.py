@@ -63,7 +63,8 @@ def test_local_path_resolution(rdma_setup: RdmaSetup, rdma_end_port: EndPort,
     assert q == pa, f"path changed through pickle: {q!r} != {pa!r}"
     r = pa.copy().reverse(for_reply=False)
     if ep.link_layer == "Ethernet":
-        assert (r.SGID, r.DGID) == (pa.DGID, pa.SGID), "reverse() kept the GIDs"
+        assert (r.SGID, r.DGID) == (pa.DGID, pa.SGID), \
+            "reverse() kept the GIDs"
     record_property("detail", str(pa))
 
 
@@ -84,10 +85,13 @@ def test_sa_path_record(rdma_setup: RdmaSetup, rdma_sa: UMAD,
         except Exception as e:
             raise AssertionError(f"the SA could not resolve a path {ep} -> "
                                  f"{dst}: {e}") from None
-        assert p.SLID == ep.lid, f"PathRecord SLID {p.SLID}, {ep} has {ep.lid}"
-        assert p.DLID == dst.lid, f"PathRecord DLID {p.DLID}, {dst} has {dst.lid}"
+        assert p.SLID == ep.lid, \
+            f"PathRecord SLID {p.SLID}, {ep} has {ep.lid}"
+        assert p.DLID == dst.lid, \
+            f"PathRecord DLID {p.DLID}, {dst} has {dst.lid}"
         assert p.MTU <= ep.attr.active_mtu, (
-            f"PathRecord MTU {p.MTU} above the active MTU {ep.attr.active_mtu}")
+            f"PathRecord MTU {p.MTU} above the active MTU "
+            f"{ep.attr.active_mtu}")
         assert p.pkey & 0x7FFF in [k & 0x7FFF for k in ep.pkeys], (
             f"PathRecord P_Key {p.pkey:#x} is not in {ep}'s table")
         found.append(f"{p.SLID}->{p.DLID} MTU {p.MTU} SL {p.SL}")

@@ -48,8 +48,8 @@ def test_device(rdma_setup: RdmaSetup, rdma_end_port: EndPort,
         if a.max_mr_size < 2 * MAX_SIZE:
             problems.append(f"max_mr_size {a.max_mr_size} < 2 MiB")
         assert not problems, f"{ep.parent}: " + ", ".join(problems)
-        details.append(f"{ep.parent} ({ep.provider}, {ep.parent.transport_name}"
-                       f", fw {a.fw_ver or '-'})")
+        details.append(f"{ep.parent} ({ep.provider}, "
+                       f"{ep.parent.transport_name}, fw {a.fw_ver or '-'})")
     idx = rdma_setup.gid_index()
     record_testsuite_property("rdma_end_port", str(rdma_end_port))
     record_testsuite_property("rdma_provider", rdma_end_port.provider)
@@ -82,12 +82,14 @@ def test_port_limits(rdma_end_port: EndPort, rdma_peer_end_port: EndPort,
     """The ports carry 1 MiB messages and their MTU is valid."""
     for ep in {rdma_end_port: 0, rdma_peer_end_port: 0}:
         a = ep.attr
-        assert 1 <= a.active_mtu <= 5, f"{ep}: invalid active MTU {a.active_mtu}"
+        assert 1 <= a.active_mtu <= 5, \
+            f"{ep}: invalid active MTU {a.active_mtu}"
         assert a.active_mtu <= a.max_mtu, \
             f"{ep}: active MTU {a.active_mtu} above max MTU {a.max_mtu}"
         assert a.max_msg_sz >= MAX_SIZE, \
             f"{ep}: max_msg_sz {a.max_msg_sz} is below 1 MiB"
-    record_property("detail", f"max_msg_sz {fmt_size(rdma_end_port.attr.max_msg_sz)}")
+    record_property("detail", f"max_msg_sz "
+                              f"{fmt_size(rdma_end_port.attr.max_msg_sz)}")
 
 
 def test_gid_table(rdma_setup: RdmaSetup, rdma_end_port: EndPort,
@@ -112,11 +114,14 @@ def test_gid_table(rdma_setup: RdmaSetup, rdma_end_port: EndPort,
                                      f" is at index {seen[key]} and {i}")
             seen[key] = i
         if ep.link_layer == "Ethernet":
-            bad = [f"{i} {g} (type {t})" for i, g, t in gids if t not in (1, 2)]
-            assert not bad, f"{ep}: RoCE GIDs of no RoCE type: {', '.join(bad)}"
+            bad = [f"{i} {g} (type {t})" for i, g, t in gids
+                   if t not in (1, 2)]
+            assert not bad, \
+                f"{ep}: RoCE GIDs of no RoCE type: {', '.join(bad)}"
         elif ep.provider == "verbs":
             guid = bytes(ep.gids[0])[8:]
-            assert guid != b"\0" * 8, f"{ep}: GID 0 {ep.gids[0]} has no port GUID"
+            assert guid != b"\0" * 8, \
+                f"{ep}: GID 0 {ep.gids[0]} has no port GUID"
             bad = [f"{i} {g}" for i, g, t in gids if bytes(g)[8:] != guid]
             assert not bad, (f"{ep}: GIDs with another interface ID than "
                              f"GID 0 ({ep.gids[0]}): {', '.join(bad)}")

@@ -186,7 +186,8 @@ def test_burst(rdma_setup: RdmaSetup, rdma_pair: Callable[..., QPPair],
     a, b = pair.a, pair.b
     rounds = 1 if rdma_setup.quick else 3
     for r in range(rounds):
-        msgs = [random_bytes(1 + (i * 997 + r * 31) % size) for i in range(depth)]
+        msgs = [random_bytes(1 + (i * 997 + r * 31) % size)
+                for i in range(depth)]
         for i in range(depth):
             b.post_recv(slot, off=depth * slot + i * slot, wr_id=100 + i)
         wrs = []
