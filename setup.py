@@ -90,8 +90,8 @@ UMAD2SIM_LIB = ("librdma_umad2sim.so",
                 ["csrc/umad2sim/" + f + ".c" for f in (
                     "preload", "link", "sysfs", "agents", "io", "rmpp")],
                 ["-ldl", "-lpthread"])
-LIB_DEPENDS = (["csrc/provider.h", "csrc/fabric_lib.h", "rdma/include/pyrdma.h"]
-               + FABRIC_HEADERS)
+LIB_DEPENDS = (["csrc/provider.h", "csrc/fabric_lib.h",
+                "rdma/include/pyrdma.h"] + FABRIC_HEADERS)
 
 
 class BuildExtAndLibs(build_ext):

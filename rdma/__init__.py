@@ -29,7 +29,7 @@ if getattr(_sys, "argv", [""])[:1] == ["-m"] or \
         _os.path.basename(getattr(_sys, "argv", [""])[0] or "") == "ibtool":
     _sys.excepthook = _quiet_interrupt
 
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any, Union  # noqa: E402
 
 from rdma._errors import RDMAError, SysError, WRError  # noqa: E402
 from rdma.devices import (Device, EndPort, RDMADevice, get_device,
@@ -38,10 +38,15 @@ from rdma.devices import (Device, EndPort, RDMADevice, get_device,
 # has imported already).
 from rdma.IBA import MADClassError, MADError, MADTimeoutError
 
+if TYPE_CHECKING:
+    from rdma.umad import UMAD
+    from rdma.vmad import VMAD
+
 __version__ = "0.1.0"
 
 
-def get_umad(end_port: Any = None, path: Any = None, **kwargs: Any):
+def get_umad(end_port: Any = None, path: Any = None,
+             **kwargs: Any) -> "UMAD":
     """Open a :class:`rdma.umad.UMAD` (SMPs and GMPs through libibumad) on
     *end_port* (an :class:`EndPort`, a name for :func:`get_end_port`, or
     None for the default end port).  *path* (python-rdma's argument) and
@@ -56,7 +61,7 @@ def get_umad(end_port: Any = None, path: Any = None, **kwargs: Any):
 
 
 def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
-                **kwargs: Any):
+                **kwargs: Any) -> "Union[UMAD, VMAD]":
     """Return a GMP transactor for *port* (python-rdma's
     ``rdma.get_gmp_mad``): something with ``SubnAdmGet``,
     ``PerformanceGet``... for general MADs (not SMPs).
@@ -81,10 +86,8 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
                         f"MADs through a verbs QP (rdma.vmad): GMPs need an "
                         f"InfiniBand device or the ibsim shim")
     try:
-        import rdma.vmad as vmad
+        from rdma.vmad import VMAD
     except ImportError:
-        vmad = None
-    if vmad is None:
         if verbs is not None:
             raise RDMAError("get_gmp_mad(verbs=...): this build has no "
                             "rdma.vmad (MADs through a verbs QP)")
@@ -92,14 +95,14 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
     if path is None:
         path = port.sa_path
     if verbs is not None:
-        return vmad.VMAD(verbs, path, **kwargs)
+        return VMAD(verbs, path, **kwargs)
     ctx = get_verbs(port)
     try:
-        ret = vmad.VMAD(ctx, path, **kwargs)
+        ret = VMAD(ctx, path, **kwargs)
     except BaseException:
         ctx.close()
         raise
-    ret._allocated_cts = True       # python-rdma: the VMAD closes the ctx
+    ret._allocated_ctx = True       # python-rdma: the VMAD closes the ctx
     return ret
 
 
