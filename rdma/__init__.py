@@ -12,7 +12,10 @@ import os as _os
 import sys as _sys
 
 
-def _quiet_interrupt(tp, value, tb, _prev=_sys.excepthook) -> None:
+# (typing is imported after the hook is in place: it takes time, and
+# the hook is what makes a Ctrl-C during the imports quiet)
+def _quiet_interrupt(tp, value, tb,  # type: ignore[no-untyped-def]
+                     _prev=_sys.excepthook) -> None:
     """sys.excepthook of the package's own commands: Ctrl-C is no bug, so
     a KeyboardInterrupt nobody caught prints no traceback (Python still
     ends the process by SIGINT: the shell sees status 130)."""
@@ -32,11 +35,11 @@ if getattr(_sys, "argv", [""])[:1] == ["-m"] or \
 from typing import TYPE_CHECKING, Any, Union  # noqa: E402
 
 from rdma._errors import RDMAError, SysError, WRError  # noqa: E402
-from rdma.devices import (Device, EndPort, RDMADevice, get_device,
-                          get_devices, get_end_port, get_verbs)
+from rdma.devices import (Device, EndPort, RDMADevice,  # noqa: E402
+                          get_device, get_devices, get_end_port, get_verbs)
 # The MAD errors live with the MAD structures (rdma.IBA, which rdma.devices
 # has imported already).
-from rdma.IBA import MADClassError, MADError, MADTimeoutError
+from rdma.IBA import MADClassError, MADError, MADTimeoutError  # noqa: E402
 
 if TYPE_CHECKING:
     from rdma.umad import UMAD

@@ -8,8 +8,8 @@ what describes the same device:
 - the verbs provider (libibverbs): devices that can run QPs;
 - libibumad: devices that can send MADs.  A real InfiniBand HCA is both,
   and is one :class:`Device`; a CA that only libibumad reports (rdma's
-  ibsim shim, :mod:`rdma.simnet`, presents its simulated CA that way) is a device
-  of provider ``"umad"``;
+  ibsim shim, :mod:`rdma.simnet`, presents its simulated CA that way) is
+  a device of provider ``"umad"``;
 - the software fabric (provider ``"ucx"``), always last.
 
 So one :class:`EndPort` works with :func:`rdma.get_umad` and
