@@ -28,7 +28,10 @@ from rdma.IBA import (  # noqa: E402
     MAD_SUBNET_ADMIN, MCMEMBER_JOIN_FULL, MGID_IPOIB_BROADCAST, MTU_256,
     MTU_512, MTU_1024, MTU_2048, MTU_4096, RMPP_FLAG_ACTIVE,
     RMPP_FLAG_FIRST, RMPP_FLAG_LAST, RMPP_TYPE_DATA, SA_CLASS_VERSION,
-    SA_HEADER_LENGTH, mtu_to_bytes, rate_to_gbps)
+    SA_HEADER_LENGTH, SA_STATUS_NO_RECORDS, SA_STATUS_NO_RESOURCES,
+    SA_STATUS_REQ_DENIED, SA_STATUS_REQ_INSUFFICIENT_COMPONENTS,
+    SA_STATUS_REQ_INVALID, SA_STATUS_REQ_INVALID_GID,
+    SA_STATUS_TOO_MANY_RECORDS, mtu_to_bytes, rate_to_gbps)
 
 def lifetime_to_us(exponent: int) -> float:
     """Return the time in microseconds of a 4.096 us * 2**exponent value."""
@@ -479,6 +482,9 @@ __all__ = [
     "MTU_256", "MTU_512", "MTU_1024", "MTU_2048", "MTU_4096",
     "mtu_to_bytes", "rate_to_gbps", "lifetime_to_us",
     "MCMEMBER_JOIN_FULL", "MGID_IPOIB_BROADCAST",
+    "SA_STATUS_NO_RESOURCES", "SA_STATUS_REQ_INVALID", "SA_STATUS_NO_RECORDS",
+    "SA_STATUS_TOO_MANY_RECORDS", "SA_STATUS_REQ_INVALID_GID",
+    "SA_STATUS_REQ_INSUFFICIENT_COMPONENTS", "SA_STATUS_REQ_DENIED",
 ]
 __all__ += _structs.__all__
 
