@@ -11,6 +11,7 @@ become numbers; GUIDs and masks stay hex strings, as they are printed.
 from __future__ import annotations
 
 import socket
+import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from rdma.cli._ibfmt import NODE_TYPES, portinfo_lines
@@ -349,9 +350,12 @@ def dump_vlarb(rec: Any) -> Dump:
 def dump_pkey(rec: Any) -> Dump:
     """P_KeyTableRecord: 32 P_Keys, 8 a line, then a blank line."""
     keys = [f"0x{k:04x}" for k in rec.PKeyTable.PKeyBlock]
+    # opensm fills BlockNum in its host's order (little-endian here) and
+    # saquery prints it without swapping: read it the way it was written.
+    block = int.from_bytes(bytes(rec.pack())[2:4], sys.byteorder)
     d = Dump("PKeyTableRecord").title("PKeyTableRecord dump:").rows([
         ("LID", str(rec.LID)), ("Port", str(rec.portNum)),
-        ("Block", str(rec.blockNum)), ("PKey Table:", None)], 27)
+        ("Block", str(block)), ("PKey Table:", None)], 27)
     lines = ["\t\t" + " ".join(keys[i:i + 8]) for i in range(0, 32, 8)]
     return d.raw(lines + [""], "PKey Table", keys)
 
