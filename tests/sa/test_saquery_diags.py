@@ -13,9 +13,13 @@ import sys
 
 import pytest
 
+from conftest import HERE, TOPOLOGIES
+from fabric import Fabric
 from rdma import _mad as mad
 
 OURS = [sys.executable, "-m", "rdma", "saquery"]
+MCAST_OPS = str(HERE / "mcast_ops.py")
+SA_OPS = str(HERE / "saquery_ops.py")
 
 #: Every query name of ``saquery --help``, then its aliases.
 QUERY_NAMES = ["ClassPortInfo", "NodeRecord", "PortInfoRecord",
@@ -142,8 +146,9 @@ def service(fabric, worker):
 
 
 def test_service_records(fabric, service):
-    """ServiceRecords (``SR``, ``-S``, ``-K`` shows the ServiceKey)."""
-    for args in ("SR", "-S", "ServiceRecord", "-K SR"):
+    """ServiceRecords (``SR``, ``-S``; ``-K`` shows the ServiceKey, which
+    opensm gives a trusted SM_Key only)."""
+    for args in ("SR", "-S", "ServiceRecord", "-K SR", "--smkey 1 -K SR"):
         theirs, ours = both(fabric, args)
         same(theirs, ours)
         assert "saquery-diags" in ours
@@ -249,3 +254,87 @@ def test_bad_usage_is_one_line(fabric, args, code, words):
     assert res.returncode == code, res.stderr
     assert words in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.fixture(scope="module")
+def regfab(fabrics, tmp_path_factory):
+    """A fabric of this module's own (ibsim's net.2sw2path4hca) whose SA
+    holds what the shared one has not: multicast members of two groups
+    (so MFTRecords too) and InformInfo subscriptions, generic and
+    vendor.  ``fabrics`` is only asked for its skip when ibsim, opensm
+    or saquery is missing."""
+    f = Fabric(TOPOLOGIES["2sw4hca"], tmp_path_factory.mktemp("saq-reg"))
+    try:
+        f.start()
+        py = sys.executable
+        for node, argv in (
+                ("Hca1", [MCAST_OPS, "join", "ff12:401b:ffff::ffff:ffff"]),
+                ("Hca3", [MCAST_OPS, "join", "ff12:401b:ffff::ffff:ffff"]),
+                ("Hca2", [MCAST_OPS, "join", "ff12:601b:ffff::1:ff00:1",
+                          "create"]),
+                ("Hca4", [MCAST_OPS, "join", "ff12:601b:ffff::1:ff00:1"]),
+                ("Hca3", [SA_OPS, "subscribe", "64"]),
+                ("Hca4", [SA_OPS, "subscribe", "66"]),
+                ("Hca4", [SA_OPS, "subscribe", "0x10", "vendor"])):
+            f.run([py, *argv], node)
+        yield f
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("args", [
+    "IIR", "-I", "-K IIR", "InformInfoRecord", "IIR fe80::10:7",
+    "IIR fe80::10:1", "-m", "-m 0xc000", "-m 0xC001", "--smkey 1 -m",
+    "--smkey 1 -m 0xC001", "-g", "MCMR", "--smkey 1 MCMR",
+    "MCMR --mlid 0xc001", "MCMR --mgid ff12:601b:ffff::1:ff00:1",
+    "--smkey 1 MCMR --gid fe80::10:7", "MFTR", "MFTR 2", "MFTR 2//0",
+    "MFTR 3/0/0", "MFTRecord"])
+def test_registered_records(regfab, args):
+    """InformInfoRecords (opensm packs them 64 bytes apart: the 80-byte
+    structure's last 20 reserved bytes are left out), multicast members
+    with their nodes' names, MFTRecords."""
+    theirs, ours = both(regfab, args)
+    same(theirs, ours)
+    if args not in ("IIR fe80::10:1",):
+        assert ours.strip()
+
+
+def test_registered_records_node_name_map(regfab, tmp_path):
+    nmap = tmp_path / "names"
+    nmap.write_text("0x100000 \"sm host\"\n0x0000000000100006 h3\n")
+    for args in ("--smkey 1 -m", "--smkey 1 -m 0xc000"):
+        theirs, ours = both(regfab, f"--node-name-map {nmap} {args}")
+        same(theirs, ours)
+        assert "sm host" in ours and "h3" in ours
+
+
+def _table_reply(cls, records, stride):
+    """A GetTableResp MAD (SA header, no RMPP) carrying *records* (raw
+    bytes) *stride* bytes apart."""
+    hdr = bytes([1, 3, 2, mad.MAD_METHOD_GET_TABLE_RESP]) + bytes(8) + \
+        bytes(4) + cls.MAD_ATTRIBUTE_ID.to_bytes(2, "big") + bytes(6) + \
+        bytes(12) + bytes(8) + (stride // 8).to_bytes(2, "big") + bytes(10)
+    return hdr + b"".join(r.ljust(stride, b"\0") for r in records)
+
+
+def test_records_closer_than_their_structure():
+    """A table whose records are packed closer than the structure, the
+    left-out bytes all reserved (opensm's InformInfoRecords): every record
+    decodes, its missing reserved bytes as zeros.  Closer than the last
+    field that is not reserved is still malformed."""
+    cls = mad.SAInformInfoRecord
+    recs = []
+    for n in (64, 66):
+        r = cls()
+        r.subscriberGID = "fe80::10:7"
+        r.informInfo.trapNumber = n
+        r.informInfo.isGeneric = 1
+        r.informInfo.producerType = 0xFFFFFF
+        recs.append(r)
+    raw = [r.pack()[:64] for r in recs]
+    rep = mad.decode_sa_reply(_table_reply(cls, raw, 64), cls)
+    assert [r.informInfo.trapNumber for r in rep.records] == [64, 66]
+    assert [r.pack() for r in rep.records] == [r.pack() for r in recs]
+    with pytest.raises(mad.MADFormatError, match="smaller than"):
+        mad.decode_sa_reply(_table_reply(cls, [x[:56] for x in raw], 56),
+                            cls)
