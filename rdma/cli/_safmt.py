@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import socket
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
+                    Union)
 
 from rdma.cli._ibfmt import NODE_TYPES, portinfo_lines
 
@@ -39,7 +40,7 @@ class Dump:
         self.lines.append(text)
         return self
 
-    def rows(self, rows: List[Row], width: int, indent: str = "\t\t",
+    def rows(self, rows: Sequence[Row], width: int, indent: str = "\t\t",
              into: Optional[Dict[str, Any]] = None) -> "Dump":
         """Lines ``key....value`` with key and dots ``width`` wide."""
         target = self.data if into is None else into
@@ -186,13 +187,15 @@ def dump_portinfo_record(rec: Any) -> Dump:
 
 
 def _mcmr_parts(rec: Any) -> Tuple[bytes, int, int, int]:
+    """The record's bytes, and its MTU, rate and packet lifetime bytes
+    (each a value with its selector)."""
     raw = bytes(rec.pack())
     return raw, raw[38], raw[42], raw[43]
 
 
 def dump_mcmr(rec: Any) -> Dump:
     """MCMemberRecord (``saquery MCMR``)."""
-    raw, mtu, rate, life = _mcmr_parts(rec)
+    _, mtu, rate, life = _mcmr_parts(rec)
     return Dump("MCMemberRecord").title("MCMember Record dump:").rows([
         ("MGID", gid_str(rec.MGID)), ("PortGid", gid_str(rec.portGID)),
         ("qkey", f"0x{rec.QKey:x}"), ("mlid", f"0x{rec.MLID:x}"),
@@ -207,7 +210,7 @@ def dump_mcmr(rec: Any) -> Dump:
 
 def dump_mcmr_group(rec: Any) -> Dump:
     """MCMemberRecord as ``saquery -g`` lists groups."""
-    raw, mtu, rate, _ = _mcmr_parts(rec)
+    _, mtu, rate, _ = _mcmr_parts(rec)
     return Dump("MCMemberRecord").title("MCMemberRecord group dump:").rows([
         ("MGID", gid_str(rec.MGID)), ("Mlid", f"0x{rec.MLID:X}"),
         ("Mtu", f"0x{mtu:X}"), ("pkey", f"0x{rec.PKey:X}"),

@@ -404,7 +404,8 @@ def _q_path(s: _Session, words: List[str]) -> None:
         sgid, sep, dgid = a.sgid_to_dgid.partition("-")
         if not sep:
             raise CmdError("--sgid-to-dgid needs SGID-DGID")
-        _gid_or_usage(sgid), _gid_or_usage(dgid)
+        _gid_or_usage(sgid)
+        _gid_or_usage(dgid)
         numb = 0x7F if numb is None else numb
     _set(cm, serviceID=a.service_id or None, SLID=slid or None,
          DLID=dlid or None, hopLimit=a.hop_limit, TClass=a.tclass or None,
