@@ -28,8 +28,8 @@ QUERY_NAMES = ["ClassPortInfo", "NodeRecord", "PortInfoRecord",
                "ServiceRecord", "PathRecord", "MCMemberRecord", "LFTRecord",
                "MFTRecord", "GUIDInfoRecord", "SwitchInfoRecord",
                "SMInfoRecord"]
-ALIASES = ["CPI", "NR", "PIR", "SL2VL", "PKTR", "VLAR", "IIR", "LR", "SR", "PR",
-           "MCMR", "LFTR", "MFTR", "GIR", "SWIR", "SMIR"]
+ALIASES = ["CPI", "NR", "PIR", "SL2VL", "PKTR", "VLAR", "IIR", "LR", "SR",
+           "PR", "MCMR", "LFTR", "MFTR", "GIR", "SWIR", "SMIR"]
 OPTIONS = ["", "-s", "-g", "-m", "-c", "-x", "-S", "-I", "-D", "-N",
            "-p", "-L Hca3", "-l Hca3", "-G Hca3", "-O 4", "-U 0x100001",
            "-U 0x0000000000100007", "-N Hca3", "Hca3", "4", "-m 0xC000",
@@ -52,8 +52,8 @@ SELECTORS = [
     "MCMR --mlid 0xc000", "MCMR --mgid ff12:401b:ffff::ffff:ffff",
     "MCMR -J 1", "MCMR --scope 2", "MCMR -q 0xb1b", "-g --mlid 0xc000",
     "--smkey 0 NR 1", "--smkey 1 PKTR 2/1", "--smkey 1 PKTR 2/1/0",
-    "--smkey 1 PKTR 4", "--smkey 0x1 PKTR 4//0", "-t 2000 NR 1", "-C ibsim0 NR 4",
-    "-C ibsim0 -P 1 -N Hca4",
+    "--smkey 1 PKTR 4", "--smkey 0x1 PKTR 4//0", "-t 2000 NR 1",
+    "-C ibsim0 NR 4", "-C ibsim0 -P 1 -N Hca4",
 ]
 
 
