@@ -99,7 +99,7 @@ def add_parser(subparsers: Any, name: str,
                         "names the text uses")
     p.add_argument("--dotted", action="store_true",
                    help="print records in python-rdma's dotted style "
-                        "(nodeInfo.nodeType.....1)")
+                        "(nodeInfo.NodeType.....1)")
     return p
 
 
