@@ -395,6 +395,19 @@ class SAReply:
                 f"records={len(self.records)}>")
 
 
+def _meaningful_length(cls: Type[BinStruct]) -> int:
+    """The bytes of a record up to the end of its last field that is not
+    reserved.  A table's records may be packed closer than the whole
+    structure when only reserved rows are left out: opensm sends
+    InformInfoRecords 64 bytes apart, without the 20 reserved bytes that
+    end the 80-byte structure; those read as zeros."""
+    end = 0
+    for f in cls.FIELDS:
+        if not f.reserved:
+            end = max(end, f.offset + f.bits * f.count)
+    return min(cls.MAD_LENGTH, (end + 7) // 8)
+
+
 def decode_sa_reply(buf: Union[bytes, bytearray],
                     record_cls: Optional[Type[BinStruct]] = None,
                     ) -> SAReply:
@@ -441,13 +454,15 @@ def decode_sa_reply(buf: Union[bytes, bytearray],
                     raise MADFormatError("GetTableResp with records but "
                                          "AttributeOffset 0", reply=buf)
             else:
-                if stride < cls.MAD_LENGTH:
+                need = _meaningful_length(cls)
+                if stride < need:
                     raise MADFormatError(
                         f"AttributeOffset {hdr.attributeOffset} is smaller "
-                        f"than {cls.__name__} ({cls.MAD_LENGTH} bytes)",
-                        reply=buf)
-                for off in range(0, len(data) - cls.MAD_LENGTH + 1, stride):
-                    records.append(cls(data, off))
+                        f"than {cls.__name__} ({need} bytes)", reply=buf)
+                pad = bytes(max(0, cls.MAD_LENGTH - stride))
+                for off in range(0, len(data) - need + 1, stride):
+                    one = data[off:off + min(stride, cls.MAD_LENGTH)]
+                    records.append(cls(one + pad, 0))
         elif len(data) >= cls.MAD_LENGTH:
             records.append(cls(data, 0))
         else:
