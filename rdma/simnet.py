@@ -98,6 +98,9 @@ _TOOLS = {"ibsim": "ibsim-utils", "opensm": "opensm",
           "timeout": "coreutils"}
 
 _STATE = "state.json"
+#: Variables a client's environment goes without: they could choose
+#: another device than the simulated CA.
+_UNSET = ("RDMA_PROVIDER", "RDMA_DEVICE")
 _counter = itertools.count()
 
 
@@ -263,10 +266,14 @@ class SimNet:
             base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
         """The environment of a client on *node* (default :attr:`node`):
         *base* (default ``os.environ``) with the shim preloaded,
-        ``IBSIM_SOCKNAME`` and ``SIM_HOST``."""
+        ``IBSIM_SOCKNAME`` and ``SIM_HOST``, and without
+        ``RDMA_PROVIDER`` and ``RDMA_DEVICE`` (which could point rdma
+        at another device than the simulated CA)."""
         if not self.sockname:
             raise SimNetError(f"simulated subnet {self.name!r} is not up")
         e = dict(os.environ if base is None else base)
+        for var in _UNSET:
+            e.pop(var, None)
         rest = [p for p in e.get("LD_PRELOAD", "").replace(":", " ").split()
                 if p and p != self.shim]
         e["LD_PRELOAD"] = " ".join(rest + [self.shim])
@@ -276,10 +283,13 @@ class SimNet:
 
     def exports(self, node: Optional[str] = None) -> str:
         """``export NAME=value`` lines (for ``eval`` in a POSIX shell) of
-        what a client on *node* needs."""
+        what a client on *node* needs (after an ``unset`` line when this
+        process has ``RDMA_PROVIDER`` or ``RDMA_DEVICE``)."""
         e = self.env(node)
-        return "".join(f"export {k}={shlex.quote(e[k])}\n"
-                       for k in ("LD_PRELOAD", "IBSIM_SOCKNAME", "SIM_HOST"))
+        unset = [v for v in _UNSET if v in os.environ]
+        return ("unset " + " ".join(unset) + "\n" if unset else "") + \
+            "".join(f"export {k}={shlex.quote(e[k])}\n"
+                    for k in ("LD_PRELOAD", "IBSIM_SOCKNAME", "SIM_HOST"))
 
     def _child_env(self, node: Optional[str]) -> Dict[str, str]:
         e = self.env(node)

@@ -72,7 +72,9 @@ def state_root(tmp_path):
 def test_up_query_status_down(state_root, tmp_path):
     """up prints eval-able exports; saquery and ibtool saquery answer in
     that environment; status, a second up, down, and nothing is left."""
-    up = ibtool(["simnet", "up", "--topology", "line:3"], state_root)
+    # RDMA_PROVIDER=ucx in the shell would point rdma at ucx0: unset.
+    up = ibtool(["simnet", "up", "--topology", "line:3"], state_root,
+                env={"RDMA_PROVIDER": "ucx"})
     assert up.returncode == 0, up.stderr
     exports = dict(re.findall(r"^export (\w+)=(\S+)$", up.stdout, re.M))
     assert set(exports) == {"LD_PRELOAD", "IBSIM_SOCKNAME", "SIM_HOST"}
@@ -80,8 +82,10 @@ def test_up_query_status_down(state_root, tmp_path):
     assert "is up: line:3, 3 HCAs, opensm on Hca1" in up.stderr
     script = up.stdout + "saquery NR\n" \
         f"{sys.executable} -m rdma saquery NR\n"
+    assert up.stdout.startswith("unset RDMA_PROVIDER\n"), up.stdout
     q = subprocess.run(["sh", "-ec", script], cwd=tmp_path,
-                       env=_env(state_root), capture_output=True,
+                       env=_env(state_root, RDMA_PROVIDER="ucx"),
+                       capture_output=True,
                        text=True, timeout=60)
     assert q.returncode == 0, q.stderr
     # 3 HCAs and 3 switches, from diags and from ibtool
