@@ -367,7 +367,7 @@ class SimNet:
         try:
             (self.dir / "topology").write_text(text)
             self.sockname = f"rdma-simnet-{os.getuid()}-{self.name}-" \
-                f"{os.getpid()}"
+                f"{os.getpid()}-{next(_counter)}"
             self._start_ibsim()
             self._save()
             if self.with_sm:
@@ -509,6 +509,12 @@ class SimNet:
                 "sm_node": self.sm_node, "node": self.node if self.hcas
                 else None, "sockname": self.sockname, "dir": str(self.dir),
                 "processes": self.processes()}
+
+    def process(self, role: str) -> "Optional[subprocess.Popen[bytes]]":
+        """The ``subprocess.Popen`` of ``"ibsim"`` or ``"opensm"`` (its
+        coreutils ``timeout`` wrapper, which passes signals on) when this
+        process started it, else None."""
+        return self._procs.get(role)
 
     def console(self, command: str, timeout: float = 10) -> str:
         """Send one command to ibsim's console (``Unlink "Hca3"[1]``...;
