@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from typing import Any, Dict
@@ -29,7 +30,7 @@ def add_parser(subparsers: Any, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``simnet`` to ``ibtool``."""
     from rdma.simnet import DEFAULT_TOPOLOGY
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         name, help=help,
         description="Start, show or stop a simulated InfiniBand subnet: "
                     "ibsim on a topology, opensm as its subnet manager, and "
@@ -81,7 +82,16 @@ def _shell(env: Dict[str, str], name: str) -> int:
     print(f"ibtool simnet: a shell in simulated subnet {name!r} "
           f"(SIM_HOST={env['SIM_HOST']}); exit to leave it",
           file=sys.stderr)
-    return subprocess.call([sh], env=env)
+    # Ctrl-C at the shell's prompt is the shell's: this process (which
+    # stops the subnet when the shell exits) ignores it meanwhile, the
+    # shell starts with the default disposition.
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return subprocess.call(
+            [sh], env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _up(args: argparse.Namespace) -> int:

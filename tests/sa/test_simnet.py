@@ -273,3 +273,19 @@ def test_fixture_in_a_users_pytest_run(tmp_path):
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
     assert time.monotonic() - t0 < 120
     assert _processes_naming(str(tmp_path / "bt")) == []
+
+
+def test_ctrl_c_in_the_shell_keeps_the_subnet(state_root, tmp_path):
+    """SIGINT to ibtool while its --shell runs (Ctrl-C at the prompt
+    reaches the whole foreground group) does not stop the subnet under
+    the shell; the shell's own children still get SIGINT's default."""
+    r = ibtool(["simnet", "up", "--name", "sh2", "--topology", "line:2",
+                "--shell"], state_root, cwd=tmp_path,
+               env={"SHELL": "/bin/sh"},
+               input="kill -INT $PPID; sleep 0.5\n"
+                     "saquery NR | grep -c 'NodeRecord dump'\n"
+                     "sh -c 'kill -INT $$; sleep 5'; echo child=$?\n"
+                     "exit 0\n")
+    assert r.returncode == 0, r.stderr
+    assert "\n4\n" in "\n" + r.stdout and "child=130" in r.stdout, r
+    assert _processes_naming(str(state_root)) == []
