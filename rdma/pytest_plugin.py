@@ -23,6 +23,10 @@ Fixtures
     :class:`QPPair`), ``rdma_rc_pair``, ``rdma_uc_pair``, ``rdma_ud_pair``
     and ``rdma_sa`` (a :class:`rdma.umad.UMAD` whose port has a subnet
     administrator).  Every verbs object they make is closed afterwards.
+    ``rdma_simnet``: a simulated InfiniBand subnet (ibsim and opensm,
+    :class:`rdma.simnet.SimNet`) up for the session, whose ``run`` and
+    ``python`` start shimmed processes on it (``--rdma-simnet-topology``
+    chooses the topology).
 
 Markers
     ``rdma_atomics``, ``rdma_srq``, ``rdma_mw``, ``rdma_ud_multicast``,
@@ -119,6 +123,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "popen//python=...), or a file of specs; repeat for "
                          "more hosts (fixtures rdma_hosts, rdma_remote_host, "
                          "rdma_remote_pair)")
+    group.addoption("--rdma-simnet-topology", dest="rdma_simnet_topology",
+                    default=None, metavar="TOPOLOGY",
+                    help="the topology of the rdma_simnet fixture's "
+                         "simulated subnet: a topology file, fat-tree:K or "
+                         "line:N (default: fat-tree:4)")
 
 
 _MARKERS = {
@@ -936,6 +945,39 @@ def rdma_sa(request: pytest.FixtureRequest, rdma_setup: RdmaSetup,
                      Unavailable(f"cannot open a umad port on {ep}: {e}"))
     with umad:
         yield umad
+
+
+@pytest.fixture(scope="session")
+def rdma_simnet(pytestconfig: pytest.Config,
+                tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A simulated InfiniBand subnet up for the whole session: a
+    :class:`rdma.simnet.SimNet` (ibsim on ``--rdma-simnet-topology``,
+    default ``fat-tree:4``, and opensm), stopped at the end.  The shim
+    must be in a process from its start, so tests use the subnet through
+    shimmed child processes: ``rdma_simnet.run(argv, node=None)`` (a
+    :class:`subprocess.CompletedProcess`, text captured),
+    ``rdma_simnet.python(code, node=None)`` (what the code printed),
+    ``rdma_simnet.env(node)`` for your own ``subprocess`` calls.  ibsim
+    serves at most 10 client processes at a time, opensm included.
+    Skips, naming the Debian package, when ibsim or opensm is missing."""
+    from rdma.simnet import DEFAULT_TOPOLOGY, SimNet, SimNetError, \
+        missing_tool
+    why = missing_tool()
+    if why:
+        pytest.skip(f"no simulated subnet: {why}")
+    topology = pytestconfig.getoption("rdma_simnet_topology", None) or \
+        DEFAULT_TOPOLOGY
+    net = SimNet(topology, f"pytest{os.getpid()}",
+                 root=tmp_path_factory.mktemp("rdma-simnet"))
+    try:
+        net.start()
+    except (SimNetError, FileNotFoundError) as e:
+        pytest.fail(f"the simulated subnet did not start: {e}",
+                    pytrace=False)
+    try:
+        yield net
+    finally:
+        net.stop()
 
 
 # ---------------------------------------------------------------------------

@@ -5,7 +5,8 @@ and InfiniBand management tools named and shaped like infiniband-diags'
 ``perfquery``, ``ibnetdiscover``, ``ibswitches``, ``ibhosts``,
 ``ibrouters``, ``ibnodes``, ``iblinkinfo``, ``ibroute``, ``dump_lfts``,
 ``dump_mfts``, ``ibtracert``, ``ibqueryerrors``, ``ibportstate``,
-``set_nodedesc``, ``saquery``).  The script is not called ``rdma``: that is
+``set_nodedesc``, ``saquery``), and ``simnet``, a simulated subnet
+(ibsim and opensm) to run them on.  The script is not called ``rdma``: that is
 iproute2's tool.
 
 Commands are found by name, as in python-rdma's ``ibtool``:
@@ -99,6 +100,9 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "validate-subnet": (".validate_subnet", "validate_subnet",
                         "check an InfiniBand subnet: topology, link rates, "
                         "error counters, routes, SM"),
+    "simnet": (".simnet", "simnet",
+               "start, show or stop a simulated InfiniBand subnet (ibsim "
+               "and opensm)"),
 }
 
 

@@ -22,9 +22,12 @@ NOTEBOOKS = ROOT / "notebooks"
 EXPECTED = ["01_objects_and_lifetime", "02_qp_state_machine",
             "03_send_recv", "04_rdma_write_read", "05_atomics",
             "06_ud_and_grh", "07_completion_channels",
-            "08_bandwidth_latency_sweep"]
+            "08_bandwidth_latency_sweep", "09_sa_on_a_simulated_subnet"]
 #: notebooks that must show a plot
 PLOTS = {"02_qp_state_machine", "08_bandwidth_latency_sweep"}
+#: notebooks that run on a simulated InfiniBand subnet (ibsim + opensm)
+#: instead of the software fabric, and what their output must show
+SIMNET = {"09_sa_on_a_simulated_subnet": "our port: ibsim0/1"}
 KERNEL = "rdma-test-python3"
 
 
@@ -84,13 +87,21 @@ def execute(name, kernel_name, timeout=120):
 
 @pytest.mark.parametrize("name", EXPECTED)
 def test_notebook_executes(name, kernel):
+    if name in SIMNET:
+        from rdma.simnet import missing_tool
+        if missing_tool():
+            pytest.skip(f"needs a simulated subnet: {missing_tool()}")
     nb = execute(name, kernel)
     outputs = [o for c in nb.cells if c.cell_type == "code"
                for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs
                    if o.output_type == "stream" and o.name == "stdout")
-    assert "ucx" in text, "the notebook did not run on the software fabric"
+    if name in SIMNET:
+        assert SIMNET[name] in text, "it did not run on the simulated subnet"
+    else:
+        assert "ucx" in text, "the notebook did not run on the software " \
+            "fabric"
     if name in PLOTS:
         assert any("image/png" in o.get("data", {}) for o in outputs), \
             f"{name} shows no plot"

@@ -1,12 +1,13 @@
 """A simulated InfiniBand fabric for tests: ibsim + opensm + shimmed clients.
 
 :class:`Fabric` starts ``ibsim`` on a topology with its own abstract socket
-name, starts ``opensm`` on one node through rdma's ibsim client shim
-(``librdma_umad2sim.so``, ``csrc/umad2sim/``, see ``docs/sa.rst``), waits
-for "SUBNET UP" in its log and stops everything on :meth:`close`
-(process groups, SIGTERM then SIGKILL).  Every process it starts is also
-wrapped in coreutils ``timeout`` so that nothing outlives a crashed test
-run by more than ``lifetime`` seconds.
+name and ``opensm`` on one node through rdma's ibsim client shim
+(``librdma_umad2sim.so``, ``csrc/umad2sim/``, see ``docs/sa.rst``) with
+:class:`rdma.simnet.SimNet` (what ``ibtool simnet up`` uses; its state
+and logs in ``scratch/simnet/``), which waits for "SUBNET UP"; it stops
+everything on :meth:`close` (process groups, SIGTERM then SIGKILL).
+Every process it starts is also wrapped in coreutils ``timeout`` so that
+nothing outlives a crashed test run by more than ``lifetime`` seconds.
 
 The shim is the one ``setup.py`` builds (:func:`rdma.simnet.shim_path`),
 or ``$RDMA_UMAD2SIM`` when set (to compare another build).  Clients run
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from rdma import simnet
+from rdma import simnet, simtopo
 
 NET_EXAMPLES = Path("/usr/share/doc/ibsim-utils/net-examples")
 HERE = Path(__file__).resolve().parent
@@ -67,22 +68,6 @@ _counter = itertools.count()
 
 class FabricError(RuntimeError):
     """The simulated fabric could not be started or used."""
-
-
-def _wait_for(path: Path, text: str, deadline: float,
-              proc: subprocess.Popen) -> None:
-    while True:
-        try:
-            if text in path.read_text(errors="replace"):
-                return
-        except FileNotFoundError:
-            pass
-        if proc.poll() is not None:
-            raise FabricError(f"{proc.args[3:]} exited ({proc.returncode}) "
-                              f"before {text!r}; see {path}")
-        if time.monotonic() > deadline:
-            raise FabricError(f"no {text!r} in {path} in time")
-        time.sleep(0.02)
 
 
 def _stop(proc: Optional[subprocess.Popen], grace: float = 2.0) -> None:
@@ -176,7 +161,11 @@ class Fabric:
         self.lifetime = lifetime
         #: The ibsim client shim this fabric's processes preload.
         self.shim = SHIM if shim is None else Path(shim)
-        self.sockname = f"rdma-sa-{os.getpid()}-{next(_counter)}"
+        #: ibsim's socket name (set by :meth:`start`).
+        self.sockname = ""
+        #: The simulated subnet (:class:`rdma.simnet.SimNet`, its state
+        #: and logs in ``scratch/simnet/``) once started.
+        self.net: Optional[simnet.SimNet] = None
         self.ibsim: Optional[subprocess.Popen] = None
         self.opensm: Optional[subprocess.Popen] = None
         self.workers: Dict[str, Worker] = {}
@@ -230,65 +219,31 @@ class Fabric:
         return self
 
     def _start(self) -> None:
-        log = self.scratch / "ibsim.log"
-        argv = ["ibsim", "-s"] + ([] if self.with_console else ["-n"])
-        with open(log, "wb") as out:
-            self.ibsim = self.popen(
-                argv + [str(self.topology)], None,
-                stdin=subprocess.PIPE if self.with_console
-                else subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT)
-        _wait_for(log, "Network simulator ready", time.monotonic() + 15,
-                  self.ibsim)
-        if self.sm_node is None:
-            return
-        conf = self.scratch / "opensm.conf"
-        subprocess.run(["timeout", "20", "opensm", "-c", str(conf)],
-                       cwd=self.scratch, capture_output=True, check=True,
-                       timeout=30)
-        lines = []
-        for line in conf.read_text().splitlines():
-            if line.startswith("dump_files_dir"):
-                continue
-            if line.startswith("force_log_flush"):
-                line = "force_log_flush TRUE"
-            lines.append(line)
-        conf.write_text("\n".join(lines) + "\n")
-        for d in ("osm-cache", "osm-tmp"):
-            (self.scratch / d).mkdir(exist_ok=True)
-        osm_log = self.scratch / "opensm.log"
-        env_extra = {"OSM_CACHE_DIR": str(self.scratch / "osm-cache"),
-                     "OSM_TMP_DIR": str(self.scratch / "osm-tmp")}
-        cmd = ["timeout", "-k", "5", str(self.lifetime), "opensm", "-F",
-               str(conf), "-f", str(osm_log)]
-        env = self.env(self.sm_node)
-        env.update(env_extra)
-        with open(self.scratch / "opensm.out", "wb") as out:
-            self.opensm = subprocess.Popen(
-                cmd, cwd=self.scratch, env=env, start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT)
-        _wait_for(osm_log, "SUBNET UP", time.monotonic() + 30, self.opensm)
+        self.net = simnet.SimNet(
+            self.topology, "simnet", root=self.scratch,
+            sm_node=self.sm_node, sm=self.sm_node is not None,
+            lifetime=self.lifetime, console=self.with_console,
+            shim=self.shim)
+        try:
+            self.net.start()
+        except simnet.SimNetError as e:
+            raise FabricError(str(e)) from None
+        finally:
+            self.sockname = self.net.sockname
+            self.ibsim = self.net.process("ibsim")
+            self.opensm = self.net.process("opensm")
 
     def console(self, command: str) -> None:
         """Send one command to ibsim's console (``Unlink "Hca3"[1]``,
         ``Error "Hca3" 100``...; the fabric must be made with
         ``console=True``) and wait until ibsim has run it (its next
-        ``sim>`` prompt in ``ibsim.log``, where its answer goes too)."""
-        if not self.with_console or self.ibsim is None:
+        ``sim>`` prompt, in ``simnet/ibsim.out`` with its answer)."""
+        if not self.with_console or self.net is None:
             raise FabricError("this fabric has no ibsim console")
-        if self.ibsim.poll() is not None:
-            raise FabricError("ibsim is not running")
-        log = self.scratch / "ibsim.log"
-        before = log.read_bytes().count(b"sim> ")
-        self.ibsim.stdin.write(command.encode() + b"\n")
-        self.ibsim.stdin.flush()
-        deadline = time.monotonic() + 10
-        while log.read_bytes().count(b"sim> ") <= before:
-            if time.monotonic() > deadline or self.ibsim.poll() is not None:
-                raise FabricError(f"ibsim did not run {command!r}; see "
-                                  f"{log}")
-            time.sleep(0.01)
+        try:
+            self.net.console(command)
+        except simnet.SimNetError as e:
+            raise FabricError(str(e)) from None
 
     def worker(self, node: str) -> Worker:
         """The (cached) worker process on ``node``."""
@@ -305,8 +260,8 @@ class Fabric:
             except Exception:       # noqa: BLE001 - teardown must finish
                 pass
         self.workers.clear()
-        _stop(self.opensm)
-        _stop(self.ibsim)
+        if self.net is not None:
+            self.net.stop(remove=False)     # the logs stay in scratch
 
     def __enter__(self) -> "Fabric":
         return self.start()
@@ -318,16 +273,4 @@ class Fabric:
 def hca_nodes(topology: Path) -> List[str]:
     """The names of the HCAs of an ibnetdiscover-style topology file that
     have at least one connected port."""
-    nodes, current, connected = [], None, False
-    for line in Path(topology).read_text().splitlines():
-        s = line.strip()
-        if s.startswith(("Hca", "Switch")):
-            if current and connected:
-                nodes.append(current)
-            current = s.split('"')[1] if s.startswith("Hca") else None
-            connected = False
-        elif s.startswith("[") and '"' in s:
-            connected = True
-    if current and connected:
-        nodes.append(current)
-    return nodes
+    return simtopo.hca_nodes(Path(topology).read_text())
