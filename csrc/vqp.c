@@ -423,8 +423,15 @@ check_peer(pyrdma_VQP *q, PyObject *peer, uint32_t *qpns, uint32_t *seq,
     if ((v = peer_int(peer, "max_msgs")) < 0)
         return -1;
     *max_msgs = v > (1 << 16) ? 1 << 16 : (uint32_t)v;
-    if ((l = PyMapping_GetItemString(peer, "qpns")) == NULL)
+    if ((l = PyMapping_GetItemString(peer, "qpns")) == NULL ||
+        PySequence_Size(l) != (Py_ssize_t)q->n) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "VirtualQP.connect(): the peer's "
+                     "info needs qpns, a list of its %u data QP numbers",
+                     q->n);
+        Py_XDECREF(l);
         return -1;
+    }
     for (i = 0; i < q->n; i++) {
         PyObject *x = PySequence_GetItem(l, i);
         unsigned long qpn = x ? PyLong_AsUnsignedLong(x) : (unsigned long)-1;
