@@ -26,6 +26,8 @@ AH = _ibverbs.AH
 SendBatch = _ibverbs.SendBatch
 RecvBatch = _ibverbs.RecvBatch
 WCArray = _ibverbs.WCArray
+VirtualQP = _ibverbs.VirtualQP
+VirtualCQ = _ibverbs.VirtualCQ
 
 
 def _names(prefix: str, exclude: tuple = ()) -> dict:
@@ -112,7 +114,7 @@ def WCPath(end_port, wc, buf=None, off: int = 0, **kwargs):
 
 
 __all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW",
-           "AH", "SendBatch", "RecvBatch", "WCArray", "WCError", "WRError",
+           "AH", "SendBatch", "RecvBatch", "WCArray", "VirtualQP", "VirtualCQ", "WCError", "WRError",
            "AsyncError",
            "RDMAError", "SysError", "wc_status_str", "wc_opcode_str",
            "device_attr", "port_attr", "gid_entry", "global_route", "ah_attr",
