@@ -70,13 +70,15 @@ def local_info(vqp, end_port, gid_index: Optional[int] = None,
     return d
 
 
-def path_to(vqp, end_port, mine: Dict[str, Any],
-            peer: Dict[str, Any]) -> "rdma.path.IBPath":
+def path_to(vqp, end_port, mine: Dict[str, Any], peer: Dict[str, Any],
+            **path_options: Any) -> "rdma.path.IBPath":
     """The :class:`rdma.path.IBPath` from this end (*mine*, from
-    :func:`local_info`) to the peer's record *peer*."""
+    :func:`local_info`) to the peer's record *peer*; *path_options* set
+    path attributes (``retries``, ``packet_life_time``, ``MTU``...)."""
+    opts = dict(retries=7, min_rnr_timer=12, packet_life_time=12)
+    opts.update(path_options)
     path = rdma.path.IBPath(end_port, dqpn=peer["qpns"][0],
-                            dqpsn=peer["psn"], sqpsn=mine["psn"], retries=7,
-                            min_rnr_timer=12, packet_life_time=12)
+                            dqpsn=peer["psn"], sqpsn=mine["psn"], **opts)
     path.pkey_index = 0
     if peer.get("gid") and mine.get("gid_index", -1) >= 0:
         path.has_grh = True
@@ -95,11 +97,11 @@ def path_to(vqp, end_port, mine: Dict[str, Any],
 
 
 def connect(vqp, end_port, mine: Dict[str, Any], peer: Dict[str, Any],
-            **kwargs: Any) -> "rdma.path.IBPath":
+            **path_options: Any) -> "rdma.path.IBPath":
     """Bring *vqp*'s data QPs to RTS towards the peer's; return the path.
     ``ValueError`` if the peer's mode or number of data QPs differ."""
-    path = path_to(vqp, end_port, mine, peer)
-    vqp.connect(path, peer, **kwargs)
+    path = path_to(vqp, end_port, mine, peer, **path_options)
+    vqp.connect(path, peer)
     return path
 
 
@@ -126,10 +128,10 @@ def exchange(sock: socket.socket, vqp, end_port,
 
 
 def connect_pair(a, b, end_port_a, end_port_b=None,
-                 **kwargs: Any) -> None:
+                 **path_options: Any) -> None:
     """Connect two VirtualQPs of this process to each other."""
     end_port_b = end_port_b or end_port_a
     ma = local_info(a, end_port_a)
     mb = local_info(b, end_port_b)
-    connect(a, end_port_a, ma, mb, **kwargs)
-    connect(b, end_port_b, mb, ma, **kwargs)
+    connect(a, end_port_a, ma, mb, **path_options)
+    connect(b, end_port_b, mb, ma, **path_options)

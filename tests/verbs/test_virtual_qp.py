@@ -88,13 +88,14 @@ def vpair(ctx_pair):
     made = []
 
     def make(n_qps=4, mode="dqplb", size=1 << 20, connect=True,
-             side_b=None, **kw):
+             side_b=None, path_options=None, **kw):
         a = End(ctx_pair[0], n_qps, mode, size, **kw)
         b = End(ctx_pair[1], n_qps, mode, size, **{**kw, **(side_b or {})})
         made.extend((a, b))
         if connect:
             rdma.virtual.connect_pair(a.vqp, b.vqp, ctx_pair[0].end_port,
-                                      ctx_pair[1].end_port)
+                                      ctx_pair[1].end_port,
+                                      **(path_options or {}))
         return a, b
     yield make
     for e in made:
@@ -461,3 +462,19 @@ def test_capsule_api_takes_virtual_objects(vpair, fastloop, mode):
     with pytest.raises(OSError) as ei:
         fastloop.write_loop(a.vqp, a.vcq, a.mr, b.mr.addr, b.mr.rkey, 1)
     assert ei.value.errno == 22
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dead_peer(vpair, mode):
+    """The peer's VirtualQP is gone (its data QPs destroyed): the message
+    fails with one error completion, never a success, and nothing hangs."""
+    # a short ACK timeout, few retries: the failure comes in seconds
+    a, b = vpair(2, mode, size=8192, fragment=1024,
+                 path_options=dict(packet_life_time=8, dack_resp_time=10,
+                                   retries=1))
+    b.vqp.close()
+    a.vqp.post_send(a.write(b, 8192, wr_id=1, imm=1))
+    wc, = a.poll(1, timeout=120)
+    assert wc.status not in (ibv.IBV_WC_SUCCESS, ibv.IBV_WC_WR_FLUSH_ERR)
+    assert wc.qp_num in a.vqp.qp_nums and a.vqp.error
+    assert bytes(b.mr.buf) == bytes(8192)
