@@ -254,7 +254,7 @@ post_frag(pyrdma_VQP *q, struct vqp_msg *m, uint32_t s, uint32_t i,
 
     if (len > q->fragment)
         len = q->fragment;
-    memset(wr, 0, sizeof(wr));
+    memset(&wr[0], 0, sizeof(wr[0]));
     wr[0].wr_id = ((uint64_t)(s & 0x7fffffff) << 32) | m->next_frag;
     wr[0].sg_list = q->tmp;
     wr[0].num_sge = cut_sges(q, m, len);
@@ -655,8 +655,9 @@ on_send(pyrdma_VQP *q, uint32_t i, const struct pyrdma_wc *wc)
     }
 }
 
-/* Route one completion of the CQ to its virtual QP. */
-static void
+/* Route one completion of the CQ to its virtual QP; return that virtual
+   QP (NULL: none). */
+static pyrdma_VQP *
 dispatch(pyrdma_VCQ *c, const struct pyrdma_wc *wc)
 {
     struct vcq_reg *r = NULL;
@@ -672,12 +673,33 @@ dispatch(pyrdma_VCQ *c, const struct pyrdma_wc *wc)
                 break;
             }
     if (r == NULL)
-        return;             /* a data QP already destroyed */
+        return NULL;        /* a data QP already destroyed */
     if (wc->wr_id & VQP_RECV_TAG)
         on_recv(r->vqp, r->idx, wc);
     else
         on_send(r->vqp, r->idx, wc);
-    progress(r->vqp);
+    return r->vqp;
+}
+
+/* Route a batch of completions, then let each virtual QP they touched
+   post what now fits and report what completed (once per batch). */
+static void
+dispatch_batch(pyrdma_VCQ *c, const struct pyrdma_wc *wc, int n)
+{
+    pyrdma_VQP *touched[32];
+    int i, k, nt = 0;
+
+    for (i = 0; i < n; i++) {
+        pyrdma_VQP *q = dispatch(c, &wc[i]);
+        if (q == NULL)
+            continue;
+        for (k = 0; k < nt && touched[k] != q; k++)
+            ;
+        if (k == nt)
+            touched[nt++] = q;
+    }
+    for (k = 0; k < nt; k++)
+        progress(touched[k]);
 }
 
 int
@@ -687,7 +709,7 @@ pyrdma_vcq_poll(pyrdma_VCQ *c, int n, struct pyrdma_wc *out)
     int got = 0;
 
     for (;;) {
-        int r, i;
+        int r;
         while (got < n && c->out_n) {
             out[got++] = c->out[c->out_head];
             c->out_head = (c->out_head + 1) % c->out_cap;
@@ -698,8 +720,7 @@ pyrdma_vcq_poll(pyrdma_VCQ *c, int n, struct pyrdma_wc *out)
         r = c->o.prov->poll_cq(c->o.h, 32, wc);
         if (r < 0)
             return got ? got : r;
-        for (i = 0; i < r; i++)
-            dispatch(c, &wc[i]);
+        dispatch_batch(c, wc, r);
         if (r == 0 && c->out_n == 0)
             return got;
     }
