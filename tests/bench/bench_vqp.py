@@ -211,6 +211,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default=None, help="e.g. rxe0 (default: "
                    "the software fabric's ucx0)")
+    p.add_argument("--device-b", default=None, help="the receiver's "
+                   "device (e.g. rxe2 with --device rxe1: the VM's "
+                   "two-host pair); default: --device")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--depth", type=int, default=4)
@@ -222,12 +225,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     ep = (rdma.get_end_port(args.device) if args.device
           else rdma.get_end_port(provider="ucx"))
+    epb = rdma.get_end_port(args.device_b) if args.device_b else ep
     out = {"device": str(ep), "large": [], "small": [], "fragments": []}
-    with rdma.get_verbs(ep) as ca, rdma.get_verbs(ep) as cb:
+    with rdma.get_verbs(ep) as ca, rdma.get_verbs(epb) as cb:
         pda, pdb = ca.pd(), cb.pd()
         src = pda.alloc_mr(64 * MiB, ibv.IBV_ACCESS_LOCAL_WRITE)
         dst = pdb.alloc_mr(64 * MiB, REMOTE)
-        print(f"{ep}: both ends in one process, two Contexts")
+        print(f"{ep} -> {epb}: both ends in one process, two Contexts")
         large(ca, cb, pda, pdb, src, dst, args, out)
         if not args.no_small:
             small(ca, cb, pda, pdb, src, dst, args, out)
