@@ -561,8 +561,18 @@ pyrdma_post_via(pyrdma_state *S, PyObject *arg, int send, void *target,
     struct wrbuf b;
     int rc;
 
-    if (convert(S, arg, send, PYRDMA_QPT_RC, send ? "send_wr" : "recv_wr",
-                &b, swr, ssge, ssrc) < 0)
+    if (Py_IS_TYPE(arg, send ? S->SendBatchType : S->RecvBatchType)) {
+        pyrdma_Batch *bt = (pyrdma_Batch *)arg;
+        if (bt->for_ud) {
+            PyErr_Format(PyExc_ValueError, "%s(): the SendBatch was "
+                         "prepared for UD", func);
+            return NULL;
+        }
+        b = bt->b;          /* borrowed: the batch keeps it */
+        b.heap = 0;
+    }
+    else if (convert(S, arg, send, PYRDMA_QPT_RC,
+                     send ? "send_wr" : "recv_wr", &b, swr, ssge, ssrc) < 0)
         return NULL;
     rc = fn(target, b.wrs, &bad, why, sizeof(why));
     if (rc) {

@@ -478,3 +478,22 @@ def test_dead_peer(vpair, mode):
     assert wc.status not in (ibv.IBV_WC_SUCCESS, ibv.IBV_WC_WR_FLUSH_ERR)
     assert wc.qp_num in a.vqp.qp_nums and a.vqp.error
     assert bytes(b.mr.buf) == bytes(8192)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_prepared_batches(vpair, mode):
+    """A SendBatch/RecvBatch (converted once) posts to a VirtualQP again
+    and again, like to a QP."""
+    a, b = vpair(3, mode, size=1 << 16, fragment=1000)
+    fill(a.mr, 1 << 16, 2)
+    sb = ibv.SendBatch([a.write(b, 5000, wr_id=i, imm=i, off=5000 * i,
+                                remote_off=5000 * i) for i in range(4)])
+    rb = ibv.RecvBatch([ibv.recv_wr(wr_id=10 + i) for i in range(4)])
+    for _ in range(3):
+        b.vqp.post_recv(rb)
+        a.vqp.post_send(sb)
+        assert [w.wr_id for w in a.poll(4, peer=b)] == [0, 1, 2, 3]
+        rwcs = b.poll(4, peer=a)
+        assert [(w.wr_id, w.imm_data, w.byte_len) for w in rwcs] == \
+            [(10 + i, i, 5000) for i in range(4)]
+    assert bytes(b.mr.buf[:20000]) == bytes(a.mr.buf[:20000])
