@@ -594,6 +594,8 @@ on_recv(pyrdma_VQP *q, uint32_t i, const struct pyrdma_wc *wc)
     struct vqp_dqp *d = &q->q[i];
     int rc;
 
+    if (d->rx_posted == 0)
+        return;             /* stale: left by an earlier QP of that number */
     d->rx_posted--;
     if (q->err)
         return;
@@ -629,8 +631,9 @@ on_send(pyrdma_VQP *q, uint32_t i, const struct pyrdma_wc *wc)
     uint32_t s = q->head + ((low - q->head) & 0x7fffffff);
     struct vqp_msg *m = msg_at(q, s);
 
-    if (d->out)
-        d->out--;
+    if (d->out == 0)
+        return;             /* stale: left by an earlier QP of that number */
+    d->out--;
     if (frag != VQP_TRAILER && q->mode == VQP_DQPLB && d->seq_n) {
         d->seq_head = (d->seq_head + 1) % q->depth;
         d->seq_n--;
