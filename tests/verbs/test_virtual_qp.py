@@ -497,3 +497,21 @@ def test_prepared_batches(vpair, mode):
         assert [(w.wr_id, w.imm_data, w.byte_len) for w in rwcs] == \
             [(10 + i, i, 5000) for i in range(4)]
     assert bytes(b.mr.buf[:20000]) == bytes(a.mr.buf[:20000])
+
+
+@pytest.mark.skipif(os.environ.get("RDMA_TEST_VQP_1GIB") != "1",
+                    reason="2 GiB of memory: set RDMA_TEST_VQP_1GIB=1")
+@pytest.mark.parametrize("mode", MODES)
+def test_one_gib_message(vpair, mode):
+    """1 GiB in one virtual WR (1 MiB fragments over 8 data QPs)."""
+    size = 1 << 30
+    a, b = vpair(8, mode, size=size, fragment=1 << 20, max_msgs=16)
+    chunk = os.urandom(1 << 20)
+    for i in range(1024):
+        a.mr.buf[i << 20:(i + 1) << 20] = chunk[i % 7:] + chunk[:i % 7]
+    b.vqp.post_recv(ibv.recv_wr(wr_id=1))
+    a.vqp.post_send(a.write(b, size, wr_id=2, imm=3, nsge=2))
+    assert a.poll(1, peer=b, timeout=600)[0].status == ibv.IBV_WC_SUCCESS
+    rwc, = b.poll(1, peer=a, timeout=600)
+    assert (rwc.status, rwc.byte_len, rwc.imm_data) == (0, size, 3)
+    assert bytes(b.mr.buf) == bytes(a.mr.buf)
