@@ -25,17 +25,21 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import rdma.path
 from rdma import IBA
 from rdma.IBA import GID
 
+if TYPE_CHECKING:
+    from rdma.devices import EndPort
+    from rdma.ibverbs import VirtualQP
+
 __all__ = ["gid_index_for", "local_info", "path_to", "connect", "exchange",
            "connect_pair"]
 
 
-def gid_index_for(end_port) -> int:
+def gid_index_for(end_port: "EndPort") -> int:
     """The GID index to address with: -1 (LID only) on InfiniBand and the
     software fabric, on RoCE the first IPv4-mapped RoCE v2 GID (then any
     non-zero one)."""
@@ -54,7 +58,8 @@ def gid_index_for(end_port) -> int:
     raise rdma.RDMAError(f"{end_port} has no GID")
 
 
-def local_info(vqp, end_port, gid_index: Optional[int] = None,
+def local_info(vqp: "VirtualQP", end_port: "EndPort",
+               gid_index: Optional[int] = None,
                psn: Optional[int] = None) -> Dict[str, Any]:
     """This end's record for the peer: ``vqp.info()`` plus ``lid``,
     ``gid`` (text, or None without a GRH), ``gid_index`` and ``psn``
@@ -70,7 +75,8 @@ def local_info(vqp, end_port, gid_index: Optional[int] = None,
     return d
 
 
-def path_to(vqp, end_port, mine: Dict[str, Any], peer: Dict[str, Any],
+def path_to(vqp: "VirtualQP", end_port: "EndPort", mine: Dict[str, Any],
+            peer: Dict[str, Any],
             **path_options: Any) -> "rdma.path.IBPath":
     """The :class:`rdma.path.IBPath` from this end (*mine*, from
     :func:`local_info`) to the peer's record *peer*; *path_options* set
@@ -96,7 +102,8 @@ def path_to(vqp, end_port, mine: Dict[str, Any], peer: Dict[str, Any],
     return path
 
 
-def connect(vqp, end_port, mine: Dict[str, Any], peer: Dict[str, Any],
+def connect(vqp: "VirtualQP", end_port: "EndPort", mine: Dict[str, Any],
+            peer: Dict[str, Any],
             **path_options: Any) -> "rdma.path.IBPath":
     """Bring *vqp*'s data QPs to RTS towards the peer's; return the path.
     ``ValueError`` if the peer's mode or number of data QPs differ."""
@@ -105,7 +112,7 @@ def connect(vqp, end_port, mine: Dict[str, Any], peer: Dict[str, Any],
     return path
 
 
-def exchange(sock: socket.socket, vqp, end_port,
+def exchange(sock: socket.socket, vqp: "VirtualQP", end_port: "EndPort",
              gid_index: Optional[int] = None,
              timeout: Optional[float] = 30.0) -> Dict[str, Any]:
     """Send this end's record over the connected socket *sock* (one JSON
@@ -122,12 +129,13 @@ def exchange(sock: socket.socket, vqp, end_port,
         buf += chunk
         if len(buf) > 1 << 20:
             raise rdma.RDMAError("the peer's VirtualQP record is too long")
-    peer = json.loads(buf)
+    peer: Dict[str, Any] = json.loads(buf)
     connect(vqp, end_port, mine, peer)
     return peer
 
 
-def connect_pair(a, b, end_port_a, end_port_b=None,
+def connect_pair(a: "VirtualQP", b: "VirtualQP", end_port_a: "EndPort",
+                 end_port_b: "Optional[EndPort]" = None,
                  **path_options: Any) -> None:
     """Connect two VirtualQPs of this process to each other."""
     end_port_b = end_port_b or end_port_a

@@ -87,10 +87,11 @@
  * (struct ring.wcpu): on a small machine the peer it waits for may need
  * this CPU.
  *
- * Security: every endpoint's first message is a HELLO that proves the
- * sender's key (same host: the receiver's, from its 0600 node record;
- * other hosts: RDMA_UCX_SECRET) and gives a session id that every later
- * message carries; a message counts only under its sender's session and
+ * Security: every endpoint's first messages (HELLO, the receiver's
+ * CHALLENGE with a fresh nonce, PROOF) prove the sender's key (same
+ * host: the receiver's, from its 0600 node record; other hosts:
+ * RDMA_UCX_SECRET) and open a session whose id every later message
+ * carries; a message counts only under its sender's session and
  * reaches only the QPs connected to that sender; malformed ones are
  * dropped and counted.  A guard bounds what unauthenticated connections
  * to the listener (and to UCX's TCP transport) may hold, and for how
@@ -428,6 +429,9 @@ struct umem {
                               attached again; NULL: alloc_mr memory */
     int shmid;             /* adopted: the SysV segment */
     int refs;              /* adopted: MRs that lie in it */
+    int detached;          /* adopted: the program unmapped or replaced
+                              the range (fab_adopt_check); its MRs keep
+                              the segment, no new MR lies in it */
     ucp_mem_h memh;
     void *rkey;            /* packed rkey, NULL if too big */
     size_t rkey_len;
@@ -470,6 +474,11 @@ struct umr {
     uint32_t key;          /* lkey == rkey */
     struct umem *umem;     /* UCX-allocated memory it lies in, or NULL */
     int shared;            /* published in the key page */
+    int own;               /* in the program's own memory, watched for
+                              unmapping (fab_own_watch) */
+    int gone;              /* the program unmapped, replaced or moved
+                              (part of) it: nothing reaches it any more */
+    struct umr *own_next;  /* the watched MRs (mr.c) */
 };
 
 /* A completion channel. */
@@ -569,7 +578,10 @@ struct peer {
     int ended;             /* same host: its process was found gone
                               (fab_timers fails it once what it sent
                               is taken in) */
-    pid_t pid;             /* same host: its pid (0: unknown) */
+    pid_t pid;             /* same host: its pid (0: unknown, or in
+                              another pid namespace) */
+    int rec_live;          /* same host, another pid namespace: its
+                              liveness is its record's lock */
     int cma_off;           /* cross-memory attach to it was refused */
     int stopped;           /* same host: stopped (SIGSTOP) at the last
                               liveness check: its WRs' timers wait */
@@ -675,8 +687,12 @@ struct node {
     uint16_t port;         /* host order, 0: no listener */
     char dir[200];         /* rendezvous directory */
     char nodefile[260], lidfile[260];
+    int recfd, lidfd;      /* the node record and the LID claim, open and
+                              locked (fab_file_hold) while the node lives:
+                              its liveness in every pid namespace */
     char boot_id[40];
     unsigned long netns;
+    unsigned long pidns;   /* inode of its pid namespace */
     /* tables */
     struct uqp *qps[MAX_QP];
     uint16_t qp_gen[MAX_QP];
@@ -735,6 +751,9 @@ struct node {
                               (RDMA_UCX_CMA_MIN, CMA_MIN_DEFAULT) */
     int cma_cap;           /* this process had CAP_SYS_PTRACE at start:
                               its cross-memory copies lower it (req.c) */
+    int yama;              /* Yama's ptrace_scope (0: none) */
+    int cma_in;            /* same-host peers may reach this process's
+                              memory by cross-memory attach (fab_cma_policy) */
     uint32_t poll_cpu;     /* 1 + the CPU poll_cq last waited on, as the
                               receivers of this node's rings know it
                               (struct ring.wcpu), 0: none yet */
@@ -752,8 +771,10 @@ extern struct node N;
 /* The rendezvous record of a node. */
 struct record {
     uint32_t magic;        /* REC_MAGIC */
-    pid_t pid;             /* owner */
+    pid_t pid;             /* owner, in its pid namespace */
     unsigned long netns;   /* inode of its network namespace */
+    unsigned long pidns;   /* inode of its pid namespace: pid means
+                              nothing in another */
     char boot_id[40];      /* of its host */
     uint64_t guid;         /* its GUID */
     uint16_t lid;          /* its LID */
@@ -761,7 +782,8 @@ struct record {
                               0600, so only the same user reads it */
     uint32_t alen;         /* worker address bytes that follow */
 };
-#define REC_MAGIC 0x52554359u   /* ...59: the record has the HELLO key */
+#define REC_MAGIC 0x5255435Au   /* ...59: the record has the HELLO key;
+                                   5A: and the pid namespace (pidns) */
 
 /* A sender that said HELLO. */
 struct auth {
@@ -795,6 +817,9 @@ void *fab_shm_file_create(const char *tmp, size_t size);
 int fab_node_up(struct pyrdma_status *st);
 
 /* peer.c */
+int fab_file_hold(int fd);
+int fab_file_held(int fd);
+int fab_record_alive(uint64_t guid);
 int fab_pid_alive(pid_t pid);
 char fab_pid_state(pid_t pid);
 uint64_t fab_lid_owner(uint16_t lid);
@@ -813,6 +838,9 @@ void fab_rx_denied(void);
 struct auth *fab_auth_find(uint64_t guid);
 int fab_auth_ok(uint64_t guid, uint64_t sid);
 void fab_hello_rx(const struct wire *h, ucp_ep_h ep);
+void fab_proof_rx(const struct wire *h, ucp_ep_h ep);
+void fab_challenge_rx(const struct wire *h);
+void fab_ctl_post(ucp_ep_h ep, const struct wire *h);
 void fab_conn_cb(ucp_conn_request_h req, void *arg);
 void fab_hello_send(struct peer *p, const uint64_t *key, int mode);
 int fab_listen_scan(uint64_t *ino, int *fds, uint16_t *ports, int max);
@@ -836,6 +864,8 @@ extern pthread_mutex_t fab_adopt_lock;
 int fab_adopt_enabled(void);
 void fab_mem_adopt(uint8_t *addr, size_t len);
 void fab_mem_unadopt(struct umem *u);
+void fab_adopt_check(const uint8_t *addr, size_t len);
+int fab_adopt_moved(struct umem *u);
 
 /* mr.c */
 /* one line of /proc/self/maps (fab_maps_parse) */
@@ -861,6 +891,8 @@ void fab_sh_qp_sync(struct uqp *q);
 int fab_sh_quiesce(uint32_t *ctr);
 struct sh_page *fab_sh_map(uint64_t guid);
 void fab_sh_create(void);
+int fab_cma_policy(void);
+void fab_cma_ptracer(void);
 void fab_rk_fetch(struct peer *p, uint32_t key);
 extern int fab_cma_debug_stop;
 int fab_alloc_mr_mem(void *pd, size_t length, void **mem, void **cookie,
@@ -1001,6 +1033,74 @@ in_mr(const struct umr *mr, uint64_t addr, uint64_t len)
 {
     uint64_t start = (uint64_t)(uintptr_t)mr->addr;
     return addr >= start && len <= mr->len && addr - start <= mr->len - len;
+}
+
+/* The responder is inside a landing in the program's own memory
+   (fab_land_begin); the unmapping hook (mr.c) waits for its end. */
+extern int fab_landing;
+/* How many MRs are watched (fab_own_watch). */
+extern int fab_own_count;
+/* Set while this thread replaces pages under MRs itself (adoption): the
+   unmapping hook ignores what it does. */
+extern __thread int fab_self_remap;
+
+/* Begin touching mr's memory for a peer (N.lock held): 1, or 0 if the
+   program no longer has it (mr->gone; then nothing may touch it).  For
+   the program's own memory the hook that sees it unmapped (mr.c) sets
+   gone, then waits while a landing is on: so memory that passes here
+   stays mapped until fab_land_end.  Nothing inside may allocate memory
+   or take a lock (the unmapping thread may hold malloc's). */
+static inline int
+fab_land_begin(struct umr *mr)
+{
+    if (!mr->own)
+        return 1;
+    __atomic_store_n(&fab_landing, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&mr->gone, __ATOMIC_SEQ_CST))
+        return 1;
+    __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static inline void
+fab_land_end(struct umr *mr)
+{
+    if (mr != NULL && mr->own)
+        __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
+}
+
+/* The same around a check of local s/g lists (fab_check_sges, which
+   refuses gone MRs) and the scatter of a peer's data into them: 1 if a
+   landing was begun (some MR is watched), for fab_land_sges_end. */
+static inline int
+fab_land_sges_begin(void)
+{
+    if (__atomic_load_n(&fab_own_count, __ATOMIC_RELAXED) == 0)
+        return 0;
+    __atomic_store_n(&fab_landing, 1, __ATOMIC_SEQ_CST);
+    return 1;
+}
+
+static inline void
+fab_land_sges_end(int began)
+{
+    if (began)
+        __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
+}
+
+/* Where the responder reaches raddr, an address in mr: for adopted
+   memory, UCX's own mapping of the segment, which stays the MR's
+   whatever the program does with its range (unmaps it, maps other
+   memory there, makes it read-only), as a NIC's pinned pages; else raddr
+   itself.  (Revoked memory, mem_revoke: the private copy at the
+   program's address.) */
+static inline uint8_t *
+mr_at(const struct umr *mr, uint64_t raddr)
+{
+    const struct umem *u = mr != NULL ? mr->umem : NULL;
+    if (u != NULL && u->xaddr != NULL && u->shadow == NULL)
+        return u->xaddr + (raddr - (uint64_t)(uintptr_t)u->addr);
+    return (uint8_t *)(uintptr_t)raddr;
 }
 
 /* Scatter len bytes of src into a checked s/g list; return bytes copied. */

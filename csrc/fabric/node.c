@@ -145,24 +145,32 @@ fab_shm_file_map(const char *path, size_t size, int oflags, void *at)
 }
 
 /* Create the temporary file tmp, size bytes of zeros, and map it (the
-   caller fills it, then renames it into place); NULL (and no file) if it
-   cannot be. */
+   caller fills it, then renames it into place); NULL (and no file, errno
+   set) if it cannot be.  Its space is reserved here, every page of it:
+   /dev/shm is shared by every user and may be full, and a page of a
+   sparse file that finds no space when it is first touched is SIGBUS for
+   this process and for every peer that maps the file, long after the
+   call that made it (a reg_mr writing a new entry of the key page, a
+   SEND writing its first request into a new ring). */
 void *
 fab_shm_file_create(const char *tmp, size_t size)
 {
     void *m;
-    int fd = fab_priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    int rc, fd = fab_priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         return NULL;
-    if (ftruncate(fd, (off_t)size) != 0) {
+    if ((rc = posix_fallocate(fd, 0, (off_t)size)) != 0) {
         close(fd);
         unlink(tmp);
+        errno = rc;
         return NULL;
     }
     m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
+        rc = errno;
         unlink(tmp);
+        errno = rc;
         return NULL;
     }
     return m;
@@ -287,6 +295,8 @@ read_boot_id(void)
         N.boot_id[n - 1] = '\0';
     N.netns = stat("/proc/self/ns/net", &sb) == 0 ? (unsigned long)sb.st_ino
                                                    : 0;
+    N.pidns = stat("/proc/self/ns/pid", &sb) == 0 ? (unsigned long)sb.st_ino
+                                                   : 0;
 }
 
 static void
@@ -354,19 +364,29 @@ node_atexit(void)
     unlink(N.lidfile);
 }
 
-/* Claim a LID near hint in the rendezvous directory; 0 or -1. */
+/* Claim a LID near hint in the rendezvous directory; 0 or -1.  The
+   claim ("<pid> <guid>\n") is written and locked (fab_file_hold) in a
+   temporary file first, then linked into place: a LID file is never seen
+   unlocked or half written by a node that would take it for a stale one. */
 static int
 claim_lid(uint16_t hint)
 {
-    int tries;
+    char tmp[300], buf[64];
+    int tries, fd, len, rc = -1;
+
+    snprintf(tmp, sizeof(tmp), "%s/lid-claim.tmp%d", N.dir, (int)getpid());
+    fd = fab_priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return -1;
+    len = snprintf(buf, sizeof(buf), "%d %016llx\n", (int)getpid(),
+                   (unsigned long long)N.guid);
+    if (fab_file_hold(fd) != 0 || write(fd, buf, (size_t)len) != len)
+        goto out;
     for (tries = 0; tries < 4096; tries++) {
         uint16_t lid = (uint16_t)(1 + (hint + tries) % 0xBFFE);
-        char path[260], buf[64];
-        int fd, len;
+        char path[260];
         snprintf(path, sizeof(path), "%s/lid-%04x", N.dir, lid);
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                  0600);
-        if (fd < 0) {
+        if (link(tmp, path) != 0) {
             if (errno == EEXIST && fab_lid_owner(lid) == 0) {
                 /* stale: its owner died */
                 unlink(path);
@@ -374,22 +394,20 @@ claim_lid(uint16_t hint)
                 continue;
             }
             if (errno != EEXIST)
-                return -1;
+                goto out;
             continue;
         }
-        len = snprintf(buf, sizeof(buf), "%d %016llx\n", (int)getpid(),
-                       (unsigned long long)N.guid);
-        if (write(fd, buf, (size_t)len) != len) {
-            close(fd);
-            unlink(path);
-            return -1;
-        }
-        close(fd);
         N.lid = lid;
         snprintf(N.lidfile, sizeof(N.lidfile), "%s", path);
-        return 0;
+        N.lidfd = fd;
+        rc = 0;
+        break;
     }
-    return -1;
+out:
+    unlink(tmp);
+    if (rc < 0)
+        close(fd);
+    return rc;
 }
 
 static int
@@ -403,6 +421,7 @@ write_record(void)
     rec.magic = REC_MAGIC;
     rec.pid = getpid();
     rec.netns = N.netns;
+    rec.pidns = N.pidns;
     snprintf(rec.boot_id, sizeof(rec.boot_id), "%s", N.boot_id);
     rec.guid = N.guid;
     rec.lid = N.lid;
@@ -411,17 +430,98 @@ write_record(void)
     snprintf(N.nodefile, sizeof(N.nodefile), "%s/node-%016llx", N.dir,
              (unsigned long long)N.guid);
     snprintf(tmp, sizeof(tmp), "%s.tmp%d", N.nodefile, (int)getpid());
-    fd = fab_priv_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    fd = fab_priv_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         return -1;
-    if (write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec) ||
-        write(fd, N.waddr, N.waddr_len) != (ssize_t)N.waddr_len) {
+    /* held from before it is in place until the process ends */
+    if (fab_file_hold(fd) != 0 ||
+        write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec) ||
+        write(fd, N.waddr, N.waddr_len) != (ssize_t)N.waddr_len ||
+        rename(tmp, N.nodefile) != 0) {
         close(fd);
         unlink(tmp);
         return -1;
     }
-    close(fd);
-    return rename(tmp, N.nodefile);
+    N.recfd = fd;
+    return 0;
+}
+
+/* Choose the node's GUID (IPv4 | port | a random salt) and GID: a GUID
+   whose record a live node holds is taken; a dead one's record and key
+   page go. */
+static void
+pick_guid(void)
+{
+    uint8_t salt[2];
+    uint64_t be;
+    int tries, fd;
+    char path[300];
+
+    for (tries = 0; tries < SALT_TRIES; tries++) {
+        uint8_t g[8];
+        int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (rfd < 0 || read(rfd, salt, 2) != 2) {
+            salt[0] = (uint8_t)getpid();
+            salt[1] = (uint8_t)(getpid() >> 8) ^ (uint8_t)tries;
+        }
+        if (rfd >= 0)
+            close(rfd);
+        memcpy(g, &N.ip, 4);
+        g[4] = (uint8_t)(N.port >> 8);
+        g[5] = (uint8_t)N.port;
+        g[6] = salt[0];
+        g[7] = salt[1];
+        memcpy(&be, g, 8);
+        N.guid = be64toh(be);
+        snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
+                 (unsigned long long)N.guid);
+        fd = fab_priv_open(path, O_RDONLY, 0);
+        if (fd < 0)
+            break;
+        {
+            struct record r;
+            ssize_t n = read(fd, &r, sizeof(r));
+            int held = fab_file_held(fd);
+            close(fd);
+            if (n != (ssize_t)sizeof(r) || held == 0 ||
+                (held < 0 && !fab_pid_alive(r.pid))) {
+                unlink(path);
+                snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
+                         (unsigned long long)N.guid);
+                unlink(path);
+                break;
+            }
+        }
+    }
+    memset(N.gid, 0, 16);
+    N.gid[0] = 0xfe;
+    N.gid[1] = 0x80;
+    be = htobe64(N.guid);
+    memcpy(N.gid + 8, &be, 8);
+}
+
+/* fork(): the child shares the open file descriptions of the node record
+   and LID claim, and with them their liveness locks, which would keep the
+   parent's node "alive" for as long as the child lives.  The child is not
+   that node (fab_node_up starts a new one there): it lets go of them. */
+static void
+node_fork_child(void)
+{
+    if (N.recfd >= 0)
+        close(N.recfd);
+    if (N.lidfd >= 0)
+        close(N.lidfd);
+    N.recfd = N.lidfd = -1;
+}
+
+/* No record or LID claim open yet; a child of fork() lets go of them. */
+static void
+node_files_init(void)
+{
+    static int atfork;
+    N.recfd = N.lidfd = -1;
+    if (!atfork && pthread_atfork(NULL, NULL, node_fork_child) == 0)
+        atfork = 1;
 }
 
 /* Choose the rendezvous directory and make sure it is ours alone: a
@@ -478,8 +578,7 @@ fab_node_up(struct pyrdma_status *st)
     ucs_status_t s;
     const char *ipstr;
     struct epoll_event ev;
-    uint8_t salt[2];
-    uint64_t be, before[64], after[64];
+    uint64_t before[64], after[64];
     int lfd[64], nbefore;
     uint16_t lport[64];
     int rc = -1;
@@ -504,6 +603,7 @@ fab_node_up(struct pyrdma_status *st)
         return -1;
     }
     N.stopfd = N.efd = N.epfd = -1;
+    node_files_init();
     fab_auth_init();
     read_boot_id();
     if (pick_dir(st) < 0)
@@ -552,9 +652,14 @@ fab_node_up(struct pyrdma_status *st)
        tested on.  Left to itself UCX also picks its verbs transports on
        any RDMA device of the machine; on Soft-RoCE (rxe) those break the
        fabric (RC WRs end in RETRY_EXC_ERR; UCX 1.13's ud_verbs aborts).
-       UCX_TLS overrides. */
+       UCX_TLS overrides.  UCX's cma transport (in "shm") reaches a
+       peer's memory by cross-memory attach: under Yama it is used only
+       where the fabric's own is (fab_cma_policy). */
     if (getenv("UCX_TLS") == NULL)
-        U.config_modify(cfg, "TLS", "shm,self,tcp");
+        U.config_modify(cfg, "TLS", fab_cma_policy() || N.yama == 0
+                                    ? "shm,self,tcp" : "sysv,posix,self,tcp");
+    else
+        fab_cma_policy();
     /* alloc_mr memory: SysV shared memory (made mode 0600 there), else
        anonymous memory; never a POSIX segment, whose allocation writes
        every byte of it to /dev/shm first (see alloc_mr_mem) */
@@ -574,9 +679,14 @@ fab_node_up(struct pyrdma_status *st)
     wp.thread_mode = UCS_THREAD_MODE_MULTI;
     s = U.worker_create(N.uctx, &wp, &N.w);
     if (s != UCS_OK) {
-        ucs_fail(st, s, "ucp_worker_create", "creating the UCX worker");
+        /* UCX's posix transport makes its receive FIFO in /dev/shm */
+        ucs_fail(st, s, "ucp_worker_create", s == UCS_ERR_NO_MEMORY
+                 ? "creating the UCX worker (its shared-memory FIFO is in "
+                   "/dev/shm: is /dev/shm full?)"
+                 : "creating the UCX worker");
         goto out;
     }
+    fab_cma_ptracer();          /* what UCX's cma component did to Yama */
     memset(&ap, 0, sizeof(ap));
     ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                     UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -656,56 +766,14 @@ fab_node_up(struct pyrdma_status *st)
         }
     }
     /* identity: GUID = IPv4 | port | salt, LID unique on this host */
-    {
-        int tries, fd;
-        char path[300];
-        for (tries = 0; tries < SALT_TRIES; tries++) {
-            uint8_t g[8];
-            int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-            if (rfd < 0 || read(rfd, salt, 2) != 2) {
-                salt[0] = (uint8_t)getpid();
-                salt[1] = (uint8_t)(getpid() >> 8) ^ (uint8_t)tries;
-            }
-            if (rfd >= 0)
-                close(rfd);
-            memcpy(g, &N.ip, 4);
-            g[4] = (uint8_t)(N.port >> 8);
-            g[5] = (uint8_t)N.port;
-            g[6] = salt[0];
-            g[7] = salt[1];
-            memcpy(&be, g, 8);
-            N.guid = be64toh(be);
-            snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
-                     (unsigned long long)N.guid);
-            fd = fab_priv_open(path, O_RDONLY, 0);
-            if (fd < 0)
-                break;
-            {
-                struct record r;
-                ssize_t n = read(fd, &r, sizeof(r));
-                close(fd);
-                if (n != (ssize_t)sizeof(r) || !fab_pid_alive(r.pid)) {
-                    unlink(path);
-                    snprintf(path, sizeof(path), "%s/keys-%016llx", N.dir,
-                             (unsigned long long)N.guid);
-                    unlink(path);
-                    break;
-                }
-            }
-        }
-        memset(N.gid, 0, 16);
-        N.gid[0] = 0xfe;
-        N.gid[1] = 0x80;
-        be = htobe64(N.guid);
-        memcpy(N.gid + 8, &be, 8);
-        if (claim_lid((uint16_t)(N.guid ^ (N.guid >> 16) ^ (N.guid >> 32))) < 0
-            || write_record() < 0) {
-            pyrdma_fail(st, errno ? errno : EIO, "open",
-                        "cannot register in %s", N.dir);
-            goto out;
-        }
-        fab_sh_create();
+    pick_guid();
+    if (claim_lid((uint16_t)(N.guid ^ (N.guid >> 16) ^ (N.guid >> 32))) < 0
+        || write_record() < 0) {
+        pyrdma_fail(st, errno ? errno : EIO, "open",
+                    "cannot register in %s", N.dir);
+        goto out;
     }
+    fab_sh_create();
     /* wake-ups */
     if ((s = U.worker_get_efd(N.w, &N.efd)) != UCS_OK) {
         ucs_fail(st, s, "ucp_worker_get_efd", "event fd");
@@ -763,7 +831,9 @@ out:
             close(N.stopfd);
         if (N.lidfile[0])
             unlink(N.lidfile);
-        N.epfd = N.stopfd = -1;
+        if (N.lidfd >= 0)
+            close(N.lidfd);
+        N.epfd = N.stopfd = N.lidfd = -1;
     }
     pthread_mutex_unlock(&init_lock);
     return rc;

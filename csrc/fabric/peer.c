@@ -59,9 +59,79 @@ fab_pid_alive(pid_t pid)
     return c != 0 && c != 'Z';
 }
 
-/* Read the record of guid into *rec and a malloc'd address; 0 or -1. */
+/* Liveness across pid namespaces.  A pid names a process only in its own
+   pid namespace (a node in a container that shares /dev/shm with the
+   host has pid 1 in its record, and sees none of the host's pids), so
+   the owner of a node record or LID claim holds an open file description
+   lock (F_OFD_SETLK) on it for as long as it lives: the kernel drops it
+   when the process ends, in whatever namespace, even by SIGKILL, before
+   it is a zombie.  A reader asks whether the lock is held (F_OFD_GETLK,
+   which takes nothing).  A child of fork() would share the description,
+   and so the lock: the node closes it in the child (node.c). */
+
+static void
+whole_file(struct flock *l, short type)
+{
+    memset(l, 0, sizeof(*l));
+    l->l_type = type;
+    l->l_whence = SEEK_SET;     /* from 0, l_len 0: the whole file */
+}
+
+/* Hold the liveness lock on fd (opened for writing); 0 or -1. */
+int
+fab_file_hold(int fd)
+{
+    struct flock l;
+    whole_file(&l, F_WRLCK);
+    return fcntl(fd, F_OFD_SETLK, &l);
+}
+
+/* Does a living process hold the liveness lock of the file open at fd?
+   1 or 0; -1 if the kernel cannot tell (no OFD locks: before Linux 3.15). */
+int
+fab_file_held(int fd)
+{
+    struct flock l;
+    whole_file(&l, F_RDLCK);
+    if (fcntl(fd, F_OFD_GETLK, &l) != 0)
+        return -1;
+    return l.l_type != F_UNLCK;
+}
+
+/* fab_file_held, or where it cannot tell, whether pid lives. */
 static int
-record_read(uint64_t guid, struct record *rec, void **addr)
+held_or_pid(int fd, pid_t pid)
+{
+    int h = fab_file_held(fd);
+    return h >= 0 ? h : fab_pid_alive(pid);
+}
+
+/* Is the node guid of this host alive (its record there and held)?
+   1 or 0. */
+int
+fab_record_alive(uint64_t guid)
+{
+    char path[300];
+    struct record r;
+    int fd, alive;
+
+    snprintf(path, sizeof(path), "%s/node-%016llx", N.dir,
+             (unsigned long long)guid);
+    fd = fab_priv_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return 0;
+    alive = fab_file_held(fd);
+    if (alive < 0)
+        alive = read(fd, &r, sizeof(r)) == (ssize_t)sizeof(r) &&
+                r.magic == REC_MAGIC && fab_pid_alive(r.pid);
+    close(fd);
+    return alive;
+}
+
+/* Read the record of guid into *rec and a malloc'd address, and whether
+   its node lives into *alive; 0 or -1. */
+static int
+record_read(uint64_t guid, struct record *rec, void **addr, int *alive)
 {
     char path[300];
     int fd;
@@ -81,9 +151,11 @@ record_read(uint64_t guid, struct record *rec, void **addr)
     *addr = malloc(rec->alen ? rec->alen : 1);
     if (*addr == NULL || read(fd, *addr, rec->alen) != (ssize_t)rec->alen) {
         free(*addr);
+        *addr = NULL;
         close(fd);
         return -1;
     }
+    *alive = held_or_pid(fd, rec->pid);
     close(fd);
     return 0;
 }
@@ -117,28 +189,42 @@ fab_lid_owner(uint16_t lid)
     if (fd < 0)
         return 0;
     rc = lid_claim_read(fd, &pid, &g);
+    if (rc == 0 && !held_or_pid(fd, pid))
+        rc = -1;
     close(fd);
-    if (rc < 0 || !fab_pid_alive(pid))
-        return 0;
-    return g;
+    return rc < 0 ? 0 : g;
 }
 
-/* The pid that owns a file of the rendezvous directory (0: unknown, or not
-   one of this boot's: leave it alone). */
-static pid_t
-file_owner(const char *name)
+/* A temporary file (<name>.tmp<writer's pid>) is left behind when its
+   writer (which renames it within a moment) is gone: its pid is dead here
+   and the file is older than this.  The pid alone does not say (the
+   writer may be in another pid namespace, where that pid is another
+   process or none). */
+#define TMP_STALE_S 60
+
+/* Is the file name of the rendezvous directory one a process that ended
+   left behind?  1 or 0 (0 also: not one of the fabric's, not readable,
+   or of another boot: left alone). */
+static int
+file_stale(const char *name)
 {
     char path[600];
     const char *tmp = strstr(name, ".tmp");
-    int fd;
-    pid_t pid = 0;
+    struct stat sb;
+    int fd, stale = 0;
 
     if (strncmp(name, "node-", 5) != 0 && strncmp(name, "keys-", 5) != 0 &&
         strncmp(name, "lid-", 4) != 0 && strncmp(name, "ring-", 5) != 0)
         return 0;                       /* not ours */
-    if (tmp != NULL)                    /* <name>.tmp<writer's pid> */
-        return (pid_t)atoi(tmp + 4);
     snprintf(path, sizeof(path), "%s/%s", N.dir, name);
+    if (tmp != NULL)
+        return lstat(path, &sb) == 0 &&
+               time(NULL) - sb.st_mtime > TMP_STALE_S &&
+               !fab_pid_alive((pid_t)atoi(tmp + 4));
+    if (name[0] == 'k' || name[0] == 'r')
+        /* a key page or a request ring lives as long as its owner's
+           record (made after it, removed before it) */
+        return !fab_record_alive(strtoull(name + 5, NULL, 16));
     fd = fab_priv_open(path, O_RDONLY, 0);
     if (fd < 0)
         return 0;
@@ -147,29 +233,23 @@ file_owner(const char *name)
         if (read(fd, &r, sizeof(r)) == (ssize_t)sizeof(r) &&
             r.magic == REC_MAGIC &&
             strncmp(r.boot_id, N.boot_id, sizeof(r.boot_id)) == 0)
-            pid = r.pid;
-    }
-    else if (name[0] == 'k' || name[0] == 'r') {
-        uint32_t head[3];               /* magic, version, pid */
-        if (read(fd, head, sizeof(head)) == (ssize_t)sizeof(head) &&
-            head[0] == (name[0] == 'k' ? SH_MAGIC : RING_MAGIC))
-            pid = (pid_t)head[2];
+            stale = !held_or_pid(fd, r.pid);
     }
     else {
         int p;
         uint64_t g;
         if (lid_claim_read(fd, &p, &g) == 0)
-            pid = p;
+            stale = !held_or_pid(fd, p);
     }
     close(fd);
-    return pid;
+    return stale;
 }
 
 /* Remove what dead processes left in the rendezvous directory (node
-   record, key page, LID claim, temporary files).  A node removes its own
-   files at exit; a crash or SIGKILL leaves them, and they used to pile
-   up (thousands after many test runs).  Only a file whose owner pid is
-   known and no longer exists goes. */
+   record, key page, LID claim, request rings, temporary files).  A node
+   removes its own files at exit; a crash or SIGKILL leaves them, and they
+   used to pile up (thousands after many test runs).  Only a file whose
+   owner is known to have ended (file_stale) goes. */
 void
 fab_sweep_stale(void)
 {
@@ -178,11 +258,9 @@ fab_sweep_stale(void)
     if (d == NULL)
         return;
     while ((e = readdir(d)) != NULL) {
-        pid_t pid;
         if (e->d_name[0] == '.')
             continue;
-        pid = file_owner(e->d_name);
-        if (pid > 0 && !fab_pid_alive(pid)) {
+        if (file_stale(e->d_name)) {
             char path[600];
             snprintf(path, sizeof(path), "%s/%s", N.dir, e->d_name);
             unlink(path);
@@ -195,6 +273,39 @@ int
 fab_same_host(const struct record *r)
 {
     return r->netns == N.netns && strcmp(r->boot_id, N.boot_id) == 0;
+}
+
+/* Endpoint parameters ep for node guid at the listener its GUID names
+   (IPv4 and port; TCP), in *sin, which the caller keeps until the
+   endpoint is made; 0 or -1 with *st set, naming func. */
+static int
+ep_by_sockaddr(uint64_t guid, ucp_ep_params_t *ep, struct sockaddr_in *sin,
+               struct pyrdma_status *st, const char *func)
+{
+    uint32_t ip;
+    uint16_t port;
+    uint64_t be = htobe64(guid);
+    memcpy(&ip, (uint8_t *)&be, 4);
+    memcpy(&port, (uint8_t *)&be + 4, 2);
+    if (fab_forked_from_node)
+        return pyrdma_fail(st, EOPNOTSUPP, "ibv_modify_qp",
+                           "fabric node %016llx is reached over tcp, "
+                           "and " FORK_TCP_MSG, (unsigned long long)guid);
+    if (port == 0 || ip == 0)
+        return pyrdma_fail(st, EHOSTUNREACH, func,
+                           "fabric node %016llx is not on this host and "
+                           "has no listener (set RDMA_UCX_ADDR on both "
+                           "hosts)", (unsigned long long)guid);
+    memset(sin, 0, sizeof(*sin));
+    sin->sin_family = AF_INET;
+    sin->sin_addr.s_addr = ip;
+    sin->sin_port = port;
+    ep->field_mask |= UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
+    ep->flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep->sockaddr.addr = (struct sockaddr *)sin;
+    ep->sockaddr.addrlen = sizeof(*sin);
+    ep->err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    return 0;
 }
 
 /* Find or make the peer for (guid, lid); dgid_known: guid came from a
@@ -210,7 +321,7 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
     ucp_ep_params_t ep;
     ucs_status_t s;
     struct sockaddr_in sin;
-    int i, have_rec = 0, rec_ok = 0;
+    int i, have_rec = 0, rec_ok = 0, alive = 0;
     const uint64_t *key = NULL;
     uint64_t nkey[2];
     int mode = HELLO_NONE;
@@ -250,8 +361,8 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         p->lid = N.lid;
         p->pid = getpid();
     }
-    else if ((rec_ok = record_read(guid, &rec, &addr) == 0) &&
-             fab_same_host(&rec) && fab_pid_alive(rec.pid)) {
+    else if ((rec_ok = record_read(guid, &rec, &addr, &alive) == 0) &&
+             fab_same_host(&rec) && alive && rec.pidns == N.pidns) {
         have_rec = 1;
         ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
         ep.address = addr;
@@ -259,37 +370,18 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         p->pid = rec.pid;
     }
     else {
-        uint32_t ip;
-        uint16_t port;
-        uint64_t be = htobe64(guid);
-        memcpy(&ip, (uint8_t *)&be, 4);
-        memcpy(&port, (uint8_t *)&be + 4, 2);
-        if (fab_forked_from_node) {
+        /* a node of this host in another pid namespace (a container
+           sharing /dev/shm): its pid means nothing here (no cross-memory
+           attach, no pid check: its record's lock says whether it
+           lives), and UCX's shared-memory transports cannot reach it
+           from here (an endpoint to its worker address times out): its
+           listener, over TCP */
+        p->rec_live = rec_ok && alive && fab_same_host(&rec);
+        if (ep_by_sockaddr(guid, &ep, &sin, st, func) < 0) {
             free(addr);
             free(p);
-            return pyrdma_fail(st, EOPNOTSUPP, "ibv_modify_qp",
-                               "fabric node %016llx is reached over tcp, "
-                               "and " FORK_TCP_MSG,
-                               (unsigned long long)guid);
+            return -1;
         }
-        if (port == 0 || ip == 0) {
-            free(addr);
-            free(p);
-            return pyrdma_fail(st, EHOSTUNREACH, func,
-                               "fabric node %016llx is not on this host and "
-                               "has no listener (set RDMA_UCX_ADDR on both "
-                               "hosts)", (unsigned long long)guid);
-        }
-        memset(&sin, 0, sizeof(sin));
-        sin.sin_family = AF_INET;
-        sin.sin_addr.s_addr = ip;
-        sin.sin_port = port;
-        ep.field_mask |= UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                         UCP_EP_PARAM_FIELD_FLAGS;
-        ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-        ep.sockaddr.addr = (struct sockaddr *)&sin;
-        ep.sockaddr.addrlen = sizeof(sin);
-        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     }
     /* the key of our HELLO: a node of this host (any network
        namespace) publishes its own, else RDMA_UCX_SECRET, else none */

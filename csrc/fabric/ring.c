@@ -95,7 +95,10 @@ fab_rings_poll(void)
     return n;
 }
 
-/* Release the rings of senders that died (every 100 ms, N.lock held):
+/* Release the rings of senders that died (every 100 ms, N.lock held; a
+   sender's pid is one of this pid namespace: a node makes a ring only to
+   a peer whose key page it maps, which it does only in its own pid
+   namespace, peer.c):
    what a sender wrote before it died is executed (a NIC delivers what
    was on the wire), then its memory goes and the entry's address holds
    zeros for a reader that still looks at it, until the next ring

@@ -106,6 +106,13 @@ fab_am_cb(void *arg, const void *header, size_t header_length, void *data,
         fab_hello_rx(&h, (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
                      ? param->reply_ep : NULL);
         return UCS_OK;
+    case AM_CTL_CHALLENGE:
+        fab_challenge_rx(&h);
+        return UCS_OK;
+    case AM_CTL_PROOF:
+        fab_proof_rx(&h, (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+                     ? param->reply_ep : NULL);
+        return UCS_OK;
     case AM_CTL_RINGOPEN:
     case AM_CTL_BELL: {
         int ok;

@@ -14,8 +14,13 @@
 #define AM_CTL_RINGOPEN 40      /* map my ring to you (ring.c) */
 #define AM_CTL_BELL 41          /* look at your rings (ring.c) */
 #define AM_CTL_HELLO 42         /* authenticate (the first message; auth.c) */
-/* HELLO key modes (struct wire.op of AM_CTL_HELLO; auth.c) */
+#define AM_CTL_CHALLENGE 43     /* the receiver's nonce for a HELLO */
+#define AM_CTL_PROOF 44         /* the answer to it: the session begins */
+/* HELLO key modes (struct wire.op of AM_CTL_HELLO and AM_CTL_PROOF) */
 enum { HELLO_NONE, HELLO_NODE, HELLO_SHARED };
+/* The version of the HELLO exchange (struct wire.qkey of AM_CTL_HELLO,
+   CHALLENGE and PROOF); 2: challenge and proof (before: a HELLO alone) */
+#define WIRE_VERSION 2
 #define GRH_LEN 40              /* the GRH in front of a UD receive */
 
 /* REQ operations */

@@ -8,114 +8,161 @@ and InfiniBand management tools named and shaped like infiniband-diags'
 ``set_nodedesc``, ``saquery``).  The script is not called ``rdma``: that is
 iproute2's tool.
 
+Commands are found by name, as in python-rdma's ``ibtool``:
+:data:`COMMANDS` maps each one to the module that implements it, a module
+of ``rdma.cli`` of the same name (``-`` spelled ``_``), and the function
+in it.  An alias (``dump_lfts``, ``dump_mfts``; ``ibswitches`` ...
+``ibnodes``) names the module of the command it shares its code with.
+Every module has ``add_parser(subparsers, name, help)``, which builds the
+parser of the command *name* (an alias's too) and returns it.  Only the
+module of the command being run is imported: ``ibtool --help`` lists the
+commands from the table.
+
 Every subcommand prints errors as one line on stderr (no traceback) and
-exits non-zero: 1 for an RDMA error, 2 for bad usage.
+exits non-zero: 1 for an RDMA error, 2 for bad usage, 130 when
+interrupted (Ctrl-C).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from rdma._errors import RDMAError
-from rdma.cli import saquery as _saquery
-from rdma.cli import validate as _validate
+__all__ = ["main", "build_parser", "COMMANDS", "command_module"]
 
-__all__ = ["main"]
+#: ``ibtool``'s commands, in ``--help`` order: name -> (module of
+#: ``rdma.cli`` relative to it, function in it, one-line summary).
+COMMANDS: Dict[str, Tuple[str, str, str]] = {
+    "devices": (".devices", "devices",
+                "list RDMA devices (like ibv_devices)"),
+    "devinfo": (".devinfo", "devinfo",
+                "query RDMA devices (like ibv_devinfo)"),
+    "demo": (".demo", "demo",
+             "find a device, open it and show what it can do"),
+    "saquery": (".saquery", "saquery",
+                "query the subnet administrator (like saquery)"),
+    "validate": (".validate", "validate",
+                 "check a fabric: ports, GIDs, every verb, atomics, paths "
+                 "(runs the rdma.validation pytest suite)"),
+    "pingpong": (".pingpong", "pingpong",
+                 "ping-pong messages like ibv_{rc,uc,ud,srq}_pingpong "
+                 "(and with them)"),
+    "perf": (".perf", "perf",
+             "bandwidth/latency of write, read, send, atomic "
+             "(perftest-style)"),
+    # InfiniBand management (python-rdma's ibtool; infiniband-diags' output)
+    "ibstat": (".ibstat", "ibstat",
+               "show the local InfiniBand CAs (like ibstat)"),
+    "smpquery": (".smpquery", "smpquery",
+                 "read a node's SMP attributes (like smpquery)"),
+    "ibaddr": (".ibaddr", "ibaddr",
+               "a port's GID and LID range (like ibaddr)"),
+    "sminfo": (".sminfo", "sminfo",
+               "the subnet manager's SMInfo (like sminfo)"),
+    "perfquery": (".perfquery", "perfquery",
+                  "a port's PortCounters (like perfquery)"),
+    "ibnetdiscover": (".ibnetdiscover", "ibnetdiscover",
+                      "discover the subnet and print its topology file "
+                      "(like ibnetdiscover)"),
+    "ibswitches": (".ibnetdiscover", "ibswitches",
+                   "list the switches of the subnet (like ibswitches)"),
+    "ibhosts": (".ibnetdiscover", "ibhosts",
+                "list the CAs of the subnet (like ibhosts)"),
+    "ibrouters": (".ibnetdiscover", "ibrouters",
+                  "list the routers of the subnet (like ibrouters)"),
+    "ibnodes": (".ibnetdiscover", "ibnodes",
+                "list the CAs and switches of the subnet (like ibnodes)"),
+    "iblinkinfo": (".iblinkinfo", "iblinkinfo",
+                   "every link of the subnet (like iblinkinfo)"),
+    "smpdump": (".smpdump", "smpdump",
+                "any SMP attribute as raw bytes (like smpdump)"),
+    "ibroute": (".ibroute", "ibroute",
+                "a switch's unicast forwarding table (like ibroute)"),
+    "dump_lfts": (".ibroute", "dump_fts",
+                  "the unicast forwarding table of every switch of the "
+                  "subnet (like dump_lfts, infiniband-diags' dump_fts)"),
+    "dump_mfts": (".ibroute", "dump_fts",
+                  "the multicast forwarding table of every switch of the "
+                  "subnet (like dump_mfts, infiniband-diags' dump_fts -M)"),
+    "ibtracert": (".ibtracert", "ibtracert",
+                  "the route between two LIDs (like ibtracert)"),
+    "ibqueryerrors": (".ibqueryerrors", "ibqueryerrors",
+                      "ports whose error counters are above a threshold "
+                      "(like ibqueryerrors)"),
+    "ibportstate": (".ibportstate", "ibportstate",
+                    "show, enable, disable or reset a port (like "
+                    "ibportstate)"),
+    "set_nodedesc": (".set_nodedesc", "set_nodedesc",
+                     "show or set local CAs' NodeDescription (like "
+                     "set_nodedesc.sh)"),
+    "validate-subnet": (".validate_subnet", "validate_subnet",
+                        "check an InfiniBand subnet: topology, link rates, "
+                        "error counters, routes, SM"),
+}
 
 
-def _add_provider(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--provider", default=None,
-                   help="provider: verbs, ucx or auto (default: "
-                        "$RDMA_PROVIDER, else auto)")
+def command_module(name: str) -> Any:
+    """The module that implements the command *name* (imported now)."""
+    return importlib.import_module(COMMANDS[name][0], __name__)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """``--version``: print the version of the rdma package (the one
+    running, ``rdma.__version__``) and exit 0."""
+
+    def __init__(self, option_strings: List[str], dest: str,
+                 help: Optional[str] = None) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS,
+                         default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import rdma
+        print(f"{parser.prog} {rdma.__version__}")
+        parser.exit()
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """``ibtool``'s parser.  With *only*, just that command's module is
+    imported and builds its parser; the others are listed with their
+    summaries (enough for ``--help`` and for naming a wrong command)."""
     parser = argparse.ArgumentParser(
         prog="ibtool", description="RDMA tools built on the rdma package.")
+    parser.add_argument("--version", action=_Version,
+                        help="print the version of the rdma package and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-
-    p = sub.add_parser("devices", help="list RDMA devices (like ibv_devices)")
-    _add_provider(p)
-    p.add_argument("-q", "--quiet", action="store_true",
-                   help="print nothing; exit 0 if a device exists, else 1")
-    p.set_defaults(func=_cmd_devices)
-
-    p = sub.add_parser("devinfo",
-                       help="query RDMA devices (like ibv_devinfo)")
-    _add_provider(p)
-    p.add_argument("-d", "--ib-dev", metavar="DEVICE",
-                   help="use this device (default: all devices)")
-    p.add_argument("-i", "--ib-port", metavar="PORT", type=int, default=0,
-                   help="use this port of the device (default: all ports)")
-    p.add_argument("-l", "--list", action="store_true",
-                   help="print only the device names")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="print all the attributes of the device")
-    p.set_defaults(func=_cmd_devinfo)
-
-    p = sub.add_parser("demo", help="find a device, open it and show what it "
-                                    "can do")
-    _add_provider(p)
-    p.set_defaults(func=_cmd_demo)
-    _saquery.add_parser(sub)
-    _validate.add_parser(sub)
-    from rdma.cli import pingpong as _pingpong
-    _pingpong.add_parser(sub)
-    from rdma.cli import perf as _perf
-    _perf.add_parser(sub)
-    # InfiniBand management (python-rdma's ibtool; infiniband-diags' output)
-    from rdma.cli import ibstat as _ibstat
-    _ibstat.add_parser(sub)
-    from rdma.cli import smpquery as _smpquery
-    _smpquery.add_parser(sub)
-    from rdma.cli import inquiry as _inquiry
-    _inquiry.add_parsers(sub)
-    from rdma.cli import topology as _topology
-    _topology.add_parsers(sub)
-    from rdma.cli import linkinfo as _linkinfo
-    _linkinfo.add_parser(sub)
-    from rdma.cli import smpdump as _smpdump
-    _smpdump.add_parser(sub)
-    from rdma.cli import routes as _routes
-    _routes.add_parsers(sub)
-    from rdma.cli import errors as _errors
-    _errors.add_parser(sub)
-    from rdma.cli import portstate as _portstate
-    _portstate.add_parser(sub)
-    from rdma.cli import nodedesc as _nodedesc
-    _nodedesc.add_parser(sub)
-    from rdma.cli import ibvalidate as _ibvalidate
-    _ibvalidate.add_parser(sub)
+    for name, (_, _, summary) in COMMANDS.items():
+        if only is None or name == only:
+            command_module(name).add_parser(sub, name, summary)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
     return parser
 
 
-def _cmd_devices(args: argparse.Namespace) -> int:
-    import rdma
-    devices = rdma.get_devices(args.provider)
-    if args.quiet:
-        return 0 if devices else 1
-    print(f"    {'device':<16}\t   node GUID")
-    print(f"    {'------':<16}\t----------------")
-    for d in devices:
-        print(f"    {d.name:<16}\t{int(d.node_guid):016x}")
-    return 0
-
-
-def _cmd_devinfo(args: argparse.Namespace) -> int:
-    from rdma.cli.devinfo import devinfo
-    return devinfo(args)
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from rdma.cli.demo import demo
-    return demo(args)
+def _command_word(argv: List[str]) -> Optional[str]:
+    """The command *argv* names: its first word that is not an option (the
+    top-level parser has no option that takes a value)."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run the ``rdma`` command; return its exit code."""
-    parser = build_parser()
+    """Run the ``ibtool`` command; return its exit code (130, quietly,
+    when interrupted before the command started)."""
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _main(argv: List[str]) -> int:
+    name = _command_word(argv)
+    parser = build_parser(only=name or "")
     args, extra = parser.parse_known_args(argv)
     if extra:
         # Commands with a "rest" list take positionals after options too
@@ -126,8 +173,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                     not e[1:2].isdigit() for e in extra):
             parser.parse_args(argv)         # exits 2 naming the argument
         args.rest.extend(extra)
+    func = getattr(command_module(args.command), COMMANDS[args.command][1])
+    return _run(args, func)
+
+
+def _run(args: argparse.Namespace, func: Any) -> int:
+    from rdma._errors import RDMAError
     try:
-        return args.func(args)
+        return func(args)
     except RDMAError as e:
         print(f"ibtool {args.command}: {e}", file=sys.stderr)
         return 1

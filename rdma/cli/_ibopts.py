@@ -13,12 +13,14 @@ knows (GIDs, ``IBPath(...)``) works too.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 __all__ = ["add_device_options", "add_target_options", "get_end_port",
            "parse_target", "smp_path", "gmp_path", "smp_get", "CmdError",
            "add_node_name_map", "load_node_name_map", "node_name",
-           "add_sa_option", "transactor"]
+           "add_sa_option", "transactor", "unicast_lid", "any_lid",
+           "add_query_options", "add_timeout_option", "open_umad",
+           "target_words"]
 
 
 class CmdError(ValueError):
@@ -47,11 +49,23 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
 
 def get_end_port(args: argparse.Namespace) -> Any:
     """The local umad end port that ``-C``/``-P`` name (default: the first
-    ACTIVE one).  Raises :class:`rdma.RDMAError` when there is none."""
+    ACTIVE one).  Raises :class:`rdma.RDMAError` when there is none, and
+    :class:`CmdError` (bad usage, exit 2) when ``-C``/``-P`` name no
+    device or port of those there are."""
     import rdma.umad
     ca, port = getattr(args, "CA", None), getattr(args, "port", None)
     if ca is None and port is None:
         return rdma.umad.get_end_port()
+    try:
+        return _named_end_port(ca, port)
+    except rdma.RDMAError as e:
+        if not rdma.get_devices():
+            raise                       # no device at all: not usage
+        raise CmdError(str(e)) from None
+
+
+def _named_end_port(ca: Optional[str], port: Optional[str]) -> Any:
+    import rdma.umad
     if ca is None:
         if "/" in str(port):
             return rdma.umad.get_end_port(str(port))
@@ -252,3 +266,56 @@ def transactor(umad: Any, args: argparse.Namespace) -> Any:
         from rdma.satransactor import SATransactor
         return SATransactor(umad)
     return umad
+
+
+def unicast_lid(text: str, what: str) -> int:
+    """*text* as a unicast LID (0 to 0xBFFF, any base ``int(x, 0)``
+    reads); *what* names it in the error."""
+    try:
+        v = int(text, 0)
+    except ValueError:
+        raise CmdError(f"bad {what} {text!r}") from None
+    if not 0 <= v <= 0xBFFF:
+        raise CmdError(f"{what} {v} is out of the unicast range")
+    return v
+
+
+def any_lid(text: str, what: str) -> int:
+    """*text* as any 16-bit LID (an MLID too); *what* names it in the
+    error."""
+    try:
+        v = int(text, 0)
+    except ValueError:
+        raise CmdError(f"bad {what} {text!r}") from None
+    if not 0 <= v <= 0xFFFF:
+        raise CmdError(f"{what} {v:#x} is not a 16-bit LID")
+    return v
+
+
+def add_query_options(p: argparse.ArgumentParser) -> None:
+    """The options of the one-node inquiries (``ibaddr``, ``sminfo``):
+    the local end port, the target, ``--sa`` and ``-t/--timeout``."""
+    add_device_options(p)
+    add_target_options(p)
+    add_sa_option(p)
+    add_timeout_option(p)
+
+
+def add_timeout_option(p: argparse.ArgumentParser) -> None:
+    """``-t/--timeout MS``: the timeout of each MAD."""
+    p.add_argument("-t", "--timeout", type=int, default=None, metavar="MS",
+                   help="timeout of each MAD in ms")
+
+
+def open_umad(args: argparse.Namespace, end_port: Any) -> Any:
+    """An :class:`rdma.umad.UMAD` on *end_port* with ``-t``'s timeout."""
+    import rdma.umad
+    kw = {} if args.timeout is None else {"timeout_ms": args.timeout}
+    return rdma.umad.UMAD(end_port, **kw)
+
+
+def target_words(args: argparse.Namespace, most: int) -> List[str]:
+    """The positional words (``args.rest``), at most *most* of them."""
+    if len(args.rest) > most:
+        raise CmdError(f"too many arguments: {' '.join(args.rest)}")
+    return list(args.rest)

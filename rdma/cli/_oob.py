@@ -265,11 +265,20 @@ def open_end_port(device: Optional[str], ib_port: Optional[int],
     import rdma
     if device is None and ib_port is None:
         return rdma.get_end_port(None, provider=provider)
+    devices = rdma.get_devices(provider)
+    if not devices:
+        raise RDMAError("no RDMA devices found")
     if device is None:
-        devices = rdma.get_devices(provider)
-        if not devices:
-            raise RDMAError("no RDMA devices found")
         device = devices[0].name
+    found = [d for d in devices if d.name == device]
+    if not found:
+        # A wrong -d is bad usage (exit 2), named as the user wrote it.
+        raise ValueError(f"no RDMA device {device!r} (devices: "
+                         f"{', '.join(d.name for d in devices)})")
+    ports = [p.port_id for p in found[0].end_ports]
+    if (ib_port or 1) not in ports:
+        raise ValueError(f"device {device} has no port {ib_port or 1} "
+                         f"(ports: {', '.join(map(str, ports)) or 'none'})")
     return rdma.get_end_port(f"{device}/{ib_port or 1}", provider=provider)
 
 

@@ -12,17 +12,29 @@ from __future__ import annotations
 import argparse
 import struct
 import time
+from typing import Any
 
 import rdma
 import rdma.ibverbs as ibv
 import rdma.path
 import rdma.vtools
 from rdma.IBA import GID_TYPE_ROCE_V2
+from rdma.cli._common import add_provider
+
+__all__ = ["add_parser", "demo"]
 
 _STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE"}
 _MTU = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
 _ACCESS = (ibv.IBV_ACCESS_LOCAL_WRITE | ibv.IBV_ACCESS_REMOTE_WRITE |
            ibv.IBV_ACCESS_REMOTE_READ | ibv.IBV_ACCESS_REMOTE_ATOMIC)
+
+
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
+    """Add ``demo`` to ``ibtool``."""
+    p = subparsers.add_parser(name, help=help)
+    add_provider(p)
+    return p
 
 
 def _list(devices) -> None:
@@ -65,6 +77,7 @@ def _wait(poller, n: int, what: str):
 
 
 def demo(args: argparse.Namespace) -> int:
+    """Run ``ibtool demo``; return the exit status."""
     devices = rdma.get_devices(args.provider)
     if not devices:
         raise rdma.RDMAError("no RDMA devices found")

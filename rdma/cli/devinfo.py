@@ -1,16 +1,22 @@
 """``ibtool devinfo``: what ``ibv_devinfo`` prints, from rdma's own queries.
 
-The output uses ibv_devinfo's layout (``name:<tabs>value`` lines, ports
-indented under the device) so that the two can be compared line by line.
+The output is ibv_devinfo's text, tab for tab (``name:<tabs>value`` lines,
+ports indented under the device), so that the two can be compared line
+by line; on the software fabric (ucx0) ``ibtool devinfo [-v]`` and
+``python -m rdma.fabric exec -- ibv_devinfo [-v]`` differ only in the
+values each process has of its own (node GUID, LID, GID).
 """
 from __future__ import annotations
 
 import argparse
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import rdma
 import rdma.ibverbs as ibv
 from rdma.IBA import GUID, GID_TYPE_ROCE_V2
+from rdma.cli._common import add_provider
+
+__all__ = ["add_parser", "devinfo"]
 
 _TRANSPORT = {0: "InfiniBand", 1: "iWARP", 2: "usNIC", 3: "usNIC UDP",
               4: "unspecified"}
@@ -29,12 +35,61 @@ _SPEED = {1: "2.5 Gbps", 2: "5.0 Gbps", 4: "10.0 Gbps", 8: "10.0 Gbps",
 _VL = {1: "1", 2: "2", 3: "4", 4: "8", 5: "15"}
 
 
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
+    """Add ``devinfo`` to ``ibtool``."""
+    p = subparsers.add_parser(name, help=help)
+    add_provider(p)
+    p.add_argument("-d", "--ib-dev", metavar="DEVICE",
+                   help="use this device (default: all devices)")
+    p.add_argument("-i", "--ib-port", metavar="PORT", type=int, default=0,
+                   help="use this port of the device (default: all ports)")
+    p.add_argument("-l", "--list", action="store_true",
+                   help="print only the device names")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print all the attributes of the device")
+    return p
+
+
 def _line(indent: int, key: str, value: object) -> str:
-    # ibv_devinfo aligns values with tabs to column 32 (device) / 40 (port).
-    col = 32 if indent == 1 else 48
+    """``key:<tabs>value`` indented by *indent* tabs as ibv_devinfo prints
+    it: the value at column 40 for a device's fields (one tab level),
+    48 for a port's, always after at least one tab."""
+    col = 40 if indent == 1 else 48
     width = indent * 8 + len(key) + 1
     tabs = max(1, (col - width + 7) // 8)
     return "\t" * indent + key + ":" + "\t" * tabs + str(value)
+
+
+def _fabric_extended_lines() -> List[str]:
+    """The extended part of ``ibv_devinfo -v`` (what it reads with
+    ibv_query_device_ex, then ``num_comp_vectors``) for the software
+    fabric: its query_device_ex reports none of the extended capabilities
+    (no ODP, timestamps, TSO, RSS, WQs, packet pacing or tag matching:
+    all 0, csrc/fabric_verbs/device.c) and its contexts have one
+    completion vector.  rdma's bindings have no ibv_query_device_ex, so
+    for a verbs device this part is not printed."""
+    lines = ["\tgeneral_odp_caps:"]
+    for t in ("rc", "uc", "ud", "xrc"):
+        lines += [f"\t{t}_odp_caps:", "\t" * 5 + "NO SUPPORT"]
+    lines += ["\tcompletion_timestamp_mask not supported",
+              "\tcore clock not supported",
+              _line(1, "device_cap_flags_ex", "0x0"),
+              "\ttso_caps:",
+              "\t\tmax_tso:\t\t\t0",
+              "\trss_caps:"]
+    for key, tabs, value in (("max_rwq_indirection_tables", 3, "0"),
+                             ("max_rwq_indirection_table_size", 3, "0"),
+                             ("rx_hash_function", 4, "0x0"),
+                             ("rx_hash_fields_mask", 4, "0x0")):
+        lines.append(f"\t\t{key}:" + "\t" * tabs + value)
+    lines += [_line(1, "max_wq_type_rq", 0),
+              "\tpacket_pacing_caps:",
+              "\t\tqp_rate_limit_min:\t0kbps",
+              "\t\tqp_rate_limit_max:\t0kbps",
+              "\ttag matching not supported",
+              _line(1, "num_comp_vectors", 1)]
+    return lines
 
 
 def _flag_names(prefix: str, value: int) -> List[str]:
@@ -98,11 +153,14 @@ def _print_device(dev: rdma.Device, port_filter: int, verbose: bool) -> int:
                 out(_line(1, "max_srq_sge", a.max_srq_sge))
             out(_line(1, "max_pkeys", a.max_pkeys))
             out(_line(1, "local_ca_ack_delay", a.local_ca_ack_delay))
+            if dev.provider == "ucx":
+                for line in _fabric_extended_lines():
+                    out(line)
         for port in range(1, a.phys_port_cnt + 1):
             if port_filter and port != port_filter:
                 continue
             p = ctx.query_port(port)
-            out(_line(2, "port", port))
+            out(f"\t\tport:\t{port}")
             out(_line(3, "state", f"{_PORT_STATE.get(p.state, 'invalid state')} ({p.state})"))
             out(_line(3, "max_mtu", f"{_MTU.get(p.max_mtu, 'invalid MTU')} ({p.max_mtu})"))
             out(_line(3, "active_mtu", f"{_MTU.get(p.active_mtu, 'invalid MTU')} ({p.active_mtu})"))
@@ -139,6 +197,7 @@ def _print_device(dev: rdma.Device, port_filter: int, verbose: bool) -> int:
 
 
 def devinfo(args: argparse.Namespace) -> int:
+    """Run ``ibtool devinfo``; return the exit status."""
     # Verbs devices only, as ibv_devinfo (a umad-only CA has no verbs).
     devices = [d for d in rdma.get_devices(args.provider) if d.has_verbs]
     if args.list:
@@ -147,9 +206,13 @@ def devinfo(args: argparse.Namespace) -> int:
             print(f"\t{d.name}")
         return 0
     if args.ib_dev:
-        devices = [d for d in devices if d.name == args.ib_dev]
-        if not devices:
-            raise rdma.RDMAError(f"IB device '{args.ib_dev}' wasn't found")
+        named = [d for d in devices if d.name == args.ib_dev]
+        if not named:
+            # ibv_devinfo's words.  A -d naming none of the devices there
+            # are is bad usage (exit 2); no device at all is not.
+            msg = f"IB device '{args.ib_dev}' wasn't found"
+            raise ValueError(msg) if devices else rdma.RDMAError(msg)
+        devices = named
     elif args.ib_port:
         raise ValueError("-i/--ib-port needs -d/--ib-dev")
     if not devices:

@@ -1,6 +1,7 @@
 """``ibtool ibstat``: the local InfiniBand CAs and ports, printed as
 infiniband-diags' ``ibstat`` prints them, from libibumad's view
-(``umad_get_ca``; on ibsim that is the umad2sim shim's simulated CA).
+(``umad_get_ca``; on ibsim that is the simulated CA of rdma's ibsim
+shim, :mod:`rdma.simnet`).
 
 ::
 
@@ -27,10 +28,11 @@ PHYS_STATES = ("No state change", "Sleep", "Polling", "Disabled",
                "PhyTest")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``ibstat`` to ``ibtool``'s subparsers."""
     p = subparsers.add_parser(
-        "ibstat", help="show the local InfiniBand CAs (like ibstat)",
+        name, help=help,
         description="Show the local InfiniBand CAs and their ports as "
                     "infiniband-diags' ibstat does.")
     p.add_argument("ca_name", nargs="?", help="only this CA")
@@ -41,7 +43,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="the CAs without their ports")
     p.add_argument("-p", "--port_list", action="store_true",
                    help="list the port GUIDs")
-    p.set_defaults(func=ibstat)
     return p
 
 
@@ -116,7 +117,7 @@ def ibstat(args: argparse.Namespace) -> int:
         names = [args.ca_name]
     if not names:
         raise CmdError("no InfiniBand CA (no umad device; on ibsim, "
-                       "preload the umad2sim shim)")
+                       "preload rdma's ibsim shim, see rdma.simnet)")
     cas = _cas(names)
     if args.port_list:
         for ca in cas:

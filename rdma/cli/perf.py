@@ -80,11 +80,11 @@ LAT_FIELDS = ["test", "mode", "bytes", "iterations", "t_min_us", "t_max_us",
 _LINE = "-" * 87
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``perf`` to the ``rdma`` command's subparsers."""
     p = subparsers.add_parser(
-        "perf", help="bandwidth/latency of write, read, send, atomic "
-                     "(perftest-style)",
+        name, help=help,
         description="Measure RDMA WRITE, RDMA READ, SEND or atomic bandwidth "
                     "(--bw) or latency (--lat) between two processes, with "
                     "perftest-like tables.  Without SERVERNAME, wait for a "
@@ -130,11 +130,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--output", choices=("text", "csv", "json"),
                    default="text",
                    help="text (a perftest-like table), csv or json")
+    p.add_argument("--json", dest="output", action="store_const",
+                   const="json", help="the same as --output json")
     p.add_argument("--progress", choices=("auto", "always", "never"),
                    default="auto",
                    help="progress bar on stderr: auto = when stdout is a "
                         "terminal and --output text")
-    p.set_defaults(func=perf, mode=None)
+    p.set_defaults(mode=None)
     return _oob.intermixed(p)
 
 

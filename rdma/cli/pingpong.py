@@ -57,11 +57,11 @@ PAGE = 4096
 DONE = b"done\0"
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``pingpong`` to the ``rdma`` command's subparsers."""
     p = subparsers.add_parser(
-        "pingpong", help="ping-pong messages like ibv_{rc,uc,ud,srq}_pingpong "
-                         "(and with them)",
+        name, help=help,
         description="Send messages back and forth between two QPs and report "
                     "the bandwidth and round-trip time, exactly as "
                     "libibverbs' ibv_rc_pingpong, ibv_uc_pingpong, "
@@ -97,7 +97,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="validate the received data (exit 3 if wrong)")
     p.add_argument("--output", choices=("text", "json"), default="text",
                    help="text (the C tools' lines) or one JSON object")
-    p.set_defaults(func=pingpong)
+    p.add_argument("--json", dest="output", action="store_const",
+                   const="json", help="the same as --output json")
     return _oob.intermixed(p)
 
 

@@ -28,10 +28,11 @@ _ALIASES = {"PATHRECORD": "PR", "NODERECORD": "NR", "PORTINFORECORD": "PIR",
             "LINKRECORD": "LR"}
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``saquery`` to the ``rdma`` command's subparsers."""
     p = subparsers.add_parser(
-        "saquery", help="query the subnet administrator (like saquery)",
+        name, help=help,
         description="Query SA records: " + ", ".join(
             f"{k} ({v})" for k, v in _TYPES.items()))
     p.add_argument("query", nargs="?", default="NR", metavar="TYPE",
@@ -70,7 +71,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="wait for each reply (default 1000 ms)")
     p.add_argument("--retries", type=int, default=2,
                    help="re-sends after a timeout (default 2)")
-    p.set_defaults(func=saquery)
     return p
 
 
@@ -162,10 +162,13 @@ def _query(args: argparse.Namespace) -> Tuple[str, Any, bool]:
 def saquery(args: argparse.Namespace) -> int:
     """Run ``ibtool saquery``; return the exit code."""
     import rdma.umad
+    from rdma.cli._common import check_end_port_name
     kind, rec, table = _query(args)
     name = args.ca
     if name is not None and args.port is not None:
         name = f"{name}/{args.port}"
+    if name is not None:
+        check_end_port_name(name)
     end_port = rdma.umad.get_end_port(name)
     with rdma.umad.get_umad(end_port, timeout_ms=args.timeout,
                             retries=args.retries) as umad:

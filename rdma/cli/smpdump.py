@@ -48,10 +48,10 @@ def hex_lines(data: bytes) -> List[str]:
     return [" ".join(words[i:i + 8]) for i in range(0, len(words), 8)]
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``smpdump`` to ``ibtool``."""
-    p = subparsers.add_parser(
-        "smpdump", help="any SMP attribute as raw bytes (like smpdump)")
+    p = subparsers.add_parser(name, help=help)
     p.add_argument("rest", nargs="*", metavar="ARG",
                    help="the target (LID, or -D route), the attribute ID "
                         "and its modifier (default 0)")
@@ -61,7 +61,7 @@ def add_parser(subparsers: Any) -> None:
                    help="timeout of the SMP in ms")
     add_device_options(p)
     add_target_options(p)
-    p.set_defaults(func=smpdump)
+    return p
 
 
 def _number(text: str, what: str, top: int) -> int:

@@ -169,10 +169,11 @@ _TABLES = {"pkeys": _pkeys, "sl2vl": _sl2vl, "vlarb": _vlarb,
            "guids": _guids}
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``smpquery`` to ``ibtool``'s subparsers."""
     p = subparsers.add_parser(
-        "smpquery", help="read a node's SMP attributes (like smpquery)",
+        name, help=help,
         description="Query SMP attributes: " + ", ".join(
             f"{op} ({a})" for a, op in _ALIASES.items()))
     p.add_argument("op", metavar="OP",
@@ -188,7 +189,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="timeout of each SMP in ms")
     add_node_name_map(p)
     add_sa_option(p)
-    p.set_defaults(func=smpquery)
     return p
 
 

@@ -24,7 +24,9 @@ failed, 2 for bad usage, 3 when pytest itself could not run (or timed out).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -38,11 +40,11 @@ from typing import Any, Dict, List, Optional, Tuple
 __all__ = ["add_parser", "validate", "run_suite", "read_junit", "format_table"]
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, name: str,
+               help: str) -> argparse.ArgumentParser:
     """Add ``validate`` to the ``rdma`` command's subparsers."""
     p = subparsers.add_parser(
-        "validate", help="check a fabric: ports, GIDs, every verb, atomics, "
-                         "paths (runs the rdma.validation pytest suite)",
+        name, help=help,
         description="Check a fabric: ports active and GID tables sane, every "
                     "verb on RC/UC/UD from 1 B to 1 MiB with data "
                     "verification, atomics under contention, SA paths where "
@@ -75,6 +77,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="stop the run after S seconds (default 1800)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show pytest's output (progress and tracebacks)")
+    p.add_argument("--json", action="store_true",
+                   help="print the results as one JSON object (the fields "
+                        "of the text: device, provider, link_layer, "
+                        "gid_index, peer, tests, counts, verdict, seconds, "
+                        "first_problem, exit_status)")
     m = p.add_argument_group(
         "several hosts (execnet gateways; see docs/validation.rst)")
     m.add_argument("--hosts", action="append", metavar="SPEC|FILE",
@@ -108,7 +115,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "within S+30 s fails its pair")
     p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                    help="extra pytest arguments (after --)")
-    p.set_defaults(func=validate)
     return p
 
 
@@ -134,18 +140,41 @@ def build_pytest_args(args: argparse.Namespace, junit: str) -> List[str]:
          "--rdma-require"]
     a += ["-rN", "--tb=short"] if args.verbose else ["-q", "--tb=no", "-rN",
                                                      "--no-header"]
-    for opt, val in (("--rdma-device", args.device), ("--rdma-port", args.port),
-                     ("--rdma-gid-index", args.gid_index),
-                     ("--rdma-provider", args.provider),
-                     ("--rdma-peer-device", args.peer_device),
-                     ("--rdma-peer-gid-index", args.peer_gid_index)):
+    for opt in _PLUGIN_VALUES:
+        val = getattr(args, _PLUGIN_OPTIONS[opt][2:].replace("-", "_"))
         if val is not None:
             a.append(f"{opt}={val}")
-    if args.quick:
-        a.append("--rdma-quick")
-    if args.multicast:
-        a.append("--rdma-multicast")
+    for opt in _PLUGIN_FLAGS:
+        if getattr(args, _PLUGIN_OPTIONS[opt][2:]):
+            a.append(opt)
     return a + list(args.pytest_args)
+
+
+#: The pytest plugin's options that ``ibtool validate`` passes on, and
+#: its own names for them.
+_PLUGIN_OPTIONS = {"--rdma-device": "--device", "--rdma-port": "--port",
+                   "--rdma-gid-index": "--gid-index",
+                   "--rdma-provider": "--provider",
+                   "--rdma-peer-device": "--peer-device",
+                   "--rdma-peer-gid-index": "--peer-gid-index",
+                   "--rdma-quick": "--quick",
+                   "--rdma-multicast": "--multicast",
+                   "--rdma-hosts": "--hosts"}
+_PLUGIN_VALUES = ("--rdma-device", "--rdma-port", "--rdma-gid-index",
+                  "--rdma-provider", "--rdma-peer-device",
+                  "--rdma-peer-gid-index")
+_PLUGIN_FLAGS = ("--rdma-quick", "--rdma-multicast")
+
+
+def own_option_names(text: str) -> str:
+    """*text* (a check's message, written for pytest) with the plugin's
+    option names replaced by ``ibtool validate``'s: the suite says "give
+    --rdma-peer-device", ``ibtool validate``'s option is --peer-device."""
+    if "ibtool validate" in text:       # names both already
+        return text
+    return re.sub(r"--rdma-[a-z-]+\b",
+                  lambda m: _PLUGIN_OPTIONS.get(m.group(0), m.group(0)),
+                  text)
 
 
 def run_suite(pytest_args: List[str], timeout: float,
@@ -322,12 +351,82 @@ def _tail(text: str, n: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:])
 
 
+def _result(args: argparse.Namespace, rc: int, output: str,
+            rows: List[Dict[str, str]], props: Dict[str, str],
+            elapsed: float) -> Dict[str, Any]:
+    """What ``ibtool validate`` reports, as the fields of its text (and of
+    ``--json``): the port checked, the table's rows (``test``, ``result``,
+    ``detail``, ``time``), the counts, the verdict, the first problem and
+    the exit status."""
+    counts: Dict[str, int] = {}
+    for r in rows:
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+    failed = counts.get("FAILED", 0) + counts.get("ERROR", 0)
+    res: Dict[str, Any] = {
+        "device": props.get("rdma_end_port") or args.device,
+        "provider": props.get("rdma_provider"),
+        "link_layer": props.get("rdma_link_layer"),
+        "gid_index": props.get("rdma_gid_index"),
+        "peer": props.get("rdma_peer") or args.peer_device or "loopback",
+        "tests": rows,
+        "counts": {k.lower(): n for k, n in sorted(counts.items())},
+        "seconds": elapsed, "junitxml": args.junitxml,
+        "first_problem": None, "problem": None}
+    if rc < 0:
+        res.update(verdict="STOPPED", exit_status=3,
+                   problem=f"the run was stopped ({_tail(output, 1)})")
+    elif rc not in (0, 1) and not failed:
+        res.update(verdict="ERROR", exit_status=3,
+                   problem=f"pytest exit status {rc}")
+    else:
+        verdict = "FAILED" if failed or rc == 1 else "PASSED"
+        res.update(verdict=verdict, exit_status=1 if failed or rc == 1
+                   else 0)
+    if failed:
+        first = next(r for r in rows if r["result"] in ("FAILED", "ERROR"))
+        res["first_problem"] = {"test": first["test"],
+                                "detail": first["detail"]}
+    return res
+
+
+def _print_result(res: Dict[str, Any], rows: List[Dict[str, str]],
+                  output: str) -> None:
+    """:func:`_result` as text: the header, the table, the verdict."""
+    head = f"ibtool validate: {res['device'] or 'first ACTIVE port'}"
+    if res["provider"]:
+        ll, gi = (("?" if v is None else v)
+                  for v in (res["link_layer"], res["gid_index"]))
+        head += f" ({res['provider']}, {ll}, GID index {gi})"
+    head += f", peer: {res['peer']}"
+    print(head)
+    print()
+    print(format_table(rows))
+    print()
+    if res["verdict"] == "STOPPED":
+        print(f"ibtool validate: {res['problem']}")
+        return
+    if res["verdict"] == "ERROR":
+        print(_tail(output), file=sys.stderr)
+        print(f"ibtool validate: {res['problem']}", file=sys.stderr)
+        return
+    summary = ", ".join(f"{n} {k}" for k, n in res["counts"].items())
+    print(f"{res['verdict']}: {summary or 'no tests ran'} in "
+          f"{res['seconds']:.1f} s"
+          + (f"; JUnit XML: {res['junitxml']}" if res["junitxml"] else ""))
+    if res["first_problem"]:
+        print(f"first problem: {res['first_problem']['test']}: "
+              f"{res['first_problem']['detail']}")
+
+
 def validate(args: argparse.Namespace) -> int:
     if args.pytest_args and args.pytest_args[0] == "--":
         args.pytest_args = args.pytest_args[1:]
     if args.timeout <= 0:
         raise ValueError("--timeout must be positive")
     if getattr(args, "hosts", None):
+        if args.json:
+            raise ValueError("--json is for one host: with --hosts the "
+                             "report is the table, matrix and JUnit XML")
         from rdma.multihost.command import validate_hosts
         return validate_hosts(args)
     for opt, default in (("plot", None), ("pairs", "all"),
@@ -354,44 +453,23 @@ def validate(args: argparse.Namespace) -> int:
         elapsed = time.monotonic() - t0
         if not os.path.exists(junit):
             print(output.rstrip(), file=sys.stderr)
-            print(f"ibtool validate: pytest wrote no report "
-                  f"(exit status {rc})",
-                  file=sys.stderr)
+            problem = f"pytest wrote no report (exit status {rc})"
+            print(f"ibtool validate: {problem}", file=sys.stderr)
+            if args.json:
+                print(json.dumps({"verdict": "ERROR", "problem": problem,
+                                  "exit_status": 3}))
             return 3
         rows, props = read_junit(junit)
-        if args.verbose:
-            print()
-        target = props.get("rdma_end_port") or args.device or "first ACTIVE port"
-        head = f"ibtool validate: {target}"
-        if props.get("rdma_provider"):
-            head += (f" ({props['rdma_provider']}, "
-                     f"{props.get('rdma_link_layer', '?')}, GID index "
-                     f"{props.get('rdma_gid_index', '?')})")
-        peer = props.get("rdma_peer") or args.peer_device
-        head += f", peer: {peer or 'loopback'}"
-        print(head)
-        print()
-        print(format_table(rows))
-        counts: Dict[str, int] = {}
         for r in rows:
-            counts[r["result"]] = counts.get(r["result"], 0) + 1
-        summary = ", ".join(f"{n} {k.lower()}" for k, n in sorted(counts.items()))
-        print()
-        failed = counts.get("FAILED", 0) + counts.get("ERROR", 0)
-        if rc < 0:
-            print(f"ibtool validate: the run was stopped ({_tail(output, 1)})")
-            return 3
-        if rc not in (0, 1) and not failed:
-            print(_tail(output), file=sys.stderr)
-            print(f"ibtool validate: pytest exit status {rc}", file=sys.stderr)
-            return 3
-        verdict = "FAILED" if failed or rc == 1 else "PASSED"
-        print(f"{verdict}: {summary or 'no tests ran'} in {elapsed:.1f} s"
-              + (f"; JUnit XML: {args.junitxml}" if args.junitxml else ""))
-        if failed:
-            first = next(r for r in rows if r["result"] in ("FAILED", "ERROR"))
-            print(f"first problem: {first['test']}: {first['detail']}")
-        return 1 if verdict == "FAILED" else 0
+            r["detail"] = own_option_names(r["detail"])
+        if args.verbose and not args.json:
+            print()
+        result = _result(args, rc, output, rows, props, elapsed)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            _print_result(result, rows, output)
+        return result["exit_status"]
     finally:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import textwrap
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, NoReturn, Optional, Tuple
 
 from rdma.multihost.engine import _both
 from rdma.multihost.hosts import CheckError, Host, HostError
@@ -23,9 +23,11 @@ __all__ = ["RemoteHost", "RemoteEnd", "RemotePair", "remote_pair",
            "function_source"]
 
 _keys = itertools.count(1 << 20)
+#: Names of the QP types (ibv_qp_type) a pair may have.
+_QP_TYPES = {2: "RC", 3: "UC", 4: "UD"}
 
 
-def function_source(fn: Callable) -> Tuple[str, str]:
+def function_source(fn: Callable[..., Any]) -> Tuple[str, str]:
     """(source, name) of a module-level function, to run remotely."""
     if not inspect.isfunction(fn):
         raise TypeError(f"expected a function, got {type(fn).__name__}")
@@ -36,7 +38,7 @@ def function_source(fn: Callable) -> Tuple[str, str]:
     return textwrap.dedent(inspect.getsource(fn)), fn.__name__
 
 
-def _raise(e: BaseException):
+def _raise(e: BaseException) -> NoReturn:
     if isinstance(e, CheckError) and e.kind == "AssertionError":
         raise AssertionError(f"on {e.host}: {e.msg}") from None
     raise e
@@ -55,7 +57,7 @@ class RemoteHost:
     def __repr__(self) -> str:
         return f"RemoteHost({self.name!r}, {self.info.get('end_port')})"
 
-    def call(self, fn: Callable, timeout: Optional[float] = None,
+    def call(self, fn: Callable[..., Any], timeout: Optional[float] = None,
              **kwargs: Any) -> Any:
         """Run ``fn(agent, **kwargs)`` on the host and return its result;
         ``agent.end_port``, ``agent.ctx`` (an open Context),
@@ -73,10 +75,11 @@ class RemoteHost:
 class RemoteEnd:
     """One end of a :class:`RemotePair`, on host ``host``."""
 
-    def __init__(self, pair: "RemotePair", host: RemoteHost, info: Dict):
+    def __init__(self, pair: "RemotePair", host: RemoteHost,
+                 info: Dict[str, Any]):
         self.pair, self.host, self.info = pair, host, info
 
-    def run(self, fn: Callable, timeout: Optional[float] = None,
+    def run(self, fn: Callable[..., Any], timeout: Optional[float] = None,
             **kwargs: Any) -> Any:
         """Run ``fn(end, **kwargs)`` where *end* is this end's
         :class:`rdma.pytest_plugin.QPEnd` (``qp``, ``cq``, ``buf``,
@@ -101,15 +104,35 @@ class RemotePair:
     """A QP pair between two hosts, at RTS: ``a`` and ``b`` are
     :class:`RemoteEnd`; :meth:`run` runs a function on both at once."""
 
-    def __init__(self, key: int, a: RemoteHost, b: RemoteHost):
+    def __init__(self, key: int, a: RemoteHost, b: RemoteHost,
+                 qp_type: Optional[int] = None):
         self.key = key
         self.hosts = (a, b)
+        self.qp_type = qp_type
+        self.closed = False
         self.a: RemoteEnd
         self.b: RemoteEnd
 
-    def run(self, fn_a: Callable, fn_b: Callable,
-            kwargs_a: Optional[Dict] = None,
-            kwargs_b: Optional[Dict] = None,
+    def __repr__(self) -> str:
+        kind = _QP_TYPES.get(self.qp_type, f"QP type {self.qp_type}") \
+            if self.qp_type is not None else "QP"
+        ends = []
+        for host, end in zip(self.hosts, (getattr(self, "a", None),
+                                          getattr(self, "b", None))):
+            text = f"{host.name} {host.info.get('end_port', '?')}"
+            qpn = ((end.info.get("path") or {}).get("sqpn")
+                   if end is not None else None)
+            if qpn is not None:
+                text += f" QPN {qpn:#x}"
+            ends.append(text)
+        state = ("closed" if self.closed else
+                 "at RTS" if hasattr(self, "b") else "connecting")
+        return (f"<RemotePair {kind} {ends[0]} <-> {ends[1]}, {state}, "
+                f"key {self.key}>")
+
+    def run(self, fn_a: Callable[..., Any], fn_b: Callable[..., Any],
+            kwargs_a: Optional[Dict[str, Any]] = None,
+            kwargs_b: Optional[Dict[str, Any]] = None,
             timeout: Optional[float] = None) -> Tuple[Any, Any]:
         """Run ``fn_a`` on end a and ``fn_b`` on end b at the same time
         (a ping-pong needs both); return both results."""
@@ -121,6 +144,7 @@ class RemotePair:
         return ra[1], rb[1]
 
     def close(self) -> None:
+        self.closed = True
         for h in self.hosts:
             try:
                 h.host.call("pair_end", 10.0, key=self.key)
@@ -130,7 +154,7 @@ class RemotePair:
     def __enter__(self) -> "RemotePair":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -141,7 +165,7 @@ def remote_pair(a: RemoteHost, b: RemoteHost, qp_type: int, *,
     halves of the path cross as plain data, checked on arrival)."""
     if a.name == b.name:
         raise ValueError(f"a remote pair needs two hosts, got {a.name} twice")
-    pair = RemotePair(next(_keys), a, b)
+    pair = RemotePair(next(_keys), a, b, int(qp_type))
     params = {"qp_type": int(qp_type), "size": int(size),
               "depth": int(depth), "hosts": [a.name, b.name],
               "timeout": timeout}

@@ -1,5 +1,5 @@
 /* fabric_rogue.c - a raw UCP peer of the software fabric for the security
-   tests (tests/host/test_fabric_forged.py): it connects to a fabric node
+   tests (tests/host/test_fabric_security.py): it connects to a fabric node
    and sends whatever active messages it is told to, headers and all, so
    that forged and malformed messages reach the node exactly as a hostile
    peer would send them.
@@ -11,6 +11,9 @@
      send AM_ID FLAGS HEADER_HEX PAYLOAD_HEX|-   -> "sent STATUS"
          (FLAGS 1: UCP_AM_SEND_FLAG_REPLY)
      wait MS    progress for MS ms                -> "alive" or "closed"
+     recv MS    progress until an active message comes (the node's
+                CHALLENGE to a HELLO), at most MS ms
+                                         -> "got HEADER_HEX" or "none"
      quit
    The record layout is the provider's struct record (csrc/fabric/fabric.h). */
 
@@ -26,9 +29,10 @@
 
 /* The head of a node record (struct record in csrc/fabric/fabric.h). */
 struct record {
-    uint32_t magic;        /* 0x52554358 */
+    uint32_t magic;        /* REC_MAGIC */
     pid_t pid;             /* owner */
     unsigned long netns;   /* its network namespace */
+    unsigned long pidns;   /* its pid namespace */
     char boot_id[40];      /* its host */
     uint64_t guid;         /* its GUID */
     uint16_t lid;          /* its LID */
@@ -37,6 +41,28 @@ struct record {
 };
 
 static int ep_failed;      /* the node closed the endpoint (or it failed) */
+
+/* Headers of the active messages received, not yet printed. */
+#define RXQ 64
+static uint8_t rxq[RXQ][256];
+static size_t rxq_len[RXQ];
+static int rxq_head, rxq_tail;
+
+static ucs_status_t
+am_cb(void *arg, const void *header, size_t header_length, void *data,
+      size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)arg;
+    (void)data;
+    (void)length;
+    (void)param;
+    if (rxq_tail - rxq_head < RXQ && header_length <= sizeof(rxq[0])) {
+        memcpy(rxq[rxq_tail % RXQ], header, header_length);
+        rxq_len[rxq_tail % RXQ] = header_length;
+        rxq_tail++;
+    }
+    return UCS_OK;
+}
 
 static void
 err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -97,6 +123,16 @@ main(int argc, char **argv)
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     if (ucp_worker_create(ctx, &wp, &w) != UCS_OK)
         return 3;
+    {
+        ucp_am_handler_param_t hp;
+        memset(&hp, 0, sizeof(hp));
+        hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                        UCP_AM_HANDLER_PARAM_FIELD_CB;
+        hp.id = 17;             /* AM_REQ: control messages come so */
+        hp.cb = am_cb;
+        if (ucp_worker_set_am_recv_handler(w, &hp) != UCS_OK)
+            return 3;
+    }
     memset(&ep, 0, sizeof(ep));
     ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLER |
                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -158,6 +194,20 @@ main(int argc, char **argv)
             printf("sent %d\n", (int)st);
             free(h);
             free(p);
+        }
+        else if (sscanf(line, "recv %d", &ms) == 1) {
+            double t0 = now_s();
+            while (rxq_head == rxq_tail && now_s() - t0 < ms / 1000.0)
+                ucp_worker_progress(w);
+            if (rxq_head == rxq_tail)
+                printf("none\n");
+            else {
+                size_t i, k = (size_t)(rxq_head++ % RXQ);
+                printf("got ");
+                for (i = 0; i < rxq_len[k]; i++)
+                    printf("%02x", rxq[k][i]);
+                printf("\n");
+            }
         }
         else if (sscanf(line, "wait %d", &ms) == 1) {
             double t0 = now_s();

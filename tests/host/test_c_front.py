@@ -542,8 +542,9 @@ ADOPT_TOOLS = {"ib_write_bw": "fast_write", "ib_read_bw": "fast_read",
 @pytest.mark.parametrize("tool", sorted(ADOPT_TOOLS))
 def test_perftest_adopted_memory_goes_one_sided(env, monkeypatch, tool):
     """perftest's own buffers (``ibv_reg_mr`` of page-aligned heap or mmap
-    memory) are adopted into UCX memory (RDMA_UCX_ADOPT=1, the default): the client's WRITEs, READs or atomics take the one-sided
-    fast path and the server's node executes no request for them."""
+    memory) are adopted into UCX memory (RDMA_UCX_ADOPT=1, the default):
+    the client's WRITEs, READs or atomics take the one-sided fast path and
+    the server's node executes no request for them."""
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed (Debian package perftest)")
     monkeypatch.setenv("RDMA_UCX_DIR", env["RDMA_UCX_DIR"])
@@ -558,3 +559,25 @@ def test_perftest_adopted_memory_goes_one_sided(env, monkeypatch, tool):
         assert s["am_req"] + s["ring_req"] == 0, s
         out, err = cli.communicate(timeout=T)
         assert cli.returncode == 0, out + err
+
+
+#: Values each process on the fabric has of its own (its node's GUID, LID
+#: and GID): masked, tabs kept, to compare two processes' devinfo.
+_OWN_VALUES = re.compile(r"^(\t+(?:node_guid|sys_image_guid|port_lid|"
+                         r"GID\[\s*\d+\]):\t+).*$", re.M)
+
+
+@pytest.mark.parametrize("verbose", [[], ["-v"]])
+def test_ibtool_devinfo_is_ibv_devinfo_text(env, verbose):
+    """``ibtool devinfo [-v]`` prints ibv_devinfo's text tab for tab,
+    the extended section of -v included (it had one tab too few on every
+    device line and on the port line, and no extended section)."""
+    ref = run(on_fabric("ibv_devinfo", *verbose, "-d", "ucx0"), env)
+    ours = run([sys.executable, "-m", "rdma", "devinfo", *verbose, "-d",
+                "ucx0", "--provider", "ucx"], env)
+    assert ref.returncode == 0 and ours.returncode == 0, \
+        ref.stderr + ours.stderr
+    want = _OWN_VALUES.sub(r"\1X", ref.stdout).splitlines()
+    got = _OWN_VALUES.sub(r"\1X", ours.stdout).splitlines()
+    assert len(want) > (60 if verbose else 15)
+    assert got == want

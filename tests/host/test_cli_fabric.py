@@ -71,3 +71,33 @@ def test_perf_on_the_fabric(test, mode):
     rows = list(csv.DictReader(io.StringIO(cli[1])))
     assert len(rows) == 1 and int(rows[0]["iterations"]) == 200
     assert json.loads(srv[1])["results"][0]["iterations"] == 200
+
+
+def test_json_option_of_pingpong_and_perf(tmp_path):
+    """``--json`` (the same as ``--output json``) on pingpong and perf:
+    one JSON object with the fields of the text output."""
+    d = tmp_path / "rendezvous"
+    d.mkdir(mode=0o700)
+    env = dict(os.environ, RDMA_UCX_DIR=str(d), **ENV)
+    port = free_port()
+    args = ["pingpong", "rc", "-n", "50", "-p", str(port), "--timeout", "30",
+            "--json"]
+    srv, cli = fh.pair(rdma(*args), rdma(*args, "127.0.0.1"), port, env,
+                       timeout=T)
+    for (rc, out, err), role in ((srv, "server"), (cli, "client")):
+        assert rc == 0, out + err
+        res = json.loads(out)
+        assert res["role"] == role and res["iters"] == 50
+        for k in ("bytes", "seconds", "mbit_per_sec", "usec_per_iter"):
+            assert isinstance(res[k], (int, float)), k
+    port = free_port()
+    common = ["perf", "send", "-p", str(port), "--timeout", "30", "--json"]
+    srv, cli = fh.pair(rdma(*common), rdma(*common, "--lat", "-n", "100",
+                                           "127.0.0.1"), port, env,
+                       timeout=T)
+    assert srv[0] == 0 and cli[0] == 0, srv[2] + cli[2]
+    for out in (srv[1], cli[1]):
+        res = json.loads(out)
+        assert res["test"] == "send" and res["mode"] == "lat"
+        row, = res["results"]
+        assert row["iterations"] == 100 and row["t_typical_us"] > 0

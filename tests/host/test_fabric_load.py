@@ -3,7 +3,7 @@ every QP the device offers in one process, a million WRITEs with the
 resident set flat, and churn of whole contexts with the descriptors and
 mappings flat.  (A killed perftest server, a stopped target and a full
 /dev/shm have tests of their own: test_c_front.py, test_fabric_stopped.py,
-test_fabric_shm.py.)"""
+test_fabric_nodefiles.py.)"""
 import gc
 import os
 

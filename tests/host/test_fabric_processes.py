@@ -11,6 +11,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -183,7 +184,11 @@ def test_files_of_killed_processes_are_swept(tmp_path):
         assert sorted(f.split("-")[0] for f in left) == ["keys", "lid",
                                                           "node"], left
         # an interrupted write of a dead process, and files not ours
+        # (a minute old: a fresh one may be a live writer's in another pid
+        # namespace, where its pid means another process)
         (d / f"node-00000000deadbeef.tmp{dead[0]}").write_bytes(b"x")
+        old = time.time() - 120
+        os.utime(d / f"node-00000000deadbeef.tmp{dead[0]}", (old, old))
         # a request ring its receiver never mapped (magic "RING", version,
         # the sender's pid)
         ring = "ring-00000000deadbeef-00000000feedf00d"

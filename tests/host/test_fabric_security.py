@@ -42,10 +42,13 @@ HELPER = str(HERE / "fabric_helpers.py")
 SHM = {"UCX_TLS": "shm,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
 #: struct wire (csrc/fabric/wire.h), the header of every message
 WIRE = struct.Struct("<BBBBIIIIIQHHIIIIIQQQIIQ")
-#: the head of a node record (struct record)
-RECORD = struct.Struct("<IiQ40sQH6x2QI4x")
+#: the head of a node record (struct record): magic, pid, netns, pidns,
+#: boot id, GUID, LID, key
+RECORD = struct.Struct("<IiQQ40sQH6x2QI4x")
 AM_REQ, AM_RESP = 17, 18
-AM_CTL_HELLO, HELLO_NONE, HELLO_NODE = 42, 0, 1
+AM_CTL_HELLO, AM_CTL_CHALLENGE, AM_CTL_PROOF = 42, 43, 44
+HELLO_NONE, HELLO_NODE, HELLO_SHARED = 0, 1, 2
+WIRE_VERSION = 2
 AM_CTL_RINGOPEN = 40
 #: struct ring (csrc/fabric/fabric.h): magic, version, pid, open, src and
 #: dst GUIDs, sleep, wcpu, head; the slots follow
@@ -99,10 +102,10 @@ def siphash24(k0: int, k1: int, words) -> int:
 
 def wire(kind=AM_REQ, op=OP_WRITE, *, flags=0, dst_qpn=0, src_qpn=0, psn=0,
          src_guid=0, qp_type=ibv.IBV_QPT_RC, rkey=0, length=0, raddr=0,
-         cmp=0, imm=0, sid=0, src_lid=0, qkey=0) -> bytes:
+         cmp=0, imm=0, sid=0, src_lid=0, qkey=0, swap=0) -> bytes:
     return WIRE.pack(kind, op, flags, 7, dst_qpn, src_qpn, psn, 0, 0,
                      src_guid, src_lid, qp_type, imm, rkey, qkey, length, 0,
-                     raddr, cmp, 0, 0, 0, sid)
+                     raddr, cmp, swap, 0, 0, sid)
 
 
 def rdv_dir() -> str:
@@ -118,13 +121,32 @@ def record(guid: int):
     path = os.path.join(rdv_dir(), f"node-{guid:016x}")
     with open(path, "rb") as f:
         head = RECORD.unpack(f.read(RECORD.size))
-    return path, head[1], (head[6], head[7])
+    return path, head[1], (head[7], head[8])
 
 
-def hello(dst: int, src: int, sid: int, pid: int, key) -> bytes:
-    mac = siphash24(key[0], key[1], [dst, src, sid, pid])
-    return wire(AM_CTL_HELLO, HELLO_NODE, src_guid=src, sid=sid, imm=pid,
-                cmp=mac)
+def hello(dst: int, src: int, sid: int, pid: int, key, na: int = 0,
+          mode=None) -> bytes:
+    """The HELLO that opens session *sid* of process *pid* of node *src*
+    with node *dst*, with nonce *na* (random if 0), proven with *key*
+    (None: open mode, no key); mode: HELLO_NODE, or HELLO_SHARED."""
+    na = na or random.getrandbits(63) | 1
+    if key is None:
+        return wire(AM_CTL_HELLO, HELLO_NONE, src_guid=src, sid=sid,
+                    imm=pid, raddr=na, qkey=WIRE_VERSION)
+    mac = siphash24(key[0], key[1], [dst, src, sid, pid, na, 0, 1])
+    return wire(AM_CTL_HELLO, mode or HELLO_NODE, src_guid=src, sid=sid,
+                imm=pid, raddr=na, qkey=WIRE_VERSION, cmp=mac)
+
+
+def proof(dst: int, src: int, sid: int, pid: int, key, na: int, nb: int,
+          mode=None) -> bytes:
+    """The PROOF that answers node *dst*'s CHALLENGE (nonce *nb*) to the
+    HELLO with nonce *na*."""
+    mac = 0 if key is None else siphash24(key[0], key[1],
+                                          [dst, src, sid, pid, na, nb, 2])
+    return wire(AM_CTL_PROOF, HELLO_NONE if key is None else
+                mode or HELLO_NODE, src_guid=src, sid=sid, imm=pid,
+                raddr=na, swap=nb, qkey=WIRE_VERSION, cmp=mac)
 
 
 @pytest.fixture(scope="module")
@@ -137,10 +159,11 @@ def rogue_bin(tmp_path_factory):
 class Rogue:
     """fabric_rogue connected to a node (by worker address or sockaddr)."""
 
-    def __init__(self, exe, *args, env=None):
+    def __init__(self, exe, *args, env=None, prefix=()):
         e = dict(os.environ, **(env or {}))
         e.pop("LD_PRELOAD", None)       # not an ASan build
-        self.p = subprocess.Popen([exe, *args], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([*prefix, exe, *args],
+                                  stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env=e)
         assert self._line(10) == "ready"
 
@@ -155,6 +178,35 @@ class Rogue:
                            f"{payload.hex() or '-'}\n")
         self.p.stdin.flush()
         assert self._line(10).startswith("sent ")
+
+    def recv(self, ms: int):
+        """The header of the next active message the node sent this
+        process within *ms* ms (bytes), or None."""
+        self.p.stdin.write(f"recv {ms}\n")
+        self.p.stdin.flush()
+        line = self._line(ms / 1000 + 10)
+        return bytes.fromhex(line[4:]) if line.startswith("got ") else None
+
+    def handshake(self, dst: int, src: int, sid: int, pid: int, key,
+                  mode=None):
+        """Say HELLO to node *dst* as (*src*, *pid*), session *sid*, and
+        answer its CHALLENGE with the PROOF (under *key*; None: open
+        mode).  Return (nb, messages): the node's nonce (0: it refused
+        the HELLO, None: no answer) and the HELLO and PROOF as sent."""
+        na = random.getrandbits(63) | 1
+        h = hello(dst, src, sid, pid, key, na, mode)
+        self.send(h, reply=True)
+        c = self.recv(3000)
+        if c is None:
+            return None, [h]
+        f = WIRE.unpack(c)
+        assert f[0] == AM_CTL_CHALLENGE and f[9] == dst and f[17] == na, f
+        nb = f[18]
+        if nb == 0:
+            return 0, [h]
+        p = proof(dst, src, sid, pid, key, na, nb, mode)
+        self.send(p, reply=True)
+        return nb, [h, p]
 
     def wait(self, ms: int) -> str:
         self.p.stdin.write(f"wait {ms}\n")
@@ -225,7 +277,7 @@ def test_forged_sources_are_rejected(victim, rogue_bin):
         r_guid, r_sid = 0x0BAD000000000001, random.getrandbits(63) | 1
         r_pid = rogue.p.pid
         before = stats()
-        rogue.send(hello(me, r_guid, r_sid, r_pid, key))
+        assert rogue.handshake(me, r_guid, r_sid, r_pid, key)[0]
         rogue.wait(100)
         evil = b"EVILEVIL"
 
@@ -244,11 +296,11 @@ def test_forged_sources_are_rejected(victim, rogue_bin):
                         qkey=fh.QKEY, length=4), b"ud!!")
         # a HELLO as the victim's node (valid key, another process)
         sid2 = random.getrandbits(63) | 1
-        rogue.send(hello(me, me, sid2, r_pid, key))
+        assert rogue.handshake(me, me, sid2, r_pid, key)[0] == 0
         write(me, sid2)
         # a HELLO with a wrong key
-        rogue.send(hello(me, 0x0BAD000000000002, sid2, r_pid,
-                         (key[0] ^ 1, key[1])))
+        assert rogue.handshake(me, 0x0BAD000000000002, sid2, r_pid,
+                               (key[0] ^ 1, key[1]))[0] == 0
         want = before["rx_denied"] + 7
         assert wait_stat("rx_denied", want) == want
         assert rogue.wait(100) == "alive"
@@ -279,7 +331,7 @@ def test_malformed_messages_are_dropped_and_counted(victim, rogue_bin):
     rogue = Rogue(rogue_bin, "addr", path)
     try:
         r_guid, r_sid = 0x0BAD000000000003, random.getrandbits(63) | 1
-        rogue.send(hello(me, r_guid, r_sid, rogue.p.pid, key))
+        assert rogue.handshake(me, r_guid, r_sid, rogue.p.pid, key)[0]
         ok = dict(dst_qpn=a.qpn, src_qpn=b.qpn, src_guid=r_guid, sid=r_sid,
                   rkey=a.mr.rkey, raddr=a.mr.addr)
         full = wire(op=OP_WRITE, length=8, **ok)
@@ -352,7 +404,7 @@ def test_malformed_ring_entries_are_dropped_and_counted(victim, rogue_bin):
     mm = None
     try:
         r_guid, r_sid = 0x0BAD000000000004, random.getrandbits(63) | 1
-        rogue.send(hello(me, r_guid, r_sid, rogue.p.pid, key))
+        assert rogue.handshake(me, r_guid, r_sid, rogue.p.pid, key)[0]
         size = RING_HEAD.size + RING_SLOTS * RING_SLOT
         name = os.path.join(rdv_dir(), f"ring-{r_guid:016x}-{me:016x}")
         fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -444,8 +496,8 @@ def test_unauthenticated_endpoint_is_closed(victim, rogue_bin):
     liar = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
     try:
         sid = random.getrandbits(63) | 1
-        good.send(hello(me, 0x0BAD000000000004, sid, good.p.pid, key),
-                  reply=True)
+        assert good.handshake(me, 0x0BAD000000000004, sid, good.p.pid,
+                              key)[0]
         liar.send(hello(me, 0x0BAD000000000005, sid, liar.p.pid,
                         (key[1], key[0])), reply=True)
         t0 = time.monotonic()
@@ -683,3 +735,238 @@ def test_other_hosts_authenticate_with_the_shared_secret(
     else:
         assert report["statuses"][0] == ibv.IBV_WC_RETRY_EXC_ERR, report
         assert not report["read_ok"]
+
+
+
+def test_captured_hello_cannot_be_replayed(victim, rogue_bin):
+    """A session is opened by HELLO, CHALLENGE (the node's fresh nonce)
+    and PROOF (the key's MAC over both nonces).  The messages of a
+    session that was accepted (here through the listener, with the node's
+    key), replayed verbatim on another connection, are refused: while
+    their sender is alive, and after it exited (when its GUID is free);
+    a UD SEND under the replayed session is then dropped.  (With a HELLO
+    alone, the replay was accepted and the SEND arrived.)"""
+    ctx, a, b, ua, ub = victim
+    me = guid_of(a.gid)
+    _, _, key = record(me)
+    port = _listener_port(a.gid)
+    if port == 0:
+        pytest.skip("the node has no listener (UCX_TLS without tcp)")
+    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
+           "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    g, sid = 0x0BAD000000000010, random.getrandbits(63) | 1
+
+    def ud_send(rogue):
+        rogue.send(wire(op=OP_SEND, dst_qpn=ua.qpn, src_qpn=1, src_guid=g,
+                        sid=sid, qp_type=ibv.IBV_QPT_UD, qkey=fh.QKEY,
+                        length=4), b"ud!!")
+
+    orig = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
+    rogues = [orig]
+    try:
+        nb, captured = orig.handshake(me, g, sid, orig.p.pid, key)
+        assert nb and len(captured) == 2
+        ua.post_recv(wr_id=1)
+        ud_send(orig)
+        fh.check_ok(fh.poll_cq(ua.recv_cq, 1)[0], wr_id=1)
+        for alive in (True, False):
+            if not alive:
+                orig.close()        # its endpoint closes: its GUID is free
+                time.sleep(0.5)
+            r = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
+            rogues.append(r)
+            before = stats()["rx_denied"]
+            r.send(captured[0], reply=True)
+            c = r.recv(3000)        # a challenge: another nonce
+            assert c is not None and WIRE.unpack(c)[18] not in (0, nb)
+            r.send(captured[1], reply=True)     # the old PROOF: refused
+            assert wait_stat("rx_denied", before + 1) >= before + 1
+            assert r.wait(int(DEADLINE * 500)) == "closed", alive
+        # nothing under the session from another connection once its
+        # sender is gone
+        r = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
+        rogues.append(r)
+        r.send(captured[0], reply=True)
+        assert r.recv(3000) is not None
+        ua.post_recv(wr_id=2)
+        before = stats()["rx_denied"]
+        ud_send(r)
+        assert wait_stat("rx_denied", before + 1) == before + 1
+        fh.expect_no_completion(ua.recv_cq)
+        still_works(a, b)
+    finally:
+        for r in rogues:
+            r.close()
+
+
+def secret_key(secret: str):
+    """The key of RDMA_UCX_SECRET *secret* (fab_secret_key)."""
+    b = secret.encode()[:256]
+    words = [int.from_bytes(b[i:i + 8], "little")
+             for i in range(0, len(b), 8)] + [len(b)]
+    return tuple(siphash24(0x72646d6175637831, j, words) for j in (1, 2))
+
+
+@pytest.mark.parametrize("secret", [None, "s3cret"],
+                         ids=["open-mode", "shared-secret"])
+def test_live_session_cannot_be_taken_over(netns_pair, tmp_path, rogue_bin,
+                                           secret):
+    """Other hosts, in open mode (no RDMA_UCX_SECRET, listeners on the
+    hosts' addresses) or with a secret the raw peer holds too: a HELLO
+    that names a connected, live node's GUID and pid is refused, and a
+    WRITE the raw peer then sends through the QP connected to that node,
+    with the right rkey, address and PSN, does not land; the real node's
+    work requests then complete (it used to replace the node's session:
+    the WRITE landed)."""
+    hosts = _hosts(netns_pair, tmp_path, secret, secret)
+    (env_a, pre_a), (env_b, pre_b) = hosts
+    b = fh.PeerProcess(HELPER, "responder", env=env_b, prefix=pre_b,
+                       timeout=40)
+    a = fh.PeerProcess(HELPER, "requester", env={**env_a,
+                                                 "FABRIC_QP_TIMEOUT": "12"},
+                       prefix=pre_a, timeout=40)
+    rogue = None
+    try:
+        ib, ia = b.read(), a.read()
+        b.send(ia)
+        a.send(ib)
+        assert b.read() == {"ready": True}
+        assert a.read() == {"ready": True}
+        victim, live = guid_of(ib["gid"]), guid_of(ia["gid"])
+        rogue = Rogue(rogue_bin, "sock", "198.51.100.2",
+                      str(_listener_port(ib["gid"])),
+                      env={"UCX_TLS": "tcp", "UCX_WARN_UNUSED_ENV_VARS": "n"},
+                      prefix=pre_a)
+        sid = random.getrandbits(63) | 1
+        nb, _ = rogue.handshake(victim, live, sid, ia["pid"],
+                                secret and secret_key(secret),
+                                HELLO_SHARED)
+        assert not nb, "the HELLO was accepted"
+        evil = b"EVILEVIL"
+        rogue.send(wire(op=OP_WRITE, dst_qpn=ib["qpn"], src_qpn=ia["qpn"],
+                        src_guid=live, sid=sid, rkey=ib["rkey"],
+                        raddr=ib["addr"] + 20000, length=len(evil)), evil)
+        rogue.wait(300)
+        b.send({"op": "dump", "off": 20000, "len": len(evil)})
+        assert bytes.fromhex(b.read()["data"]) != evil
+        a.send({"go": 1})
+        report = a.read()
+        assert report["statuses"] == [0, 0, 0, 0], report
+        assert report["read_ok"]
+        b.send({"op": "dump", "off": 20000, "len": len(evil)})
+        assert bytes.fromhex(b.read()["data"]) != evil
+        b.send({"op": "exit"})
+    finally:
+        if rogue is not None:
+            rogue.close()
+        a.close()
+        b.close()
+
+
+#: a sustained flood: keeps N idle TCP connections to IP:PORT open (one
+#: source address), opening a new one whenever the node closes one, until
+#: a line comes on stdin; prints how many it held at first, then how many
+#: it opened in all
+_SUSTAINED = """
+import select, socket, sys
+ip, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+socks, made = set(), 0
+def more():
+    global made
+    while len(socks) < n:
+        try:
+            socks.add(socket.create_connection((ip, port), timeout=2))
+        except OSError:
+            return
+        made += 1
+more()
+print(len(socks), flush=True)
+while True:
+    r, _, _ = select.select(list(socks) + [sys.stdin], [], [], 0.05)
+    if sys.stdin in r:
+        break
+    for s in r:
+        try:
+            data = s.recv(1)
+        except OSError:
+            data = b""
+        if not data:
+            socks.discard(s)
+            s.close()
+    more()
+print(made, flush=True)
+"""
+
+
+def _netns_tcp_ports(netns, pid, addr, skip):
+    """The TCP ports process *pid* listens on at *addr* in network
+    namespace *netns*, but *skip*."""
+    out = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Hltnp"],
+                         capture_output=True, text=True, timeout=20).stdout
+    ports = set()
+    for line in out.splitlines():
+        f = line.split()
+        if f"pid={pid}," in line and f[3].startswith(addr + ":"):
+            ports.add(int(f[3].rsplit(":", 1)[1]))
+    return sorted(ports - {skip})
+
+
+@pytest.mark.parametrize("target", ["listener", "tcp-transport"])
+def test_silent_flood_does_not_lock_out_authenticated_peers(netns_pair,
+                                                            tmp_path,
+                                                            target):
+    """200 idle TCP connections to a node's listener (or to the TCP
+    transport's own port) from one source, held open (each one the node
+    closes is opened again), while a peer with the right RDMA_UCX_SECRET,
+    from the same source address, connects and runs its work requests:
+    they complete, in every round (the guard used to shut down the
+    newest connections beyond 32 waiting ones, the legitimate peer's
+    among them: RETRY_EXC_ERR, in round 0 of 3 runs of 3)."""
+    if shutil.which("ss") is None:
+        pytest.skip("needs ss (iproute2)")
+    hosts = _hosts(netns_pair, tmp_path, "s3cret", "s3cret")
+    (env_a, pre_a), (env_b, pre_b) = hosts
+    for rnd in range(4):
+        b = fh.PeerProcess(HELPER, "responder", env=env_b, prefix=pre_b,
+                           timeout=40)
+        a = flood = None
+        try:
+            ib = b.read()
+            port = _listener_port(ib["gid"])
+            if target == "tcp-transport":
+                ports = _netns_tcp_ports(pre_b[-1], b.pid, "198.51.100.2",
+                                         port)
+                assert ports, "UCX's tcp transport does not listen"
+                port = ports[0]
+            flood = subprocess.Popen(
+                [*pre_a, sys.executable, "-c", _SUSTAINED, "198.51.100.2",
+                 str(port), "200"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, text=True)
+            assert int(flood.stdout.readline()) >= 150
+            time.sleep(0.5)     # the node closes them, the flood reopens
+            a = fh.PeerProcess(HELPER, "requester",
+                               env={**env_a, "FABRIC_QP_TIMEOUT": "12"},
+                               prefix=pre_a, timeout=40)
+            ia = a.read()
+            b.send(ia)
+            a.send(ib)
+            assert b.read() == {"ready": True}
+            assert a.read() == {"ready": True}
+            a.send({"go": 1})
+            report = a.read()
+            assert report["statuses"] == [0, 0, 0, 0], (rnd, report)
+            assert report["read_ok"], (rnd, report)
+            flood.stdin.write("stop\n")
+            flood.stdin.flush()
+            # the node kept closing the flood's connections meanwhile
+            assert int(flood.stdout.readline()) > 200
+            b.send({"op": "exit"})
+        finally:
+            if flood is not None:
+                flood.kill()
+                flood.wait(10)
+                flood.stdin.close()
+                flood.stdout.close()
+            if a is not None:
+                a.close()
+            b.close()

@@ -7,8 +7,8 @@ import pytest
 
 from rdma import IBA
 from rdma.cli._ibopts import CmdError
-from rdma.cli.portstate import apply_ops, parse_ops
-from rdma.cli.routes import mcast_line, mcast_range
+from rdma.cli.ibportstate import apply_ops, parse_ops
+from rdma.cli.ibroute import mcast_line, mcast_range
 from rdma.subnet import Switch, mft_attribute_modifier
 
 

@@ -311,3 +311,60 @@ def test_table_format():
     assert "rxe0/1 is not ACTIVE" in t[2]
     assert "(the same problem as above)" in t[3]
     assert len(t) > 5 and all(len(line) <= 100 for line in t)
+
+
+def test_rdma_setup_repr():
+    """RdmaSetup's repr shows the options given (as the constructor
+    takes them) and, once looked up, the end ports (it was the default
+    object repr)."""
+    from rdma.pytest_plugin import RdmaSetup
+    assert repr(RdmaSetup()) == "RdmaSetup()"
+    s = RdmaSetup(device="nosuch0", port=2, quick=True, provider="ucx")
+    assert repr(s) == ("RdmaSetup(device='nosuch0', port=2, "
+                       "provider='ucx', quick=True)")
+    assert eval(repr(s)).__dict__.keys() == s.__dict__.keys()
+
+
+@needs_ucx
+def test_rdma_setup_repr_names_the_end_port():
+    from rdma.pytest_plugin import RdmaSetup
+    s = RdmaSetup(provider="ucx")
+    ep = s.end_port()
+    assert repr(s) == f"RdmaSetup(provider='ucx') -> end_port {ep}"
+
+
+@needs_ucx
+def test_remote_pair_repr():
+    """A RemotePair between two local execnet hosts (popen) on the
+    software fabric: its repr names the QP type, both hosts with their
+    end ports and QPNs, and its state (it was the default object repr)."""
+    pytest.importorskip("execnet")
+    import rdma.ibverbs as ibv
+    from rdma.multihost.command import host_specs
+    from rdma.multihost.hosts import start_hosts, stop_hosts
+    from rdma.multihost.remote import RemoteHost, remote_pair
+    env_before = os.environ.get("RDMA_PROVIDER")
+    os.environ["RDMA_PROVIDER"] = "ucx"
+    try:
+        group, hosts = start_hosts(host_specs(["popen//id=left",
+                                               "popen//id=right"]))
+    finally:
+        if env_before is None:
+            os.environ.pop("RDMA_PROVIDER")
+        else:
+            os.environ["RDMA_PROVIDER"] = env_before
+    try:
+        assert all(h.usable for h in hosts), [h.dead for h in hosts]
+        left, right = (RemoteHost(h) for h in hosts)
+        pair = remote_pair(left, right, ibv.IBV_QPT_RC)
+        with pair:
+            text = repr(pair)
+            qa = pair.a.info["path"]["sqpn"]
+            qb = pair.b.info["path"]["sqpn"]
+            ep = left.info["end_port"]
+            assert text == (f"<RemotePair RC left {ep} QPN {qa:#x} <-> "
+                            f"right {right.info['end_port']} QPN {qb:#x}, "
+                            f"at RTS, key {pair.key}>")
+        assert repr(pair).endswith(f", closed, key {pair.key}>")
+    finally:
+        stop_hosts(group, hosts)
