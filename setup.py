@@ -54,6 +54,9 @@ SOURCES = [
     "csrc/mr.c",
     "csrc/wr.c",
     "csrc/capi.c",
+    "csrc/vqp.c",
+    "csrc/vcq.c",
+    "csrc/vqp_data.c",
     "csrc/provider_verbs.c",
     "csrc/provider_stubs.c",
 ] + FABRIC_SOURCES
@@ -150,7 +153,8 @@ setup(
         Extension(
             "rdma._ibverbs",
             sources=SOURCES,
-            depends=["csrc/rdma.h", "csrc/provider.h", "csrc/constants.inc",
+            depends=["csrc/rdma.h", "csrc/vqp.h", "csrc/provider.h",
+                     "csrc/constants.inc",
                      "csrc/errors.h", "csrc/dlload.h",
                      "rdma/include/pyrdma.h"] + FABRIC_HEADERS,
             include_dirs=["rdma/include"],

@@ -24,6 +24,8 @@ c_post_send(void *qp, struct pyrdma_send_wr *wr, struct pyrdma_send_wr **bad)
 {
     pyrdma_obj *o = open_obj(qp, S ? S->QPType : NULL);
     if (o == NULL) {
+        if (open_obj(qp, S ? S->VirtualQPType : NULL) != NULL)
+            return pyrdma_vqp_capi_send(qp, wr, bad);
         *bad = wr;
         return EINVAL;
     }
@@ -44,6 +46,8 @@ c_post_recv(void *t, struct pyrdma_recv_wr *wr, struct pyrdma_recv_wr **bad)
     o = open_obj(t, S ? S->SRQType : NULL);
     if (o != NULL)
         return o->prov->post_srq_recv(o->h, wr, bad);
+    if (open_obj(t, S ? S->VirtualQPType : NULL) != NULL)
+        return pyrdma_vqp_capi_recv(t, wr, bad);
     *bad = wr;
     return EINVAL;
 }
@@ -52,9 +56,11 @@ static int
 c_poll_cq(void *cq, int n, struct pyrdma_wc *wc)
 {
     pyrdma_obj *o = open_obj(cq, S ? S->CQType : NULL);
-    if (o == NULL)
-        return -EINVAL;
     if (n < 0)
+        return -EINVAL;
+    if (o == NULL && open_obj(cq, S ? S->VirtualCQType : NULL) != NULL)
+        return pyrdma_vcq_capi_poll(cq, n, wc);
+    if (o == NULL)
         return -EINVAL;
     return o->prov->poll_cq(o->h, n, wc);
 }

@@ -154,6 +154,8 @@ PyObject *pyrdma_pd_srq(PyObject *pd, PyObject *args, PyObject *kw);
 PyObject *pyrdma_pd_mr(PyObject *pd, PyObject *args, PyObject *kw);
 PyObject *pyrdma_pd_mw(PyObject *pd, PyObject *args, PyObject *kw);
 PyObject *pyrdma_pd_alloc_mr(PyObject *pd, PyObject *args, PyObject *kw);
+PyObject *pyrdma_pd_virtual_qp(PyObject *pd, PyObject *args, PyObject *kw);
+PyObject *pyrdma_pd_virtual_cq(PyObject *pd, PyObject *args, PyObject *kw);
 
 static PyMethodDef pd_methods[] = {
     {"qp", (PyCFunction)(void (*)(void))pyrdma_pd_qp,
@@ -186,6 +188,19 @@ static PyMethodDef pd_methods[] = {
     {"ah", pd_ah, METH_O,
      "ah($self, attr, /)\n--\n\nCreate an address handle (ibv_create_ah) "
      "from an ibv.ah_attr, or get the cached one of a path."},
+    {"virtual_qp", (PyCFunction)(void (*)(void))pyrdma_pd_virtual_qp,
+     METH_VARARGS | METH_KEYWORDS,
+     "virtual_qp($self, /, n_qps, cq, mode='dqplb', fragment=65536, "
+     "max_msgs=64, max_wr=256, max_sge=4, choose='round_robin', port=1)"
+     "\n--\n\nCreate a VirtualQP owning n_qps RC data QPs on the "
+     "VirtualCQ cq: each message is cut into fragments of at most "
+     "fragment bytes, at most max_msgs of them in flight per data QP "
+     "(mode 'dqplb' or 'spray'; the data QP of a fragment chosen by "
+     "'round_robin' or 'least_outstanding')."},
+    {"virtual_cq", (PyCFunction)(void (*)(void))pyrdma_pd_virtual_cq,
+     METH_VARARGS | METH_KEYWORDS,
+     "virtual_cq($self, /, nelems=4096)\n--\n\nCreate a VirtualCQ (a CQ "
+     "of nelems entries shared by the data QPs of its VirtualQPs)."},
     {"cq", (PyCFunction)(void (*)(void))pd_cq, METH_VARARGS | METH_KEYWORDS,
      "cq($self, /, nelems=100, comp_channel=None, vec=0)\n--\n\n"
      "Context.cq() of the PD's context."},

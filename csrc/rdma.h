@@ -29,6 +29,8 @@ typedef struct {
     PyTypeObject *SendBatchType;
     PyTypeObject *RecvBatchType;
     PyTypeObject *WCArrayType;
+    PyTypeObject *VirtualQPType;
+    PyTypeObject *VirtualCQType;
     /* struct types, see structs.c */
     PyTypeObject *device_attr;
     PyTypeObject *port_attr;
@@ -333,6 +335,14 @@ int pyrdma_qp_init(PyObject *module, pyrdma_state *st);
 int pyrdma_mr_init(PyObject *module, pyrdma_state *st);
 int pyrdma_wr_init(PyObject *module, pyrdma_state *st);
 int pyrdma_capi_init(PyObject *module, pyrdma_state *st);
+int pyrdma_vqp_init(PyObject *module, pyrdma_state *st);   /* vqp.c, vcq.c */
+int pyrdma_vcq_init(PyObject *module, pyrdma_state *st);
+/* The C API's entries for VirtualQP/VirtualCQ objects (vqp.c, vcq.c). */
+int pyrdma_vqp_capi_send(PyObject *vqp, struct pyrdma_send_wr *wr,
+                         struct pyrdma_send_wr **bad);
+int pyrdma_vqp_capi_recv(PyObject *vqp, struct pyrdma_recv_wr *wr,
+                         struct pyrdma_recv_wr **bad);
+int pyrdma_vcq_capi_poll(PyObject *vcq, int n, struct pyrdma_wc *wc);
 /* Create objects (used by Context and PD methods). */
 PyObject *pyrdma_pd_new(pyrdma_Context *ctx);
 PyObject *pyrdma_cq_new(pyrdma_Context *ctx, PyObject *args, PyObject *kw);
@@ -344,5 +354,20 @@ pyrdma_obj *pyrdma_find_child(pyrdma_obj *o, void *ptr, int depth);
 /* Post helpers shared by QP and SRQ (wr.c): convert and post. */
 PyObject *pyrdma_post_recv(pyrdma_obj *target, PyObject *arg, int srq);
 PyObject *pyrdma_post_send(pyrdma_QP *qp, PyObject *arg);
+/* Convert the send (send=1) or receive WRs of arg and hand the C chain to
+   fn(target, wrs, &bad, why, whylen), which returns 0 or an errno (*bad
+   the rejected WR, why the reason); raise WRError naming func. */
+typedef int (*pyrdma_post_fn)(void *target, void *wrs, void **bad,
+                              char *why, size_t whylen);
+PyObject *pyrdma_post_via(pyrdma_state *st, PyObject *arg, int send,
+                          void *target, pyrdma_post_fn fn, const char *func);
+/* WCArray (wr.c): entries and how many the last poll filled. */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t capacity;       /* entries */
+    Py_ssize_t count;          /* valid entries from the last poll */
+    struct pyrdma_wc *wc;      /* the entries */
+    pyrdma_state *state;
+} pyrdma_WCArray;
 
 #endif /* PYRDMA_RDMA_H */

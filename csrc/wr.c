@@ -547,6 +547,56 @@ pyrdma_post_recv(pyrdma_obj *t, PyObject *arg, int srq)
     Py_RETURN_NONE;
 }
 
+PyObject *
+pyrdma_post_via(pyrdma_state *S, PyObject *arg, int send, void *target,
+                pyrdma_post_fn fn, const char *func)
+{
+    struct pyrdma_send_wr swr[SMALL_WR];     /* the larger of the two */
+    struct pyrdma_sge ssge[SMALL_SGE];
+    PyObject *ssrc[SMALL_WR];
+    size_t wsz = send ? sizeof(struct pyrdma_send_wr)
+                      : sizeof(struct pyrdma_recv_wr);
+    void *bad = NULL;
+    char why[400], msg[480];
+    struct wrbuf b;
+    int rc;
+
+    if (Py_IS_TYPE(arg, send ? S->SendBatchType : S->RecvBatchType)) {
+        pyrdma_Batch *bt = (pyrdma_Batch *)arg;
+        if (bt->for_ud) {
+            PyErr_Format(PyExc_ValueError, "%s(): the SendBatch was "
+                         "prepared for UD", func);
+            return NULL;
+        }
+        b = bt->b;          /* borrowed: the batch keeps it */
+        b.heap = 0;
+    }
+    else if (convert(S, arg, send, PYRDMA_QPT_RC,
+                     send ? "send_wr" : "recv_wr", &b, swr, ssge, ssrc) < 0)
+        return NULL;
+    rc = fn(target, b.wrs, &bad, why, sizeof(why));
+    if (rc) {
+        Py_ssize_t idx = bad ? (Py_ssize_t)(((char *)bad - (char *)b.wrs) /
+                                            (Py_ssize_t)wsz) : 0;
+        PyObject *exc;
+        if (idx < 0 || idx >= b.n)
+            idx = 0;
+        PyOS_snprintf(msg, sizeof(msg), "work request %zd of %zd rejected%s"
+                      "%s (none was posted)", idx, b.n, why[0] ? ": " : "",
+                      why);
+        exc = PyObject_CallFunction(S->WRError, "issnO", rc, func, msg, idx,
+                                    b.src[idx]);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        wrbuf_free(&b);
+        return NULL;
+    }
+    wrbuf_free(&b);
+    Py_RETURN_NONE;
+}
+
 /* ---- SendBatch / RecvBatch ---- */
 
 static PyObject *
@@ -713,13 +763,6 @@ static PyType_Slot recvbatch_slots[] = {
 
 /* ---- WCArray ---- */
 
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t capacity;       /* entries */
-    Py_ssize_t count;          /* valid entries from the last poll */
-    struct pyrdma_wc *wc;      /* the entries */
-    pyrdma_state *state;
-} pyrdma_WCArray;
 
 static PyObject *
 wca_new(PyTypeObject *tp, PyObject *args, PyObject *kw)

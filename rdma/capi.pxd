@@ -6,7 +6,8 @@
 #
 # Compile with include_dirs=[rdma.get_include()].  The structs have the
 # libibverbs ABI layout; the calls reach the provider directly, with the GIL
-# held and no Python object per work request.
+# held and no Python object per work request.  post_send/post_recv/poll_cq
+# also take a VirtualQP/VirtualCQ (one completion per virtual WR).
 
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 

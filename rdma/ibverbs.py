@@ -14,8 +14,9 @@ from rdma._errors import AsyncError, RDMAError, SysError, WRError
 from rdma._ibverbs import *  # noqa: F401,F403  (types and IBV_* constants)
 from rdma._ibverbs import (AH, CQ, MR, MW, PD, QP, SRQ, IBV_WC_SUCCESS,
                            CompChannel, Context, RecvBatch, SendBatch,
-                           WCArray, ah_attr, async_event, device_attr,
-                           gid_entry, global_route, mw_bind_info, port_attr,
+                           VirtualCQ, VirtualQP, WCArray, ah_attr,
+                           async_event, device_attr, gid_entry,
+                           global_route, mw_bind_info, port_attr,
                            qp_attr, qp_cap, qp_init_attr, recv_wr, send_wr,
                            sge, srq_attr, wc)
 
@@ -114,8 +115,8 @@ def WCPath(end_port: Optional[EndPort], wc: _ibverbs.wc,
 
 
 __all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR",
-           "MW", "AH", "SendBatch", "RecvBatch", "WCArray", "WCError",
-           "WRError", "AsyncError",
+           "MW", "AH", "SendBatch", "RecvBatch", "WCArray", "VirtualQP",
+           "VirtualCQ", "WCError", "WRError", "AsyncError",
            "RDMAError", "SysError", "wc_status_str", "wc_opcode_str",
            "device_attr", "port_attr", "gid_entry", "global_route", "ah_attr",
            "qp_cap", "qp_attr", "qp_init_attr", "srq_attr", "sge", "send_wr",

@@ -816,8 +816,10 @@ class IBDRPath(IBPath):
 
 # -- helpers ----------------------------------------------------------------
 
-def fill_path(qp: "ibv.QP", path: IBPath, max_rd_atomic: int = 255) -> IBPath:
-    """Fill the QP side of *path* for *qp*: ``sqpn``, the ack delay, the RD
+def fill_path(qp: "ibv.QP | ibv.VirtualQP", path: IBPath,
+              max_rd_atomic: int = 255) -> IBPath:
+    """Fill the QP side of *path* for *qp* (a QP, or a VirtualQP: its data
+    QP 0): ``sqpn``, the ack delay, the RD
     atomic resources (at most *max_rd_atomic*, and what the device allows)
     and random initial PSNs where they are 0.  Returns *path*."""
     path.sqpn = qp.qp_num

@@ -117,13 +117,16 @@ struct pyrdma_wc {
 #define PYRDMA_CAPI_VERSION 1
 typedef struct pyrdma_capi {
     int version;    /* PYRDMA_CAPI_VERSION */
-    /* QP.post_send: 0 or an errno, *bad the rejected WR. */
+    /* QP.post_send (or VirtualQP.post_send): 0 or an errno, *bad the
+       rejected WR. */
     int (*post_send)(void *qp, struct pyrdma_send_wr *wr,
                      struct pyrdma_send_wr **bad);
-    /* QP.post_recv / SRQ.post_recv: 0 or an errno, *bad the rejected WR. */
+    /* QP.post_recv / SRQ.post_recv / VirtualQP.post_recv: 0 or an errno,
+       *bad the rejected WR. */
     int (*post_recv)(void *qp_or_srq, struct pyrdma_recv_wr *wr,
                      struct pyrdma_recv_wr **bad);
-    /* CQ.poll: completions written (0..n) or -errno. */
+    /* CQ.poll (or VirtualCQ.poll: virtual completions): completions
+       written (0..n) or -errno. */
     int (*poll_cq)(void *cq, int n, struct pyrdma_wc *wc);
     /* MR: its address, length and keys; 0 or an errno. */
     int (*mr_info)(void *mr, uint64_t *addr, uint64_t *length,
