@@ -71,7 +71,8 @@ if os.environ.get("RDMA_WERROR", "") not in ("", "0"):
 
 # The standalone libraries: (name, sources, extra link arguments).
 FABRIC_LIB = ("librdma_fabric.so",
-              ["csrc/status.c", "csrc/fabric_lib.c"] + FABRIC_SOURCES,
+              ["csrc/status.c", "csrc/dlload.c", "csrc/fabric_lib.c"]
+              + FABRIC_SOURCES,
               ["-ldl", "-lpthread"])
 FRONT_LIB = ("librdma_fabric_verbs.so",
              ["csrc/fabric_verbs/device.c", "csrc/fabric_verbs/objects.c",
@@ -80,7 +81,8 @@ FRONT_LIB = ("librdma_fabric_verbs.so",
              ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
               "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
               "-ldl", "-lpthread"])
-LIB_DEPENDS = (["csrc/provider.h", "csrc/fabric_lib.h", "rdma/include/pyrdma.h"]
+LIB_DEPENDS = (["csrc/provider.h", "csrc/dlload.h", "csrc/fabric_lib.h",
+                "rdma/include/pyrdma.h"]
                + FABRIC_HEADERS)
 
 
