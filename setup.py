@@ -11,7 +11,7 @@ Build options (environment variables):
 ``RDMA_WERROR=1``
     turn compiler warnings into errors (CI does).
 
-Besides the extensions, build_ext builds two shared libraries with no
+Besides the extensions, build_ext builds three shared libraries with no
 Python in them, next to the package's rdma/fabric/__init__.py:
 
 ``librdma_fabric.so``
@@ -20,7 +20,11 @@ Python in them, next to the package's rdma/fabric/__init__.py:
     (csrc/fabric_lib.h);
 ``librdma_fabric_verbs.so``
     the ibv_* front end for unmodified C programs (csrc/fabric_verbs/),
-    loaded with LD_PRELOAD (``python -m rdma.fabric preload``).
+    loaded with LD_PRELOAD (``python -m rdma.fabric preload``);
+``librdma_umad2sim.so``
+    the ibsim client shim (csrc/umad2sim/): preloaded into opensm,
+    infiniband-diags or rdma, it gives libibumad a simulated CA on a node
+    of an ibsim fabric (``rdma.simnet.shim_path()``, docs/sa.rst).
 """
 import glob
 import os
@@ -81,6 +85,12 @@ FRONT_LIB = ("librdma_fabric_verbs.so",
              ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
               "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
               "-ldl", "-lpthread"])
+#: The ibsim client shim (csrc/umad2sim/), preloaded by ``ibtool simnet``
+#: and tests/sa (found with rdma.simnet.shim_path()).
+UMAD2SIM_LIB = ("librdma_umad2sim.so",
+                ["csrc/umad2sim/" + f + ".c" for f in (
+                    "preload", "link", "sysfs", "agents", "io", "rmpp")],
+                ["-ldl", "-lpthread"])
 LIB_DEPENDS = (["csrc/provider.h", "csrc/dlload.h", "csrc/fabric_lib.h",
                 "rdma/include/pyrdma.h"]
                + FABRIC_HEADERS)
@@ -96,13 +106,15 @@ class BuildExtAndLibs(build_ext):
         else:
             outdir = os.path.join(self.build_lib, "rdma", "fabric")
         os.makedirs(outdir, exist_ok=True)
-        for name, sources, link in (FABRIC_LIB, FRONT_LIB):
+        for name, sources, link in (FABRIC_LIB, FRONT_LIB, UMAD2SIM_LIB):
             self._shared_lib(outdir, name, sources, link)
 
     def _shared_lib(self, outdir: str, name: str, sources: list,
                     link: list) -> None:
         target = os.path.join(outdir, name)
         deps = sources + LIB_DEPENDS
+        if name == UMAD2SIM_LIB[0]:
+            deps = sources + ["csrc/umad2sim/umad2sim.h"]
         if name == FRONT_LIB[0]:
             deps += [os.path.join(outdir, FABRIC_LIB[0]),
                      "csrc/fabric_verbs/ibv_front.map",

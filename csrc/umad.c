@@ -18,8 +18,8 @@
  * slices with the GIL released and checks for signals between slices, so
  * Ctrl-C interrupts a wait.  All libibumad calls go through the table U, so
  * the extension has no undefined umad_* symbol; libibumad itself calls
- * open/read/write/ioctl/poll through libc, which keeps the ibsim shim
- * (LD_PRELOAD libumad2sim.so) working.
+ * open/read/write/ioctl through libc, which keeps the ibsim shim
+ * (LD_PRELOAD librdma_umad2sim.so, csrc/umad2sim/) working.
  */
 
 #define PY_SSIZE_T_CLEAN

@@ -5,7 +5,7 @@ Usage: python examples/sa_resolve_path.py DGID [END_PORT]
 Asks the SA for a reversible PathRecord from this port to DGID, prints the
 path (LIDs, SL, MTU, rate, packet lifetime, P_Key) and the address handle
 attributes a UD QP would use to send there.  Needs an InfiniBand port with
-a subnet manager (or ibsim + opensm with the umad2sim shim preloaded; see
+a subnet manager (or ibsim + opensm with rdma's ibsim shim preloaded; see
 docs/sa.rst).
 """
 import sys

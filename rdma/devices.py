@@ -7,8 +7,8 @@ what describes the same device:
 
 - the verbs provider (libibverbs): devices that can run QPs;
 - libibumad: devices that can send MADs.  A real InfiniBand HCA is both,
-  and is one :class:`Device`; a CA that only libibumad reports (ibsim's
-  ``libumad2sim.so`` shim presents its simulated CA that way) is a device
+  and is one :class:`Device`; a CA that only libibumad reports (rdma's
+  ibsim shim, :mod:`rdma.simnet`, presents its simulated CA that way) is a device
   of provider ``"umad"``;
 - the software fabric (provider ``"ucx"``), always last.
 

@@ -3,8 +3,8 @@
 The end ports are those of the one device model (:mod:`rdma.devices`):
 :func:`get_end_port` is :func:`rdma.get_end_port`, and a port works here
 when libibumad reports its device (``umad_get_cas_names``,
-``umad_get_ca``), which includes CAs that only umad knows (the ibsim shim,
-``LD_PRELOAD=libumad2sim.so``).
+``umad_get_ca``), which includes CAs that only umad knows (the CA of
+rdma's ibsim shim, :mod:`rdma.simnet`).
 :class:`UMAD` sends MADs, waits for the reply whose transaction ID matches
 (the low 32 bits: the kernel owns the upper half), retries on timeout and
 decodes SA replies; the SA RPCs have python-rdma's names

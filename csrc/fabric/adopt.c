@@ -115,6 +115,25 @@ uffd_with(uint64_t features)
     return fd;
 }
 
+/* Block every signal this thread can block (the old mask into *old):
+   while it copies a range under userfaultfd's protection, a store into
+   the range from this same thread (its signal handler's) would wait for
+   the end of the protection, which only this thread can bring.  Signals
+   that come meanwhile are delivered by signals_on. */
+static void
+signals_off(sigset_t *old)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, old);
+}
+
+static void
+signals_on(const sigset_t *old)
+{
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 /* Write-protect [s, s + len) with userfaultfd: a store another thread
    makes to it waits until wp_end (its fault is retried then, against
    whatever is mapped there).  Private anonymous memory only (the kernel
@@ -264,11 +283,11 @@ range_add(uintptr_t s, size_t len, int shmid)
 }
 
 static void
-range_del(uintptr_t s)
+range_del(uintptr_t s, int shmid)
 {
     size_t i;
     for (i = 0; i < nranges; i++)
-        if (ranges[i].s == s) {
+        if (ranges[i].s == s && ranges[i].shmid == shmid) {
             ranges[i] = ranges[--nranges];
             return;
         }
@@ -336,6 +355,7 @@ fab_mem_adopt(uint8_t *addr, size_t len)
     ucs_status_t st;
     struct umem *u;
     struct shmid_ds ds;
+    sigset_t sigs;
     int shmid = -1, wp;
 
     reclaim();
@@ -344,7 +364,8 @@ fab_mem_adopt(uint8_t *addr, size_t len)
         return;
     LOCK();
     for (u = N.umems; u != NULL; u = u->next)
-        if ((uintptr_t)u->addr < e && s < (uintptr_t)u->addr + u->maplen)
+        if (!u->detached && (uintptr_t)u->addr < e &&
+            s < (uintptr_t)u->addr + u->maplen)
             break;              /* contained (already fast) or overlap */
     UNLOCK();
     if (u != NULL || !anon_private(s, e) || uverbs_open())
@@ -364,18 +385,28 @@ fab_mem_adopt(uint8_t *addr, size_t len)
     /* the segment's pages, allocated in one call rather than one fault
        each during the copy (while other threads' stores wait) */
     (void)madvise(a.address, len, MADV_POPULATE_WRITE);
+    /* a store into the range from this thread (a signal handler's) would
+       wait for this thread's own wp_end: no signal until then */
+    signals_off(&sigs);
     wp = debug_wp("none") ? INT_MAX : wp_begin(s, len);
-    if (wp < 0)
+    if (wp < 0) {
+        signals_on(&sigs);
         goto fail;
+    }
     memcpy(a.address, (void *)s, len);
     /* the user's pages are replaced by the segment (one mmap_lock'ed
        step); UCX's memory hooks see the shmat and drop what they cached
        for the range */
+    fab_self_remap = 1;         /* (the same data: MRs over it go on) */
     if (shmat(shmid, (void *)s, SHM_REMAP) != (void *)s) {
+        fab_self_remap = 0;
         wp_end(wp, s, len, 0);
+        signals_on(&sigs);
         goto fail;
     }
+    fab_self_remap = 0;
     wp_end(wp, s, len, 1);
+    signals_on(&sigs);
     u->addr = (uint8_t *)s;
     u->len = len;
     u->maplen = len;
@@ -388,6 +419,52 @@ fab_mem_adopt(uint8_t *addr, size_t len)
     return;
 fail:
     fab_umem_free(u);
+}
+
+/* A registration of [addr, addr + len) is about to be matched against
+   adopted memory (fab_adopt_lock held, N.lock not).  Adopted memory
+   there that is no longer what the program has mapped at its address
+   (it unmapped the range, or mapped other memory over it, while an MR
+   still held the segment) is detached: the MRs in it keep the segment (a
+   NIC's pinned pages), and no new MR is matched to it, so that the new
+   memory is registered (adopted) afresh.  Memory that was revoked
+   (mem_revoke: a private copy at addr) is left as it is. */
+void
+fab_adopt_check(const uint8_t *addr, size_t len)
+{
+    uintptr_t s = (uintptr_t)addr, e = s + len;
+    struct umem *cand[16], *u;
+    size_t n = 0, i;
+
+    LOCK();
+    for (u = N.umems; u != NULL && n < 16; u = u->next)
+        if (u->xaddr != NULL && !u->detached && u->shadow == NULL &&
+            (uintptr_t)u->addr < e && s < (uintptr_t)u->addr + u->maplen)
+            cand[n++] = u;
+    UNLOCK();
+    for (i = 0; i < n; i++) {
+        u = cand[i];
+        if (is_attach((uintptr_t)u->addr, u->maplen, u->shmid))
+            continue;
+        LOCK();
+        u->detached = 1;
+        UNLOCK();
+    }
+}
+
+/* 1 if u is adopted memory that is no longer what the program has
+   mapped at its address (then it is detached, as by fab_adopt_check);
+   0 for any other memory.  Either lock held. */
+int
+fab_adopt_moved(struct umem *u)
+{
+    if (u->xaddr == NULL || u->shadow != NULL)
+        return 0;
+    if (!u->detached &&
+        is_attach((uintptr_t)u->addr, u->maplen, u->shmid))
+        return 0;
+    u->detached = 1;
+    return 1;
 }
 
 /* Adopted memory with no MR left whose range the program unmapped or
@@ -428,7 +505,7 @@ reclaim(void)
     for (i = 0; i < n; i++)
         if (!kept[i]) {
             fab_umem_unlink(idle[i]);
-            range_del((uintptr_t)idle[i]->addr);
+            range_del((uintptr_t)idle[i]->addr, idle[i]->shmid);
             idle[i]->next = gone;
             gone = idle[i];
         }
@@ -516,7 +593,7 @@ give_back(struct umem *u)
     struct giveback g;
     struct uffdio_register reg;
     pthread_t th;
-    sigset_t all, old;
+    sigset_t old;
     void *t;
     int ok = 0;
 
@@ -551,13 +628,15 @@ give_back(struct umem *u)
     reg.mode = UFFDIO_REGISTER_MODE_MISSING;
     if (ioctl(g.fd, UFFDIO_REGISTER, &reg) != 0)
         goto out;
-    /* the helper takes no signal of the program's */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* the helper takes no signal of the program's; nor does this thread
+       until the range is filled (its signal handler touching a page not
+       yet filled would wait for this thread's own fill) */
+    signals_off(&old);
     ok = pthread_create(&th, NULL, giveback_events, &g) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!ok)
+    if (!ok) {
+        signals_on(&old);
         goto out;
+    }
     ok = fab_raw_mremap(t, g.len, u->addr) != MAP_FAILED;
     if (ok) {
         t = MAP_FAILED;         /* moved */
@@ -565,6 +644,7 @@ give_back(struct umem *u)
            registered, which this one is until the close below) */
         (void)fill(&g, g.s, g.len);
     }
+    signals_on(&old);
     (void)!write(g.stop[1], "", 1);
     pthread_join(th, NULL);
 out:
@@ -618,13 +698,15 @@ fab_mem_unadopt(struct umem *u)
         gone = 1;               /* the program unmapped or replaced it */
     else if (!uverbs_open() && give_back(u)) {
         gone = 1;
+        fab_self_remap = 1;
         vm_unmapped(u->addr, u->maplen);
+        fab_self_remap = 0;
     }
     if (gone) {
         LOCK();
         fab_umem_unlink(u);
         UNLOCK();
-        range_del((uintptr_t)u->addr);
+        range_del((uintptr_t)u->addr, u->shmid);
         fab_umem_free(u);
     }
     reclaim();

@@ -429,6 +429,9 @@ struct umem {
                               attached again; NULL: alloc_mr memory */
     int shmid;             /* adopted: the SysV segment */
     int refs;              /* adopted: MRs that lie in it */
+    int detached;          /* adopted: the program unmapped or replaced
+                              the range (fab_adopt_check); its MRs keep
+                              the segment, no new MR lies in it */
     ucp_mem_h memh;
     void *rkey;            /* packed rkey, NULL if too big */
     size_t rkey_len;
@@ -471,6 +474,11 @@ struct umr {
     uint32_t key;          /* lkey == rkey */
     struct umem *umem;     /* UCX-allocated memory it lies in, or NULL */
     int shared;            /* published in the key page */
+    int own;               /* in the program's own memory, watched for
+                              unmapping (fab_own_watch) */
+    int gone;              /* the program unmapped, replaced or moved
+                              (part of) it: nothing reaches it any more */
+    struct umr *own_next;  /* the watched MRs (mr.c) */
 };
 
 /* A completion channel. */
@@ -857,6 +865,8 @@ extern pthread_mutex_t fab_adopt_lock;
 int fab_adopt_enabled(void);
 void fab_mem_adopt(uint8_t *addr, size_t len);
 void fab_mem_unadopt(struct umem *u);
+void fab_adopt_check(const uint8_t *addr, size_t len);
+int fab_adopt_moved(struct umem *u);
 
 /* mr.c */
 /* one line of /proc/self/maps (fab_maps_parse) */
@@ -1024,6 +1034,74 @@ in_mr(const struct umr *mr, uint64_t addr, uint64_t len)
 {
     uint64_t start = (uint64_t)(uintptr_t)mr->addr;
     return addr >= start && len <= mr->len && addr - start <= mr->len - len;
+}
+
+/* The responder is inside a landing in the program's own memory
+   (fab_land_begin); the unmapping hook (mr.c) waits for its end. */
+extern int fab_landing;
+/* How many MRs are watched (fab_own_watch). */
+extern int fab_own_count;
+/* Set while this thread replaces pages under MRs itself (adoption): the
+   unmapping hook ignores what it does. */
+extern __thread int fab_self_remap;
+
+/* Begin touching mr's memory for a peer (N.lock held): 1, or 0 if the
+   program no longer has it (mr->gone; then nothing may touch it).  For
+   the program's own memory the hook that sees it unmapped (mr.c) sets
+   gone, then waits while a landing is on: so memory that passes here
+   stays mapped until fab_land_end.  Nothing inside may allocate memory
+   or take a lock (the unmapping thread may hold malloc's). */
+static inline int
+fab_land_begin(struct umr *mr)
+{
+    if (!mr->own)
+        return 1;
+    __atomic_store_n(&fab_landing, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&mr->gone, __ATOMIC_SEQ_CST))
+        return 1;
+    __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static inline void
+fab_land_end(struct umr *mr)
+{
+    if (mr != NULL && mr->own)
+        __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
+}
+
+/* The same around a check of local s/g lists (fab_check_sges, which
+   refuses gone MRs) and the scatter of a peer's data into them: 1 if a
+   landing was begun (some MR is watched), for fab_land_sges_end. */
+static inline int
+fab_land_sges_begin(void)
+{
+    if (__atomic_load_n(&fab_own_count, __ATOMIC_RELAXED) == 0)
+        return 0;
+    __atomic_store_n(&fab_landing, 1, __ATOMIC_SEQ_CST);
+    return 1;
+}
+
+static inline void
+fab_land_sges_end(int began)
+{
+    if (began)
+        __atomic_store_n(&fab_landing, 0, __ATOMIC_RELEASE);
+}
+
+/* Where the responder reaches raddr, an address in mr: for adopted
+   memory, UCX's own mapping of the segment, which stays the MR's
+   whatever the program does with its range (unmaps it, maps other
+   memory there, makes it read-only), as a NIC's pinned pages; else raddr
+   itself.  (Revoked memory, mem_revoke: the private copy at the
+   program's address.) */
+static inline uint8_t *
+mr_at(const struct umr *mr, uint64_t raddr)
+{
+    const struct umem *u = mr != NULL ? mr->umem : NULL;
+    if (u != NULL && u->xaddr != NULL && u->shadow == NULL)
+        return u->xaddr + (raddr - (uint64_t)(uintptr_t)u->addr);
+    return (uint8_t *)(uintptr_t)raddr;
 }
 
 /* Scatter len bytes of src into a checked s/g list; return bytes copied. */

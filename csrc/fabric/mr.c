@@ -5,6 +5,10 @@
    rkeys, the in-flight counts). */
 #include "fabric.h"
 
+#include <dlfcn.h>
+#include <sys/ioctl.h>
+#include <ucm/api/ucm.h>
+
 /* ------------------------------------------------------------------ */
 /* the key page (one-sided fast path)                                  */
 
@@ -273,7 +277,8 @@ fab_check_sges(struct upd *pd, const struct pyrdma_sge *sg, int n, int write,
             continue;
         mr = mr_lookup(sg[i].lkey);
         if (mr == NULL || mr->pd != pd || !in_mr(mr, sg[i].addr, sg[i].length)
-            || (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
+            || (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)) ||
+            __atomic_load_n(&mr->gone, __ATOMIC_SEQ_CST))
             return bad_status;
     }
     return 0;
@@ -436,6 +441,100 @@ fab_maps_find(uintptr_t addr, struct maps_line *m)
             addr < m->end)
             rc = 0;
     fclose(f);
+    return rc;
+}
+
+/* The kernel's PROCMAP_QUERY (Linux 6.11; uapi linux/fs.h, which older
+   headers lack): the mapping holding an address, from an ioctl on
+   /proc/self/maps, without the text of all mappings. */
+struct vma_query {
+    uint64_t size, flags, addr;         /* in */
+    uint64_t start, end, vflags;        /* out: the mapping */
+    uint64_t page_size, offset, inode;
+    uint32_t dev_major, dev_minor;
+    uint32_t name_size, build_id_size;  /* in/out (0: not wanted) */
+    uint64_t name_addr, build_id_addr;  /* in */
+};
+#define VMA_QUERY _IOWR('f', 17, struct vma_query)
+#define VMA_READABLE 1
+#define VMA_WRITABLE 2
+
+/* Check one mapping's permissions (r, w as in /proc/self/maps): 0, or -1
+   with *what set. */
+static int
+perms_ok(int r, int w, int write, const char **what)
+{
+    if (write && !w) {
+        *what = "not writable";
+        return -1;
+    }
+    if (!write && !r) {
+        *what = "not readable";
+        return -1;
+    }
+    return 0;
+}
+
+/* range_mapped by PROCMAP_QUERY: 0 or -1 as range_mapped (*pos the first
+   address not checked), or -2 if the kernel has no such query. */
+static int
+range_query(uintptr_t *pos, uintptr_t e, int write, const char **what)
+{
+    struct vma_query q;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), rc = 0;
+    if (fd < 0)
+        return -2;
+    while (rc == 0 && *pos < e) {
+        memset(&q, 0, sizeof(q));
+        q.size = sizeof(q);
+        q.addr = *pos;
+        if (ioctl(fd, VMA_QUERY, &q) != 0)
+            rc = errno == ENOENT ? -1 : -2;     /* a hole, or no query */
+        else if (q.start > *pos || q.end <= *pos)
+            rc = -1;
+        else if (perms_ok((q.vflags & VMA_READABLE) != 0,
+                          (q.vflags & VMA_WRITABLE) != 0, write, what) < 0)
+            rc = -1;
+        else
+            *pos = (uintptr_t)q.end;
+    }
+    close(fd);
+    return rc;
+}
+
+/* Is every page of [addr, addr + len) mapped, readable, and writable if
+   write is set?  What the kernel's ib_umem_get pins (without
+   FOLL_FORCE): 0, or -1 with *bad the first page that is not and *what
+   saying why ("not mapped", "not writable", "not readable"). */
+static int
+range_mapped(uintptr_t addr, size_t len, int write, uintptr_t *bad,
+             const char **what)
+{
+    char line[4096];
+    struct maps_line m;
+    uintptr_t pos = addr & ~(uintptr_t)4095, e = addr + len;
+    FILE *f;
+    int rc;
+    *what = "not mapped";
+    rc = range_query(&pos, e, write, what);
+    if (rc == -2) {             /* an older kernel: the text */
+        pos = addr & ~(uintptr_t)4095;
+        *what = "not mapped";
+        if ((f = fopen("/proc/self/maps", "re")) == NULL)
+            return 0;           /* cannot tell: the pages are used as is */
+        while (pos < e && fgets(line, sizeof(line), f) != NULL) {
+            if (fab_maps_parse(line, &m) < 0 || m.end <= pos)
+                continue;
+            if (m.start > pos || perms_ok(m.perms[0] == 'r',
+                                          m.perms[1] == 'w', write,
+                                          what) < 0)
+                break;          /* a hole, or the permissions */
+            pos = m.end;
+        }
+        fclose(f);
+        rc = pos >= e ? 0 : -1;
+    }
+    *bad = pos < addr ? addr : pos;
     return rc;
 }
 
@@ -649,7 +748,9 @@ mem_revoke(struct umem *u)
     uint8_t *copy, *aside;
     uint32_t i;
 
-    if (u->shadow != NULL)
+    /* (adopted memory the program no longer has at addr: what is there
+       now is not u's, and the program does not see u's pages) */
+    if (u->shadow != NULL || fab_adopt_moved(u))
         return 0;
     for (i = 1; i < N.nmr && i < SH_MR; i++) {
         struct umr *m = N.mrs[i];
@@ -772,7 +873,7 @@ sh_mr_publish(struct umr *mr)
     if (N.sh == NULL || idx >= SH_MR)
         return;
     for (u = N.umems; u; u = u->next)
-        if (mr->addr >= u->addr && mr->len <= u->len &&
+        if (!u->detached && mr->addr >= u->addr && mr->len <= u->len &&
             (size_t)(mr->addr - u->addr) <= u->len - mr->len)
             break;
     mr->umem = u;
@@ -806,16 +907,152 @@ sh_mr_publish(struct umr *mr)
     mr->shared = 1;
 }
 
+/* ------------------------------------------------------------------ */
+/* the program's own memory, unmapped under an MR                      */
+
+/* A NIC keeps the pages of an MR pinned: the program's munmap does not
+   free them, and a peer's WRITE lands in them, never in memory mapped at
+   that address later.  Adopted memory does the same (its segment stays
+   the MR's: mr_at).  The program's other memory cannot be kept; so UCX's
+   memory hooks (libucm, which intercept munmap, mmap over a range,
+   mremap, shmat and shmdt, brk and madvise that discards pages) call
+   own_unmapped before such memory goes, which marks the MRs in it gone
+   (the responder and local work requests then refuse them: REM_ACCESS_ERR,
+   LOC_PROT_ERR), withdraws them from the key page, and waits for the
+   cross-memory-attach initiators and a landing of the responder that are
+   inside them (as dereg_mr does). */
+
+int fab_landing;
+int fab_own_count;
+__thread int fab_self_remap;
+
+/* The watched MRs (fab_own_watch); own_lock is taken by the hook in any
+   thread, so nothing that allocates or unmaps memory, nor any other
+   lock, is taken under it. */
+static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct umr *own_list;
+static int own_hooked;
+
+/* Mark gone the watched MRs that overlap [s, e) and withdraw them from
+   the key page (own_lock held): how many it marked; the key page indexes
+   of those it withdrew into idx (at most max, *nidx of them). */
+static int
+own_mark_gone(uintptr_t s, uintptr_t e, uint32_t *idx, int max, int *nidx)
+{
+    struct umr *m;
+    int marked = 0;
+    *nidx = 0;
+    for (m = own_list; m != NULL; m = m->own_next) {
+        uintptr_t a = (uintptr_t)m->addr;
+        uint32_t k = m->key, i = m->key >> 8;
+        if (m->gone || a >= e || a + m->len <= s)
+            continue;
+        __atomic_store_n(&m->gone, 1, __ATOMIC_SEQ_CST);
+        marked++;
+        if (N.sh != NULL && i < SH_MR &&
+            __atomic_compare_exchange_n(&N.sh->mr[i].key, &k, 0, 0,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
+            && *nidx < max)
+            idx[(*nidx)++] = i;
+    }
+    return marked;
+}
+
+/* libucm: memory of this process is about to be unmapped (or replaced,
+   moved, discarded).  Called in the thread that does it, before. */
+static void
+own_unmapped(ucm_event_type_t type, ucm_event_t *ev, void *arg)
+{
+    uintptr_t s = (uintptr_t)ev->vm_unmapped.address;
+    uintptr_t e = s + ev->vm_unmapped.size;
+    uint32_t idx[32];
+    int n, i, marked, stuck = 0;
+    (void)type;
+    (void)arg;
+    if (__atomic_load_n(&fab_own_count, __ATOMIC_RELAXED) == 0 ||
+        fab_self_remap || e <= s)
+        return;
+    pthread_mutex_lock(&own_lock);
+    marked = own_mark_gone(s, e, idx, 32, &n);
+    pthread_mutex_unlock(&own_lock);
+    if (marked == 0)
+        return;                 /* (no MR there: the usual case) */
+    /* a landing begun before it saw the mark ends first (fab_land_begin) */
+    while (__atomic_load_n(&fab_landing, __ATOMIC_SEQ_CST))
+        sched_yield();
+    for (i = 0; i < n; i++)
+        stuck |= fab_sh_quiesce(&N.sh->mr[idx[i]].inflight);
+    if (stuck)
+        cma_fence();            /* as dereg_mr */
+}
+
+static void
+own_hook(void)
+{
+    ucs_status_t (*set)(int, int, ucm_event_callback_t, void *);
+    *(void **)&set = dlsym(U.dl, "ucm_set_event_handler");
+    own_hooked = set != NULL &&
+                 set(UCM_EVENT_VM_UNMAPPED, 0, own_unmapped, NULL) == UCS_OK;
+}
+
+/* Watch mr, in the program's own memory, for unmapping (N.lock not
+   held: the hooks are installed the first time).  Without UCX's hooks
+   nothing is watched (docs/fabric.rst). */
+static void
+own_watch(struct umr *mr)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, own_hook);
+    if (!own_hooked)
+        return;
+    pthread_mutex_lock(&own_lock);
+    mr->own = 1;
+    mr->own_next = own_list;
+    own_list = mr;
+    __atomic_fetch_add(&fab_own_count, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&own_lock);
+}
+
+static void
+own_unwatch(struct umr *mr)
+{
+    struct umr **pp;
+    if (!mr->own)
+        return;
+    pthread_mutex_lock(&own_lock);
+    for (pp = &own_list; *pp != NULL; pp = &(*pp)->own_next)
+        if (*pp == mr) {
+            *pp = mr->own_next;
+            __atomic_fetch_sub(&fab_own_count, 1, __ATOMIC_SEQ_CST);
+            break;
+        }
+    pthread_mutex_unlock(&own_lock);
+}
+
 int
 fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
            void **out, struct pyrdma_mr_info *info,
            struct pyrdma_status *st)
 {
     struct umr *mr;
+    const char *what;
+    uintptr_t bad;
     if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
         !(access & IBV_ACCESS_LOCAL_WRITE))
         return pyrdma_fail(st, EINVAL, "ibv_reg_mr", "remote write or atomic "
                            "access needs IBV_ACCESS_LOCAL_WRITE");
+    /* the pages a NIC would pin, pinned as the kernel would (write
+       access: writable pages only) */
+    if (length > 0 &&
+        range_mapped((uintptr_t)addr, length,
+                     (access & (IBV_ACCESS_LOCAL_WRITE |
+                                IBV_ACCESS_REMOTE_WRITE |
+                                IBV_ACCESS_REMOTE_ATOMIC |
+                                IBV_ACCESS_MW_BIND)) != 0,
+                     &bad, &what) < 0)
+        return pyrdma_fail(st, EFAULT, "ibv_reg_mr", "the memory at %#lx "
+                           "(of %#lx, %zu bytes) is %s", (unsigned long)bad,
+                           (unsigned long)(uintptr_t)addr, length, what);
     mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");
@@ -831,6 +1068,7 @@ fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
         (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                    IBV_ACCESS_REMOTE_ATOMIC))) {
         pthread_mutex_lock(&fab_adopt_lock);
+        fab_adopt_check(mr->addr, mr->len);
         fab_mem_adopt(mr->addr, mr->len);
         LOCK();
         sh_mr_publish(mr);
@@ -838,10 +1076,15 @@ fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
         pthread_mutex_unlock(&fab_adopt_lock);
     }
     else {
+        pthread_mutex_lock(&fab_adopt_lock);
+        fab_adopt_check(mr->addr, mr->len);
         LOCK();
         sh_mr_publish(mr);
         UNLOCK();
+        pthread_mutex_unlock(&fab_adopt_lock);
     }
+    if (mr->umem == NULL && length > 0)
+        own_watch(mr);
     *out = mr;
     return 0;
 }
@@ -852,6 +1095,7 @@ fab_dereg_mr(void *vmr, struct pyrdma_status *st)
     struct umr *mr = vmr;
     struct sh_mr *e = NULL;
     (void)st;
+    own_unwatch(mr);
     LOCK();
     N.mrs[mr->key >> 8] = NULL;
     if (mr->shared) {

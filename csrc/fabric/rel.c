@@ -442,21 +442,20 @@ fab_on_resp(const struct wire *h, const uint8_t *pl, size_t plen)
     switch (h->op) {
     case R_READ:
     case R_ATOMIC: {
+        /* (a landing in the program's memory: see fab_land_begin) */
+        int land = fab_land_sges_begin();
         int bad = fab_check_sges(q->pd, s->sge, s->num_sge, 1,
                                  IBV_WC_LOC_PROT_ERR);
+        if (!bad && h->op == R_ATOMIC && plen >= 8)
+            scatter(s->sge, s->num_sge, pl, 8);
+        else if (!bad && h->op == R_READ)
+            scatter(s->sge, s->num_sge, pl, plen);
+        fab_land_sges_end(land);
         if (bad) {
             fab_sq_fail(q, h->slot, bad);
             break;
         }
-        if (h->op == R_ATOMIC) {
-            if (plen >= 8)
-                scatter(s->sge, s->num_sge, pl, 8);
-            s->byte_len = 8;
-        }
-        else {
-            scatter(s->sge, s->num_sge, pl, plen);
-            s->byte_len = (uint32_t)plen;
-        }
+        s->byte_len = h->op == R_ATOMIC ? 8 : (uint32_t)plen;
         s->done = 1;
         s->status = IBV_WC_SUCCESS;
         break;

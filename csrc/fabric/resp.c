@@ -116,6 +116,146 @@ rx_nak(struct uqp *q, const struct wire *h, int code)
     q->dead_valid = 1;
 }
 
+/* An RDMA or atomic request that fails its checks: RC NAKs it
+   (REM_ACCESS_ERR at the requester), raises the QP's access error and
+   goes to ERR; UC drops it. */
+static int
+rx_access_err(struct uqp *q, const struct wire *h)
+{
+    if (q->type == IBV_QPT_RC) {
+        rx_nak(q, h, R_REM_ACCESS);
+        fab_ctx_event(q->pd->ctx, IBV_EVENT_QP_ACCESS_ERR, PYRDMA_EV_QP,
+                      q->qp_context);
+        fab_qp_enter_err(q);
+    }
+    return RX_DONE;
+}
+
+/* The MR an RDMA or atomic request may reach, checked as a NIC checks
+   it: rkey, PD, the access flags of the MR and the QP, bounds, alignment
+   of atomics, and memory the program still has (mr->gone).  *ok 0 if
+   the request fails them; NULL with *ok 1 for a zero-length one. */
+static struct umr *
+check_rkey(const struct uqp *q, const struct wire *h, int *ok)
+{
+    unsigned need = h->op == OP_WRITE ? IBV_ACCESS_REMOTE_WRITE :
+                    h->op == OP_READ ? IBV_ACCESS_REMOTE_READ :
+                    IBV_ACCESS_REMOTE_ATOMIC;
+    uint64_t len = h->op >= OP_CAS ? 8 : h->len;
+    struct umr *mr;
+    *ok = 1;
+    if (len == 0)
+        return NULL;
+    mr = mr_lookup(h->rkey);
+    if (mr == NULL || mr->pd != q->pd || !(mr->access & need) ||
+        !(q->attr.qp_access_flags & need) || !in_mr(mr, h->raddr, len) ||
+        (h->op >= OP_CAS && (h->raddr & 7)) ||
+        __atomic_load_n(&mr->gone, __ATOMIC_RELAXED))
+        *ok = 0;
+    return mr;
+}
+
+/* A READ of the program's own memory: its bytes are copied out while
+   the unmapping hook sees the copy (fab_land_begin), into a buffer taken
+   before (no allocation inside: see fab_land_begin), then sent. */
+static int
+rx_read_own(struct uqp *q, const struct wire *h, struct umr *mr)
+{
+    uint8_t small[4096], *buf = small;
+    int ok;
+    if (h->len > sizeof(small) && (buf = malloc(h->len)) == NULL)
+        return rx_access_err(q, h);     /* (as a NIC out of resources) */
+    ok = fab_land_begin(mr);
+    if (ok) {
+        memcpy(buf, mr_at(mr, h->raddr), h->len);
+        fab_land_end(mr);
+        fab_queue_resp(q, h, R_READ, buf, h->len);
+    }
+    if (buf != small)
+        free(buf);
+    return ok ? RX_DONE : rx_access_err(q, h);
+}
+
+/* Execute an RDMA WRITE, READ or atomic request of an RC or UC QP:
+   RX_DONE when it is answered (READ, atomics) or failed, RX_GO when the
+   WRITE is done (its ACK and immediate data follow), RX_GO for any other
+   request. */
+#define RX_GO (-1)
+static int
+rx_rdma(struct uqp *q, const struct wire *h, const uint8_t *pl)
+{
+    struct umr *mr;
+    uint64_t *p, old;
+    int ok;
+    if (h->op != OP_WRITE && h->op != OP_READ && h->op != OP_CAS &&
+        h->op != OP_FAA)
+        return RX_GO;
+    mr = check_rkey(q, h, &ok);
+    if (!ok)
+        return rx_access_err(q, h);
+    if (h->op == OP_READ && mr != NULL && mr->own)
+        return rx_read_own(q, h, mr);
+    if (h->op == OP_READ) {
+        fab_queue_resp(q, h, R_READ, h->len ? mr_at(mr, h->raddr) : NULL,
+                       h->len);
+        return RX_DONE;
+    }
+    if (mr != NULL && !fab_land_begin(mr))
+        return rx_access_err(q, h);
+    if (h->op == OP_WRITE) {
+        if (h->len)
+            memcpy(mr_at(mr, h->raddr), pl, h->len);
+        fab_land_end(mr);
+        return RX_GO;
+    }
+    p = (uint64_t *)mr_at(mr, h->raddr);
+    if (h->op == OP_FAA)
+        old = __atomic_fetch_add(p, h->cmp, __ATOMIC_SEQ_CST);
+    else {
+        old = h->cmp;
+        __atomic_compare_exchange_n(p, &old, h->swap, 0, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+    }
+    fab_land_end(mr);
+    fab_queue_resp(q, h, R_ATOMIC, &old, 8);
+    return RX_DONE;
+}
+
+/* Scatter a SEND's payload into receive w (on UD after the GRH, whose
+   fields go into *wc). */
+static void
+rx_scatter_send(const struct uqp *q, const struct wire *h,
+                const struct rwqe *w, const uint8_t *pl, size_t plen,
+                struct pyrdma_wc *wc)
+{
+    uint8_t grh[GRH_LEN];
+    struct pyrdma_sge tmp[MAX_SGE];
+    int i, k = 0;
+    size_t skip = GRH_LEN;
+    if (q->type != IBV_QPT_UD) {
+        scatter(w->sge, w->num_sge, pl, plen);
+        return;
+    }
+    build_grh(grh, h, plen);
+    scatter(w->sge, w->num_sge, grh, GRH_LEN);
+    /* the payload goes after the GRH */
+    for (i = 0; i < w->num_sge; i++) {
+        if (w->sge[i].length <= skip) {
+            skip -= w->sge[i].length;
+            continue;
+        }
+        tmp[k] = w->sge[i];
+        tmp[k].addr += skip;
+        tmp[k].length -= (uint32_t)skip;
+        skip = 0;
+        k++;
+    }
+    scatter(tmp, k, pl, plen);
+    wc->wc_flags |= IBV_WC_GRH;
+    wc->src_qp = h->src_qpn;
+    wc->slid = h->src_lid;
+}
+
 /* Execute one request on q; RX_HOLD if it must wait for a receive. */
 static int
 rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
@@ -123,7 +263,6 @@ rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
 {
     int rc = q->type == IBV_QPT_RC;
     struct rq *r = q->srq ? &q->srq->rq : &q->rq;
-    struct umr *mr = NULL;
     int need_recv = h->op == OP_SEND ||
                     (h->op == OP_WRITE && (h->flags & F_IMM));
 
@@ -144,61 +283,13 @@ rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
         }
         return RX_HOLD;
     }
-    if (rc || q->type == IBV_QPT_UC) {
-        if (h->op == OP_WRITE || h->op == OP_READ || h->op == OP_CAS ||
-            h->op == OP_FAA) {
-            unsigned need = h->op == OP_WRITE ? IBV_ACCESS_REMOTE_WRITE :
-                            h->op == OP_READ ? IBV_ACCESS_REMOTE_READ :
-                            IBV_ACCESS_REMOTE_ATOMIC;
-            uint64_t len = h->op >= OP_CAS ? 8 : h->len;
-            if (len != 0) {
-                mr = mr_lookup(h->rkey);
-                if (mr == NULL || mr->pd != q->pd || !(mr->access & need) ||
-                    !(q->attr.qp_access_flags & need) ||
-                    !in_mr(mr, h->raddr, len) ||
-                    (h->op >= OP_CAS && (h->raddr & 7))) {
-                    if (rc) {
-                        rx_nak(q, h, R_REM_ACCESS);
-                        fab_ctx_event(q->pd->ctx, IBV_EVENT_QP_ACCESS_ERR,
-                                      PYRDMA_EV_QP, q->qp_context);
-                        fab_qp_enter_err(q);
-                    }
-                    return RX_DONE;
-                }
-            }
-        }
-    }
-    switch (h->op) {
-    case OP_WRITE:
-        if (h->len)
-            memcpy((void *)(uintptr_t)h->raddr, pl, h->len);
-        break;
-    case OP_READ: {
-        fab_queue_resp(q, h, R_READ, h->len ? (const void *)(uintptr_t)h->raddr
-                                        : NULL, h->len);
+    if ((rc || q->type == IBV_QPT_UC) && rx_rdma(q, h, pl) == RX_DONE)
         return RX_DONE;
-    }
-    case OP_CAS:
-    case OP_FAA: {
-        uint64_t *p = (uint64_t *)(uintptr_t)h->raddr, old;
-        if (h->op == OP_FAA)
-            old = __atomic_fetch_add(p, h->cmp, __ATOMIC_SEQ_CST);
-        else {
-            old = h->cmp;
-            __atomic_compare_exchange_n(p, &old, h->swap, 0,
-                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-        }
-        fab_queue_resp(q, h, R_ATOMIC, &old, 8);
-        return RX_DONE;
-    }
-    default:
-        break;
-    }
     if (need_recv) {
         struct rwqe *w = &r->w[r->head & r->mask];
         struct pyrdma_wc wc;
         size_t room = 0, want;
-        int i, bad;
+        int i, bad, land;
         memset(&wc, 0, sizeof(wc));
         wc.wr_id = w->wr_id;
         wc.qp_num = q->qpn;
@@ -211,50 +302,28 @@ rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
             room += w->sge[i].length;
         want = h->op == OP_SEND ? plen + (q->type == IBV_QPT_UD ? GRH_LEN : 0)
                                 : 0;
+        land = fab_land_sges_begin();  /* (see fab_land_begin) */
         bad = fab_check_sges(q->pd, w->sge, w->num_sge, 1,
                              IBV_WC_LOC_PROT_ERR);
         r->head++;
         if (!bad && want > room)
             bad = IBV_WC_LOC_LEN_ERR;
+        if (!bad && h->op == OP_SEND) {
+            rx_scatter_send(q, h, w, pl, plen, &wc);
+            wc.byte_len = (uint32_t)want;
+        }
+        else
+            wc.byte_len = h->len;
+        fab_land_sges_end(land);
         if (bad) {
             wc.status = bad;
+            wc.byte_len = 0;
             fab_cq_push(q->rcq, &wc, 0);
             if (rc)
                 rx_nak(q, h, bad == IBV_WC_LOC_LEN_ERR ? R_REM_INV : R_REM_OP);
             fab_qp_enter_err(q);    /* UD too, as rxe and mlx5 do */
             return RX_DONE;
         }
-        if (h->op == OP_SEND) {
-            if (q->type == IBV_QPT_UD) {
-                uint8_t grh[GRH_LEN];
-                struct pyrdma_sge tmp[MAX_SGE];
-                int k = 0;
-                size_t skip = GRH_LEN;
-                build_grh(grh, h, plen);
-                scatter(w->sge, w->num_sge, grh, GRH_LEN);
-                /* the payload goes after the GRH */
-                for (i = 0; i < w->num_sge; i++) {
-                    if (w->sge[i].length <= skip) {
-                        skip -= w->sge[i].length;
-                        continue;
-                    }
-                    tmp[k] = w->sge[i];
-                    tmp[k].addr += skip;
-                    tmp[k].length -= (uint32_t)skip;
-                    skip = 0;
-                    k++;
-                }
-                scatter(tmp, k, pl, plen);
-                wc.wc_flags |= IBV_WC_GRH;
-                wc.src_qp = h->src_qpn;
-                wc.slid = h->src_lid;
-            }
-            else
-                scatter(w->sge, w->num_sge, pl, plen);
-            wc.byte_len = (uint32_t)want;
-        }
-        else
-            wc.byte_len = h->len;
         if (q->srq != NULL && q->srq->limit &&
             r->tail - r->head < q->srq->limit) {
             q->srq->limit = 0;

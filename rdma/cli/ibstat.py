@@ -1,6 +1,7 @@
 """``ibtool ibstat``: the local InfiniBand CAs and ports, printed as
 infiniband-diags' ``ibstat`` prints them, from libibumad's view
-(``umad_get_ca``; on ibsim that is the umad2sim shim's simulated CA).
+(``umad_get_ca``; on ibsim that is the simulated CA of rdma's ibsim
+shim, :mod:`rdma.simnet`).
 
 ::
 
@@ -116,7 +117,7 @@ def ibstat(args: argparse.Namespace) -> int:
         names = [args.ca_name]
     if not names:
         raise CmdError("no InfiniBand CA (no umad device; on ibsim, "
-                       "preload the umad2sim shim)")
+                       "preload rdma's ibsim shim, see rdma.simnet)")
     cas = _cas(names)
     if args.port_list:
         for ca in cas:

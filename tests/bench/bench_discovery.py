@@ -29,9 +29,9 @@ it up per size.  Not a test: pytest does not collect it.  Run::
 
 Then SA GetTable of every PathRecord against ``saquery -p`` (all pairs
 of end ports: 1936 records at radix 8, 23104 at 16; ``--sa-radix ''``
-skips it).  It needs RMPP: the fixed umad2sim shim that ``.ci/setup``
-builds (the default, see ``tests/sa/fabric.py``; the stock one cuts
-RMPP answers to one MAD).
+skips it).  It needs RMPP: rdma's ibsim shim that ``setup.py`` builds
+(the default, see ``tests/sa/fabric.py``; Debian's cuts RMPP answers to
+one MAD).
 """
 import argparse
 import compileall
@@ -256,9 +256,9 @@ def main():
                     help="time GetTable of all PathRecords against "
                          "saquery -p on these fat-trees ('' for none)")
     ap.add_argument("--shim", type=Path, default=None,
-                    help="the umad2sim shim to use (default: the fixed "
-                         "one .ci/setup builds; the stock one cuts RMPP, "
-                         "which the SA benchmark needs)")
+                    help="the ibsim shim to use (default: rdma's own, "
+                         "rdma/fabric/librdma_umad2sim.so; Debian's cuts "
+                         "RMPP, which the SA benchmark needs)")
     a = ap.parse_args()
     if a.shim is not None:
         fabric.SHIM = a.shim

@@ -41,6 +41,17 @@ def _emit(obj):
     sys.stdout.flush()
 
 
+def _unaligned(n):
+    """n bytes of a bytearray that do not start a page: memory of the
+    program's own that is not adopted (a bytearray's own bytes may start a
+    page, by chance of the heap's layout)."""
+    import ctypes
+    b = bytearray(n + 64)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(b))
+    off = 64 if start % mmap.PAGESIZE == 0 else 0
+    return memoryview(b)[off:off + n]
+
+
 def peer_main():
     import rdma
     import rdma.ibverbs as ibv
@@ -54,14 +65,28 @@ def peer_main():
            "ro": pd.alloc_mr(4096, ibv.IBV_ACCESS_LOCAL_WRITE
                              | ibv.IBV_ACCESS_REMOTE_READ),
            "local": pd.alloc_mr(SIZE, ibv.IBV_ACCESS_LOCAL_WRITE),
-           "user": pd.mr(bytearray(4096), fh.MR_ALL)}
+           "user": pd.mr(_unaligned(4096), fh.MR_ALL)}
     # page-aligned private anonymous memory of the program's own: adopted
     # into UCX memory by reg_mr with RDMA_UCX_ADOPT=1 (prototype)
     adopt_buf = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE
                           | mmap.MAP_ANONYMOUS)
     adopt_buf[0:SIZE] = pat(SIZE, 9)
     mrs["adopt"] = pd.mr(adopt_buf, fh.MR_ALL)
-    views = {k: m.buf for k, m in mrs.items() if k != "adopt"}
+    # the program's own memory that is not adopted (it does not start a
+    # page), mapped by the program itself: "remap" unmaps it under its MR
+    # and maps other memory there (tests/host/test_fabric_mr_safety.py)
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_int, ctypes.c_long)
+    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    rw, anon = (mmap.PROT_READ | mmap.PROT_WRITE,
+                mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    own_base = libc.mmap(None, 3 * 4096, rw, anon, -1, 0)
+    mrs["own"] = pd.mr((ctypes.c_char * (2 * 4096)).from_address(
+        own_base + 64), fh.MR_ALL)
+    views = {k: m.buf for k, m in mrs.items() if k not in ("adopt", "own")}
     views["adopt"] = memoryview(adopt_buf)
     _emit({"gid": str(ctx.end_port.gids[0]), "qpn": qp.qp_num,
            "pid": os.getpid(),
@@ -159,6 +184,13 @@ def peer_main():
                 n += 1
             _emit({"n": n, "bad": bad, "last": n,
                    "local": bytes(v[off:off + 8]).hex()})
+        elif op == "remap":             # other memory in place of "own"
+            libc.munmap(own_base, 3 * 4096)
+            p = libc.mmap(own_base, 3 * 4096, rw, anon, -1, 0)
+            ctypes.memset(p, ord("o"), 3 * 4096)
+            _emit({"placed": p == own_base, "base": own_base})
+        elif op == "peek":              # bytes at any address
+            _emit({"hex": ctypes.string_at(c["addr"], c["len"]).hex()})
         elif op == "mapping":           # the /proc/self/maps line of addr
             _emit({"line": mapping(c["addr"])})
         elif op == "info":

@@ -33,7 +33,8 @@ def _missing():
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     if not SHIM.exists():
-        return f"{SHIM} is missing (Debian package ibsim-utils)"
+        return (f"{SHIM} is missing (build rdma: setup.py build_ext "
+                f"--inplace, or .ci/setup)")
     return None
 
 

@@ -1,16 +1,17 @@
 """A simulated InfiniBand fabric for tests: ibsim + opensm + shimmed clients.
 
 :class:`Fabric` starts ``ibsim`` on a topology with its own abstract socket
-name, starts ``opensm`` on one node through the ``libumad2sim.so`` shim,
-waits for "SUBNET UP" in its log and stops everything on :meth:`close`
+name, starts ``opensm`` on one node through rdma's ibsim client shim
+(``librdma_umad2sim.so``, ``csrc/umad2sim/``, see ``docs/sa.rst``), waits
+for "SUBNET UP" in its log and stops everything on :meth:`close`
 (process groups, SIGTERM then SIGKILL).  Every process it starts is also
 wrapped in coreutils ``timeout`` so that nothing outlives a crashed test
 run by more than ``lifetime`` seconds.
 
-The shim is the fixed one that ``.ci/setup`` builds (``SHIM_FIXED``; see
-``tests/sa/umad2sim/README.md``), or Debian's with a warning when that is
-missing.  Clients run through the shim in the fabric's scratch directory (each
-shimmed process creates ``./sys-<pid>/`` there):
+The shim is the one ``setup.py`` builds (:func:`rdma.simnet.shim_path`),
+or ``$RDMA_UMAD2SIM`` when set (to compare another build).  Clients run
+through the shim in the fabric's scratch directory (each shimmed process
+creates ``./sys-<pid>/`` there):
 
 - :meth:`Fabric.run` runs a command (``saquery``, ``python -m rdma ...``)
   with a timeout;
@@ -31,41 +32,35 @@ import struct
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from rdma import simnet
 
 NET_EXAMPLES = Path("/usr/share/doc/ibsim-utils/net-examples")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
-#: Debian's shim (ibsim-utils): it cuts an RMPP answer to its first MAD and
-#: loses the last 32 bytes of every MAD it receives.
+#: Debian's shim (ibsim-utils), only for comparisons: it cuts an RMPP
+#: answer to its first MAD and loses the last 32 bytes of every MAD it
+#: receives.
 STOCK_SHIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
-#: The shim .ci/setup builds from ibsim's source with
-#: tests/sa/umad2sim/rmpp-and-full-mad.patch (RMPP and whole MADs).
-FIXED_SHIM = ROOT / "build" / "umad2sim" / "libumad2sim.so"
+#: rdma's shim as setup.py builds it (rdma/fabric/librdma_umad2sim.so
+#: of the rdma package the tests import).
+OUR_SHIM = Path(simnet.__file__).resolve().parent / "fabric" / \
+    simnet.SHIM_LIBRARY
 
 
 def _pick_shim() -> Path:
     """The shim every shimmed process preloads: ``$RDMA_UMAD2SIM`` if set,
-    else the fixed one, else (loudly) Debian's."""
+    else rdma's own (``OUR_SHIM``; run ``setup.py build_ext --inplace`` or
+    ``.ci/setup`` when it is missing)."""
     if os.environ.get("RDMA_UMAD2SIM"):
         return Path(os.environ["RDMA_UMAD2SIM"])
-    if FIXED_SHIM.exists():
-        return FIXED_SHIM
-    msg = (f"{FIXED_SHIM} is missing (run .ci/setup; see "
-           f"tests/sa/umad2sim/README.md): falling back to Debian's "
-           f"{STOCK_SHIM}, which cuts RMPP answers (SA GetTable) to one MAD "
-           f"and loses the last 32 bytes of every MAD")
-    sys.stderr.write(f"\n*** WARNING: {msg}\n")
-    warnings.warn(msg, RuntimeWarning, stacklevel=2)
-    return STOCK_SHIM
+    return OUR_SHIM
 
 
 SHIM = _pick_shim()
-#: True when SHIM is the fixed shim (RMPP and whole MADs work).
-SHIM_FIXED = SHIM == FIXED_SHIM
 
 _counter = itertools.count()
 
@@ -179,7 +174,7 @@ class Fabric:
         self.scratch.mkdir(parents=True, exist_ok=True)
         self.sm_node = sm_node
         self.lifetime = lifetime
-        #: The umad2sim shim this fabric's processes preload.
+        #: The ibsim client shim this fabric's processes preload.
         self.shim = SHIM if shim is None else Path(shim)
         self.sockname = f"rdma-sa-{os.getpid()}-{next(_counter)}"
         self.ibsim: Optional[subprocess.Popen] = None

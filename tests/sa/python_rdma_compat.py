@@ -15,7 +15,7 @@ Use from the command line::
     python tests/sa/python_rdma_compat.py run /tmp/pyrdma-py3 -- ibstat
 
 (``run`` only sets the paths; on ibsim the command must run through the
-umad2sim shim, see ``tests/sa/test_python_rdma_compat.py``).
+ibsim shim, see ``tests/sa/test_python_rdma_compat.py``).
 """
 from __future__ import annotations
 

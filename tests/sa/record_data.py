@@ -4,7 +4,7 @@
 What is recorded, as hex:
 
 - ``pr_get``: a whole PathRecord GetResp MAD as received (one MAD);
-- ``nr_table_shim``: a NodeRecord GetTableResp as the stock shim delivers
+- ``nr_table_shim``: a NodeRecord GetTableResp as Debian's ibsim shim delivers
   it: cut to one MAD, the records past it lost, no RMPP header filled in;
 - ``nr_records``: every NodeRecord, one Get per LID (each exact: 108
   bytes before MAD byte 224);

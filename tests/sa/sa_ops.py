@@ -159,3 +159,104 @@ def compat(op, *args, **kw):
     test_python_rdma_api.py) on the worker's UMAD."""
     import compat_ops
     return getattr(compat_ops, op)(get(), *args, **kw)
+
+
+def agent_churn(n, per_umad=False):
+    """Register and unregister umad agents ``n`` times in this one
+    process, then ask the SA for its NodeRecord table; return how many
+    records came.
+
+    ``per_umad`` False: one agent registered and unregistered on the
+    worker's UMAD (libibumad's umad_register/umad_unregister).  True: ``n``
+    times a new UMAD whose SMP, SA and PerfMgt agents are registered and
+    which is then closed with them still registered, as a tool run per
+    command in a long-lived process does (closing the file frees them)."""
+    import rdma.IBA as IBA
+    if per_umad:
+        name = _port_name()
+        for _ in range(n):
+            with umad_mod.get_umad(name) as u:
+                for cls, ver in ((0x01, 1), (0x81, 1), (0x03, 2), (0x04, 1)):
+                    u.register_client(cls, ver)
+    else:
+        port = get()._port
+        for _ in range(n):
+            port.unregister(port.register(0x04, 1, 0, None))
+    return len(get().SubnAdmGetTable(IBA.SANodeRecord))
+
+
+def umad_file_contract():
+    """The kernel's umad file contract, through libibumad and plain file
+    calls on the descriptor it opened (ctypes; no rdma code between):
+    returns what each step gave."""
+    import ctypes
+    import errno
+    import select
+    lib = ctypes.CDLL("libibumad.so.3", use_errno=True)
+    ca = ctypes.create_string_buffer(b"ibsim0")
+    fd = lib.umad_open_port(ca, 0)
+    out = {"fd": fd}
+    try:
+        ids = [lib.umad_register(fd, 0x04, 1, 0, None) for _ in range(33)]
+        out["ids"] = ids[:32]
+        out["33rd"] = (ids[32], ctypes.get_errno())
+        out["unregister 5"] = lib.umad_unregister(fd, 5)
+        out["again"] = lib.umad_register(fd, 0x04, 1, 0, None)
+        out["unregister 40"] = (lib.umad_unregister(fd, 40),
+                                ctypes.get_errno())
+        out["poll empty"] = select.select([fd], [], [], 0)[0]
+        try:
+            os.read(fd, 320)
+            out["read empty"] = "data"
+        except OSError as e:
+            out["read empty"] = errno.errorcode[e.errno]
+        try:
+            os.read(fd, 8)
+            out["read tiny"] = "data"
+        except OSError as e:
+            out["read tiny"] = errno.errorcode[e.errno]
+    finally:
+        lib.umad_close_port(fd)
+    return out
+
+
+def short_read_keeps_mad(lid):
+    """Send a PortInfo SMP to ``lid`` through libibumad (ctypes), wait
+    for the answer with epoll, read it first into a buffer too small
+    (ENOSPC: the header says the length needed, the MAD stays queued),
+    then whole.  Returns (errno name of the short read, length in its
+    header, bytes of the whole read, TID and status of the answer)."""
+    import ctypes
+    import errno
+    import select
+    import struct
+    lib = ctypes.CDLL("libibumad.so.3", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = lib.umad_open_port(ctypes.create_string_buffer(b"ibsim0"), 0)
+    try:
+        agent = lib.umad_register(fd, 0x01, 1, 0, None)
+        hdr = lib.umad_size()
+        buf = ctypes.create_string_buffer(hdr + 256)
+        mad = bytearray(256)
+        mad[0:4] = bytes([1, 0x01, 1, 0x01])           # Get, LID routed
+        mad[8:16] = struct.pack(">Q", 0x1234_5678)
+        mad[16:18] = struct.pack(">H", 0x0015)          # PortInfo
+        buf.raw = bytes(hdr) + bytes(mad)
+        lib.umad_set_addr(buf, lid, 0, 0, 0)
+        assert lib.umad_send(fd, agent, buf, 256, 1000, 0) == 0
+        ep = select.epoll()
+        ep.register(fd, select.EPOLLIN)
+        ready = ep.poll(5)
+        ep.close()
+        assert ready == [(fd, select.EPOLLIN)], ready
+        small = ctypes.create_string_buffer(hdr + 100)
+        n = libc.read(fd, small, ctypes.c_size_t(hdr + 100))
+        first = errno.errorcode.get(ctypes.get_errno(), "?") if n < 0 \
+            else n
+        need = struct.unpack_from("<I", small.raw, 16)[0]
+        whole = os.read(fd, hdr + 256)
+        status = struct.unpack_from("<I", whole, 4)[0]
+        tid = struct.unpack_from(">Q", whole, hdr + 8)[0] & 0xFFFFFFFF
+    finally:
+        lib.umad_close_port(fd)
+    return first, need, len(whole), tid, status

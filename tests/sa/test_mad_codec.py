@@ -289,7 +289,7 @@ def test_recorded_multi_mad_table():
 
 
 def test_recorded_truncated_shim_table():
-    """What the stock shim delivers for the same GetTable: one MAD, no RMPP
+    """What Debian's ibsim shim delivers for the same GetTable: one MAD, no RMPP
     header filled in; the decoder returns what is there, no more."""
     raw = bytes.fromhex(DATA["nr_table_shim"])
     assert len(raw) == 256

@@ -3,9 +3,11 @@ saquery field by field.
 
 The main fabric is ibsim's two-switch, four-HCA example with opensm on
 Hca1; our library runs in one shimmed worker on Hca2 (see conftest.py).
-The stock shim has no RMPP and loses the last 32 bytes of every MAD, so
-only answers that fit in one MAD, before byte 224, are compared here;
-multi-MAD answers are tested on recorded data in test_mad_codec.py.
+These tests were written when the sa tier ran on Debian's ibsim shim,
+which has no RMPP and loses the last 32 bytes of every MAD, so they
+compare answers that fit in one MAD, before byte 224; multi-MAD answers
+are also tested on recorded data in test_mad_codec.py, and whole tables
+through rdma's own shim in test_umad2sim.py.
 """
 import json
 import os

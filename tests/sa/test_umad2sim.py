@@ -1,4 +1,4 @@
-"""The fixed umad2sim shim (tests/sa/umad2sim/): whole RMPP answers and
+"""rdma's ibsim client shim (csrc/umad2sim/): whole RMPP answers and
 whole MADs, checked with infiniband-diags on a 34-node fabric.
 
 Every SA table below spans many RMPP segments (34 NodeRecords of 112
@@ -16,7 +16,7 @@ import pytest
 import diags
 import saquery_out as sq
 from rdma.IBA import GID
-from fabric import SHIM, SHIM_FIXED, STOCK_SHIM, Fabric, hca_nodes
+from fabric import OUR_SHIM, SHIM, STOCK_SHIM, Fabric, hca_nodes
 
 TOPOLOGY = Path(__file__).resolve().parent / "topologies" / "2sw32hca"
 NODE_INFO = {  # saquery NodeRecord key -> smpquery nodeinfo key
@@ -46,10 +46,14 @@ def run(fabric, *argv, node="Hca2"):
     return fabric.run(list(argv), node).stdout
 
 
-def test_fixed_shim_is_used():
-    """.ci/setup built the fixed shim and the sa tier preloads it."""
-    assert SHIM_FIXED, (f"the sa tier runs on {SHIM}, not the fixed shim: "
-                        f"see the umad2sim step of build/setup.log")
+def test_our_shim_is_used():
+    """setup.py built rdma's shim and the sa tier preloads it (unless
+    ``$RDMA_UMAD2SIM`` names another build to compare)."""
+    import os
+    if os.environ.get("RDMA_UMAD2SIM"):
+        pytest.skip(f"$RDMA_UMAD2SIM chose {SHIM}")
+    assert SHIM == OUR_SHIM and SHIM.exists(), \
+        f"the sa tier runs on {SHIM}, not on {OUR_SHIM}"
 
 
 def test_node_record_table_is_whole(big):
@@ -162,3 +166,55 @@ def test_service_record_last_32_bytes(big):
         assert mine["serviceName"] == "rdma-last-32-bytes"
     finally:
         worker.call("sa_delete", key)
+
+
+#: NodeRecords of this module's fabric: its HCAs and two switches.
+NODES = len(hca_nodes(TOPOLOGY)) + 2
+
+
+def test_agents_do_not_pile_up(big):
+    """In one process, an agent registered and unregistered 2000 times
+    (libibumad's umad_register/umad_unregister), then an SA GetTable: an
+    agent id freed by unregister is used again, as with the kernel."""
+    worker = big.worker("Hca2")
+    assert worker.call("agent_churn", 2000, timeout=120) == NODES
+
+
+def test_closing_a_umad_frees_its_agents(big):
+    """300 times in one process a UMAD with four agents, closed with them
+    still registered (what a tool run per command does), then an SA
+    GetTable.  Closing the file frees all its agents, as the kernel does:
+    ibsim's own shim freed one per close, and umad_register failed with
+    ENOMEM ("Cannot allocate memory") after about ten rounds."""
+    worker = big.worker("Hca3")
+    assert worker.call("agent_churn", 300, per_umad=True,
+                       timeout=300) == NODES
+
+
+def test_umad_file_contract(big):
+    """A file holds 32 agents (the 33rd: ENOMEM), ids are the lowest free
+    ones, unregistering an unknown id is EINVAL; an empty file is not
+    readable (select), read() on it is EAGAIN (libibumad opens it
+    O_NONBLOCK) and a buffer smaller than the header is EINVAL."""
+    import errno
+    r = big.worker("Hca4").call("umad_file_contract")
+    assert r["fd"] >= 0
+    assert r["ids"] == list(range(32))
+    assert r["33rd"] == (-errno.EPERM, errno.ENOMEM)
+    assert r["unregister 5"] == 0 and r["again"] == 5
+    assert r["unregister 40"] == (-1, errno.EINVAL)
+    assert r["poll empty"] == []
+    assert r["read empty"] == "EAGAIN" and r["read tiny"] == "EINVAL"
+
+
+def test_short_read_keeps_the_mad(big):
+    """A MAD read into a buffer too small: ENOSPC, the header carries the
+    length needed, and the MAD stays queued for the next read (which
+    gets the PortInfo answer whole, with our TID).  The wait for it is
+    an epoll on the umad descriptor."""
+    worker = big.worker("Hca4")
+    sm = worker.call("end_port")["sm_lid"]
+    first, need, whole, tid, status = worker.call("short_read_keeps_mad",
+                                                  sm)
+    assert (first, need, whole) == ("ENOSPC", 64 + 256, 64 + 256)
+    assert tid == 0x1234_5678 and status == 0

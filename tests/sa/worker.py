@@ -1,6 +1,6 @@
 """A shimmed worker: runs ``sa_ops`` functions for the test process.
 
-Started by ``fabric.Worker`` with ``LD_PRELOAD=libumad2sim.so`` and
+Started by ``fabric.Worker`` with the ibsim shim in ``LD_PRELOAD`` and
 ``SIM_HOST=<node>``.  Protocol on stdin/stdout: a 4-byte little-endian
 length, then a pickle; requests are ``(op, args, kwargs)``, answers
 ``("ok", value)`` or ``("err", exception)``.  EOF on stdin ends it (so the
