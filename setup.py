@@ -78,7 +78,8 @@ if os.environ.get("RDMA_WERROR", "") not in ("", "0"):
 
 # The standalone libraries: (name, sources, extra link arguments).
 FABRIC_LIB = ("librdma_fabric.so",
-              ["csrc/status.c", "csrc/fabric_lib.c"] + FABRIC_SOURCES,
+              ["csrc/status.c", "csrc/dlload.c", "csrc/fabric_lib.c"]
+              + FABRIC_SOURCES,
               ["-ldl", "-lpthread"])
 FRONT_LIB = ("librdma_fabric_verbs.so",
              ["csrc/fabric_verbs/device.c", "csrc/fabric_verbs/objects.c",
@@ -93,7 +94,7 @@ UMAD2SIM_LIB = ("librdma_umad2sim.so",
                 ["csrc/umad2sim/" + f + ".c" for f in (
                     "preload", "link", "sysfs", "agents", "io", "rmpp")],
                 ["-ldl", "-lpthread"])
-LIB_DEPENDS = (["csrc/provider.h", "csrc/fabric_lib.h",
+LIB_DEPENDS = (["csrc/provider.h", "csrc/dlload.h", "csrc/fabric_lib.h",
                 "rdma/include/pyrdma.h"] + FABRIC_HEADERS)
 
 

@@ -553,6 +553,7 @@ struct slot {
     int done;              /* completed (status valid) */
     int status;            /* IBV_WC_* */
     int need_send;         /* post_send must transmit it */
+    int carrier;           /* how: CARRY_RING or CARRY_AM (req.c) */
     int imm_done;          /* post_send saw UCP complete it immediately */
     int inflight;          /* UCP still reads buf */
     int rnr_wait;          /* responder holds it for RNR: no ack timer */

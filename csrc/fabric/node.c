@@ -3,6 +3,7 @@
    the node record, the LID, the progress thread, start-up (node_up) and
    the end of the process (node_atexit); it defines N and U. */
 #include "fabric.h"
+#include "../dlload.h"
 
 /* libucp's functions (fab_load fills them). */
 struct fab_ucp U;
@@ -21,72 +22,63 @@ int fab_forked_from_node;
 /* ------------------------------------------------------------------ */
 /* libucp, loaded with dlopen                                         */
 
+static const struct pyrdma_dllib libucp = {
+    .env = "RDMA_UCX_LIBRARY",
+    .soname = "libucp.so.0",
+    .package = "libucx0 (UCX)",
+    .name = NULL,               /* the file loaded */
+    .too_old = "UCX too old? 1.13 or later is needed",
+};
+
+#define SYM(field, name) {name, (void **)&U.field, 0}
+static const struct pyrdma_dlsym ucp_syms[] = {
+    SYM(config_read, "ucp_config_read"),
+    SYM(config_release, "ucp_config_release"),
+    SYM(config_modify, "ucp_config_modify"),
+    SYM(init_version, "ucp_init_version"),
+    SYM(cleanup, "ucp_cleanup"),
+    SYM(get_version, "ucp_get_version"),
+    SYM(worker_create, "ucp_worker_create"),
+    SYM(worker_get_address, "ucp_worker_get_address"),
+    SYM(worker_release_address, "ucp_worker_release_address"),
+    SYM(worker_progress, "ucp_worker_progress"),
+    SYM(worker_get_efd, "ucp_worker_get_efd"),
+    SYM(worker_arm, "ucp_worker_arm"),
+    SYM(worker_signal, "ucp_worker_signal"),
+    SYM(worker_flush_nbx, "ucp_worker_flush_nbx"),
+    SYM(worker_set_am_recv_handler, "ucp_worker_set_am_recv_handler"),
+    SYM(listener_create, "ucp_listener_create"),
+    SYM(listener_query, "ucp_listener_query"),
+    SYM(listener_reject, "ucp_listener_reject"),
+    SYM(ep_create, "ucp_ep_create"),
+    SYM(ep_close_nbx, "ucp_ep_close_nbx"),
+    SYM(conn_request_query, "ucp_conn_request_query"),
+    SYM(am_send_nbx, "ucp_am_send_nbx"),
+    SYM(am_recv_data_nbx, "ucp_am_recv_data_nbx"),
+    SYM(request_free, "ucp_request_free"),
+    SYM(status_string, "ucs_status_string"),
+    SYM(mem_map, "ucp_mem_map"),
+    SYM(mem_unmap, "ucp_mem_unmap"),
+    SYM(mem_query, "ucp_mem_query"),
+    SYM(rkey_pack, "ucp_rkey_pack"),
+    SYM(rkey_buffer_release, "ucp_rkey_buffer_release"),
+    SYM(ep_rkey_unpack, "ucp_ep_rkey_unpack"),
+    SYM(rkey_ptr, "ucp_rkey_ptr"),
+    SYM(rkey_destroy, "ucp_rkey_destroy"),
+    {NULL, NULL, 0},
+};
+#undef SYM
+
 int
 fab_load(struct pyrdma_status *st)
 {
-    const char *lib;
-
     if (U.loaded)
         return 0;
-    lib = getenv("RDMA_UCX_LIBRARY");
-    if (lib == NULL || lib[0] == '\0')
-        lib = "libucp.so.0";
-    if (U.dl == NULL) {
-        U.dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-        if (U.dl == NULL) {
-            const char *why = dlerror();
-            return pyrdma_fail(st, ENOENT, "dlopen",
-                               "cannot load %s (%s); install the Debian "
-                               "package libucx0 (UCX)", lib,
-                               why ? why : "unknown error");
-        }
-    }
-#define REQ(field, name) \
-    if ((*(void **)&U.field = dlsym(U.dl, name)) == NULL) { \
-        pyrdma_fail(st, ENOSYS, "dlsym", "%s has no symbol %s (UCX too " \
-                    "old? 1.13 or later is needed)", lib, name); \
-        goto fail; \
-    }
-    REQ(config_read, "ucp_config_read");
-    REQ(config_release, "ucp_config_release");
-    REQ(config_modify, "ucp_config_modify");
-    REQ(init_version, "ucp_init_version");
-    REQ(cleanup, "ucp_cleanup");
-    REQ(get_version, "ucp_get_version");
-    REQ(worker_create, "ucp_worker_create");
-    REQ(worker_get_address, "ucp_worker_get_address");
-    REQ(worker_release_address, "ucp_worker_release_address");
-    REQ(worker_progress, "ucp_worker_progress");
-    REQ(worker_get_efd, "ucp_worker_get_efd");
-    REQ(worker_arm, "ucp_worker_arm");
-    REQ(worker_signal, "ucp_worker_signal");
-    REQ(worker_flush_nbx, "ucp_worker_flush_nbx");
-    REQ(worker_set_am_recv_handler, "ucp_worker_set_am_recv_handler");
-    REQ(listener_create, "ucp_listener_create");
-    REQ(listener_query, "ucp_listener_query");
-    REQ(listener_reject, "ucp_listener_reject");
-    REQ(ep_create, "ucp_ep_create");
-    REQ(ep_close_nbx, "ucp_ep_close_nbx");
-    REQ(conn_request_query, "ucp_conn_request_query");
-    REQ(am_send_nbx, "ucp_am_send_nbx");
-    REQ(am_recv_data_nbx, "ucp_am_recv_data_nbx");
-    REQ(request_free, "ucp_request_free");
-    REQ(status_string, "ucs_status_string");
-    REQ(mem_map, "ucp_mem_map");
-    REQ(mem_unmap, "ucp_mem_unmap");
-    REQ(mem_query, "ucp_mem_query");
-    REQ(rkey_pack, "ucp_rkey_pack");
-    REQ(rkey_buffer_release, "ucp_rkey_buffer_release");
-    REQ(ep_rkey_unpack, "ucp_ep_rkey_unpack");
-    REQ(rkey_ptr, "ucp_rkey_ptr");
-    REQ(rkey_destroy, "ucp_rkey_destroy");
-#undef REQ
+    U.dl = pyrdma_dlopen(&libucp, ucp_syms, st);
+    if (U.dl == NULL)
+        return -1;
     U.loaded = 1;
     return 0;
-fail:
-    dlclose(U.dl);
-    U.dl = NULL;
-    return -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -567,71 +559,54 @@ pick_dir(struct pyrdma_status *st)
     return 0;
 }
 
-/* Bring the node up once per process; 0 or -1 with *st set. */
-int
-fab_node_up(struct pyrdma_status *st)
+/* Start-up, phase 1 (init_lock held): a node left up by the parent of a
+   forked child is not ours: start afresh (its memory is left alone: UCP
+   may map it); such a child can use shared memory only.  0 or -1. */
+static int
+node_fresh(struct pyrdma_status *st)
 {
-    ucp_config_t *cfg = NULL;
-    ucp_params_t pp;
-    ucp_worker_params_t wp;
-    ucp_am_handler_param_t ap;
-    ucs_status_t s;
-    const char *ipstr;
-    struct epoll_event ev;
-    uint64_t before[64], after[64];
-    int lfd[64], nbefore;
-    uint16_t lport[64];
-    int rc = -1;
-
-    pthread_mutex_lock(&init_lock);
-    if (N.up && N.pid == getpid()) {
-        pthread_mutex_unlock(&init_lock);
-        return 0;
-    }
     if (N.up) {
-        /* a forked child: the parent's node is not ours; start afresh
-           (its memory is left alone: UCP may map it) */
         struct node fresh = {.lock = PTHREAD_MUTEX_INITIALIZER,
                              .drain_lock = PTHREAD_MUTEX_INITIALIZER};
         memcpy(&N, &fresh, sizeof(N));
         fab_forked_from_node = 1;
     }
-    if (fab_forked_from_node && !fab_tls_shm()) {
-        pyrdma_fail(st, EOPNOTSUPP, "ucp_init", FORK_TCP_MSG " (UCX_TLS=%s)",
-                    getenv("UCX_TLS"));
-        pthread_mutex_unlock(&init_lock);
-        return -1;
-    }
+    if (fab_forked_from_node && !fab_tls_shm())
+        return pyrdma_fail(st, EOPNOTSUPP, "ucp_init", FORK_TCP_MSG
+                           " (UCX_TLS=%s)", getenv("UCX_TLS"));
     N.stopfd = N.efd = N.epfd = -1;
     node_files_init();
     fab_auth_init();
     read_boot_id();
+    return 0;
+}
+
+/* Phase 2, authentication: the rendezvous directory, this node's key (in
+   its record), the shared one of RDMA_UCX_SECRET.  0 or -1. */
+static int
+node_auth(struct pyrdma_status *st)
+{
+    const char *sec = getenv("RDMA_UCX_SECRET");
     if (pick_dir(st) < 0)
-        goto out;
-    /* authentication: this node's key (in its record), the shared one */
-    if (fab_random_bytes(N.secret, sizeof(N.secret)) < 0) {
-        pyrdma_fail(st, errno ? errno : EIO, "read", "/dev/urandom: no "
-                    "random bytes for the node's key");
-        goto out;
-    }
-    {
-        const char *sec = getenv("RDMA_UCX_SECRET");
-        N.have_shared = sec != NULL && sec[0] != '\0';
-        if (N.have_shared)
-            fab_secret_key(sec, N.shared);
-    }
-    if (access(N.dir, W_OK) != 0) {
-        pyrdma_fail(st, errno, "mkdir", "rendezvous directory %s is not "
-                    "writable (set RDMA_UCX_DIR)", N.dir);
-        goto out;
-    }
+        return -1;
+    if (fab_random_bytes(N.secret, sizeof(N.secret)) < 0)
+        return pyrdma_fail(st, errno ? errno : EIO, "read", "/dev/urandom: "
+                           "no random bytes for the node's key");
+    N.have_shared = sec != NULL && sec[0] != '\0';
+    if (N.have_shared)
+        fab_secret_key(sec, N.shared);
+    if (access(N.dir, W_OK) != 0)
+        return pyrdma_fail(st, errno, "mkdir", "rendezvous directory %s is "
+                           "not writable (set RDMA_UCX_DIR)", N.dir);
     fab_sweep_stale();
-    /* UCP */
-    s = U.config_read(NULL, NULL, &cfg);
-    if (s != UCS_OK) {
-        ucs_fail(st, s, "ucp_config_read", "reading the UCX configuration");
-        goto out;
-    }
+    return 0;
+}
+
+/* The UCX configuration the fabric runs with (UCX_* variables override
+   each setting). */
+static void
+ucp_configure(ucp_config_t *cfg)
+{
     /* Two threads share the worker (the application's poll_cq and the
        progress thread): a spinlock held by a preempted thread makes the
        other spin for a whole time slice on a small machine (ms round
@@ -664,28 +639,49 @@ fab_node_up(struct pyrdma_status *st)
        anonymous memory; never a POSIX segment, whose allocation writes
        every byte of it to /dev/shm first (see alloc_mr_mem) */
     U.config_modify(cfg, "ALLOC_PRIO", "md:sysv,mmap");
+}
+
+/* Phase 3a, UCP: its context, configured.  0 or -1. */
+static int
+node_ucp_context(struct pyrdma_status *st)
+{
+    ucp_config_t *cfg = NULL;
+    ucp_params_t pp;
+    ucs_status_t s = U.config_read(NULL, NULL, &cfg);
+
+    if (s != UCS_OK)
+        return ucs_fail(st, s, "ucp_config_read",
+                        "reading the UCX configuration");
+    ucp_configure(cfg);
     memset(&pp, 0, sizeof(pp));
     pp.field_mask = UCP_PARAM_FIELD_FEATURES;
     pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
     s = U.init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg, &N.uctx);
     U.config_release(cfg);
-    if (s != UCS_OK) {
-        ucs_fail(st, s, "ucp_init", "initializing UCX");
-        goto out;
-    }
-    nbefore = fab_listen_scan(before, lfd, lport, 64);
+    if (s != UCS_OK)
+        return ucs_fail(st, s, "ucp_init", "initializing UCX");
+    return 0;
+}
+
+/* Phase 3b, UCP: the worker, its active-message handlers (requests and
+   responses both go to fab_am_cb), its address.  0 or -1. */
+static int
+node_ucp_worker(struct pyrdma_status *st)
+{
+    ucp_worker_params_t wp;
+    ucp_am_handler_param_t ap;
+    ucs_status_t s;
+
     memset(&wp, 0, sizeof(wp));
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_MULTI;
     s = U.worker_create(N.uctx, &wp, &N.w);
-    if (s != UCS_OK) {
+    if (s != UCS_OK)
         /* UCX's posix transport makes its receive FIFO in /dev/shm */
-        ucs_fail(st, s, "ucp_worker_create", s == UCS_ERR_NO_MEMORY
-                 ? "creating the UCX worker (its shared-memory FIFO is in "
-                   "/dev/shm: is /dev/shm full?)"
-                 : "creating the UCX worker");
-        goto out;
-    }
+        return ucs_fail(st, s, "ucp_worker_create", s == UCS_ERR_NO_MEMORY
+                        ? "creating the UCX worker (its shared-memory FIFO "
+                          "is in /dev/shm: is /dev/shm full?)"
+                        : "creating the UCX worker");
     fab_cma_ptracer();          /* what UCX's cma component did to Yama */
     memset(&ap, 0, sizeof(ap));
     ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
@@ -696,145 +692,198 @@ fab_node_up(struct pyrdma_status *st)
     ap.cb = fab_am_cb;
     ap.id = AM_REQ;
     ap.arg = NULL;
-    if ((s = U.worker_set_am_recv_handler(N.w, &ap)) != UCS_OK) {
-        ucs_fail(st, s, "ucp_worker_set_am_recv_handler", "AM handler");
-        goto out;
-    }
+    if ((s = U.worker_set_am_recv_handler(N.w, &ap)) != UCS_OK)
+        return ucs_fail(st, s, "ucp_worker_set_am_recv_handler",
+                        "AM handler");
     ap.id = AM_RESP;
-    if ((s = U.worker_set_am_recv_handler(N.w, &ap)) != UCS_OK) {
-        ucs_fail(st, s, "ucp_worker_set_am_recv_handler", "AM handler");
-        goto out;
-    }
+    if ((s = U.worker_set_am_recv_handler(N.w, &ap)) != UCS_OK)
+        return ucs_fail(st, s, "ucp_worker_set_am_recv_handler",
+                        "AM handler");
     s = U.worker_get_address(N.w, &N.waddr, &N.waddr_len);
-    if (s != UCS_OK) {
-        ucs_fail(st, s, "ucp_worker_get_address", "worker address");
-        goto out;
-    }
-    /* the listener: the one setting, RDMA_UCX_ADDR, says where */
-    ipstr = getenv("RDMA_UCX_ADDR");
-    if (ipstr == NULL || ipstr[0] == '\0')
+    if (s != UCS_OK)
+        return ucs_fail(st, s, "ucp_worker_get_address", "worker address");
+    return 0;
+}
+
+/* Phase 4, the listener: the one setting, RDMA_UCX_ADDR, says where; none
+   (same host only) if it is not set and UCX cannot listen.  Decides the
+   open mode.  0 or -1. */
+static int
+node_listener(struct pyrdma_status *st)
+{
+    const char *ipstr = getenv("RDMA_UCX_ADDR");
+    int asked = ipstr != NULL && ipstr[0] != '\0';
+    ucp_listener_params_t lp;
+    ucp_listener_attr_t la;
+    struct sockaddr_in sin;
+    ucs_status_t s;
+
+    if (!asked)
         ipstr = "127.0.0.1";
-    if (inet_pton(AF_INET, ipstr, &N.ip) != 1) {
-        pyrdma_fail(st, EINVAL, "inet_pton", "RDMA_UCX_ADDR=%s is not an "
-                    "IPv4 address", ipstr);
-        goto out;
+    if (inet_pton(AF_INET, ipstr, &N.ip) != 1)
+        return pyrdma_fail(st, EINVAL, "inet_pton", "RDMA_UCX_ADDR=%s is "
+                           "not an IPv4 address", ipstr);
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = N.ip;
+    memset(&lp, 0, sizeof(lp));
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                    UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (struct sockaddr *)&sin;
+    lp.sockaddr.addrlen = sizeof(sin);
+    lp.conn_handler.cb = fab_conn_cb;
+    s = U.listener_create(N.w, &lp, &N.listener);
+    if (s == UCS_OK) {
+        memset(&la, 0, sizeof(la));
+        la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+        if (U.listener_query(N.listener, &la) == UCS_OK)
+            N.port = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
     }
-    {
-        ucp_listener_params_t lp;
-        ucp_listener_attr_t la;
-        struct sockaddr_in sin;
-        memset(&sin, 0, sizeof(sin));
-        sin.sin_family = AF_INET;
-        sin.sin_addr.s_addr = N.ip;
-        memset(&lp, 0, sizeof(lp));
-        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
-                        UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-        lp.sockaddr.addr = (struct sockaddr *)&sin;
-        lp.sockaddr.addrlen = sizeof(sin);
-        lp.conn_handler.cb = fab_conn_cb;
-        s = U.listener_create(N.w, &lp, &N.listener);
-        if (s == UCS_OK) {
-            memset(&la, 0, sizeof(la));
-            la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-            if (U.listener_query(N.listener, &la) == UCS_OK)
-                N.port = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
-        }
-        else if (getenv("RDMA_UCX_ADDR") && getenv("RDMA_UCX_ADDR")[0]) {
-            ucs_fail(st, s, "ucp_listener_create", "listening on "
-                     "RDMA_UCX_ADDR (does UCX_TLS include tcp?)");
-            goto out;
-        }
-        else
-            N.listener = NULL;      /* same-host only */
-        /* open mode: no secret and a listener others can reach */
-        N.open_mode = !N.have_shared && N.listener != NULL &&
-                      (ntohl(N.ip) >> 24) != 127;
+    else if (asked)
+        return ucs_fail(st, s, "ucp_listener_create", "listening on "
+                        "RDMA_UCX_ADDR (does UCX_TLS include tcp?)");
+    else
+        N.listener = NULL;      /* same-host only */
+    /* open mode: no secret and a listener others can reach */
+    N.open_mode = !N.have_shared && N.listener != NULL &&
+                  (ntohl(N.ip) >> 24) != 127;
+    return 0;
+}
+
+/* Phase 5, the guard: UCX's listening sockets are those in after[0..n)
+   that were not in before[0..nbefore) (fab_listen_scan's inodes; lfd,
+   lport: the sockets of after). */
+static void
+node_guard(const uint64_t *before, int nbefore, const uint64_t *after,
+           int n, const int *lfd, const uint16_t *lport)
+{
+    int i, k;
+    N.nlsn = 0;
+    for (i = 0; i < n && N.nlsn < 32; i++) {
+        for (k = 0; k < nbefore; k++)
+            if (before[k] == after[i])
+                break;
+        if (k < nbefore)
+            continue;
+        N.lsn_fd[N.nlsn] = lfd[i];
+        N.lsn_port[N.nlsn] = lport[i];
+        N.nlsn++;
     }
-    /* the guard: UCX's listening sockets are those that are new now */
-    {
-        int n = fab_listen_scan(after, lfd, lport, 64), i, k;
-        N.nlsn = 0;
-        for (i = 0; i < n && N.nlsn < 32; i++) {
-            for (k = 0; k < nbefore; k++)
-                if (before[k] == after[i])
-                    break;
-            if (k < nbefore)
-                continue;
-            N.lsn_fd[N.nlsn] = lfd[i];
-            N.lsn_port[N.nlsn] = lport[i];
-            N.nlsn++;
-        }
-    }
-    /* identity: GUID = IPv4 | port | salt, LID unique on this host */
+}
+
+/* Phase 6, identity: GUID = IPv4 | port | salt, a LID unique on this
+   host, the node record, the key page.  0 or -1. */
+static int
+node_identity(struct pyrdma_status *st)
+{
     pick_guid();
     if (claim_lid((uint16_t)(N.guid ^ (N.guid >> 16) ^ (N.guid >> 32))) < 0
-        || write_record() < 0) {
-        pyrdma_fail(st, errno ? errno : EIO, "open",
-                    "cannot register in %s", N.dir);
-        goto out;
-    }
+        || write_record() < 0)
+        return pyrdma_fail(st, errno ? errno : EIO, "open",
+                           "cannot register in %s", N.dir);
     fab_sh_create();
-    /* wake-ups */
-    if ((s = U.worker_get_efd(N.w, &N.efd)) != UCS_OK) {
-        ucs_fail(st, s, "ucp_worker_get_efd", "event fd");
-        goto out;
-    }
+    return 0;
+}
+
+/* Phase 7, wake-ups: the progress thread sleeps in epoll on UCP's event
+   fd and the stop eventfd (N.epfd), or on the stop fd alone while the
+   node is quiet (N.quietfd); a new connection to a listening socket
+   wakes the guard in both.  0 or -1. */
+static int
+node_wakeups(struct pyrdma_status *st)
+{
+    struct epoll_event ev, le;
+    ucs_status_t s;
+    int i;
+
+    if ((s = U.worker_get_efd(N.w, &N.efd)) != UCS_OK)
+        return ucs_fail(st, s, "ucp_worker_get_efd", "event fd");
     N.epfd = epoll_create1(EPOLL_CLOEXEC);
     N.stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (N.epfd < 0 || N.stopfd < 0) {
-        pyrdma_fail(st, errno, "epoll_create1", "");
-        goto out;
-    }
+    if (N.epfd < 0 || N.stopfd < 0)
+        return pyrdma_fail(st, errno, "epoll_create1", "");
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN;
     epoll_ctl(N.epfd, EPOLL_CTL_ADD, N.efd, &ev);
     epoll_ctl(N.epfd, EPOLL_CTL_ADD, N.stopfd, &ev);
     N.quietfd = epoll_create1(EPOLL_CLOEXEC);
-    if (N.quietfd < 0) {
-        pyrdma_fail(st, errno, "epoll_create1", "");
-        goto out;
-    }
+    if (N.quietfd < 0)
+        return pyrdma_fail(st, errno, "epoll_create1", "");
     epoll_ctl(N.quietfd, EPOLL_CTL_ADD, N.stopfd, &ev);
-    {
-        /* a new connection to a listening socket wakes the guard */
-        int i;
-        struct epoll_event le;
-        memset(&le, 0, sizeof(le));
-        le.events = EPOLLIN | EPOLLET;
-        le.data.u64 = GUARD_TAG;
-        for (i = 0; i < N.nlsn; i++) {
-            epoll_ctl(N.epfd, EPOLL_CTL_ADD, N.lsn_fd[i], &le);
-            epoll_ctl(N.quietfd, EPOLL_CTL_ADD, N.lsn_fd[i], &le);
-        }
+    memset(&le, 0, sizeof(le));
+    le.events = EPOLLIN | EPOLLET;
+    le.data.u64 = GUARD_TAG;
+    for (i = 0; i < N.nlsn; i++) {
+        epoll_ctl(N.epfd, EPOLL_CTL_ADD, N.lsn_fd[i], &le);
+        epoll_ctl(N.quietfd, EPOLL_CTL_ADD, N.lsn_fd[i], &le);
     }
+    return 0;
+}
+
+/* Phase 8: the progress thread, the exit handler.  0 or -1. */
+static int
+node_start(struct pyrdma_status *st)
+{
+    static int registered;
     N.pid = getpid();
     N.qp_next = 2;
-    if (pthread_create(&N.thr, NULL, progress_main, NULL) != 0) {
-        pyrdma_fail(st, EAGAIN, "pthread_create", "progress thread");
+    if (pthread_create(&N.thr, NULL, progress_main, NULL) != 0)
+        return pyrdma_fail(st, EAGAIN, "pthread_create", "progress thread");
+    if (!registered) {
+        registered = 1;
+        atexit(node_atexit);
+    }
+    return 0;
+}
+
+/* A start-up that failed: leave UCP objects alone (a retry makes new
+   ones); close the fds, give the LID back. */
+static void
+node_up_undo(void)
+{
+    if (N.epfd >= 0)
+        close(N.epfd);
+    if (N.stopfd >= 0)
+        close(N.stopfd);
+    if (N.lidfile[0])
+        unlink(N.lidfile);
+    if (N.lidfd >= 0)
+        close(N.lidfd);
+    N.epfd = N.stopfd = N.lidfd = -1;
+}
+
+/* Bring the node up once per process; 0 or -1 with *st set. */
+int
+fab_node_up(struct pyrdma_status *st)
+{
+    uint64_t before[64], after[64];
+    int lfd[64], nbefore, nafter;
+    uint16_t lport[64];
+    int rc = -1;
+
+    pthread_mutex_lock(&init_lock);
+    if (N.up && N.pid == getpid()) {
+        pthread_mutex_unlock(&init_lock);
+        return 0;
+    }
+    if (node_fresh(st) < 0) {
+        pthread_mutex_unlock(&init_lock);
+        return -1;
+    }
+    if (node_auth(st) < 0 || node_ucp_context(st) < 0)
         goto out;
-    }
-    {
-        static int registered;
-        if (!registered) {
-            registered = 1;
-            atexit(node_atexit);
-        }
-    }
+    nbefore = fab_listen_scan(before, lfd, lport, 64);
+    if (node_ucp_worker(st) < 0 || node_listener(st) < 0)
+        goto out;
+    nafter = fab_listen_scan(after, lfd, lport, 64);
+    node_guard(before, nbefore, after, nafter, lfd, lport);
+    if (node_identity(st) < 0 || node_wakeups(st) < 0 || node_start(st) < 0)
+        goto out;
     N.up = 1;
     rc = 0;
 out:
-    if (rc < 0) {
-        /* leave UCP objects alone (a retry makes new ones); close fds */
-        if (N.epfd >= 0)
-            close(N.epfd);
-        if (N.stopfd >= 0)
-            close(N.stopfd);
-        if (N.lidfile[0])
-            unlink(N.lidfile);
-        if (N.lidfd >= 0)
-            close(N.lidfd);
-        N.epfd = N.stopfd = N.lidfd = -1;
-    }
+    if (rc < 0)
+        node_up_undo();
     pthread_mutex_unlock(&init_lock);
     return rc;
 }

@@ -308,113 +308,128 @@ ep_by_sockaddr(uint64_t guid, ucp_ep_params_t *ep, struct sockaddr_in *sin,
     return 0;
 }
 
-/* Find or make the peer for (guid, lid); dgid_known: guid came from a
-   GID.  Return 0 or -1 with *st set, naming func (the verb resolving the
-   address).  Called without N.lock. */
+/* The GUID of the node of this host with LID lid (*guid 0 and lid not 0:
+   the address gave a LID only); 0 or -1 with *st set, naming func. */
 static int
-peer_get(uint64_t guid, uint16_t lid, struct peer **out,
-         struct pyrdma_status *st, const char *func)
+guid_of_lid(uint64_t *guid, uint16_t lid, struct pyrdma_status *st,
+            const char *func)
+{
+    if (*guid != 0 || lid == 0)
+        return 0;
+    *guid = lid == N.lid ? N.guid : fab_lid_owner(lid);
+    if (*guid == 0)
+        return pyrdma_fail(st, EHOSTUNREACH, func,
+                           "no fabric node has LID 0x%x on this host "
+                           "(rendezvous directory %s); use the GID to "
+                           "reach another host", lid, N.dir);
+    return 0;
+}
+
+/* The live peer of guid we have already, or NULL. */
+static struct peer *
+peer_find(uint64_t guid)
 {
     struct peer *p = NULL;
-    struct record rec;
-    void *addr = NULL;
-    ucp_ep_params_t ep;
-    ucs_status_t s;
-    struct sockaddr_in sin;
-    int i, have_rec = 0, rec_ok = 0, alive = 0;
-    const uint64_t *key = NULL;
-    uint64_t nkey[2];
-    int mode = HELLO_NONE;
-
-    if (guid == 0 && lid != 0) {
-        if (lid == N.lid)
-            guid = N.guid;
-        else
-            guid = fab_lid_owner(lid);
-        if (guid == 0)
-            return pyrdma_fail(st, EHOSTUNREACH, func,
-                               "no fabric node has LID 0x%x on this host "
-                               "(rendezvous directory %s); use the GID to "
-                               "reach another host", lid, N.dir);
-    }
+    int i;
     LOCK();
     for (i = 0; i < N.npeers; i++)
         if (N.peers[i]->guid == guid && !N.peers[i]->failed) {
-            *out = N.peers[i];
-            UNLOCK();
-            return 0;
+            p = N.peers[i];
+            break;
         }
     UNLOCK();
-    p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        return pyrdma_fail(st, ENOMEM, "calloc", "");
-    p->guid = guid;
-    memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.err_handler.cb = ep_err_cb;
-    ep.err_handler.arg = p;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    return p;
+}
+
+/* What peer_get learns of a node from its record. */
+struct route {
+    struct record rec;
+    void *addr;            /* its worker address (malloc'd) or NULL */
+    int rec_ok;            /* rec was read */
+    int alive;             /* its process lives */
+    int have_rec;          /* same host, same pid namespace: by rec */
+    struct sockaddr_in sin; /* otherwise its listener */
+};
+
+/* How to reach p (of guid): ourselves by our worker's address; a node of
+   this host and pid namespace by its worker's address (its record);
+   anything else by its listener, over TCP.  Fills ep; 0 or -1 with *st
+   set, naming func. */
+static int
+peer_route(struct peer *p, ucp_ep_params_t *ep, struct route *r,
+           struct pyrdma_status *st, const char *func)
+{
+    uint64_t guid = p->guid;
     if (guid == N.guid) {
-        ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-        ep.address = N.waddr;
+        ep->field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep->address = N.waddr;
         p->lid = N.lid;
         p->pid = getpid();
+        return 0;
     }
-    else if ((rec_ok = record_read(guid, &rec, &addr, &alive) == 0) &&
-             fab_same_host(&rec) && alive && rec.pidns == N.pidns) {
-        have_rec = 1;
-        ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-        ep.address = addr;
-        p->lid = rec.lid;
-        p->pid = rec.pid;
+    r->rec_ok = record_read(guid, &r->rec, &r->addr, &r->alive) == 0;
+    if (r->rec_ok && fab_same_host(&r->rec) && r->alive &&
+        r->rec.pidns == N.pidns) {
+        r->have_rec = 1;
+        ep->field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep->address = r->addr;
+        p->lid = r->rec.lid;
+        p->pid = r->rec.pid;
+        return 0;
     }
-    else {
-        /* a node of this host in another pid namespace (a container
-           sharing /dev/shm): its pid means nothing here (no cross-memory
-           attach, no pid check: its record's lock says whether it
-           lives), and UCX's shared-memory transports cannot reach it
-           from here (an endpoint to its worker address times out): its
-           listener, over TCP */
-        p->rec_live = rec_ok && alive && fab_same_host(&rec);
-        if (ep_by_sockaddr(guid, &ep, &sin, st, func) < 0) {
-            free(addr);
-            free(p);
-            return -1;
-        }
-    }
-    /* the key of our HELLO: a node of this host (any network
-       namespace) publishes its own, else RDMA_UCX_SECRET, else none */
+    /* a node of this host in another pid namespace (a container sharing
+       /dev/shm): its pid means nothing here (no cross-memory attach, no
+       pid check: its record's lock says whether it lives), and UCX's
+       shared-memory transports cannot reach it from here (an endpoint to
+       its worker address times out): its listener, over TCP */
+    p->rec_live = r->rec_ok && r->alive && fab_same_host(&r->rec);
+    return ep_by_sockaddr(guid, ep, &r->sin, st, func);
+}
+
+/* The key of our HELLO to guid: a node of this host (any network
+   namespace) publishes its own, else RDMA_UCX_SECRET, else none
+   (NULL).  *mode: HELLO_*; nkey: room for a copied key. */
+static const uint64_t *
+hello_key(uint64_t guid, const struct route *r, uint64_t nkey[2], int *mode)
+{
     if (guid == N.guid) {
-        key = N.secret;
-        mode = HELLO_NODE;
+        *mode = HELLO_NODE;
+        return N.secret;
     }
-    else if (rec_ok && strcmp(rec.boot_id, N.boot_id) == 0) {
-        memcpy(nkey, rec.secret, sizeof(nkey));
-        key = nkey;
-        mode = HELLO_NODE;
+    if (r->rec_ok && strcmp(r->rec.boot_id, N.boot_id) == 0) {
+        memcpy(nkey, r->rec.secret, 2 * sizeof(*nkey));
+        *mode = HELLO_NODE;
+        return nkey;
     }
-    else if (N.have_shared) {
-        key = N.shared;
-        mode = HELLO_SHARED;
+    if (N.have_shared) {
+        *mode = HELLO_SHARED;
+        return N.shared;
     }
-    s = U.ep_create(N.w, &ep, &p->ep);
-    free(addr);
-    if (s != UCS_OK) {
-        free(p);
-        return ucs_fail(st, s, "ucp_ep_create", "connecting to a fabric node");
-    }
-    fab_hello_send(p, key, mode);
-    /* same host: its key page opens the one-sided fast path */
-    if (guid == N.guid)
+    *mode = HELLO_NONE;
+    return NULL;
+}
+
+/* Same host: p's key page opens the one-sided fast path (with a cache
+   of its MR keys). */
+static void
+peer_map_keys(struct peer *p, int have_rec)
+{
+    if (p->guid == N.guid)
         p->sh = N.sh;
     else if (have_rec && N.sh != NULL)
-        p->sh = fab_sh_map(guid);
+        p->sh = fab_sh_map(p->guid);
     if (p->sh != NULL && (p->rk = calloc(SH_MR, sizeof(*p->rk))) == NULL) {
         if (p->sh != N.sh)
             munmap(p->sh, sizeof(*p->sh));
         p->sh = NULL;
     }
+}
+
+/* Add p to the node's peers.  0 or -1 with *st set. */
+static int
+peer_add(struct peer *p, struct pyrdma_status *st)
+{
+    struct auth *a;
     LOCK();
     if (N.npeers == N.cpeers) {
         int nc = N.cpeers ? N.cpeers * 2 : 16;
@@ -426,12 +441,59 @@ peer_get(uint64_t guid, uint16_t lid, struct peer **out,
         N.peers = np;
         N.cpeers = nc;
     }
-    {
-        struct auth *a = fab_auth_find(guid);
-        p->rx_sid = a != NULL ? a->sid : 0;
-    }
+    a = fab_auth_find(p->guid);
+    p->rx_sid = a != NULL ? a->sid : 0;
     N.peers[N.npeers++] = p;
     UNLOCK();
+    return 0;
+}
+
+/* Find or make the peer for (guid, lid); dgid_known: guid came from a
+   GID.  Return 0 or -1 with *st set, naming func (the verb resolving the
+   address).  Called without N.lock. */
+static int
+peer_get(uint64_t guid, uint16_t lid, struct peer **out,
+         struct pyrdma_status *st, const char *func)
+{
+    struct peer *p;
+    struct route r;
+    ucp_ep_params_t ep;
+    ucs_status_t s;
+    const uint64_t *key;
+    uint64_t nkey[2];
+    int mode;
+
+    if (guid_of_lid(&guid, lid, st, func) < 0)
+        return -1;
+    if ((*out = peer_find(guid)) != NULL)
+        return 0;
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    p->guid = guid;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.err_handler.cb = ep_err_cb;
+    ep.err_handler.arg = p;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    memset(&r, 0, sizeof(r));
+    if (peer_route(p, &ep, &r, st, func) < 0) {
+        free(r.addr);
+        free(p);
+        return -1;
+    }
+    key = hello_key(guid, &r, nkey, &mode);
+    s = U.ep_create(N.w, &ep, &p->ep);
+    free(r.addr);
+    if (s != UCS_OK) {
+        free(p);
+        return ucs_fail(st, s, "ucp_ep_create", "connecting to a fabric node");
+    }
+    fab_hello_send(p, key, mode);
+    peer_map_keys(p, r.have_rec);
+    if (peer_add(p, st) < 0)
+        return -1;
     wake_progress();
     *out = p;
     return 0;

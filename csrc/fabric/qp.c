@@ -272,28 +272,14 @@ qp_reset(struct uqp *q)
     q->attr.port_num = 1;
 }
 
-int
-fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
-              struct pyrdma_status *st)
+/* The transition cur -> next with the attributes of mask: one the QP
+   state table allows, with its required attributes and no others.
+   0 or -1 with *st set. */
+static int
+check_transition(const struct uqp *q, const struct pyrdma_qp_attr *a,
+                 int mask, int cur, int next, struct pyrdma_status *st)
 {
-    struct uqp *q = vq;
-    int cur, next, req, opt;
-    struct peer *peer = NULL;
-    const int known = M(STATE) | M(CUR_STATE) | M(EN_SQD_ASYNC_NOTIFY) |
-                      M(ACCESS_FLAGS) | M(PKEY_INDEX) | M(PORT) | M(QKEY) |
-                      M(AV) | M(PATH_MTU) | M(TIMEOUT) | M(RETRY_CNT) |
-                      M(RNR_RETRY) | M(RQ_PSN) | M(MAX_QP_RD_ATOMIC) |
-                      M(ALT_PATH) | M(MIN_RNR_TIMER) | M(SQ_PSN) |
-                      M(MAX_DEST_RD_ATOMIC) | M(PATH_MIG_STATE) | M(CAP) |
-                      M(DEST_QPN) | M(RATE_LIMIT);
-
-    if (mask & ~known)
-        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "unknown attribute "
-                           "mask bits 0x%x", mask & ~known);
-    LOCK();
-    cur = q->attr.qp_state;
-    UNLOCK();
-    next = (mask & M(STATE)) ? a->qp_state : cur;
+    int req, opt;
     if ((mask & M(CUR_STATE)) && a->cur_qp_state != cur)
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "cur_qp_state %d but "
                            "the QP is in state %d", a->cur_qp_state, cur);
@@ -312,6 +298,15 @@ fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "attribute mask 0x%x "
                            "not allowed in transition %d -> %d",
                            mask & ~(req | opt), cur, next);
+    return 0;
+}
+
+/* The values of the attributes of mask: within the fabric's port and
+   the ranges of the IBA.  0 or -1 with *st set. */
+static int
+check_attr_values(const struct pyrdma_qp_attr *a, int mask,
+                  struct pyrdma_status *st)
+{
     if ((mask & M(PORT)) && a->port_num != 1)
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "port_num %u",
                            a->port_num);
@@ -340,22 +335,15 @@ fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
                                           IBV_ACCESS_MW_BIND)))
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "qp_access_flags "
                            "0x%x", a->qp_access_flags);
-    if (mask & M(AV)) {
-        if (fab_ah_resolve(&a->ah_attr, &peer, st, "ibv_modify_qp") < 0)
-            return -1;
-    }
-    LOCK();
-    if (q->attr.qp_state != cur) {
-        UNLOCK();
-        return pyrdma_fail(st, EAGAIN, "ibv_modify_qp", "the QP changed "
-                           "state meanwhile");
-    }
-    if (next == IBV_QPS_RESET) {
-        qp_reset(q);
-        fab_sh_qp_sync(q);
-        UNLOCK();
-        return 0;
-    }
+    return 0;
+}
+
+/* Store the (checked) attributes of mask in q (N.lock held); peer: the
+   address vector's, resolved. */
+static void
+apply_attrs(struct uqp *q, const struct pyrdma_qp_attr *a, int mask,
+            struct peer *peer)
+{
     if (mask & M(ACCESS_FLAGS))
         q->attr.qp_access_flags = a->qp_access_flags;
     if (mask & M(PKEY_INDEX))
@@ -400,7 +388,16 @@ fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
     }
     if (mask & M(PATH_MIG_STATE))
         q->attr.path_mig_state = a->path_mig_state;
-    if (next == IBV_QPS_ERR) {
+}
+
+/* Move q to state next (N.lock held; the attributes stored): RESET
+   forgets everything in flight, ERR flushes. */
+static void
+enter_state(struct uqp *q, int next)
+{
+    if (next == IBV_QPS_RESET)
+        qp_reset(q);
+    else if (next == IBV_QPS_ERR) {
         fab_qp_flush_to_err(q);
         fab_sq_advance(q);
     }
@@ -410,6 +407,45 @@ fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
             q->err_pending = 0;
     }
     fab_sh_qp_sync(q);
+}
+
+int
+fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
+              struct pyrdma_status *st)
+{
+    struct uqp *q = vq;
+    int cur, next;
+    struct peer *peer = NULL;
+    const int known = M(STATE) | M(CUR_STATE) | M(EN_SQD_ASYNC_NOTIFY) |
+                      M(ACCESS_FLAGS) | M(PKEY_INDEX) | M(PORT) | M(QKEY) |
+                      M(AV) | M(PATH_MTU) | M(TIMEOUT) | M(RETRY_CNT) |
+                      M(RNR_RETRY) | M(RQ_PSN) | M(MAX_QP_RD_ATOMIC) |
+                      M(ALT_PATH) | M(MIN_RNR_TIMER) | M(SQ_PSN) |
+                      M(MAX_DEST_RD_ATOMIC) | M(PATH_MIG_STATE) | M(CAP) |
+                      M(DEST_QPN) | M(RATE_LIMIT);
+
+    if (mask & ~known)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "unknown attribute "
+                           "mask bits 0x%x", mask & ~known);
+    LOCK();
+    cur = q->attr.qp_state;
+    UNLOCK();
+    next = (mask & M(STATE)) ? a->qp_state : cur;
+    if (check_transition(q, a, mask, cur, next, st) < 0 ||
+        check_attr_values(a, mask, st) < 0)
+        return -1;
+    if ((mask & M(AV)) &&
+        fab_ah_resolve(&a->ah_attr, &peer, st, "ibv_modify_qp") < 0)
+        return -1;
+    LOCK();
+    if (q->attr.qp_state != cur) {
+        UNLOCK();
+        return pyrdma_fail(st, EAGAIN, "ibv_modify_qp", "the QP changed "
+                           "state meanwhile");
+    }
+    if (next != IBV_QPS_RESET)
+        apply_attrs(q, a, mask, peer);
+    enter_state(q, next);
     UNLOCK();
     return 0;
 }

@@ -117,15 +117,6 @@ fill_fail(struct uqp *q, struct slot *s, int status)
     q->err_pending = 1;
 }
 
-/* The one-sided fast path (N.lock held): execute an RC WRITE, READ or
-   atomic directly in the target's memory, mapped here by UCX (shared
-   memory, memory of alloc_mr), if every check a responder makes passes
-   on the target's key page and nothing of q is outstanding on the
-   active-message path (RC order).  Return 1 if done (the data is in
-   place), 0 to take the active-message path, which also produces every
-   error completion exactly as before; -1 if the MR was withdrawn while
-   the op ran (it fails with REM_ACCESS_ERR).  No malloc, lock or
-   syscall. */
 /* The in-flight counts a post_send call holds (one atomic add per target
    QP and MR per call, not per WR; dropped before post_send returns). */
 struct fhold {
@@ -285,77 +276,163 @@ cma_op(struct peer *p, const struct pyrdma_send_wr *wr, int write,
     return 1;
 }
 
-static int
-fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
-        int op, size_t total, int inline_data, struct fhold *h)
-{
-    struct peer *p = q->peer;
-    int atomic = op >= OP_CAS, ok;
-    uint32_t rkey = atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey;
-    uint64_t raddr = atomic ? wr->wr.atomic.remote_addr
-                            : wr->wr.rdma.remote_addr;
-    uint64_t len = atomic ? 8 : total;
-    unsigned need = op == OP_WRITE ? IBV_ACCESS_REMOTE_WRITE :
-                    op == OP_READ ? IBV_ACCESS_REMOTE_READ :
-                    IBV_ACCESS_REMOTE_ATOMIC;
-    uint32_t idx = rkey >> 8, dqpn = q->attr.dest_qp_num;
-    struct rkc *c;
-    struct sh_qp *t;
-    struct sh_mr *m;
+/* How a WR reaches its target: one of four carriers, chosen by
+   carrier_of() and nowhere else.
+   - CARRY_MAPPED: one-sided; the initiator copies into (or out of) the
+     target's memory as UCX maps it here (shared memory, memory of
+     alloc_mr, adopted memory), an atomic operates on it in place;
+   - CARRY_CMA: one-sided; process_vm_writev/readv between the local s/g
+     list and the target process's own memory (same host; WRITE and READ
+     of at least N.cma_min bytes);
+   - CARRY_RING: a slot whose request goes through the same-host target's
+     request ring, executed by the target's poll_cq;
+   - CARRY_AM: a slot whose request is a UCP active message.
+   A one-sided WR that fails its checks when executed (fast_op returns 0)
+   takes a slot after all (carrier_of again, one-sided carriers excluded),
+   whose responder produces its error completion as on a NIC.  A request
+   for the ring goes by UCP when the ring is full or a request of the same
+   call went by UCP before it (order): ring_slots. */
+enum carrier {
+    CARRY_MAPPED,
+    CARRY_CMA,
+    CARRY_RING,
+    CARRY_AM,
+};
 
-    if (len == 0 || idx == 0 || idx >= SH_MR)
-        return 0;
-    if (op == OP_WRITE && rkey == h->rep_rkey && !inline_data &&
-        wr->num_sge == 1 && wr->sg_list->lkey == h->lkey &&
-        in_mr(h->lmr, wr->sg_list->addr, len)) {
-        /* the same local and target MRs as this call's last one-sided
-           WRITE, which checked what cannot change while the MR's key
-           stays (its PD, access, bounds and mapping; the QP's PD), and
-           counted us in on both: the QP's identity, its access and the
-           key are checked again, and the bounds */
-        t = h->rep_t;
-        m = h->rep_m;
-        if (__atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn &&
-            t->dest_qpn == q->qpn && t->peer_guid == N.guid &&
-            (__atomic_load_n(&t->access, __ATOMIC_RELAXED) & need) &&
-            __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey &&
-            raddr >= h->rep_lo && len <= h->rep_len &&
-            raddr - h->rep_lo <= h->rep_len - len) {
-            copy_sges(h->rep_base + (raddr - h->rep_lo), wr, len);
-            h->n_write++;
-            /* (as below: withdrawn meanwhile) */
-            return __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey ? 1
-                                                                      : -1;
-        }
-        h->rep_rkey = 0;        /* the full checks decide */
+/* The target MR key of a one-sided WR (op OP_WRITE..OP_FAA). */
+static inline uint32_t
+wr_rkey(const struct pyrdma_send_wr *wr, int op)
+{
+    return op >= OP_CAS ? wr->wr.atomic.rkey : wr->wr.rdma.rkey;
+}
+
+static inline uint64_t
+wr_raddr(const struct pyrdma_send_wr *wr, int op)
+{
+    return op >= OP_CAS ? wr->wr.atomic.remote_addr : wr->wr.rdma.remote_addr;
+}
+
+/* The access a one-sided op needs of the target QP and MR. */
+static inline unsigned
+op_access(int op)
+{
+    return op == OP_WRITE ? IBV_ACCESS_REMOTE_WRITE :
+           op == OP_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_ATOMIC;
+}
+
+/* May wr (op, len bytes: 8 for an atomic) of q go one-sided at all (N.lock
+   held)?  RC to a peer whose memory UCX maps here (h->fast_ok), the QP
+   not failing, an op without a responder's part (a WRITE without
+   immediate data, a READ, an atomic), a target key that can name an MR. */
+static inline int
+one_sided_candidate(const struct uqp *q, const struct pyrdma_send_wr *wr,
+                    int op, uint64_t len, const struct fhold *h)
+{
+    uint32_t idx = wr_rkey(wr, op) >> 8;
+    return h->fast_ok && !q->err_pending && q->attr.qp_state != IBV_QPS_ERR &&
+           (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE) &&
+           len != 0 && idx != 0 && idx < SH_MR;
+}
+
+/* THE CHOICE of carrier for wr (op, len bytes) of q (N.lock held; see
+   enum carrier).  one_sided 0: a slot carrier only. */
+static enum carrier
+carrier_of(const struct uqp *q, const struct pyrdma_send_wr *wr, int op,
+           uint64_t len, const struct fhold *h, int one_sided)
+{
+    const struct peer *p = q->peer;
+    if (one_sided && one_sided_candidate(q, wr, op, len, h)) {
+        uint32_t rkey = wr_rkey(wr, op);
+        const struct rkc *c = &p->rk[rkey >> 8];
+        /* c->key: the MR is in our cache of the target's keys
+           (post_send's map_targets tried to put it there) */
+        if (c->key == rkey && c->base != NULL)
+            return CARRY_MAPPED;
+        /* the target's own memory: atomics need the target's CPU, and
+           small WRs are cheaper through the ring */
+        if (c->key == rkey && c->cma && op < OP_CAS && !p->cma_off &&
+            len >= N.cma_min)
+            return CARRY_CMA;
     }
-    c = &p->rk[idx];
-    if (c->key != rkey)
-        return 0;               /* not mapped (post_send tried) */
-    if (c->base == NULL &&      /* the target's own memory, if c->cma */
-        (!c->cma || atomic || p->cma_off || len < N.cma_min))
-        return 0;               /* atomics need the target's CPU */
+    if (q->type == IBV_QPT_RC && p != NULL && p->ring_state == 1)
+        return CARRY_RING;
+    return CARRY_AM;
+}
+
+/* A WRITE to the target MR of this call's last CARRY_MAPPED WRITE, from
+   the same local MR: the same carrier, and of that WR's checks only what
+   can change while the MR's key stays (the target QP's identity and
+   access, the key) and the bounds; the rest (PD, MR access, mapping, the
+   QP's PD) held, and we are counted in on both.  1: done, -1: the MR was
+   withdrawn meanwhile (as in fast_exec_mapped), 0: the full way. */
+static inline int
+fast_repeat_write(const struct uqp *q, const struct pyrdma_send_wr *wr,
+                  uint64_t len, int inline_data, struct fhold *h)
+{
+    uint32_t rkey = wr->wr.rdma.rkey;
+    uint64_t raddr = wr->wr.rdma.remote_addr;
+    struct sh_qp *t = h->rep_t;
+    struct sh_mr *m = h->rep_m;
+
+    if (rkey != h->rep_rkey || inline_data || wr->num_sge != 1 ||
+        wr->sg_list->lkey != h->lkey || !in_mr(h->lmr, wr->sg_list->addr, len))
+        return 0;
+    if (__atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == q->attr.dest_qp_num &&
+        t->dest_qpn == q->qpn && t->peer_guid == N.guid &&
+        (__atomic_load_n(&t->access, __ATOMIC_RELAXED) &
+         IBV_ACCESS_REMOTE_WRITE) &&
+        __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey &&
+        raddr >= h->rep_lo && len <= h->rep_len &&
+        raddr - h->rep_lo <= h->rep_len - len) {
+        copy_sges(h->rep_base + (raddr - h->rep_lo), wr, len);
+        h->n_write++;
+        return __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey ? 1 : -1;
+    }
+    h->rep_rkey = 0;            /* the full checks decide */
+    return 0;
+}
+
+/* RC order: a one-sided WR may not overtake a WR of q still outstanding
+   on a slot. */
+static inline int
+fast_order_allows(struct uqp *q)
+{
     if (q->sq_head != q->sq_tail) {
         fab_sq_advance(q);
         if (q->sq_head != q->sq_tail)
-            return 0;           /* an active-message WR is outstanding */
-    }
-    if (!inline_data) {
-        const struct pyrdma_sge *sg = wr->sg_list;
-        if (op == OP_WRITE && wr->num_sge == 1 && h->lmr != NULL &&
-            sg->lkey == h->lkey && in_mr(h->lmr, sg->addr, sg->length))
-            ;                   /* the same local MR as the last WR */
-        else if (fab_check_sges(q->pd, sg, wr->num_sge, op != OP_WRITE, 1))
             return 0;
-        else if (op == OP_WRITE && wr->num_sge == 1 && sg->length) {
-            h->lmr = mr_lookup(sg->lkey);
-            h->lkey = sg->lkey;
-        }
     }
-    t = &p->sh->qp[dqpn & (MAX_QP - 1)];
-    m = &p->sh->mr[idx];
-    /* count ourselves in, then check: the target withdraws first, then
-       waits for the count (seq_cst on both sides) */
+    return 1;
+}
+
+/* The local s/g list of a one-sided WR: valid in q's PD (written by a
+   READ or an atomic)?  A WRITE from the local MR of the last one-sided
+   WRITE of the call skips the key lookup. */
+static inline int
+fast_check_local(const struct uqp *q, const struct pyrdma_send_wr *wr,
+                 int op, int inline_data, struct fhold *h)
+{
+    const struct pyrdma_sge *sg = wr->sg_list;
+    if (inline_data)
+        return 1;
+    if (op == OP_WRITE && wr->num_sge == 1 && h->lmr != NULL &&
+        sg->lkey == h->lkey && in_mr(h->lmr, sg->addr, sg->length))
+        return 1;
+    if (fab_check_sges(q->pd, sg, wr->num_sge, op != OP_WRITE, 1))
+        return 0;
+    if (op == OP_WRITE && wr->num_sge == 1 && sg->length) {
+        h->lmr = mr_lookup(sg->lkey);
+        h->lkey = sg->lkey;
+    }
+    return 1;
+}
+
+/* Count ourselves in on the target QP t and MR m, before checking them:
+   the target withdraws first, then waits for the counts (seq_cst on both
+   sides).  One count per target of a call, not per WR. */
+static inline void
+fast_count_in(struct fhold *h, struct sh_qp *t, struct sh_mr *m)
+{
     if (h->qp != &t->inflight) {
         if (h->qp != NULL)
             __atomic_fetch_sub(h->qp, 1, __ATOMIC_SEQ_CST);
@@ -370,98 +447,167 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
         __atomic_fetch_add(h->mr, 1, __ATOMIC_SEQ_CST);
         h->rep_rkey = 0;
     }
-    ok = __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn &&
-         t->dest_qpn == q->qpn && t->peer_guid == N.guid &&
-         (__atomic_load_n(&t->access, __ATOMIC_RELAXED) & need) &&
-         __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey &&
-         m->pd == t->pd && (m->access & need) && m->addr == c->addr &&
-         raddr >= m->addr && len <= m->len &&
-         raddr - m->addr <= m->len - len && !(atomic && (raddr & 7)) &&
-         __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn;
-    if (ok && c->base == NULL) {
-        ok = cma_op(p, wr, op == OP_WRITE, raddr, len, &m->key, rkey);
-        if (ok > 0) {
-            if (op == OP_READ)
-                *byte_len = (uint32_t)len;
-            if (op == OP_WRITE)
-                N.sh->st_cma_write++;
-            else
-                N.sh->st_cma_read++;
-        }
-    }
-    else if (ok) {
-        uint8_t *dst = c->base + (raddr - m->addr);
-        switch (op) {
-        case OP_WRITE:
-            copy_sges(dst, wr, len);
-            h->n_write++;
-            break;
-        case OP_READ:
-            scatter(wr->sg_list, wr->num_sge, dst, len);
+}
+
+/* Every check a responder makes, on the target's key page: its QP t is
+   connected to q and grants the access, the MR m (cached in c) holds the
+   key, is of t's PD, grants the access and holds [raddr, raddr + len);
+   an atomic's address is aligned. */
+static inline int
+fast_check_target(const struct uqp *q, const struct rkc *c,
+                  struct sh_qp *t, struct sh_mr *m, uint32_t rkey,
+                  uint64_t raddr, uint64_t len, int op)
+{
+    uint32_t dqpn = q->attr.dest_qp_num;
+    unsigned need = op_access(op);
+    return __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn &&
+           t->dest_qpn == q->qpn && t->peer_guid == N.guid &&
+           (__atomic_load_n(&t->access, __ATOMIC_RELAXED) & need) &&
+           __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey &&
+           m->pd == t->pd && (m->access & need) && m->addr == c->addr &&
+           raddr >= m->addr && len <= m->len &&
+           raddr - m->addr <= m->len - len &&
+           !(op >= OP_CAS && (raddr & 7)) &&
+           __atomic_load_n(&t->qpn, __ATOMIC_SEQ_CST) == dqpn;
+}
+
+/* CARRY_CMA, checks passed: cma_op, and its counters.  1, 0 or -1 as
+   fast_op. */
+static inline int
+fast_exec_cma(struct peer *p, uint32_t *byte_len,
+              const struct pyrdma_send_wr *wr, int op, uint64_t raddr,
+              uint64_t len, struct sh_mr *m, uint32_t rkey)
+{
+    int ok = cma_op(p, wr, op == OP_WRITE, raddr, len, &m->key, rkey);
+    if (ok > 0) {
+        if (op == OP_READ)
             *byte_len = (uint32_t)len;
-            h->n_read++;
-            break;
-        default: {
-            uint64_t *pp = (uint64_t *)(void *)dst, old;
-            if (op == OP_FAA)
-                old = __atomic_fetch_add(pp, wr->wr.atomic.compare_add,
-                                         __ATOMIC_SEQ_CST);
-            else {
-                old = wr->wr.atomic.compare_add;
-                __atomic_compare_exchange_n(pp, &old, wr->wr.atomic.swap, 0,
-                                            __ATOMIC_SEQ_CST,
-                                            __ATOMIC_SEQ_CST);
-            }
-            scatter(wr->sg_list, wr->num_sge, (const uint8_t *)&old, 8);
-            *byte_len = 8;
-            h->n_atomic++;
-            break;
-        }
-        }
-        /* the target withdrew the MR meanwhile (deregistered it; if we
-           were stopped long enough, it also took its memory away from
-           the mapping we wrote: mem_revoke): the op did not reliably
-           happen; it fails as on a NIC whose target found no MR
-           (REM_ACCESS_ERR: -1) */
-        if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != rkey)
-            ok = -1;
-        else if (op == OP_WRITE && !inline_data && wr->num_sge == 1 &&
-                 wr->sg_list->lkey == h->lkey && h->lmr != NULL) {
-            h->rep_rkey = rkey;
-            h->rep_t = t;
-            h->rep_m = m;
-            h->rep_lo = m->addr;
-            h->rep_len = m->len;
-            h->rep_base = c->base;
-        }
+        if (op == OP_WRITE)
+            N.sh->st_cma_write++;
+        else
+            N.sh->st_cma_read++;
     }
     return ok;
 }
 
-/* Fill slot s from wr (N.lock held); return 0, an errno for a post-time
-   rejection, or -1 if the WR was executed one-sided (no slot used, its
-   completion already in the CQ if signaled). */
-static int
-fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
-          struct fhold *hold)
+/* An atomic in place at dst; the original value goes to the local s/g
+   list. */
+static inline void
+fast_atomic(const struct pyrdma_send_wr *wr, int op, uint8_t *dst)
 {
-    struct wire *h;
-    size_t total = 0;
-    int i, op, status = 0, fast = 0;
-    int inline_data = (wr->send_flags & IBV_SEND_INLINE) != 0;
-    struct peer *peer = q->peer;
-
-    for (i = 0; i < wr->num_sge; i++)
-        total += wr->sg_list[i].length;
-    switch (wr->opcode) {
-    case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM: op = OP_SEND; break;
-    case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM:
-        op = OP_WRITE; break;
-    case IBV_WR_RDMA_READ: op = OP_READ; break;
-    case IBV_WR_ATOMIC_CMP_AND_SWP: op = OP_CAS; break;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: op = OP_FAA; break;
-    default: return EINVAL;     /* LOCAL_INV, BIND_MW, SEND_WITH_INV... */
+    uint64_t *pp = (uint64_t *)(void *)dst, old;
+    if (op == OP_FAA)
+        old = __atomic_fetch_add(pp, wr->wr.atomic.compare_add,
+                                 __ATOMIC_SEQ_CST);
+    else {
+        old = wr->wr.atomic.compare_add;
+        __atomic_compare_exchange_n(pp, &old, wr->wr.atomic.swap, 0,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     }
+    scatter(wr->sg_list, wr->num_sge, (const uint8_t *)&old, 8);
+}
+
+/* CARRY_MAPPED, checks passed: the op in the mapped target memory; a
+   WRITE is remembered for fast_repeat_write.  1, or -1 if the target
+   withdrew the MR meanwhile (deregistered it; if we were stopped long
+   enough, it also took its memory away from the mapping we wrote:
+   mem_revoke): the op did not reliably happen, and fails as on a NIC
+   whose target found no MR (REM_ACCESS_ERR). */
+static inline int
+fast_exec_mapped(const struct rkc *c, uint32_t *byte_len,
+                 const struct pyrdma_send_wr *wr, int op, uint64_t raddr,
+                 uint64_t len, int inline_data, struct sh_qp *t,
+                 struct sh_mr *m, uint32_t rkey, struct fhold *h)
+{
+    uint8_t *dst = c->base + (raddr - m->addr);
+    switch (op) {
+    case OP_WRITE:
+        copy_sges(dst, wr, len);
+        h->n_write++;
+        break;
+    case OP_READ:
+        scatter(wr->sg_list, wr->num_sge, dst, len);
+        *byte_len = (uint32_t)len;
+        h->n_read++;
+        break;
+    default:
+        fast_atomic(wr, op, dst);
+        *byte_len = 8;
+        h->n_atomic++;
+        break;
+    }
+    if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != rkey)
+        return -1;
+    if (op == OP_WRITE && !inline_data && wr->num_sge == 1 &&
+        wr->sg_list->lkey == h->lkey && h->lmr != NULL) {
+        h->rep_rkey = rkey;
+        h->rep_t = t;
+        h->rep_m = m;
+        h->rep_lo = m->addr;
+        h->rep_len = m->len;
+        h->rep_base = c->base;
+    }
+    return 1;
+}
+
+/* A one-sided carrier (CARRY_MAPPED or CARRY_CMA, N.lock held): execute
+   an RC WRITE, READ or atomic directly in the target's memory if every
+   check a responder makes passes on the target's key page and nothing of
+   q is outstanding on a slot (RC order).  Return 1 if done (the data is
+   in place), 0 to take a slot, whose responder also produces every error
+   completion exactly as before; -1 if the MR was withdrawn while the op
+   ran (it fails with REM_ACCESS_ERR).  CARRY_MAPPED: no malloc, lock or
+   syscall. */
+static int
+fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
+        int op, uint64_t len, int inline_data, struct fhold *h,
+        enum carrier how)
+{
+    struct peer *p = q->peer;
+    uint32_t rkey = wr_rkey(wr, op);
+    uint64_t raddr = wr_raddr(wr, op);
+    const struct rkc *c = &p->rk[rkey >> 8];
+    struct sh_qp *t;
+    struct sh_mr *m;
+
+    if (!fast_order_allows(q) ||
+        !fast_check_local(q, wr, op, inline_data, h))
+        return 0;
+    t = &p->sh->qp[q->attr.dest_qp_num & (MAX_QP - 1)];
+    m = &p->sh->mr[rkey >> 8];
+    fast_count_in(h, t, m);
+    if (!fast_check_target(q, c, t, m, rkey, raddr, len, op))
+        return 0;
+    if (how == CARRY_CMA)
+        return fast_exec_cma(p, byte_len, wr, op, raddr, len, m, rkey);
+    return fast_exec_mapped(c, byte_len, wr, op, raddr, len, inline_data,
+                            t, m, rkey, h);
+}
+
+/* The WR's op (OP_*), or -1 for an opcode the fabric does not carry
+   (LOCAL_INV, BIND_MW, SEND_WITH_INV...). */
+static inline int
+op_of(const struct pyrdma_send_wr *wr)
+{
+    switch (wr->opcode) {
+    case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM: return OP_SEND;
+    case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: return OP_WRITE;
+    case IBV_WR_RDMA_READ: return OP_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return OP_CAS;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return OP_FAA;
+    default: return -1;
+    }
+}
+
+/* The checks that reject a WR when posted (EINVAL), as a NIC's driver
+   does: inline data over the QP's limit, a message over MAX_MSG, an
+   unaligned or short atomic, a UD WR without an address handle. */
+static inline int
+check_post_time(const struct uqp *q, const struct pyrdma_send_wr *wr,
+                int op, size_t total, int inline_data)
+{
+    if (op < 0)
+        return EINVAL;
     if (inline_data && op <= OP_WRITE && total > q->cap.max_inline_data)
         return EINVAL;
     if (total > MAX_MSG)
@@ -472,28 +618,30 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
         return EINVAL;
     if (op >= OP_CAS && total < 8)
         return EINVAL;
-    /* one-sided: done here, no slot used, nothing on the wire (no PSN) */
-    if (hold->fast_ok && !q->err_pending && q->attr.qp_state != IBV_QPS_ERR &&
-        (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE)) {
-        uint32_t byte_len = 0;
-        fast = fast_op(q, &byte_len, wr, op, total, inline_data, hold);
-        if (fast > 0) {
-            if (q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) {
-                struct pyrdma_wc wc;
-                memset(&wc, 0, sizeof(wc));
-                wc.wr_id = wr->wr_id;
-                wc.status = IBV_WC_SUCCESS;
-                wc.opcode = fab_wc_opcode_of[wr->opcode];
-                wc.byte_len = byte_len;
-                wc.qp_num = q->qpn;
-                fab_cq_push(q->scq, &wc, 0);
-            }
-            return -1;
-        }
-    }
-    hold->rep_rkey = 0;         /* RC order: later WRs check it all */
-    if (s->inflight)
-        return ENOMEM;          /* UCP still reads this slot */
+    return 0;
+}
+
+/* A one-sided WR done: its completion, if signaled. */
+static inline void
+complete_one_sided(struct uqp *q, const struct pyrdma_send_wr *wr,
+                   uint32_t byte_len)
+{
+    struct pyrdma_wc wc;
+    if (!q->sq_sig_all && !(wr->send_flags & IBV_SEND_SIGNALED))
+        return;
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id = wr->wr_id;
+    wc.status = IBV_WC_SUCCESS;
+    wc.opcode = fab_wc_opcode_of[wr->opcode];
+    wc.byte_len = byte_len;
+    wc.qp_num = q->qpn;
+    fab_cq_push(q->scq, &wc, 0);
+}
+
+/* Slot s takes wr: its bookkeeping, the next PSN. */
+static inline void
+slot_start(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr)
+{
     s->qp = q;
     s->idx = q->sq_tail;
     s->wr_id = wr->wr_id;
@@ -509,44 +657,40 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     s->num_sge = 0;
     s->psn = q->next_psn;
     q->next_psn = (q->next_psn + 1) & 0xFFFFFF;
-    if (q->attr.qp_state == IBV_QPS_ERR || q->err_pending) {
-        s->done = 1;
-        s->status = IBV_WC_WR_FLUSH_ERR;
-        return 0;
-    }
-    if (fast < 0) {
-        fill_fail(q, s, IBV_WC_REM_ACCESS_ERR);
-        return 0;
-    }
-    /* the transport table (seed 004): rxe fails these on the wire */
-    if ((q->type == IBV_QPT_UC && op > OP_WRITE) ||
-        (q->type == IBV_QPT_UD && op != OP_SEND)) {
-        fill_fail(q, s, IBV_WC_LOC_QP_OP_ERR);
-        return 0;
-    }
-    if (q->type == IBV_QPT_UD)
-        peer = ((struct uah *)wr->wr.ud.ah)->peer;
+}
+
+/* The WR's local data: a SEND's or WRITE's is copied after the header; a
+   READ's or atomic's s/g list is kept, to be written on completion.
+   0 or an IBV_WC_* status. */
+static inline int
+slot_payload(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
+             int op, size_t total, int inline_data)
+{
+    int status;
     if (op <= OP_WRITE)
-        status = gather(q, s, wr, total, inline_data);
-    else {
-        /* READ / atomics: the local s/g list is written on completion */
-        status = fab_check_sges(q->pd, wr->sg_list, wr->num_sge, 1,
-                                IBV_WC_LOC_PROT_ERR);
-        memcpy(s->sge, wr->sg_list, sizeof(*s->sge) * (size_t)wr->num_sge);
-        s->num_sge = wr->num_sge;
-        s->len = sizeof(struct wire);
-    }
-    if (status) {
-        fill_fail(q, s, status);
-        return 0;
-    }
-    h = (struct wire *)s->buf;
+        return gather(q, s, wr, total, inline_data);
+    status = fab_check_sges(q->pd, wr->sg_list, wr->num_sge, 1,
+                            IBV_WC_LOC_PROT_ERR);
+    memcpy(s->sge, wr->sg_list, sizeof(*s->sge) * (size_t)wr->num_sge);
+    s->num_sge = wr->num_sge;
+    s->len = sizeof(struct wire);
+    return status;
+}
+
+/* The request header of slot s for wr (to peer); 0 or an IBV_WC_* status
+   (a UD message over one MTU). */
+static int
+slot_header(const struct uqp *q, struct slot *s,
+            const struct pyrdma_send_wr *wr, int op, size_t total,
+            const struct peer *peer)
+{
+    struct wire *h = (struct wire *)s->buf;
+    int imm = wr->opcode == IBV_WR_SEND_WITH_IMM ||
+              wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     memset(h, 0, sizeof(*h));
     h->kind = AM_REQ;
     h->op = (uint8_t)op;
-    h->flags = (uint8_t)(((wr->opcode == IBV_WR_SEND_WITH_IMM ||
-                           wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) ? F_IMM
-                                                                     : 0) |
+    h->flags = (uint8_t)((imm ? F_IMM : 0) |
                          ((wr->send_flags & IBV_SEND_SOLICITED) ? F_SOLICITED
                                                                 : 0));
     h->rnr_retry = (uint8_t)q->attr.rnr_retry;
@@ -564,29 +708,27 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
         h->dst_qpn = wr->wr.ud.remote_qpn;
         h->qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? q->attr.qkey
                                                          : wr->wr.ud.remote_qkey;
-        if (total > (size_t)mtu_bytes(PORT_MTU)) {
-            /* a UD message is at most one MTU */
-            fill_fail(q, s, IBV_WC_LOC_LEN_ERR);
-            return 0;
-        }
+        /* a UD message is at most one MTU */
+        return total > (size_t)mtu_bytes(PORT_MTU) ? IBV_WC_LOC_LEN_ERR : 0;
     }
-    else {
-        h->dst_qpn = q->attr.dest_qp_num;
-        if (op == OP_WRITE || op == OP_READ) {
-            h->raddr = wr->wr.rdma.remote_addr;
-            h->rkey = wr->wr.rdma.rkey;
-        }
-        else if (op >= OP_CAS) {
-            h->raddr = wr->wr.atomic.remote_addr;
-            h->rkey = wr->wr.atomic.rkey;
-            h->cmp = wr->wr.atomic.compare_add;
-            h->swap = wr->wr.atomic.swap;
-        }
+    h->dst_qpn = q->attr.dest_qp_num;
+    if (op == OP_WRITE || op == OP_READ) {
+        h->raddr = wr->wr.rdma.remote_addr;
+        h->rkey = wr->wr.rdma.rkey;
     }
-    if (peer == NULL || peer->failed) {
-        fill_fail(q, s, IBV_WC_RETRY_EXC_ERR);
-        return 0;
+    else if (op >= OP_CAS) {
+        h->raddr = wr->wr.atomic.remote_addr;
+        h->rkey = wr->wr.atomic.rkey;
+        h->cmp = wr->wr.atomic.compare_add;
+        h->swap = wr->wr.atomic.swap;
     }
+    return 0;
+}
+
+/* Slot s, filled, is to be sent to peer: its endpoint, its ACK timer. */
+static inline void
+slot_arm(struct uqp *q, struct slot *s, const struct peer *peer)
+{
     s->ep = peer->ep;
     if (q->type == IBV_QPT_RC && q->attr.timeout) {
         double us = 4.096 * (double)(1ull << q->attr.timeout) *
@@ -600,6 +742,94 @@ fill_slot(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     s->need_send = 1;
     s->inflight = 1;
     q->n_inflight++;
+}
+
+/* Slot s takes wr (N.lock held), for the slot carrier how: the request,
+   or the WR's error completion (s->done) when it fails before it is sent;
+   fast < 0: a one-sided attempt found the MR withdrawn. */
+static void
+slot_fill(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
+          int op, size_t total, int inline_data, int fast, enum carrier how)
+{
+    struct peer *peer = q->peer;
+    int status;
+
+    slot_start(q, s, wr);
+    s->carrier = how;
+    if (q->attr.qp_state == IBV_QPS_ERR || q->err_pending) {
+        s->done = 1;
+        s->status = IBV_WC_WR_FLUSH_ERR;
+        return;
+    }
+    if (fast < 0) {
+        fill_fail(q, s, IBV_WC_REM_ACCESS_ERR);
+        return;
+    }
+    /* the transport table (seed 004): rxe fails these on the wire */
+    if ((q->type == IBV_QPT_UC && op > OP_WRITE) ||
+        (q->type == IBV_QPT_UD && op != OP_SEND)) {
+        fill_fail(q, s, IBV_WC_LOC_QP_OP_ERR);
+        return;
+    }
+    if (q->type == IBV_QPT_UD)
+        peer = ((struct uah *)wr->wr.ud.ah)->peer;
+    status = slot_payload(q, s, wr, op, total, inline_data);
+    if (status == 0)
+        status = slot_header(q, s, wr, op, total, peer);
+    if (status == 0 && (peer == NULL || peer->failed))
+        status = IBV_WC_RETRY_EXC_ERR;
+    if (status) {
+        fill_fail(q, s, status);
+        return;
+    }
+    slot_arm(q, s, peer);
+}
+
+/* Post wr on q (N.lock held), in slot s unless its carrier is one-sided;
+   return 0, an errno for a post-time rejection, or -1 if the WR was
+   executed one-sided (no slot used, its completion already in the CQ if
+   signaled). */
+static int
+post_one(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
+         struct fhold *hold)
+{
+    size_t total = 0;
+    int i, op = op_of(wr), fast = 0, rc;
+    int inline_data = (wr->send_flags & IBV_SEND_INLINE) != 0;
+    enum carrier how;
+
+    for (i = 0; i < wr->num_sge; i++)
+        total += wr->sg_list[i].length;
+    rc = check_post_time(q, wr, op, total, inline_data);
+    if (rc)
+        return rc;
+    if (op == OP_WRITE && hold->rep_rkey != 0 &&
+        wr->opcode == IBV_WR_RDMA_WRITE && total != 0 &&
+        !q->err_pending && q->attr.qp_state != IBV_QPS_ERR) {
+        fast = fast_repeat_write(q, wr, total, inline_data, hold);
+        if (fast > 0) {
+            complete_one_sided(q, wr, 0);
+            return -1;
+        }
+    }
+    /* (a repeat that found the MR withdrawn was a CARRY_MAPPED WR) */
+    how = fast < 0 ? CARRY_MAPPED
+                   : carrier_of(q, wr, op, op >= OP_CAS ? 8 : total, hold, 1);
+    if (fast == 0 && (how == CARRY_MAPPED || how == CARRY_CMA)) {
+        uint32_t byte_len = 0;
+        fast = fast_op(q, &byte_len, wr, op, op >= OP_CAS ? 8 : total,
+                       inline_data, hold, how);
+        if (fast > 0) {
+            complete_one_sided(q, wr, byte_len);
+            return -1;
+        }
+    }
+    hold->rep_rkey = 0;         /* RC order: later WRs check it all */
+    if (s->inflight)
+        return ENOMEM;          /* UCP still reads this slot */
+    if (how == CARRY_MAPPED || how == CARRY_CMA)
+        how = carrier_of(q, wr, op, total, hold, 0);
+    slot_fill(q, s, wr, op, total, inline_data, fast, how);
     return 0;
 }
 
@@ -670,57 +900,47 @@ piggyback_ack(struct uqp *q, uint32_t first, uint32_t last)
     }
 }
 
-int
-fab_post_send(void *vq, struct pyrdma_send_wr *wr,
-              struct pyrdma_send_wr **bad)
+/* Before N.lock (UCP is called): map the target MRs of wr's one-sided
+   candidates not in q's peer's key cache yet, and make the peer's
+   request ring (a racy look at the cache is enough). */
+static void
+map_targets(struct uqp *q, const struct pyrdma_send_wr *wr)
 {
-    struct uqp *q = vq;
-    uint32_t first, last, i;
-    int rc = 0, signal = 0, n_ucp = 0;
-    struct peer *p, *bell = NULL;
-    struct fhold hold;
+    struct peer *p = q->type == IBV_QPT_RC
+                     ? __atomic_load_n(&q->peer, __ATOMIC_ACQUIRE) : NULL;
+    if (p == NULL || p->sh == NULL)
+        return;
+    for (; wr; wr = wr->next) {
+        uint32_t k;
+        if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_READ)
+            k = wr->wr.rdma.rkey;
+        else if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                 wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+            k = wr->wr.atomic.rkey;
+        else
+            continue;
+        if ((k >> 8) != 0 && (k >> 8) < SH_MR &&
+            __atomic_load_n(&p->rk[k >> 8].key, __ATOMIC_RELAXED) != k)
+            fab_rk_fetch(p, k);
+    }
+    if (p->sh != N.sh && __atomic_load_n(&p->ring_state, __ATOMIC_RELAXED) == 0)
+        fab_ring_make(p);
+}
 
-    /* one-sided candidates: map the target MRs not mapped yet (UCP is
-       called, so before N.lock; a racy look at the cache is enough) */
-    p = q->type == IBV_QPT_RC ? __atomic_load_n(&q->peer, __ATOMIC_ACQUIRE)
-                              : NULL;
-    if (p != NULL && p->sh != NULL) {
-        struct pyrdma_send_wr *w;
-        for (w = wr; w; w = w->next) {
-            uint32_t k;
-            if (w->opcode == IBV_WR_RDMA_WRITE ||
-                w->opcode == IBV_WR_RDMA_READ)
-                k = w->wr.rdma.rkey;
-            else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                     w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
-                k = w->wr.atomic.rkey;
-            else
-                continue;
-            if ((k >> 8) != 0 && (k >> 8) < SH_MR &&
-                __atomic_load_n(&p->rk[k >> 8].key, __ATOMIC_RELAXED) != k)
-                fab_rk_fetch(p, k);
-        }
-        if (p->sh != N.sh &&
-            __atomic_load_n(&p->ring_state, __ATOMIC_RELAXED) == 0)
-            fab_ring_make(p);
-    }
-    pthread_mutex_lock(&q->post_lock);
-    slots_settle(q, wr);
-    LOCK();
-    if (q->attr.qp_state == IBV_QPS_RESET || q->attr.qp_state == IBV_QPS_INIT
-        || q->attr.qp_state == IBV_QPS_RTR) {
-        UNLOCK();
-        pthread_mutex_unlock(&q->post_lock);
-        *bad = wr;
-        return EINVAL;
-    }
+/* Post the WRs of the list at *wrp, one by one, until one is refused
+   (N.lock held): 0, or the errno of the WR left at *wrp. */
+static int
+post_all(struct uqp *q, struct pyrdma_send_wr **wrp)
+{
+    struct pyrdma_send_wr *wr;
+    struct peer *p = q->peer;
+    struct fhold hold;
+    int rc = 0;
+
     memset(&hold, 0, sizeof(hold));
-    p = q->peer;
     hold.fast_ok = q->type == IBV_QPT_RC && p != NULL && p->sh != NULL &&
                    !p->failed && N.sh != NULL;
-    first = q->sq_tail;
-    for (; wr; wr = wr->next) {
-        struct slot *s;
+    for (wr = *wrp; wr; wr = wr->next) {
         if (wr->num_sge < 0 || (uint32_t)wr->num_sge > q->cap.max_send_sge) {
             rc = EINVAL;
             break;
@@ -729,8 +949,7 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
             rc = ENOMEM;
             break;
         }
-        s = &q->sq[q->sq_tail & q->sq_mask];
-        rc = fill_slot(q, s, wr, &hold);
+        rc = post_one(q, &q->sq[q->sq_tail & q->sq_mask], wr, &hold);
         if (rc == -1) {
             rc = 0;             /* done one-sided, without a slot */
             continue;
@@ -740,51 +959,50 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
         q->sq_tail++;
     }
     fhold_drop(&hold);
-    if (rc)
-        *bad = wr;
-    last = q->sq_tail;
-    if (q->rx_seen && first != last) {
-        q->rx_seen = 0;
-        if (q->alt < 4)
-            q->alt++;
-    }
-    if ((q->ack_item != NULL || q->dack) && q->type == IBV_QPT_RC)
-        piggyback_ack(q, first, last);
-    /* RC requests to a same-host node: through its ring while they fit
-       (then the rest of this call's through UCP, in order) */
-    p = q->type == IBV_QPT_RC ? q->peer : NULL;
+    *wrp = wr;
+    return rc;
+}
+
+/* CARRY_RING: the slots of [first, last) to be sent go into the peer's
+   ring while they fit, the rest of the call's by UCP, in order (N.lock
+   held).  Return how many are left for UCP; *bell: the peer to ring. */
+static int
+ring_slots(struct uqp *q, uint32_t first, uint32_t last, struct peer **bell)
+{
+    struct peer *p = q->peer;
+    int n_ucp = 0;
+    uint32_t i;
     for (i = first; i != last; i++) {
         struct slot *s = &q->sq[i & q->sq_mask];
         if (s->need_send != 1)
             continue;
-        if (n_ucp == 0 && p != NULL && p->ring_state == 1 &&
-            s->ep == p->ep &&
+        if (n_ucp == 0 && s->carrier == CARRY_RING && p != NULL &&
+            p->ring_state == 1 && s->ep == p->ep &&
             !(q->naked && (((struct wire *)s->buf)->flags & F_ACK)) &&
             ring_put(p, s) == 0) {
             s->need_send = 0;
             s->inflight = 0;
             q->n_inflight--;
-            bell = p;
+            *bell = p;
             if (N.sh != NULL)
                 N.sh->st_ring_req++;
             continue;
         }
         n_ucp++;
     }
-    if (bell != NULL && !ring_bell_needed(bell))
-        bell = NULL;
-    if (n_ucp == 0) {
-        fab_sq_advance(q);
-        UNLOCK();
-        pthread_mutex_unlock(&q->post_lock);
-        if (bell != NULL)
-            fab_ring_bell(bell);
-        return rc;
-    }
-    UNLOCK();
-    if (bell != NULL)
-        fab_ring_bell(bell);
-    /* transmit, outside N.lock, in order */
+    if (*bell != NULL && !ring_bell_needed(*bell))
+        *bell = NULL;
+    return n_ucp;
+}
+
+/* CARRY_AM: send the slots of [first, last) still to be sent as UCP
+   active messages, in order (outside N.lock).  1 if UCP holds one
+   (req_sent_cb will finish it). */
+static int
+am_send_slots(struct uqp *q, uint32_t first, uint32_t last)
+{
+    int pending = 0;
+    uint32_t i;
     for (i = first; i != last; i++) {
         struct slot *s = &q->sq[i & q->sq_mask];
         ucp_request_param_t p;
@@ -800,11 +1018,19 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
                           s->buf + sizeof(struct wire),
                           s->len - sizeof(struct wire), &p);
         if (UCS_PTR_IS_PTR(r))
-            signal = 1;         /* req_sent_cb will finish it */
+            pending = 1;
         else
             s->imm_done = UCS_PTR_IS_ERR(r) ? -1 : 1;
     }
-    LOCK();
+    return pending;
+}
+
+/* After am_send_slots (N.lock held): the slots UCP finished at once are
+   free; a failed send fails its WR, a UC/UD WR completes once sent. */
+static void
+am_sent_slots(struct uqp *q, uint32_t first, uint32_t last)
+{
+    uint32_t i;
     for (i = first; i != last; i++) {
         struct slot *s = &q->sq[i & q->sq_mask];
         int imm = s->imm_done;
@@ -829,9 +1055,55 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
             s->status = IBV_WC_SUCCESS;
         }
     }
+}
+
+int
+fab_post_send(void *vq, struct pyrdma_send_wr *wr,
+              struct pyrdma_send_wr **bad)
+{
+    struct uqp *q = vq;
+    uint32_t first, last;
+    int rc, signal = 0, n_ucp;
+    struct peer *bell = NULL;
+
+    map_targets(q, wr);
+    pthread_mutex_lock(&q->post_lock);
+    slots_settle(q, wr);
+    LOCK();
+    if (q->attr.qp_state == IBV_QPS_RESET || q->attr.qp_state == IBV_QPS_INIT
+        || q->attr.qp_state == IBV_QPS_RTR) {
+        UNLOCK();
+        pthread_mutex_unlock(&q->post_lock);
+        *bad = wr;
+        return EINVAL;
+    }
+    first = q->sq_tail;
+    rc = post_all(q, &wr);
+    if (rc)
+        *bad = wr;
+    last = q->sq_tail;
+    if (q->rx_seen && first != last) {
+        q->rx_seen = 0;
+        if (q->alt < 4)
+            q->alt++;
+    }
+    if ((q->ack_item != NULL || q->dack) && q->type == IBV_QPT_RC)
+        piggyback_ack(q, first, last);
+    n_ucp = ring_slots(q, first, last, &bell);
+    if (n_ucp != 0) {
+        UNLOCK();
+        if (bell != NULL)
+            fab_ring_bell(bell);
+        signal = am_send_slots(q, first, last);
+        LOCK();
+        am_sent_slots(q, first, last);
+        bell = NULL;
+    }
     fab_sq_advance(q);
     UNLOCK();
     pthread_mutex_unlock(&q->post_lock);
+    if (bell != NULL)
+        fab_ring_bell(bell);
     if (signal)
         wake_progress();
     return rc;

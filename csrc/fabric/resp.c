@@ -136,7 +136,7 @@ rx_access_err(struct uqp *q, const struct wire *h)
    of atomics, and memory the program still has (mr->gone).  *ok 0 if
    the request fails them; NULL with *ok 1 for a zero-length one. */
 static struct umr *
-check_rkey(const struct uqp *q, const struct wire *h, int *ok)
+rx_check_rkey(const struct uqp *q, const struct wire *h, int *ok)
 {
     unsigned need = h->op == OP_WRITE ? IBV_ACCESS_REMOTE_WRITE :
                     h->op == OP_READ ? IBV_ACCESS_REMOTE_READ :
@@ -182,7 +182,7 @@ rx_read_own(struct uqp *q, const struct wire *h, struct umr *mr)
    request. */
 #define RX_GO (-1)
 static int
-rx_rdma(struct uqp *q, const struct wire *h, const uint8_t *pl)
+rx_execute(struct uqp *q, const struct wire *h, const uint8_t *pl)
 {
     struct umr *mr;
     uint64_t *p, old;
@@ -190,7 +190,7 @@ rx_rdma(struct uqp *q, const struct wire *h, const uint8_t *pl)
     if (h->op != OP_WRITE && h->op != OP_READ && h->op != OP_CAS &&
         h->op != OP_FAA)
         return RX_GO;
-    mr = check_rkey(q, h, &ok);
+    mr = rx_check_rkey(q, h, &ok);
     if (!ok)
         return rx_access_err(q, h);
     if (h->op == OP_READ && mr != NULL && mr->own)
@@ -256,84 +256,116 @@ rx_scatter_send(const struct uqp *q, const struct wire *h,
     wc->slid = h->src_lid;
 }
 
-/* Execute one request on q; RX_HOLD if it must wait for a receive. */
+/* The request is for q as it is now: a UD QP takes SENDs with its
+   Q_Key (others are dropped, as for a bad Q_Key); an RC or UC QP drops
+   what its requester sent before it went to ERR (the epoch q NAKed). */
+static int
+rx_check_qp(const struct uqp *q, const struct wire *h)
+{
+    if (q->type == IBV_QPT_UD)
+        return h->qkey == q->attr.qkey && h->op == OP_SEND;
+    return !(q->dead_valid && h->epoch == q->dead_epoch);
+}
+
+/* A request that consumes a receive (SEND, WRITE with immediate) finds
+   one in r: RX_GO.  Else UC and UD drop it (RX_DONE), RC holds it for
+   the RNR timer (RX_HOLD), or NAKs it when its retries are used up
+   (RX_DONE). */
+static int
+rx_check_resource(struct uqp *q, const struct wire *h, const struct rq *r,
+                  const struct inmsg *held)
+{
+    if (r->head != r->tail)
+        return RX_GO;
+    if (q->type != IBV_QPT_RC)
+        return RX_DONE;                 /* UC/UD: silently dropped */
+    if (h->rnr_retry == 0 || (held && held->hold_until &&
+                              !held->hold_forever &&
+                              now_ns() >= held->hold_until)) {
+        rx_nak(q, h, R_RNR_EXC);
+        return RX_DONE;
+    }
+    return RX_HOLD;
+}
+
+/* Complete the receive at r's head for a SEND (its payload scattered
+   into it) or a WRITE with immediate data.  0, or -1 if the receive
+   fails (its protection or length: an error completion, RC NAKs, the QP
+   goes to ERR). */
+static int
+rx_complete_recv(struct uqp *q, const struct wire *h, struct rq *r,
+                 const uint8_t *pl, size_t plen)
+{
+    struct rwqe *w = &r->w[r->head & r->mask];
+    struct pyrdma_wc wc;
+    size_t room = 0, want;
+    int i, bad, land;
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id = w->wr_id;
+    wc.qp_num = q->qpn;
+    wc.opcode = h->op == OP_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
+    if (h->flags & F_IMM) {
+        wc.wc_flags |= IBV_WC_WITH_IMM;
+        wc.imm_data = h->imm;
+    }
+    for (i = 0; i < w->num_sge; i++)
+        room += w->sge[i].length;
+    want = h->op == OP_SEND ? plen + (q->type == IBV_QPT_UD ? GRH_LEN : 0)
+                            : 0;
+    land = fab_land_sges_begin();  /* (see fab_land_begin) */
+    bad = fab_check_sges(q->pd, w->sge, w->num_sge, 1, IBV_WC_LOC_PROT_ERR);
+    r->head++;
+    if (!bad && want > room)
+        bad = IBV_WC_LOC_LEN_ERR;
+    if (!bad && h->op == OP_SEND) {
+        rx_scatter_send(q, h, w, pl, plen, &wc);
+        wc.byte_len = (uint32_t)want;
+    }
+    else
+        wc.byte_len = h->len;
+    fab_land_sges_end(land);
+    if (bad) {
+        wc.status = bad;
+        wc.byte_len = 0;
+        fab_cq_push(q->rcq, &wc, 0);
+        if (q->type == IBV_QPT_RC)
+            rx_nak(q, h, bad == IBV_WC_LOC_LEN_ERR ? R_REM_INV : R_REM_OP);
+        fab_qp_enter_err(q);    /* UD too, as rxe and mlx5 do */
+        return -1;
+    }
+    if (q->srq != NULL && q->srq->limit &&
+        r->tail - r->head < q->srq->limit) {
+        q->srq->limit = 0;
+        fab_ctx_event(q->pd->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, PYRDMA_EV_SRQ,
+                      q->srq->srq_context);
+    }
+    fab_cq_push(q->rcq, &wc, h->flags & F_SOLICITED);
+    return 0;
+}
+
+/* Execute one request on q, in the responder's steps: the QP, the
+   resource (a receive), the rkey with the execution of an RDMA or
+   atomic op (rx_execute), the receive's completion, the ACK.  RX_HOLD
+   if it must wait for a receive. */
 static int
 rx_exec(struct uqp *q, const struct wire *h, const uint8_t *pl, size_t plen,
         struct inmsg *held)
 {
-    int rc = q->type == IBV_QPT_RC;
     struct rq *r = q->srq ? &q->srq->rq : &q->rq;
     int need_recv = h->op == OP_SEND ||
                     (h->op == OP_WRITE && (h->flags & F_IMM));
+    int rc;
 
-    if (q->type == IBV_QPT_UD) {
-        if (h->qkey != q->attr.qkey || h->op != OP_SEND)
-            return RX_DONE;             /* dropped, like a bad Q_Key */
-    }
-    else if (q->dead_valid && h->epoch == q->dead_epoch)
-        return RX_DONE;                 /* its requester went to ERR */
-    if (need_recv && r->head == r->tail) {
-        if (!rc)
-            return RX_DONE;             /* UC/UD: silently dropped */
-        if (h->rnr_retry == 0 || (held && held->hold_until &&
-                                  !held->hold_forever &&
-                                  now_ns() >= held->hold_until)) {
-            rx_nak(q, h, R_RNR_EXC);
-            return RX_DONE;
-        }
-        return RX_HOLD;
-    }
-    if ((rc || q->type == IBV_QPT_UC) && rx_rdma(q, h, pl) == RX_DONE)
+    if (!rx_check_qp(q, h))
         return RX_DONE;
-    if (need_recv) {
-        struct rwqe *w = &r->w[r->head & r->mask];
-        struct pyrdma_wc wc;
-        size_t room = 0, want;
-        int i, bad, land;
-        memset(&wc, 0, sizeof(wc));
-        wc.wr_id = w->wr_id;
-        wc.qp_num = q->qpn;
-        wc.opcode = h->op == OP_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
-        if (h->flags & F_IMM) {
-            wc.wc_flags |= IBV_WC_WITH_IMM;
-            wc.imm_data = h->imm;
-        }
-        for (i = 0; i < w->num_sge; i++)
-            room += w->sge[i].length;
-        want = h->op == OP_SEND ? plen + (q->type == IBV_QPT_UD ? GRH_LEN : 0)
-                                : 0;
-        land = fab_land_sges_begin();  /* (see fab_land_begin) */
-        bad = fab_check_sges(q->pd, w->sge, w->num_sge, 1,
-                             IBV_WC_LOC_PROT_ERR);
-        r->head++;
-        if (!bad && want > room)
-            bad = IBV_WC_LOC_LEN_ERR;
-        if (!bad && h->op == OP_SEND) {
-            rx_scatter_send(q, h, w, pl, plen, &wc);
-            wc.byte_len = (uint32_t)want;
-        }
-        else
-            wc.byte_len = h->len;
-        fab_land_sges_end(land);
-        if (bad) {
-            wc.status = bad;
-            wc.byte_len = 0;
-            fab_cq_push(q->rcq, &wc, 0);
-            if (rc)
-                rx_nak(q, h, bad == IBV_WC_LOC_LEN_ERR ? R_REM_INV : R_REM_OP);
-            fab_qp_enter_err(q);    /* UD too, as rxe and mlx5 do */
-            return RX_DONE;
-        }
-        if (q->srq != NULL && q->srq->limit &&
-            r->tail - r->head < q->srq->limit) {
-            q->srq->limit = 0;
-            fab_ctx_event(q->pd->ctx, IBV_EVENT_SRQ_LIMIT_REACHED,
-                          PYRDMA_EV_SRQ,
-                          q->srq->srq_context);
-        }
-        fab_cq_push(q->rcq, &wc, h->flags & F_SOLICITED);
-    }
-    if (rc)
+    if (need_recv && (rc = rx_check_resource(q, h, r, held)) != RX_GO)
+        return rc;
+    if ((q->type == IBV_QPT_RC || q->type == IBV_QPT_UC) &&
+        rx_execute(q, h, pl) == RX_DONE)
+        return RX_DONE;
+    if (need_recv && rx_complete_recv(q, h, r, pl, plen) < 0)
+        return RX_DONE;
+    if (q->type == IBV_QPT_RC)
         fab_queue_ack(q, h);
     return RX_DONE;
 }

@@ -84,107 +84,105 @@ fab_am_dispatch(const struct wire *h, const uint8_t *pl, size_t plen)
         fab_on_resp(h, pl, plen);
 }
 
-ucs_status_t
-fab_am_cb(void *arg, const void *header, size_t header_length, void *data,
-          size_t length, const ucp_am_recv_param_t *param)
+/* A control message (HELLO, CHALLENGE, PROOF, RINGOPEN, BELL): handled;
+   1, or 0 if h is not one. */
+static int
+am_control(const struct wire *h, const ucp_am_recv_param_t *param)
 {
-    struct wire h;
-    struct rndv_rx *x;
+    ucp_ep_h reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+                     ? param->reply_ep : NULL;
+    int ok;
+    switch (h->kind) {
+    case AM_CTL_HELLO:
+        fab_hello_rx(h, reply);
+        return 1;
+    case AM_CTL_CHALLENGE:
+        fab_challenge_rx(h);
+        return 1;
+    case AM_CTL_PROOF:
+        fab_proof_rx(h, reply);
+        return 1;
+    case AM_CTL_RINGOPEN:
+    case AM_CTL_BELL:
+        LOCK();
+        ok = fab_auth_ok(h->src_guid, h->sid);
+        UNLOCK();
+        if (!ok)
+            fab_rx_denied();
+        else if (h->kind == AM_CTL_RINGOPEN)
+            fab_ring_accept(h->src_guid);
+        else
+            fab_rings_poll();
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Where the data of a rendezvous request goes: its place in the QP's
+   queue of incoming messages, reserved now (x->m); NULL: dropped. */
+static void *
+rndv_place_req(const struct wire *h, size_t length, struct rndv_rx *x)
+{
     struct inmsg *m = NULL;
+    LOCK();
+    fab_on_req(h, NULL, length, 1, &m);
+    UNLOCK();
+    if (m == NULL)
+        return NULL;
+    x->m = m;
+    return m->data + sizeof(*h);
+}
+
+/* Where the data of a rendezvous response goes: a buffer of x, if the
+   response is for one of our QPs from its peer (else it is denied);
+   NULL: dropped. */
+static void *
+rndv_place_resp(const struct wire *h, size_t length, struct rndv_rx *x)
+{
+    struct uqp *q;
+    int ok;
+    LOCK();
+    q = qp_lookup(h->dst_qpn);
+    ok = q != NULL && q->peer != NULL && q->peer->guid == h->src_guid &&
+         q->peer->rx_sid == h->sid;
+    UNLOCK();
+    if (!ok) {
+        fab_rx_denied();
+        return NULL;
+    }
+    x->h = *h;
+    x->len = length;
+    x->buf = malloc(length ? length : 1);
+    return x->buf;
+}
+
+/* A request or response whose data UCP holds back (rendezvous): a
+   piggybacked ACK is taken at once; reserve the message's place, then
+   fetch the data (rndv_done executes it). */
+static void
+am_rndv(const struct wire *h, void *data, size_t length)
+{
+    struct rndv_rx *x;
     ucp_request_param_t p;
     ucs_status_ptr_t r;
     void *dst;
 
-    (void)arg;
-    if (header_length != sizeof(h)) {
-        fab_rx_bad();
-        return UCS_OK;
-    }
-    memcpy(&h, header, sizeof(h));
-    switch (h.kind) {
-    case AM_CTL_HELLO:
-        fab_hello_rx(&h, (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
-                     ? param->reply_ep : NULL);
-        return UCS_OK;
-    case AM_CTL_CHALLENGE:
-        fab_challenge_rx(&h);
-        return UCS_OK;
-    case AM_CTL_PROOF:
-        fab_proof_rx(&h, (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
-                     ? param->reply_ep : NULL);
-        return UCS_OK;
-    case AM_CTL_RINGOPEN:
-    case AM_CTL_BELL: {
-        int ok;
+    if (h->kind == AM_REQ && (h->flags & F_ACK)) {
         LOCK();
-        ok = fab_auth_ok(h.src_guid, h.sid);
-        UNLOCK();
-        if (!ok)
-            fab_rx_denied();
-        else if (h.kind == AM_CTL_RINGOPEN)
-            fab_ring_accept(h.src_guid);
-        else
-            fab_rings_poll();
-        return UCS_OK;
-    }
-    case AM_REQ:
-    case AM_RESP:
-        if (fab_msg_check(&h, length))
-            break;
-        /* fall through */
-    default:
-        fab_rx_bad();
-        return UCS_OK;
-    }
-    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-        LOCK();
-        fab_am_dispatch(&h, data, length);
-        UNLOCK();
-        return UCS_OK;
-    }
-    if (h.kind == AM_REQ && (h.flags & F_ACK)) {
-        LOCK();
-        fab_on_piggyback_ack(&h);
+        fab_on_piggyback_ack(h);
         UNLOCK();
     }
-    /* rendezvous: reserve the message's place, then fetch the data */
     if (N.sh != NULL)
         __atomic_fetch_add(&N.sh->st_am_rndv, 1, __ATOMIC_RELAXED);
     x = calloc(1, sizeof(*x));
     if (x == NULL)
-        return UCS_OK;
-    if (h.kind == AM_REQ) {
-        LOCK();
-        fab_on_req(&h, NULL, length, 1, &m);
-        UNLOCK();
-        if (m == NULL) {
-            free(x);
-            return UCS_OK;      /* dropped */
-        }
-        x->m = m;
-        dst = m->data + sizeof(h);
-    }
-    else {
-        struct uqp *q;
-        int ok;
-        LOCK();
-        q = qp_lookup(h.dst_qpn);
-        ok = q != NULL && q->peer != NULL && q->peer->guid == h.src_guid &&
-             q->peer->rx_sid == h.sid;
-        UNLOCK();
-        if (!ok) {
-            fab_rx_denied();
-            free(x);
-            return UCS_OK;
-        }
-        x->h = h;
-        x->len = length;
-        x->buf = malloc(length ? length : 1);
-        if (x->buf == NULL) {
-            free(x);
-            return UCS_OK;
-        }
-        dst = x->buf;
+        return;
+    dst = h->kind == AM_REQ ? rndv_place_req(h, length, x)
+                            : rndv_place_resp(h, length, x);
+    if (dst == NULL) {
+        free(x);
+        return;
     }
     memset(&p, 0, sizeof(p));
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -195,5 +193,32 @@ fab_am_cb(void *arg, const void *header, size_t header_length, void *data,
         rndv_done(NULL, UCS_PTR_STATUS(r), 0, x);
     else if (r == NULL)
         rndv_done(NULL, UCS_OK, length, x);
+}
+
+ucs_status_t
+fab_am_cb(void *arg, const void *header, size_t header_length, void *data,
+          size_t length, const ucp_am_recv_param_t *param)
+{
+    struct wire h;
+
+    (void)arg;
+    if (header_length != sizeof(h)) {
+        fab_rx_bad();
+        return UCS_OK;
+    }
+    memcpy(&h, header, sizeof(h));
+    if (am_control(&h, param))
+        return UCS_OK;
+    if ((h.kind != AM_REQ && h.kind != AM_RESP) || !fab_msg_check(&h, length)) {
+        fab_rx_bad();
+        return UCS_OK;
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        am_rndv(&h, data, length);
+        return UCS_OK;
+    }
+    LOCK();
+    fab_am_dispatch(&h, data, length);
+    UNLOCK();
     return UCS_OK;
 }

@@ -1,6 +1,8 @@
 """House rules of the C core that a script can check."""
 import re
 
+import pytest
+
 from host_helpers import ROOT
 
 #: The longest C function the house accepts, in lines.
@@ -40,10 +42,19 @@ def test_the_length_counter_counts():
     assert found["pyrdma_status_error"] == 5, found
 
 
-def test_no_c_function_over_100_lines():
-    """No function of csrc/*.c is longer than MAX_LINES: a longer one is
-    split into static steps named for what they check or do."""
+#: The directories of the C core whose functions the rule covers.
+C_DIRS = ("csrc", "csrc/fabric", "csrc/fabric_verbs")
+
+
+@pytest.mark.parametrize("where", C_DIRS)
+def test_no_c_function_over_100_lines(where):
+    """No function of the C core (csrc/*.c, the fabric's csrc/fabric/*.c
+    and its verbs front end's csrc/fabric_verbs/*.c) is longer than
+    MAX_LINES: a longer one is split into static steps named for what
+    they check or do."""
+    files = sorted((ROOT / where).glob("*.c"))
+    assert files, where
     long = [f"{p.name}:{line} {name} ({size} lines)"
-            for p in sorted((ROOT / "csrc").glob("*.c"))
+            for p in files
             for name, line, size in function_lengths(p) if size > MAX_LINES]
     assert not long, "over %d lines: %s" % (MAX_LINES, ", ".join(long))

@@ -1,4 +1,5 @@
 """The dlopen and linked builds: import without rdma-core, clean errors."""
+import os
 import re
 import subprocess
 
@@ -75,6 +76,30 @@ def test_library_without_the_symbols_names_the_first_missing(env, call, lib,
     assert lines[0].startswith("ERR 38 dlsym"), res.stdout
     assert f"{lib} has no symbol {first} (rdma-core too old?)" in lines[0]
 
+
+
+def test_ucx_loader_names_the_first_missing_symbol(tmp_path):
+    """The fabric loads libucp through the same loader (csrc/dlload.c, also
+    built into librdma_fabric.so): a library that is not libucp fails with
+    SysError ENOSYS from dlsym naming the file, the first missing symbol
+    and the UCX version needed, the same way when asked again."""
+    os.chmod(tmp_path, 0o700)
+    code = ("import rdma\n"
+            "for _ in range(2):\n"
+            "    try:\n"
+            "        rdma.get_end_port(provider='ucx')\n"
+            "    except rdma.SysError as e:\n"
+            "        print('ERR', e.errno, e.func, e)\n"
+            "    else:\n"
+            "        print('NOERR')\n")
+    res = run_py(code, env={"RDMA_UCX_LIBRARY": "libz.so.1",
+                            "RDMA_UCX_DIR": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2 and lines[0] == lines[1], res.stdout
+    assert lines[0].startswith("ERR 38 dlsym"), res.stdout
+    assert ("libz.so.1 has no symbol ucp_config_read (UCX too old? 1.13 or "
+            "later is needed)") in lines[0], res.stdout
 
 def test_no_kernel_support_means_no_devices():
     """On this host (no RDMA in the kernel) the list is empty, not an error."""
