@@ -102,7 +102,8 @@ query_device(void *vc, struct pyrdma_device_attr *a, struct pyrdma_status *st)
     a->sys_image_guid = N.guid;
     a->max_mr_size = MAX_MR_SIZE;
     a->page_size_cap = 0xfffff000;
-    a->vendor_id = 0;
+    /* no IEEE OUI of its own: the value rxe gives a software device */
+    a->vendor_id = 0xffffff;
     a->vendor_part_id = 0x5543;
     a->hw_ver = 1;
     a->max_qp = MAX_QP - 2;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -119,11 +120,15 @@ struct fah {
     void *h;                   /* fabric AH handle */
 };
 
-/* A device list handed out by ibv_get_device_list. */
+/* A device list handed out by ibv_get_device_list.  A program that
+   free()s devs instead of calling ibv_free_device_list leaves its entry
+   (and the real list) behind, as libibverbs leaves its device references;
+   the newest entry of an address is found first. */
 struct flist {
     struct flist *next;        /* registry of lists handed out */
     struct ibv_device **real;  /* the real list inside it (or NULL) */
-    struct ibv_device *devs[]; /* NULL-terminated: real devices, then ucx0 */
+    struct ibv_device **devs;  /* NULL-terminated: real devices, then ucx0;
+                                  malloc'ed on its own */
 };
 
 /* ------------------------------------------------------------------ */
