@@ -1,0 +1,119 @@
+/* c_front_teardown.c - teardown orders libibverbs allows, on ucx0, for
+   tests/host/test_c_front.py: a CQ or PD destroyed while in use (EBUSY),
+   a buffer freed before its MR is deregistered, the device closed with
+   objects alive, a blocked ibv_get_cq_event interrupted by a signal, and
+   the device list released with free() as qperf does.  Prints one
+   "name=value" line per check; "done=1" last (a crash never gets there). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <infiniband/verbs.h>
+
+#define DIE(what) do { perror(what); exit(2); } while (0)
+
+static struct ibv_device *
+find(struct ibv_device **list, const char *name)
+{
+    for (; *list != NULL; list++)
+        if (strcmp(ibv_get_device_name(*list), name) == 0)
+            return *list;
+    fprintf(stderr, "no %s\n", name);
+    exit(2);
+}
+
+static const char *
+err(int rc)
+{
+    return rc == 0 ? "0" : strerror(rc);
+}
+
+/* Objects destroyed out of order, then the device closed with some left. */
+static void
+out_of_order(struct ibv_device *dev)
+{
+    struct ibv_context *ctx = ibv_open_device(dev);
+    struct ibv_qp_init_attr qa = {0};
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+    struct ibv_mr *mr;
+    char *buf, *again;
+    if (ctx == NULL || (pd = ibv_alloc_pd(ctx)) == NULL ||
+        (cq = ibv_create_cq(ctx, 16, NULL, NULL, 0)) == NULL)
+        DIE("objects");
+    qa.send_cq = qa.recv_cq = cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+    qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+    if ((qp = ibv_create_qp(pd, &qa)) == NULL)
+        DIE("ibv_create_qp");
+    if ((buf = malloc(8192)) == NULL ||
+        (mr = ibv_reg_mr(pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE |
+                         IBV_ACCESS_REMOTE_WRITE)) == NULL)
+        DIE("ibv_reg_mr");
+    printf("cq_before_qp=%s\n", err(ibv_destroy_cq(cq)));
+    printf("pd_before_mr=%s\n", err(ibv_dealloc_pd(pd)));
+    free(buf);                          /* before deregistering it */
+    printf("dereg_freed_buffer=%s\n", err(ibv_dereg_mr(mr)));
+    /* the heap is whole: the freed block is handed out again */
+    if ((again = malloc(8192)) == NULL)
+        DIE("malloc");
+    memset(again, 0x5a, 8192);
+    free(again);
+    printf("pd_before_qp=%s\n", err(ibv_dealloc_pd(pd)));
+    printf("close_with_objects=%s\n", err(ibv_close_device(ctx)));
+}
+
+static void
+on_alarm(int sig)
+{
+    (void)sig;
+}
+
+/* A blocked ibv_get_cq_event returns -1/EINTR when a signal handler
+   (installed without SA_RESTART) runs, as libibverbs' read() does. */
+static void
+interrupted_wait(struct ibv_device *dev)
+{
+    struct ibv_context *ctx = ibv_open_device(dev);
+    struct ibv_comp_channel *ch;
+    struct sigaction sa;
+    struct itimerval it = {{0, 0}, {0, 200000}};
+    struct ibv_cq *cq, *ecq;
+    void *ectx;
+    int rc;
+    if (ctx == NULL || (ch = ibv_create_comp_channel(ctx)) == NULL ||
+        (cq = ibv_create_cq(ctx, 16, NULL, ch, 0)) == NULL ||
+        ibv_req_notify_cq(cq, 0) != 0)
+        DIE("channel");
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm;           /* no SA_RESTART */
+    sigaction(SIGALRM, &sa, NULL);
+    setitimer(ITIMER_REAL, &it, NULL);
+    errno = 0;
+    rc = ibv_get_cq_event(ch, &ecq, &ectx);
+    printf("get_cq_event_signal=%d %s\n", rc, strerror(errno));
+    printf("destroy_after=%s", err(ibv_destroy_cq(cq)));
+    printf(" %s", err(ibv_destroy_comp_channel(ch)));
+    printf(" %s\n", err(ibv_close_device(ctx)));
+}
+
+int
+main(int argc, char **argv)
+{
+    struct ibv_device **list = ibv_get_device_list(NULL);
+    struct ibv_device *dev;
+    if (list == NULL)
+        DIE("ibv_get_device_list");
+    dev = find(list, argc > 1 ? argv[1] : "ucx0");
+    setvbuf(stdout, NULL, _IONBF, 0);
+    out_of_order(dev);
+    interrupted_wait(dev);
+    free(list);                         /* qperf does, not ibv_free_... */
+    printf("done=1\n");
+    return 0;
+}
