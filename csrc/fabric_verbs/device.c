@@ -639,6 +639,13 @@ ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index,
     return 0;
 }
 
+static int
+gid_is_zero(const uint8_t *gid)
+{
+    static const uint8_t zero[16];
+    return memcmp(gid, zero, 16) == 0;
+}
+
 EXPORT int
 _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
                   struct ibv_gid_entry *entry, uint32_t flags, size_t size)
@@ -657,6 +664,8 @@ _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
     if (fv_prov->query_gid(fv_ctx_of(ctx)->h, (uint8_t)port, (int)index, &e,
                      &st) < 0)
         return fv_failed(&st) == EINVAL ? ENODATA : errno;
+    if (gid_is_zero(e.gid))
+        return ENODATA;         /* an empty entry, as the kernel says */
     memset(&out, 0, sizeof(out));
     memcpy(out.gid.raw, e.gid, 16);
     out.gid_index = e.gid_index;
@@ -690,12 +699,13 @@ _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
                                 &st) < 0)
             return -fv_failed(&st);
         for (i = 0; i < pa.gid_tbl_len; i++) {
-            struct ibv_gid_entry *o;
+            struct ibv_gid_entry got;
+            if (_ibv_query_gid_ex(ctx, port, (uint32_t)i, &got, 0,
+                                  sizeof(got)) != 0)
+                continue;       /* empty */
             if ((size_t)n >= max)
                 return -EINVAL;
-            o = (struct ibv_gid_entry *)((char *)entries + (size_t)n * size);
-            if (_ibv_query_gid_ex(ctx, port, (uint32_t)i, o, 0, size) != 0)
-                continue;
+            memcpy((char *)entries + (size_t)n * size, &got, sizeof(got));
             n++;
         }
     }

@@ -19,7 +19,8 @@ def errname(fn):
     try:
         fn()
     except PyverbsRDMAError as ex:
-        return errno.errorcode.get(ex.error_code, str(ex.error_code))
+        code = abs(ex.error_code)     # query_gid_table gives -EINVAL
+        return errno.errorcode.get(code, str(code))
     return "ok"
 
 
@@ -31,6 +32,16 @@ def main(argv):
         print(f"vendor_id_set={int(attr.vendor_id != 0)}")
         print(f"phys_port_cnt={attr.phys_port_cnt} "
               f"{ex.orig_attr.phys_port_cnt} {ex.phys_port_cnt_ex}")
+        # an IB HCA's GID table: entry 0 set, the others empty (ENODATA
+        # from ibv_query_gid_ex, a zero GID from ibv_query_gid)
+        tbl = ctx.query_port(1).gid_tbl_len
+        print(f"gid_tbl_len_over_1={int(tbl > 1)}")
+        print("gid_ex_empty=" + errname(
+            lambda: ctx.query_gid_ex(port_num=1, gid_index=tbl - 1)))
+        print(f"gid_empty={ctx.query_gid(1, tbl - 1)}")
+        print(f"gid_table={len(ctx.query_gid_table(tbl))}")
+        print("gid_table_too_small=" + errname(
+            lambda: ctx.query_gid_table(0)))
         nvec = ctx.num_comp_vectors
         print(f"num_comp_vectors={nvec}")
         print("cq_too_big=" + errname(

@@ -355,7 +355,8 @@ def _pyverbs_python(env):
 def test_pyverbs_device_checks(env):
     """What rdma-core's provider tests (test_device, test_cq, test_cqex,
     test_shared_pd) check of a device, through pyverbs: a non-zero vendor
-    id, phys_port_cnt_ex equal to phys_port_cnt, EINVAL for a CQ larger
+    id, phys_port_cnt_ex equal to phys_port_cnt, a GID table with empty
+    entries (ENODATA from query_gid_ex, left out of query_gid_table), EINVAL for a CQ larger
     than max_cqe or with a comp_vector past num_comp_vectors (plain and
     extended), a cmd_fd that is a real descriptor, and EOPNOTSUPP for
     importing the context (as on rxe)."""
@@ -368,6 +369,11 @@ def test_pyverbs_device_checks(env):
     assert got == {
         "vendor_id_set": "1",
         "phys_port_cnt": "1 1 1",
+        "gid_tbl_len_over_1": "1",
+        "gid_ex_empty": "ENODATA",
+        "gid_empty": "0000:0000:0000:0000:0000:0000:0000:0000",
+        "gid_table": "1",
+        "gid_table_too_small": "EINVAL",
         "num_comp_vectors": "1",
         "cq_too_big": "EINVAL",
         "cq_bad_vector": "EINVAL",
