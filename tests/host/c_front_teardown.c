@@ -1,14 +1,16 @@
 /* c_front_teardown.c - teardown orders libibverbs allows, on ucx0, for
    tests/host/test_c_front.py: a CQ or PD destroyed while in use (EBUSY),
-   a buffer freed before its MR is deregistered, the device closed with
-   objects alive, a blocked ibv_get_cq_event interrupted by a signal, and
-   the device list released with free() as qperf does.  Prints one
+   a buffer freed (or unmapped, and the address mapped again) before its
+   MR is deregistered, the device closed with objects alive, a blocked
+   ibv_get_cq_event interrupted by a signal, and the device list released
+   with free() as qperf does.  Prints one
    "name=value" line per check; "done=1" last (a crash never gets there). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/time.h>
 
 #include <infiniband/verbs.h>
@@ -68,6 +70,41 @@ out_of_order(struct ibv_device *dev)
     printf("close_with_objects=%s\n", err(ibv_close_device(ctx)));
 }
 
+/* A mapping unmapped before its MR is deregistered, and a new mapping
+   made at the same address meanwhile: ibv_dereg_mr leaves it alone. */
+static void
+unmapped_before_dereg(struct ibv_device *dev)
+{
+    struct ibv_context *ctx = ibv_open_device(dev);
+    size_t n = 1 << 20, changed = 0, k;
+    struct ibv_pd *pd;
+    struct ibv_mr *mr;
+    char *a, *b;
+    if (ctx == NULL || (pd = ibv_alloc_pd(ctx)) == NULL)
+        DIE("pd");
+    a = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+             -1, 0);
+    if (a == MAP_FAILED)
+        DIE("mmap");
+    memset(a, 1, n);
+    if ((mr = ibv_reg_mr(pd, a, n, IBV_ACCESS_LOCAL_WRITE |
+                         IBV_ACCESS_REMOTE_WRITE)) == NULL)
+        DIE("ibv_reg_mr");
+    munmap(a, n);
+    b = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+             -1, 0);
+    if (b == MAP_FAILED)
+        DIE("mmap");
+    memset(b, 7, n);
+    printf("dereg_unmapped=%s", err(ibv_dereg_mr(mr)));
+    for (k = 0; k < n; k++)
+        changed += b[k] != 7;
+    printf(" %zu\n", changed);
+    munmap(b, n);
+    printf("after_unmapped=%s", err(ibv_dealloc_pd(pd)));
+    printf(" %s\n", err(ibv_close_device(ctx)));
+}
+
 static void
 on_alarm(int sig)
 {
@@ -112,6 +149,7 @@ main(int argc, char **argv)
     dev = find(list, argc > 1 ? argv[1] : "ucx0");
     setvbuf(stdout, NULL, _IONBF, 0);
     out_of_order(dev);
+    unmapped_before_dereg(dev);
     interrupted_wait(dev);
     free(list);                         /* qperf does, not ibv_free_... */
     printf("done=1\n");

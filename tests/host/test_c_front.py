@@ -391,6 +391,8 @@ TEARDOWN_EXPECTED = {
     "dereg_freed_buffer": "0",
     "pd_before_qp": "Device or resource busy",
     "close_with_objects": "0",
+    "dereg_unmapped": "0 0",                # no byte of the new mapping
+    "after_unmapped": "0 0",
     "get_cq_event_signal": "-1 Interrupted system call",
     "destroy_after": "0 0 0",
     "done": "1",
@@ -400,7 +402,9 @@ TEARDOWN_EXPECTED = {
 def test_teardown_orders(env, tmp_path):
     """tests/host/c_front_teardown.c: the teardown orders libibverbs
     allows get what a NIC gives -- EBUSY for a CQ before its QP and a PD
-    before its MR or QP, a buffer freed before ibv_dereg_mr, the device
+    before its MR or QP, a buffer freed before ibv_dereg_mr (and one
+    unmapped, its address mapped again: the new mapping is untouched), the
+    device
     closed with a QP, CQ and PD alive, EINTR from a blocked
     ibv_get_cq_event when a signal handler runs, and the device list
     released with free() (as qperf does) -- with glibc's heap checks on,
