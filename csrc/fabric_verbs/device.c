@@ -481,6 +481,7 @@ ibv_open_device(struct ibv_device *dev)
     ctx->device = dev;
     ctx->num_comp_vectors = 1;
     pthread_mutex_init(&ctx->mutex, NULL);
+    pthread_mutex_init(&c->mrs_lock, NULL);
     ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
     ctx->ops.poll_cq = fv_op_poll_cq;
     ctx->ops.req_notify_cq = fv_op_req_notify_cq;
@@ -504,10 +505,14 @@ ibv_close_device(struct ibv_context *ctx)
     c = fv_ctx_of(ctx);
     if (fv_in_use(&c->users)) {
         /* the kernel destroys what is left of a closed context; the
-           objects left here still use it: they and it stay allocated (and
-           work) until the process ends, and the call succeeds as on a NIC
-           (perftest closes its device with objects left) */
-        fv_debug("ibv_close_device: objects are left; the context stays");
+           objects left here still use it: they and it stay allocated
+           until the process ends, and the call succeeds as on a NIC
+           (perftest closes its device with objects left).  Its MRs are
+           deregistered, as the kernel does: no access, local or remote,
+           reaches memory the program may free now */
+        fv_debug("ibv_close_device: objects are left; the context stays, "
+                 "its MRs are deregistered");
+        fv_revoke_mrs(c);
         return 0;
     }
     close(ctx->async_fd);
@@ -515,6 +520,7 @@ ibv_close_device(struct ibv_context *ctx)
     if (fv_prov->close_device(c->h, &st) < 0)
         return fv_failed(&st);
     pthread_mutex_destroy(&ctx->mutex);
+    pthread_mutex_destroy(&c->mrs_lock);
     free(c);
     return 0;
 }

@@ -45,6 +45,9 @@ struct fctx {
                                   (while any is, close leaves it open) */
     unsigned gen;              /* fv_gen when opened (another value: a
                                   child process inherited it by fork()) */
+    pthread_mutex_t mrs_lock;  /* guards mrs */
+    struct fmr *mrs;           /* its MRs not yet deregistered (closing it
+                                  with objects left revokes them) */
 };
 
 /* A protection domain. */
@@ -57,7 +60,9 @@ struct fpd {
 /* A memory region. */
 struct fmr {
     struct ibv_mr mr;          /* what the program sees */
-    void *h;                   /* fabric MR handle */
+    void *h;                   /* fabric MR handle (NULL: revoked when its
+                                  context was closed) */
+    struct fmr *next, *prev;   /* in fctx.mrs */
 };
 
 /* A completion channel. */
@@ -133,6 +138,10 @@ struct flist {
 
 /* ------------------------------------------------------------------ */
 /* state and helpers (device.c unless said)                            */
+
+/* objects.c: deregister every MR of a context closed with objects left,
+   as the kernel does (no access reaches their memory afterwards). */
+void fv_revoke_mrs(struct fctx *c);
 
 extern const struct pyrdma_provider *fv_prov; /* the fabric, once loaded */
 extern struct ibv_device fv_dev;               /* the ucx0 device */

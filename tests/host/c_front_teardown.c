@@ -1,12 +1,14 @@
 /* c_front_teardown.c - teardown orders libibverbs allows, on ucx0, for
    tests/host/test_c_front.py: a CQ or PD destroyed while in use (EBUSY),
    a buffer freed (or unmapped, and the address mapped again) before its
-   MR is deregistered, the device closed with objects alive, a blocked
+   MR is deregistered, the device closed with objects alive (a peer's
+   RDMA WRITE to its MR fails and changes nothing), a blocked
    ibv_get_cq_event interrupted by a signal, and the device list released
    with free() as qperf does.  Prints one
    "name=value" line per check; "done=1" last (a crash never gets there). */
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +107,115 @@ unmapped_before_dereg(struct ibv_device *dev)
     printf(" %s\n", err(ibv_close_device(ctx)));
 }
 
+/* RESET -> RTS, connected to QP number dqpn at LID lid; 0 or an errno. */
+static int
+connect_to(struct ibv_qp *qp, uint32_t dqpn, uint16_t lid)
+{
+    struct ibv_qp_attr a;
+    int rc;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    if ((rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                            IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+        return rc;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = dqpn;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.dlid = lid;
+    a.ah_attr.port_num = 1;
+    if ((rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
+                            IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                            IBV_QP_MIN_RNR_TIMER)))
+        return rc;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 1;
+    a.rnr_retry = 1;
+    a.max_rd_atomic = 1;
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
+                         IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* One side's context, PD, CQ and RC QP. */
+struct side {
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+};
+
+static void
+side_open(struct ibv_device *dev, struct side *s)
+{
+    struct ibv_qp_init_attr qa;
+    memset(&qa, 0, sizeof(qa));
+    if ((s->ctx = ibv_open_device(dev)) == NULL ||
+        (s->pd = ibv_alloc_pd(s->ctx)) == NULL ||
+        (s->cq = ibv_create_cq(s->ctx, 16, NULL, NULL, 0)) == NULL)
+        DIE("side");
+    qa.send_cq = qa.recv_cq = s->cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+    qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+    if ((s->qp = ibv_create_qp(s->pd, &qa)) == NULL)
+        DIE("ibv_create_qp");
+}
+
+/* The device closed with its MR alive: a peer's RDMA WRITE to the MR
+   afterwards fails, and no byte lands (the kernel deregisters it). */
+static void
+write_after_close(struct ibv_device *dev)
+{
+    static char target[4096], src[64];
+    struct ibv_port_attr pa;
+    struct side t, w;
+    struct ibv_mr *tmr, *wmr;
+    struct ibv_sge sge;
+    struct ibv_send_wr wr, *bad;
+    struct ibv_wc wc;
+    int i, n = 0;
+    size_t k, changed = 0;
+    side_open(dev, &t);
+    side_open(dev, &w);
+    if (ibv_query_port(t.ctx, 1, &pa) ||
+        (tmr = ibv_reg_mr(t.pd, target, sizeof(target),
+                          IBV_ACCESS_LOCAL_WRITE |
+                          IBV_ACCESS_REMOTE_WRITE)) == NULL ||
+        (wmr = ibv_reg_mr(w.pd, src, sizeof(src), 0)) == NULL ||
+        connect_to(t.qp, w.qp->qp_num, pa.lid) ||
+        connect_to(w.qp, t.qp->qp_num, pa.lid))
+        DIE("connect");
+    printf("close_with_mr=%s\n", err(ibv_close_device(t.ctx)));
+    memset(src, 0x66, sizeof(src));
+    memset(&wr, 0, sizeof(wr));
+    sge.addr = (uintptr_t)src;
+    sge.length = sizeof(src);
+    sge.lkey = wmr->lkey;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = (uintptr_t)target;
+    wr.wr.rdma.rkey = tmr->rkey;
+    if (ibv_post_send(w.qp, &wr, &bad))
+        DIE("ibv_post_send");
+    for (i = 0; i < 5000000 && n == 0; i++)
+        n = ibv_poll_cq(w.cq, 1, &wc);
+    for (k = 0; k < sizeof(target); k++)
+        changed += target[k] != 0;
+    printf("write_after_close=%s %zu\n",
+           n == 1 ? ibv_wc_status_str(wc.status) : "no completion",
+           changed);
+}
+
 static void
 on_alarm(int sig)
 {
@@ -150,6 +261,7 @@ main(int argc, char **argv)
     setvbuf(stdout, NULL, _IONBF, 0);
     out_of_order(dev);
     unmapped_before_dereg(dev);
+    write_after_close(dev);
     interrupted_wait(dev);
     free(list);                         /* qperf does, not ibv_free_... */
     printf("done=1\n");

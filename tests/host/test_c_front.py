@@ -393,6 +393,10 @@ TEARDOWN_EXPECTED = {
     "close_with_objects": "0",
     "dereg_unmapped": "0 0",                # no byte of the new mapping
     "after_unmapped": "0 0",
+    # a peer's WRITE to the MR of a device closed with it alive: refused,
+    # no byte lands (the kernel deregisters what a closed context left)
+    "close_with_mr": "0",
+    "write_after_close": "remote access error 0",
     "get_cq_event_signal": "-1 Interrupted system call",
     "destroy_after": "0 0 0",
     "done": "1",

@@ -16,6 +16,7 @@ results).  XRC is not in the matrix: ucx0 has no XRC domains.
 """
 import re
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -58,19 +59,36 @@ def on_fabric(*cmd):
     return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
 
 
-@pytest.mark.parametrize("tls", ["shm", "tcp"])
-@pytest.mark.parametrize("test", TESTS)
-def test_qperf(env, test, tls):
-    env.update(SHM if tls == "shm" else TCP)
+def _run(test, env):
+    """One qperf test, server and client; their (rc, out, err)."""
     port = fh.free_port()
     # -t 1: one second of traffic; -to 30: qperf's side-channel timeout
     # (5 s by default) with room for a loaded machine
     client = ["qperf", "-lp", str(port), "-t", "1", "-to", "30",
               "-i", "ucx0:1", "127.0.0.1", test, "quit"]
-    (s_rc, s_out, s_err), (c_rc, c_out, c_err) = fh.pair(
-        on_fabric("qperf", "-lp", str(port)), on_fabric(*client), port, env,
-        timeout=T)
-    both = f"client:\n{c_out}{c_err}\nserver:\n{s_out}{s_err}"
+    try:
+        return fh.pair(on_fabric("qperf", "-lp", str(port)),
+                       on_fabric(*client), port, env, timeout=T)
+    except subprocess.TimeoutExpired as e:
+        # a server whose test child failed waits for a client that left
+        return (None, "", f"timed out: {e.output!r}"), (None, "", "")
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+@pytest.mark.parametrize("test", TESTS)
+def test_qperf(env, test, tls):
+    env.update(SHM if tls == "shm" else TCP)
+    for _ in range(2):
+        (s_rc, s_out, s_err), (c_rc, c_out, c_err) = _run(test, env)
+        both = f"client:\n{c_out}{c_err}\nserver:\n{s_out}{s_err}"
+        # In the two-way tests each side sends until its own one-second
+        # timer fires, then destroys its QP.  A side whose timer fires
+        # more than qperf's fixed ACK timeout x tries later (14 and 7:
+        # 0.54 s; a loaded machine, the ASan build) sees its peer's QP
+        # gone and fails with RETRY_EXC_ERR, as it would on a NIC: run
+        # such a test once more.
+        if not (test.endswith("_bi_bw") and "Retries exceeded" in both):
+            break
     assert c_rc == 0 and s_rc == 0, both
     assert c_err == "" and s_err == "", both
     # the result line: "bw = ...", "latency = ...", "msg_rate = ..."
