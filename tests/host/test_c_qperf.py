@@ -60,18 +60,32 @@ def on_fabric(*cmd):
 
 
 def _run(test, env):
-    """One qperf test, server and client; their (rc, out, err)."""
+    """One qperf test, server and client; their (rc, out, err): the
+    server's rc is None if it had to be killed (its test child failed and
+    it waits for the next request)."""
     port = fh.free_port()
     # -t 1: one second of traffic; -to 30: qperf's side-channel timeout
     # (5 s by default) with room for a loaded machine
     client = ["qperf", "-lp", str(port), "-t", "1", "-to", "30",
               "-i", "ucx0:1", "127.0.0.1", test, "quit"]
+    srv = fh.popen(on_fabric("qperf", "-lp", str(port)), env)
+    cli = None
     try:
-        return fh.pair(on_fabric("qperf", "-lp", str(port)),
-                       on_fabric(*client), port, env, timeout=T)
-    except subprocess.TimeoutExpired as e:
-        # a server whose test child failed waits for a client that left
-        return (None, "", f"timed out: {e.output!r}"), (None, "", "")
+        fh.wait_listening(srv, port, T)
+        cli = fh.popen(on_fabric(*client), env)
+        c_out, c_err = cli.communicate(timeout=T)
+        try:
+            s_out, s_err = srv.communicate(timeout=T if cli.returncode == 0
+                                           else 5)
+        except subprocess.TimeoutExpired:
+            fh.kill(srv)
+            s_out, s_err = srv.communicate()
+            return (None, s_out, s_err), (cli.returncode, c_out, c_err)
+        return (srv.returncode, s_out, s_err), (cli.returncode, c_out, c_err)
+    finally:
+        fh.kill(srv)
+        if cli is not None:
+            fh.kill(cli)
 
 
 @pytest.mark.parametrize("tls", ["shm", "tcp"])
