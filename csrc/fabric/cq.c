@@ -159,10 +159,13 @@ fab_create_cq(void *vc, int cqe, void *cq_context, void *vcc, int vector,
 {
     struct ucq *cq;
     uint32_t n;
-    (void)vector;
     if (cqe < 1 || cqe > MAX_CQE)
         return pyrdma_fail(st, EINVAL, "ibv_create_cq", "cqe %d not in "
                            "1..%d", cqe, MAX_CQE);
+    if (vector < 0 || vector >= NUM_COMP_VECTORS)
+        return pyrdma_fail(st, EINVAL, "ibv_create_cq", "comp_vector %d: "
+                           "the fabric device has %d", vector,
+                           NUM_COMP_VECTORS);
     cq = calloc(1, sizeof(*cq));
     if (cq == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");

@@ -207,6 +207,10 @@ extern struct fab_ucp U;
 #define MAX_SGE 16
 #define MAX_INLINE 4096
 #define MAX_CQE (1 << 20)
+#define NUM_COMP_VECTORS 1     /* the context's num_comp_vectors */
+#define GID_TBL_LEN 16         /* the port's GID table: entry 0 holds its
+                                  GID, the others are empty, as on an IB
+                                  HCA */
 #define MAX_RD_ATOM 16
 #define SLOT_SMALL 192          /* preallocated payload bytes per send slot */
 #define PORT_MTU IBV_MTU_4096

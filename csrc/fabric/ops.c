@@ -102,7 +102,8 @@ query_device(void *vc, struct pyrdma_device_attr *a, struct pyrdma_status *st)
     a->sys_image_guid = N.guid;
     a->max_mr_size = MAX_MR_SIZE;
     a->page_size_cap = 0xfffff000;
-    a->vendor_id = 0;
+    /* no IEEE OUI of its own: the value rxe gives a software device */
+    a->vendor_id = 0xffffff;
     a->vendor_part_id = 0x5543;
     a->hw_ver = 1;
     a->max_qp = MAX_QP - 2;
@@ -141,7 +142,7 @@ query_port(void *vc, uint8_t port, struct pyrdma_port_attr *a,
     a->state = IBV_PORT_ACTIVE;
     a->max_mtu = PORT_MTU;
     a->active_mtu = PORT_MTU;
-    a->gid_tbl_len = 1;
+    a->gid_tbl_len = GID_TBL_LEN;
     a->port_cap_flags = 0;
     a->max_msg_sz = MAX_MSG;
     a->pkey_tbl_len = 1;
@@ -162,12 +163,15 @@ query_gid(void *vc, uint8_t port, int index, struct pyrdma_gid_entry *e,
           struct pyrdma_status *st)
 {
     (void)vc;
-    if (port != 1 || index != 0)
+    if (port != 1 || index < 0 || index >= GID_TBL_LEN)
         return pyrdma_fail(st, EINVAL, "ibv_query_gid", "port %u index %d: "
-                           "the fabric port has one GID (1/0)", port, index);
+                           "the fabric device has port 1, GID indexes "
+                           "0..%d", port, index, GID_TBL_LEN - 1);
     memset(e, 0, sizeof(*e));
-    memcpy(e->gid, N.gid, 16);
+    e->gid_index = (uint32_t)index;
     e->gid_type = 0;        /* IBV_GID_TYPE_IB */
+    if (index == 0)         /* the others are empty: a zero GID */
+        memcpy(e->gid, N.gid, 16);
     return 0;
 }
 

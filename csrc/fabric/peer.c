@@ -510,8 +510,8 @@ fab_ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
                            "device has one port", a->port_num);
     if (a->is_global) {
         if (a->grh.sgid_index != 0)
-            return pyrdma_fail(st, EINVAL, func, "sgid_index %u: the GID "
-                               "table has one entry", a->grh.sgid_index);
+            return pyrdma_fail(st, EINVAL, func, "sgid_index %u: only GID "
+                               "entry 0 is set", a->grh.sgid_index);
         if (a->grh.dgid[0] == 0xff)
             return pyrdma_fail(st, EOPNOTSUPP, func, "multicast is not "
                                "supported by the ucx fabric");

@@ -215,7 +215,10 @@ fv_watch_fd(int fd)
 }
 
 /* Wait until fd is readable, unless the program made it non-blocking;
-   return 0, or -1 with errno (EAGAIN when non-blocking). */
+   return 0, or -1 with errno (EAGAIN when non-blocking, EINTR when a
+   signal handler ran: libibverbs' read() of the kernel's event file
+   returns then, and programs rely on it, e.g. qperf's SIGALRM ending a
+   test blocked in ibv_get_cq_event). */
 int
 fv_wait_fd(int fd)
 {
@@ -229,7 +232,7 @@ fv_wait_fd(int fd)
         int r = poll(&p, 1, -1);
         if (r > 0)
             return 0;
-        if (r < 0 && errno != EINTR)
+        if (r < 0)
             return -1;
     }
 }
@@ -266,6 +269,7 @@ vop_query_device_ex(struct ibv_context *ctx,
         return fv_failed(&st);
     memset(&full, 0, sizeof(full));
     fv_device_out(&full.orig_attr, &a);
+    full.phys_port_cnt_ex = a.phys_port_cnt;
     /* the fabric has none of the extended capabilities (ODP, TSO, RSS,
        timestamps...): they stay 0 */
     memcpy(attr, &full, len < sizeof(full) ? len : sizeof(full));
@@ -295,7 +299,14 @@ ibv_get_device_list(int *num)
             n = 0;
     }
     add = fabric();
-    l = calloc(1, sizeof(*l) + sizeof(l->devs[0]) * (size_t)(n + 2));
+    /* the array is an allocation of its own, as libibverbs' is: programs
+       (qperf) release it with free() instead of ibv_free_device_list */
+    l = calloc(1, sizeof(*l));
+    if (l != NULL && (l->devs = calloc((size_t)n + 2, sizeof(*l->devs))) ==
+        NULL) {
+        free(l);
+        l = NULL;
+    }
     if (l == NULL) {
         if (real != NULL) {
             REAL(void, ibv_free_device_list, "IBVERBS_1.1",
@@ -343,6 +354,7 @@ ibv_free_device_list(struct ibv_device **list)
     }
     if (l->real != NULL && real_fn != NULL)
         real_fn(l->real);
+    free(l->devs);
     free(l);
 }
 
@@ -372,6 +384,51 @@ ibv_get_device_index(struct ibv_device *dev)
     if (dev == &fv_dev)
         return -1;      /* no kernel device index */
     return real_fn ? real_fn(dev) : -1;
+}
+
+/* The name of a ucx0 context's cmd_fd (a memfd). */
+#define CMD_FD_NAME "rdma-fabric-verbs-ucx0"
+
+/* A context's cmd_fd: no kernel command channel, but a real descriptor
+   of its own, as programs dup() it to share the context
+   (ibv_import_device, which ucx0 refuses as rxe does); -1 with errno. */
+static int
+make_cmd_fd(void)
+{
+    return memfd_create(CMD_FD_NAME, MFD_CLOEXEC);
+}
+
+/* 1 if fd is (a dup of) a ucx0 context's cmd_fd. */
+static int
+is_cmd_fd(int fd)
+{
+    char path[64], target[128];
+    ssize_t n;
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    n = readlink(path, target, sizeof(target) - 1);
+    if (n < 0)
+        return 0;
+    target[n] = 0;
+    return strncmp(target, "/memfd:" CMD_FD_NAME " ",
+                   strlen("/memfd:" CMD_FD_NAME " ")) == 0;
+}
+
+EXPORT struct ibv_context *
+ibv_import_device(int cmd_fd)
+{
+    REAL(struct ibv_context *, ibv_import_device, "IBVERBS_1.10", (int));
+    if (is_cmd_fd(cmd_fd)) {
+        /* a ucx0 context lives in its process: sharing it with another
+           one is not supported (EOPNOTSUPP, as rxe gives) */
+        fv_debug("ibv_import_device: a ucx0 context cannot be imported");
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    if (real_fn == NULL) {
+        errno = ENOSYS;
+        return NULL;
+    }
+    return real_fn(cmd_fd);
 }
 
 EXPORT struct ibv_context *
@@ -405,8 +462,11 @@ ibv_open_device(struct ibv_device *dev)
     fv_in_fabric--;
     ctx = &c->vctx.context;
     ctx->async_fd = fv_watch_fd(fv_prov->async_fd(c->h));
-    if (ctx->async_fd < 0) {
+    ctx->cmd_fd = ctx->async_fd < 0 ? -1 : make_cmd_fd();
+    if (ctx->cmd_fd < 0) {
         int e = errno;
+        if (ctx->async_fd >= 0)
+            close(ctx->async_fd);
         fv_prov->close_device(c->h, &st);
         free(c);
         errno = e;
@@ -419,9 +479,9 @@ ibv_open_device(struct ibv_device *dev)
     c->vctx.create_cq_ex = fv_create_cq_ex;
     c->vctx.create_qp_ex = fv_create_qp_ex;
     ctx->device = dev;
-    ctx->cmd_fd = -1;           /* no kernel command channel */
     ctx->num_comp_vectors = 1;
     pthread_mutex_init(&ctx->mutex, NULL);
+    pthread_mutex_init(&c->mrs_lock, NULL);
     ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
     ctx->ops.poll_cq = fv_op_poll_cq;
     ctx->ops.req_notify_cq = fv_op_req_notify_cq;
@@ -445,16 +505,22 @@ ibv_close_device(struct ibv_context *ctx)
     c = fv_ctx_of(ctx);
     if (fv_in_use(&c->users)) {
         /* the kernel destroys what is left of a closed context; the
-           objects left here still use it: they and it stay allocated (and
-           work) until the process ends, and the call succeeds as on a NIC
-           (perftest closes its device with objects left) */
-        fv_debug("ibv_close_device: objects are left; the context stays");
+           objects left here still use it: they and it stay allocated
+           until the process ends, and the call succeeds as on a NIC
+           (perftest closes its device with objects left).  Its MRs are
+           deregistered, as the kernel does: no access, local or remote,
+           reaches memory the program may free now */
+        fv_debug("ibv_close_device: objects are left; the context stays, "
+                 "its MRs are deregistered");
+        fv_revoke_mrs(c);
         return 0;
     }
     close(ctx->async_fd);
+    close(ctx->cmd_fd);
     if (fv_prov->close_device(c->h, &st) < 0)
         return fv_failed(&st);
     pthread_mutex_destroy(&ctx->mutex);
+    pthread_mutex_destroy(&c->mrs_lock);
     free(c);
     return 0;
 }
@@ -579,6 +645,13 @@ ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index,
     return 0;
 }
 
+static int
+gid_is_zero(const uint8_t *gid)
+{
+    static const uint8_t zero[16];
+    return memcmp(gid, zero, 16) == 0;
+}
+
 EXPORT int
 _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
                   struct ibv_gid_entry *entry, uint32_t flags, size_t size)
@@ -597,6 +670,8 @@ _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
     if (fv_prov->query_gid(fv_ctx_of(ctx)->h, (uint8_t)port, (int)index, &e,
                      &st) < 0)
         return fv_failed(&st) == EINVAL ? ENODATA : errno;
+    if (gid_is_zero(e.gid))
+        return ENODATA;         /* an empty entry, as the kernel says */
     memset(&out, 0, sizeof(out));
     memcpy(out.gid.raw, e.gid, 16);
     out.gid_index = e.gid_index;
@@ -630,12 +705,13 @@ _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
                                 &st) < 0)
             return -fv_failed(&st);
         for (i = 0; i < pa.gid_tbl_len; i++) {
-            struct ibv_gid_entry *o;
+            struct ibv_gid_entry got;
+            if (_ibv_query_gid_ex(ctx, port, (uint32_t)i, &got, 0,
+                                  sizeof(got)) != 0)
+                continue;       /* empty */
             if ((size_t)n >= max)
                 return -EINVAL;
-            o = (struct ibv_gid_entry *)((char *)entries + (size_t)n * size);
-            if (_ibv_query_gid_ex(ctx, port, (uint32_t)i, o, 0, size) != 0)
-                continue;
+            memcpy((char *)entries + (size_t)n * size, &got, sizeof(got));
             n++;
         }
     }

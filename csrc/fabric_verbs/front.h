@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -44,6 +45,9 @@ struct fctx {
                                   (while any is, close leaves it open) */
     unsigned gen;              /* fv_gen when opened (another value: a
                                   child process inherited it by fork()) */
+    pthread_mutex_t mrs_lock;  /* guards mrs */
+    struct fmr *mrs;           /* its MRs not yet deregistered (closing it
+                                  with objects left revokes them) */
 };
 
 /* A protection domain. */
@@ -56,7 +60,9 @@ struct fpd {
 /* A memory region. */
 struct fmr {
     struct ibv_mr mr;          /* what the program sees */
-    void *h;                   /* fabric MR handle */
+    void *h;                   /* fabric MR handle (NULL: revoked when its
+                                  context was closed) */
+    struct fmr *next, *prev;   /* in fctx.mrs */
 };
 
 /* A completion channel. */
@@ -119,15 +125,23 @@ struct fah {
     void *h;                   /* fabric AH handle */
 };
 
-/* A device list handed out by ibv_get_device_list. */
+/* A device list handed out by ibv_get_device_list.  A program that
+   free()s devs instead of calling ibv_free_device_list leaves its entry
+   (and the real list) behind, as libibverbs leaves its device references;
+   the newest entry of an address is found first. */
 struct flist {
     struct flist *next;        /* registry of lists handed out */
     struct ibv_device **real;  /* the real list inside it (or NULL) */
-    struct ibv_device *devs[]; /* NULL-terminated: real devices, then ucx0 */
+    struct ibv_device **devs;  /* NULL-terminated: real devices, then ucx0;
+                                  malloc'ed on its own */
 };
 
 /* ------------------------------------------------------------------ */
 /* state and helpers (device.c unless said)                            */
+
+/* objects.c: deregister every MR of a context closed with objects left,
+   as the kernel does (no access reaches their memory afterwards). */
+void fv_revoke_mrs(struct fctx *c);
 
 extern const struct pyrdma_provider *fv_prov; /* the fabric, once loaded */
 extern struct ibv_device fv_dev;               /* the ucx0 device */

@@ -103,6 +103,48 @@ ibv_dealloc_pd(struct ibv_pd *pd)
     return e;
 }
 
+/* Put m in (or take it out of) its context's list of MRs. */
+static void
+mr_link(struct fmr *m, int in)
+{
+    struct fctx *c = fv_ctx_of(m->mr.context);
+    pthread_mutex_lock(&c->mrs_lock);
+    if (in) {
+        m->prev = NULL;
+        m->next = c->mrs;
+        if (c->mrs != NULL)
+            c->mrs->prev = m;
+        c->mrs = m;
+    } else {
+        if (m->prev != NULL)
+            m->prev->next = m->next;
+        else
+            c->mrs = m->next;
+        if (m->next != NULL)
+            m->next->prev = m->prev;
+    }
+    pthread_mutex_unlock(&c->mrs_lock);
+}
+
+void
+fv_revoke_mrs(struct fctx *c)
+{
+    struct pyrdma_status st;
+    struct fmr *m;
+    pthread_mutex_lock(&c->mrs_lock);
+    m = c->mrs;
+    c->mrs = NULL;
+    pthread_mutex_unlock(&c->mrs_lock);
+    for (; m != NULL; m = m->next) {
+        if (fv_prov->dereg_mr(m->h, &st) < 0) {
+            fv_failed(&st);
+            continue;
+        }
+        m->h = NULL;
+        fv_use(&fv_pd_of(m->mr.pd)->users, -1);
+    }
+}
+
 static struct ibv_mr *
 reg_mr(struct ibv_pd *pd, void *addr, size_t length, unsigned int access)
 {
@@ -121,6 +163,7 @@ reg_mr(struct ibv_pd *pd, void *addr, size_t length, unsigned int access)
     m->mr.lkey = info.lkey;
     m->mr.rkey = info.rkey;
     IN_PD(&m->mr, pd);
+    mr_link(m, 1);
     return &m->mr;
 }
 
@@ -192,10 +235,20 @@ ibv_dereg_mr(struct ibv_mr *mr)
     FORWARD(int, ibv_dereg_mr, "IBVERBS_1.1", (struct ibv_mr *),
             mr->context, (mr), EINVAL);
     struct fmr *m = container_of(mr, struct fmr, mr);
-    int e = unmake(m->h, NULL, fv_prov->dereg_mr, &fv_pd_of(mr->pd)->users);
-    if (e == 0)
+    int e;
+    if (m->h == NULL) {
+        /* revoked when its context was closed: only the struct is left */
         free(m);
-    return e;
+        return 0;
+    }
+    mr_link(m, 0);
+    e = unmake(m->h, NULL, fv_prov->dereg_mr, &fv_pd_of(mr->pd)->users);
+    if (e != 0) {
+        mr_link(m, 1);
+        return e;
+    }
+    free(m);
+    return 0;
 }
 
 EXPORT struct ibv_pd *

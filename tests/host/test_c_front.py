@@ -9,6 +9,7 @@ pingpongs exchange their addresses over TCP on 127.0.0.1, as they always
 do.  Every process is bounded by a timeout and killed at the end.
 """
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -339,6 +340,87 @@ def test_pyverbs(env):
     res = run(on_fabric(py, script), env)
     assert res.returncode == 0 and res.stdout.strip() == "ok", \
         res.stdout + res.stderr
+
+
+def _pyverbs_python(env):
+    """Debian's /usr/bin/python3 if it has pyverbs, else skip."""
+    py = "/usr/bin/python3"
+    if not os.path.exists(py) or run([py, "-c", "import pyverbs.device"],
+                                     env).returncode != 0:
+        pytest.skip("pyverbs is not installed (Debian package "
+                    "python3-pyverbs)")
+    return py
+
+
+def test_pyverbs_device_checks(env):
+    """What rdma-core's provider tests (test_device, test_cq, test_cqex,
+    test_shared_pd) check of a device, through pyverbs: a non-zero vendor
+    id, phys_port_cnt_ex equal to phys_port_cnt, a GID table with empty
+    entries (ENODATA from query_gid_ex, left out of query_gid_table), EINVAL for a CQ larger
+    than max_cqe or with a comp_vector past num_comp_vectors (plain and
+    extended), a cmd_fd that is a real descriptor, and EOPNOTSUPP for
+    importing the context (as on rxe)."""
+    py = _pyverbs_python(env)
+    script = os.path.join(os.path.dirname(__file__),
+                          "c_front_pyverbs_device.py")
+    res = run(on_fabric(py, script), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert got == {
+        "vendor_id_set": "1",
+        "phys_port_cnt": "1 1 1",
+        "gid_tbl_len_over_1": "1",
+        "gid_ex_empty": "ENODATA",
+        "gid_empty": "0000:0000:0000:0000:0000:0000:0000:0000",
+        "gid_table": "1",
+        "gid_table_too_small": "EINVAL",
+        "num_comp_vectors": "1",
+        "cq_too_big": "EINVAL",
+        "cq_bad_vector": "EINVAL",
+        "cq_last_vector": "ok",
+        "cqex_too_big": "EINVAL",
+        "cqex_bad_vector": "EINVAL",
+        "cmd_fd_dup": "ok",
+        "import_device": errno.errorcode[errno.EOPNOTSUPP],
+    }, res.stdout + res.stderr
+
+
+TEARDOWN_EXPECTED = {
+    "cq_before_qp": "Device or resource busy",
+    "pd_before_mr": "Device or resource busy",
+    "dereg_freed_buffer": "0",
+    "pd_before_qp": "Device or resource busy",
+    "close_with_objects": "0",
+    "dereg_unmapped": "0 0",                # no byte of the new mapping
+    "after_unmapped": "0 0",
+    # a peer's WRITE to the MR of a device closed with it alive: refused,
+    # no byte lands (the kernel deregisters what a closed context left)
+    "close_with_mr": "0",
+    "write_after_close": "remote access error 0",
+    "get_cq_event_signal": "-1 Interrupted system call",
+    "destroy_after": "0 0 0",
+    "done": "1",
+}
+
+
+def test_teardown_orders(env, tmp_path):
+    """tests/host/c_front_teardown.c: the teardown orders libibverbs
+    allows get what a NIC gives -- EBUSY for a CQ before its QP and a PD
+    before its MR or QP, a buffer freed before ibv_dereg_mr (and one
+    unmapped, its address mapped again: the new mapping is untouched), the
+    device
+    closed with a QP, CQ and PD alive, EINTR from a blocked
+    ibv_get_cq_event when a signal handler runs, and the device list
+    released with free() (as qperf does) -- with glibc's heap checks on,
+    never a crash or a corrupted heap."""
+    exe = fh.build_c("c_front_teardown.c", tmp_path / "teardown",
+                     "infiniband/verbs.h", ("-Wall", "-Wextra", "-Werror"),
+                     ("-libverbs",))
+    res = run(on_fabric(exe), dict(env, MALLOC_CHECK_="3",
+                                   MALLOC_PERTURB_="165"))
+    assert res.returncode == 0, (res.returncode, res.stdout + res.stderr)
+    got = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert got == TEARDOWN_EXPECTED, res.stdout + res.stderr
 
 
 # ---- C to C ----------------------------------------------------------
