@@ -92,8 +92,7 @@ UMAD2SIM_LIB = ("librdma_umad2sim.so",
                     "preload", "link", "sysfs", "agents", "io", "rmpp")],
                 ["-ldl", "-lpthread"])
 LIB_DEPENDS = (["csrc/provider.h", "csrc/dlload.h", "csrc/fabric_lib.h",
-                "rdma/include/pyrdma.h"]
-               + FABRIC_HEADERS)
+                "rdma/include/pyrdma.h"] + FABRIC_HEADERS)
 
 
 class BuildExtAndLibs(build_ext):

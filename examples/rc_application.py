@@ -161,7 +161,8 @@ def main(args):
         wait(poller, 1, args.timeout, qa)
         util.check(bytes(buf_a[WRITE + 512:WRITE + 520]) == b"B's data",
                    "RDMA READ data")
-        print(f"   RDMA READ: A read {bytes(buf_a[WRITE + 512:WRITE + 520])!r}")
+        got = bytes(buf_a[WRITE + 512:WRITE + 520])
+        print(f"   RDMA READ: A read {got!r}")
 
         # Atomics on the 64-bit word at B's ATOMIC offset.
         if atomics:

@@ -6,8 +6,10 @@ may use it.
 from __future__ import annotations
 
 import ipaddress
+from typing import Any, Dict, Optional, SupportsInt, Tuple, Type, cast
 
-__all__ = ["GID", "GUID", "GID_DEFAULT_PREFIX", "IB_DEFAULT_QP1_QKEY", "IB_DEFAULT_QP0_QKEY",
+__all__ = ["GID", "GUID", "GID_DEFAULT_PREFIX", "IB_DEFAULT_QP1_QKEY",
+           "IB_DEFAULT_QP0_QKEY",
            "DEFAULT_PKEY", "PKEY_DEFAULT", "PKEY_MEMBERSHIP_BIT",
            "IB_DEFAULT_PKEY_FULL", "IB_PKEY_FULL_MASK", "GID_TYPE_IB",
            "GID_TYPE_ROCE_V1", "GID_TYPE_ROCE_V2", "LID_MULTICAST",
@@ -145,10 +147,10 @@ class GID(bytes):
         if isinstance(value, GID):
             return bytes.__new__(cls, value)
         if isinstance(value, (bytes, bytearray, memoryview)):
-            raw = bytes(value)
-            if len(raw) != 16:
-                raise ValueError(f"a GID is 16 bytes, not {len(raw)}")
-            return bytes.__new__(cls, raw)
+            data = bytes(value)
+            if len(data) != 16:
+                raise ValueError(f"a GID is 16 bytes, not {len(data)}")
+            return bytes.__new__(cls, data)
         if isinstance(value, bool):
             raise TypeError("a GID cannot be made from a bool")
         if isinstance(value, int):
@@ -195,7 +197,7 @@ class GID(bytes):
     def __bool__(self) -> bool:
         return any(self)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (GID, (bytes(self),))
 
 
@@ -235,7 +237,8 @@ class GUID(int):
                 raise ValueError(f"a GUID is 8 bytes, not {len(value)}")
             v = int.from_bytes(value, "big")
         else:
-            v = int(value)
+            # (anything int() takes; it raises TypeError for the rest)
+            v = int(cast(SupportsInt, value))
         if not 0 <= v < 1 << 64:
             raise ValueError(f"GUID value out of range: {v:#x}")
         return int.__new__(cls, v)
@@ -310,7 +313,7 @@ _SPEED_STR = {LINK_SPEED_2Gb5: "SDR", LINK_SPEED_5Gb0: "DDR",
 _EXT_SPEED_STR = {1: "FDR", 2: "EDR", 4: "HDR", 8: "NDR"}
 
 
-def link_rate_str(pinf) -> str:
+def link_rate_str(pinf: BinStruct) -> str:
     """A PortInfo's active link as ibnetdiscover writes it: ``4xSDR``
     (``?`` for a width or speed it does not know)."""
     ext = getattr(pinf, "linkSpeedExtActive", 0)
@@ -518,8 +521,9 @@ def const_str(prefix: str, value: int, with_int: bool = False,
     return f"{prefix}??({value})" if with_int else f"{prefix}?{value}"
 
 
-def get_fmt_payload(class_id: int, class_version: int,
-                    attribute_id: int) -> tuple:
+def get_fmt_payload(
+        class_id: int, class_version: int, attribute_id: int
+) -> Tuple[Optional[Type[BinFormat]], Optional[Type[BinStruct]]]:
     """The ``(format class, attribute class)`` of a MAD; ``class_version``
     is ``(baseVersion << 8) | classVersion``.  None for what is unknown."""
     fmt = CLASS_TO_STRUCT.get((class_id, class_version))
@@ -537,6 +541,7 @@ class ComponentMask:
 
     #: The component mask built so far.
     component_mask = 0
+    _obj: BinStruct
 
     def __init__(self, obj: "BinStruct", mask: int = 0):
         object.__setattr__(self, "component_mask", mask)
@@ -571,7 +576,7 @@ class ComponentMask:
         except ValueError:
             pass
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         res = getattr(self._obj, name)
         if isinstance(res, BinStruct):
             return ComponentMask._Proxy(self, name, res)
@@ -593,13 +598,17 @@ class ComponentMask:
         self._touch(name)
 
     class _Proxy:
+        _parent: ComponentMask
+        _name: str
+        _obj: BinStruct
+
         def __init__(self, parent: "ComponentMask", name: str,
                      obj: "BinStruct"):
             object.__setattr__(self, "_parent", parent)
             object.__setattr__(self, "_name", name)
             object.__setattr__(self, "_obj", obj)
 
-        def __getattr__(self, name: str):
+        def __getattr__(self, name: str) -> Any:
             res = getattr(self._obj, name)
             full = f"{self._name}.{name}"
             if isinstance(res, BinStruct):
@@ -623,18 +632,22 @@ from rdma._mad import (  # noqa: E402
 
 
 
-def _member_formats() -> dict:
+def _member_formats() -> Dict[str, str]:
     """python-rdma's ``MEMBER_FORMATS``: row name -> ``"hex"`` or
     ``"str"`` for the names that print that way in every structure."""
-    seen: dict = {}
+    seen: Dict[str, set[Optional[str]]] = {}
     for cls in ATTR_TO_STRUCT.values():
         for f in cls.FIELDS:
             if f.reserved or f.kind != "int":
                 continue
             fmt = {"x": "hex", "s": "str"}.get(f.fmt)
             seen.setdefault(f.name, set()).add(fmt)
-    return {k: v.pop() for k, v in seen.items() if len(v) == 1 and None
-            not in v}
+    out: Dict[str, str] = {}
+    for k, v in seen.items():
+        fmt = v.pop() if len(v) == 1 else None
+        if fmt is not None:
+            out[k] = fmt
+    return out
 
 
 #: Row name -> python-rdma display format (``"hex"``, ``"str"``) for
@@ -642,12 +655,14 @@ def _member_formats() -> dict:
 #: (a ``"hex"`` entry makes a decimal row print in hex).
 MEMBER_FORMATS = _member_formats()
 
-__all__ += list(_structs.__all__) + [
+# (one form per statement, so that type checkers follow them)
+__all__ += _structs.__all__
+__all__ += [
     "BinStruct", "BinFormat", "ComponentMask", "MADError", "SAError",
     "MADClassError", "MADTimeoutError", "MADFormatError",
     "mad_status_words", "sa_status_word", "lifetime_to_us",
     "MCMEMBER_JOIN_FULL", "conv_lid", "lid_lmc_range", "const_str",
     "get_fmt_payload", "PC_ERROR_COUNTERS", "link_rate_str", "ZERO_GUID",
-    "ZERO_GID", "MEMBER_FORMATS"] + [
-    n for n in list(globals()) if n.startswith("PR_RATE_") and
-    n.endswith("Gb0")]
+    "ZERO_GID", "MEMBER_FORMATS"]
+__all__ += [n for n in list(globals()) if n.startswith("PR_RATE_") and
+            n.endswith("Gb0")]

@@ -9,11 +9,10 @@ Import these through :mod:`rdma.IBA`.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, Dict, List, Tuple, Type
 
 from rdma.binstruct import F, G, N, R, S, U, BinFormat, BinStruct, _Field
 
-__all__: List[str] = []     # filled at the end
 
 
 def _mad_header() -> List[_Field]:
@@ -48,6 +47,17 @@ class MADHeader(BinStruct):
     """MAD Base Header (13.4.2); ``method`` includes the R bit."""
     MAD_LENGTH = 24
     FIELDS = _mad_header()
+    if TYPE_CHECKING:
+        # (the rows, as attributes for type checkers)
+        baseVersion: int
+        mgmtClass: int
+        classVersion: int
+        method: int
+        status: int
+        classSpecific: int
+        transactionID: int
+        attributeID: int
+        attributeModifier: int
 
 
 class MADHeaderDirected(BinStruct):
@@ -108,6 +118,15 @@ class RMPPHeader(BinStruct):
     NewWindowLast (ACK)."""
     MAD_LENGTH = 36
     FIELDS = [N("MADHeader", MADHeader)] + _rmpp_rows()
+    if TYPE_CHECKING:
+        MADHeader: MADHeader
+        RMPPVersion: int
+        RMPPType: int
+        RRespTime: int
+        RMPPFlags: int
+        RMPPStatus: int
+        data1: int
+        data2: int
 
 
 # ---- 14: subnet management ------------------------------------------------
@@ -131,6 +150,15 @@ class SMPFormatDirected(BinFormat):
         F("MKey", 64, "x"), F("drSLID", 16), F("drDLID", 16), R(224),
         F("data", 512), F("initialPath", 8, count=64),
         F("returnPath", 8, count=64)]
+    if TYPE_CHECKING:
+        D: int
+        hopPointer: int
+        hopCount: int
+        MKey: int
+        drSLID: int
+        drDLID: int
+        initialPath: bytearray
+        returnPath: bytearray
 
 
 class SMPLIDPortBlock(BinStruct):
@@ -322,6 +350,27 @@ class SAHeader(BinStruct):
     MAD_CLASS = 0x03
     MAD_CLASS_VERSION = 0x02
     FIELDS = _sa_rows()
+    if TYPE_CHECKING:
+        # (the rows, as attributes for type checkers)
+        baseVersion: int
+        mgmtClass: int
+        classVersion: int
+        method: int
+        status: int
+        classSpecific: int
+        transactionID: int
+        attributeID: int
+        attributeModifier: int
+        RMPPVersion: int
+        RMPPType: int
+        RRespTime: int
+        RMPPFlags: int
+        RMPPStatus: int
+        data1: int
+        data2: int
+        SMKey: int
+        attributeOffset: int
+        componentMask: int
 
 
 class SAFormat(BinFormat):
@@ -330,6 +379,18 @@ class SAFormat(BinFormat):
     MAD_CLASS = 0x03
     MAD_CLASS_VERSION = 0x02
     FIELDS = _sa_rows() + [F("data", 1600)]
+    if TYPE_CHECKING:
+        classSpecific: int
+        RMPPVersion: int
+        RMPPType: int
+        RRespTime: int
+        RMPPFlags: int
+        RMPPStatus: int
+        data1: int
+        data2: int
+        SMKey: int
+        attributeOffset: int
+        componentMask: int
 
 
 _SA_GET = ("SubnAdmGet", "SubnAdmGetTable")
@@ -787,14 +848,14 @@ class VendOUIFormat(BinFormat):
 
 #: Every format, by (management class, (base version << 8) | class
 #: version) (python-rdma's CLASS_TO_STRUCT).
-CLASS_TO_STRUCT = {
+CLASS_TO_STRUCT: Dict[Tuple[int, int], Type[BinFormat]] = {
     (c.MAD_CLASS, (1 << 8) | c.MAD_CLASS_VERSION): c
     for c in (SMPFormat, SMPFormatDirected, SAFormat, PMFormat, BMFormat,
               DMFormat, CMFormat, SNMPFormat, VendFormat, VendOUIFormat)
 }
 
 #: The formats that carry the attributes of each transactor call prefix.
-_CALL_FORMATS = {
+_CALL_FORMATS: Dict[str, Tuple[Type[BinFormat], ...]] = {
     "SubnAdm": (SAFormat,), "Subn": (SMPFormat, SMPFormatDirected),
     "Performance": (PMFormat,), "BM": (BMFormat,), "CommMgt": (CMFormat,),
     "DevMgt": (DMFormat,), "SNMP": (SNMPFormat,), "Vend": (VendFormat,),
@@ -802,12 +863,37 @@ _CALL_FORMATS = {
 
 #: (format class, attribute ID) -> attribute class (python-rdma's
 #: ATTR_TO_STRUCT).
-ATTR_TO_STRUCT = {}
+ATTR_TO_STRUCT: Dict[Tuple[Type[BinFormat], int], Type[BinStruct]] = {}
 
-__all__ = [n for n, v in list(globals().items())
-           if isinstance(v, type) and issubclass(v, BinStruct)
-           and v not in (BinStruct, BinFormat)]
-for _n in __all__:
+# Every structure class, listed for readers and type checkers
+# (tests/host/test_lint.py checks it against the classes defined here).
+__all__ = [
+    "MADHeader", "MADHeaderDirected", "MADClassPortInfo", "MADInformInfo",
+    "MADNotice", "RMPPHeader", "SMPFormat", "SMPFormatDirected",
+    "SMPLIDPortBlock", "SMPNodeDescription", "SMPNodeInfo",
+    "SMPSwitchInfo", "SMPGUIDInfo", "SMPPortInfo", "SMPPKeyTable",
+    "SMPSLToVLMappingTable", "SMPVLArbitrationTable",
+    "SMPLinearForwardingTable", "SMPRandomForwardingTable",
+    "SMPMulticastForwardingTable", "SMPSMInfo", "SMPVendorDiag",
+    "SMPLedInfo", "SMPNoticeTrap", "SAHeader", "SAFormat", "SANodeRecord",
+    "SAPortInfoRecord", "SASLToVLMappingTableRecord", "SASwitchInfoRecord",
+    "SALinearForwardingTableRecord", "SARandomForwardingTableRecord",
+    "SAMulticastForwardingTableRecord", "SAVLArbitrationTableRecord",
+    "SASMInfoRecord", "SAPKeyTableRecord", "SAInformInfoRecord",
+    "SALinkRecord", "SAServiceRecord", "SAServiceAssociationRecord",
+    "SAPathRecord", "SAMCMemberRecord", "SAGUIDInfoRecord",
+    "SATraceRecord", "SAMultiPathRecord", "PMFormat", "PMPortSamplesCtl",
+    "PMPortSamplesRes", "PMPortCounters", "PMPortRcvErrorDetails",
+    "PMPortXmitDiscardDetails", "PMPortOpRcvCounters",
+    "PMPortFlowCtlCounters", "PMPortVLOpPackets", "PMPortVLOpData",
+    "PMPortVLXmitFlowCtlUpdateErrors", "PMPortVLXmitWaitCounters",
+    "PMSwPortVLCongestion", "PMPortSamplesResExt", "PMPortCountersExt",
+    "PMPortXmitDataSL", "PMPortRcvDataSL", "BMFormat", "DMFormat",
+    "CMFormat", "SNMPFormat", "VendFormat", "VendOUIFormat",
+    "CLASS_TO_STRUCT", "ATTR_TO_STRUCT"]
+_STRUCTS = [n for n in __all__ if n not in ("CLASS_TO_STRUCT",
+                                            "ATTR_TO_STRUCT")]
+for _n in _STRUCTS:
     _cls = globals()[_n]
     for _call in _cls.METHODS:
         for _prefix in ("SubnAdm", "Subn", "Performance", "BM", "CommMgt",
@@ -820,4 +906,3 @@ for _n in __all__:
 # The whole Notice is what a trap or report carries.
 ATTR_TO_STRUCT[(SMPFormat, 0x02)] = MADNotice
 ATTR_TO_STRUCT[(SMPFormatDirected, 0x02)] = MADNotice
-__all__ += ["CLASS_TO_STRUCT", "ATTR_TO_STRUCT"]

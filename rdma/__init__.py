@@ -12,7 +12,10 @@ import os as _os
 import sys as _sys
 
 
-def _quiet_interrupt(tp, value, tb, _prev=_sys.excepthook) -> None:
+# (typing is imported after the hook is in place: it takes time, and
+# the hook is what makes a Ctrl-C during the imports quiet)
+def _quiet_interrupt(tp, value, tb,  # type: ignore[no-untyped-def]
+                     _prev=_sys.excepthook) -> None:
     """sys.excepthook of the package's own commands: Ctrl-C is no bug, so
     a KeyboardInterrupt nobody caught prints no traceback (Python still
     ends the process by SIGINT: the shell sees status 130)."""
@@ -29,19 +32,24 @@ if getattr(_sys, "argv", [""])[:1] == ["-m"] or \
         _os.path.basename(getattr(_sys, "argv", [""])[0] or "") == "ibtool":
     _sys.excepthook = _quiet_interrupt
 
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any, Union  # noqa: E402
 
 from rdma._errors import RDMAError, SysError, WRError  # noqa: E402
-from rdma.devices import (Device, EndPort, RDMADevice, get_device,
-                          get_devices, get_end_port, get_verbs)
+from rdma.devices import (Device, EndPort, RDMADevice,  # noqa: E402
+                          get_device, get_devices, get_end_port, get_verbs)
 # The MAD errors live with the MAD structures (rdma.IBA, which rdma.devices
 # has imported already).
-from rdma.IBA import MADClassError, MADError, MADTimeoutError
+from rdma.IBA import MADClassError, MADError, MADTimeoutError  # noqa: E402
+
+if TYPE_CHECKING:
+    from rdma.umad import UMAD
+    from rdma.vmad import VMAD
 
 __version__ = "0.1.0"
 
 
-def get_umad(end_port: Any = None, path: Any = None, **kwargs: Any):
+def get_umad(end_port: Any = None, path: Any = None,
+             **kwargs: Any) -> "UMAD":
     """Open a :class:`rdma.umad.UMAD` (SMPs and GMPs through libibumad) on
     *end_port* (an :class:`EndPort`, a name for :func:`get_end_port`, or
     None for the default end port).  *path* (python-rdma's argument) and
@@ -56,7 +64,7 @@ def get_umad(end_port: Any = None, path: Any = None, **kwargs: Any):
 
 
 def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
-                **kwargs: Any):
+                **kwargs: Any) -> "Union[UMAD, VMAD]":
     """Return a GMP transactor for *port* (python-rdma's
     ``rdma.get_gmp_mad``): something with ``SubnAdmGet``,
     ``PerformanceGet``... for general MADs (not SMPs).
@@ -81,10 +89,8 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
                         f"MADs through a verbs QP (rdma.vmad): GMPs need an "
                         f"InfiniBand device or the ibsim shim")
     try:
-        import rdma.vmad as vmad
+        from rdma.vmad import VMAD
     except ImportError:
-        vmad = None
-    if vmad is None:
         if verbs is not None:
             raise RDMAError("get_gmp_mad(verbs=...): this build has no "
                             "rdma.vmad (MADs through a verbs QP)")
@@ -92,14 +98,14 @@ def get_gmp_mad(port: Any = None, path: Any = None, verbs: Any = None,
     if path is None:
         path = port.sa_path
     if verbs is not None:
-        return vmad.VMAD(verbs, path, **kwargs)
+        return VMAD(verbs, path, **kwargs)
     ctx = get_verbs(port)
     try:
-        ret = vmad.VMAD(ctx, path, **kwargs)
+        ret = VMAD(ctx, path, **kwargs)
     except BaseException:
         ctx.close()
         raise
-    ret._allocated_cts = True       # python-rdma: the VMAD closes the ctx
+    ret._allocated_ctx = True       # python-rdma: the VMAD closes the ctx
     return ret
 
 

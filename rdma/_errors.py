@@ -1,5 +1,6 @@
 """Exceptions of the rdma package (a leaf module: imports nothing of rdma)."""
 import os
+from typing import Any, Tuple
 
 __all__ = ["RDMAError", "SysError", "WRError", "AsyncError"]
 
@@ -25,8 +26,8 @@ class SysError(RDMAError, OSError):
     def __str__(self) -> str:
         return f"{self.func}: [Errno {self.errno}] {self.strerror}"
 
-    def __reduce__(self):
-        msg = self.strerror
+    def __reduce__(self) -> Tuple[Any, ...]:
+        msg = self.strerror or ""
         prefix = os.strerror(self.errno) if self.errno else "error"
         msg = msg[len(prefix) + 2:] if msg.startswith(prefix + ": ") else ""
         return (type(self), (self.errno, self.func, msg))
@@ -46,7 +47,7 @@ class WRError(SysError):
         self.index = index
         self.wr = wr
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), SysError.__reduce__(self)[1] + (self.index, None))
 
 
@@ -84,7 +85,7 @@ class AsyncError(RDMAError):
         RDMAError.__init__(self, f"{msg} - {_event_name(event_type)} "
                                  f"({event_type}) for {obj!r}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         # The object the event is about stays in this process.
         return (type(self), ((self.event_type, None), self.msg))
 

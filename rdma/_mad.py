@@ -15,7 +15,7 @@ class-specific status, :class:`SAError` for the SA) and
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, List, Optional, Tuple, Type, Union
 
 from rdma._errors import RDMAError
 
@@ -203,13 +203,13 @@ class MADError(RDMAError):
             return f"{self.messages[-1]} [{self.messages[-2]}]"
         return f"{type(self).__name__}"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         state = {k: v for k, v in self.__dict__.items()
                  if k not in ("exc_info", "args")}
         return (_rebuild_error, (type(self), state))
 
 
-def _rebuild_error(cls: type, state: Dict[str, Any]) -> MADError:
+def _rebuild_error(cls: Type[MADError], state: Dict[str, Any]) -> MADError:
     e = cls.__new__(cls)
     RDMAError.__init__(e)
     e.__dict__.update(state)
@@ -395,7 +395,8 @@ class SAReply:
                 f"records={len(self.records)}>")
 
 
-def decode_sa_reply(buf: bytes, record_cls: Optional[Type[BinStruct]] = None,
+def decode_sa_reply(buf: Union[bytes, bytearray],
+                    record_cls: Optional[Type[BinStruct]] = None,
                     ) -> SAReply:
     """Decode an SA reply (one MAD, or a reassembled RMPP message).
 
@@ -459,7 +460,7 @@ def decode_sa_reply(buf: bytes, record_cls: Optional[Type[BinStruct]] = None,
 
 from rdma.binstruct import BinFormat, BinStruct  # noqa: E402
 from rdma.IBA_struct import *  # noqa: E402,F401,F403
-from rdma.IBA_struct import (ATTR_TO_STRUCT, MADHeader, SAFormat,  # noqa: E402
+from rdma.IBA_struct import (ATTR_TO_STRUCT, SAFormat,  # noqa: E402
                              SAHeader)
 from rdma import IBA_struct as _structs  # noqa: E402
 
@@ -481,7 +482,11 @@ __all__ = [
     "MTU_256", "MTU_512", "MTU_1024", "MTU_2048", "MTU_4096",
     "mtu_to_bytes", "rate_to_gbps", "lifetime_to_us",
     "MCMEMBER_JOIN_FULL", "MGID_IPOIB_BROADCAST",
-] + list(_structs.__all__)
+    "SA_STATUS_NO_RESOURCES", "SA_STATUS_REQ_INVALID", "SA_STATUS_NO_RECORDS",
+    "SA_STATUS_TOO_MANY_RECORDS", "SA_STATUS_REQ_INVALID_GID",
+    "SA_STATUS_REQ_INSUFFICIENT_COMPONENTS", "SA_STATUS_REQ_DENIED",
+]
+__all__ += _structs.__all__
 
 #: The SA record classes by their short names (as ``saquery`` names them).
 SA_RECORDS: Dict[str, Type[BinStruct]] = {

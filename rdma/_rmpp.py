@@ -11,7 +11,7 @@ cut to the length the last segment's PayloadLength gives.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from rdma._mad import MADError, MADFormatError
 
@@ -54,7 +54,7 @@ class RMPPReassembler:
         self.window = window
         self.max_bytes = MAX_BYTES if max_bytes is None else int(max_bytes)
         self.segments = 0               # contiguous segments received
-        self._parts: list = []
+        self._parts: List[bytes] = []
         self.message: Optional[bytes] = None
 
     @property

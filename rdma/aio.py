@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import List, Optional
+from typing import List
 
 import rdma.ibverbs as ibv
 
@@ -34,7 +34,7 @@ class AsyncCQ:
         self._cq = cq
         self._cc = cq.comp_channel
         self._solicited_only = solicited_only
-        self._ready: collections.deque = collections.deque()
+        self._ready: collections.deque[ibv.wc] = collections.deque()
         self._unacked = 0
 
     @property
@@ -66,7 +66,7 @@ class AsyncCQ:
         least one."""
         while True:
             if self._ready:
-                out = []
+                out: List[ibv.wc] = []
                 while self._ready and (n < 0 or len(out) < n):
                     out.append(self._ready.popleft())
                 return out

@@ -28,8 +28,9 @@ which is what an SA query sends when it is not given a mask
 from __future__ import annotations
 
 import sys
-from typing import (Any, ClassVar, Dict, Iterator, List, Optional, TextIO,
-                    Tuple, Type, Union)
+from types import MemberDescriptorType, ModuleType
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterator,
+                    List, Optional, TextIO, Tuple, Type, Union)
 
 __all__ = ["BinStruct", "BinFormat", "F", "U", "G", "S", "N", "R",
            "METHOD_NUMBERS"]
@@ -41,10 +42,10 @@ METHOD_NUMBERS = {"Get": 0x01, "Set": 0x02, "Send": 0x03, "Trap": 0x05,
                   "GetTraceTable": 0x13, "GetMulti": 0x14, "Delete": 0x15,
                   "Report": 0x06}
 
-_iba_mod = None
+_iba_mod: Optional[ModuleType] = None
 
 
-def _iba():
+def _iba() -> ModuleType:
     """rdma.IBA, imported on first use (it imports the structures)."""
     global _iba_mod
     if _iba_mod is None:
@@ -65,9 +66,11 @@ class _Field:
                  "offset", "comp_index", "reserved")
 
     def __init__(self, name: Optional[str], bits: int, kind: str = "int",
-                 count: int = 1, struct: Optional[type] = None,
+                 count: int = 1,
+                 struct: Optional[Type["BinStruct"]] = None,
                  comp: int = 1, fmt: str = "d"):
-        self.name = name            # set for reserved rows by the class
+        # (set for reserved rows by the class)
+        self.name: str = name if name is not None else ""
         self.bits = bits            # width of one element
         self.kind = kind            # int, guid, gid, bytes, struct
         self.count = count          # elements (1: not an array)
@@ -77,6 +80,13 @@ class _Field:
         self.offset = 0             # bit offset, set by the class
         self.comp_index = 0         # first component bit, set by the class
         self.reserved = name is None
+
+    @property
+    def sub(self) -> Type["BinStruct"]:
+        """The nested structure class of a row of kind ``struct``."""
+        if self.struct is None:
+            raise TypeError(f"row {self.name} is not a structure")
+        return self.struct
 
 
 def F(name: str, bits: int, fmt: str = "d", *, count: int = 1,
@@ -106,7 +116,7 @@ def S(name: str, nbytes: int) -> _Field:
     return _Field(name, 8, "int", count=nbytes, fmt="s")
 
 
-def N(name: str, struct: type, count: int = 1) -> _Field:
+def N(name: str, struct: Type["BinStruct"], count: int = 1) -> _Field:
     """A nested structure (``count`` > 1: a list of them)."""
     return _Field(name, struct.MAD_LENGTH * 8, "struct", count=count,
                   struct=struct,
@@ -121,8 +131,8 @@ def R(bits: int) -> _Field:
 def _zero(f: _Field) -> Any:
     if f.kind == "struct":
         if f.count > 1:
-            return [f.struct() for _ in range(f.count)]
-        return f.struct()
+            return [f.sub() for _ in range(f.count)]
+        return f.sub()
     if f.kind == "bytes":
         return bytearray(f.bits // 8)
     if f.count > 1:
@@ -145,12 +155,8 @@ def _drop_slots(cls: type) -> None:
     if isinstance(slots, str):
         slots = (slots,)
     for name in slots:
-        if isinstance(cls.__dict__.get(name), type(_SlotProbe.x)):
+        if isinstance(cls.__dict__.get(name), MemberDescriptorType):
             delattr(cls, name)
-
-
-class _SlotProbe:
-    __slots__ = ("x",)
 
 
 def _fields_of_members(cls: type) -> List[_Field]:
@@ -222,7 +228,20 @@ class BinStruct:
     #: Section of the IBA specification.
     SECTION: ClassVar[str] = ""
     _by_name: ClassVar[Dict[str, _Field]] = {}
-    _plan: ClassVar[list] = []
+    # (name, shift, bits, count, kind, the BinStruct subclass of a row of
+    # kind "struct" - None for the other kinds, which never use it)
+    _plan: ClassVar[List[Tuple[str, int, int, int, str, Any]]] = []
+
+    if TYPE_CHECKING:
+        # Set on each class with a table by __init_subclass__ and
+        # _compile_decoder().
+        LENGTH: ClassVar[int]
+        ATTRIBUTE_ID: ClassVar[int]
+        _decode: ClassVar[Callable[["BinStruct", int], None]]
+
+        # The rows of FIELDS are instance attributes made at run time
+        # (zero(), unpack_from()): to a type checker each one is Any.
+        def __getattr__(self, name: str) -> Any: ...
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -250,7 +269,7 @@ class BinStruct:
                 raise TypeError(f"{cls.__name__}: two rows named {f.name}")
             by_name[f.name] = f
             if f.kind == "struct" and f.count == 1:
-                for sub, bit in f.struct.COMPONENT_MASK.items():
+                for sub, bit in f.sub.COMPONENT_MASK.items():
                     mask[f"{f.name}.{sub}"] = comp + bit
             elif f.comp > 1 and f.count > 1:
                 # the array's first bit under its own name too (python-rdma
@@ -332,17 +351,17 @@ class BinStruct:
             if f.count > 1:
                 value = list(value)
                 if len(value) != f.count or not all(
-                        isinstance(v, f.struct) for v in value):
+                        isinstance(v, f.sub) for v in value):
                     raise TypeError(f"{where} must be a list of {f.count} "
-                                    f"{f.struct.__name__}")
+                                    f"{f.sub.__name__}")
                 return value
-            if not isinstance(value, f.struct) and len(f.struct.FIELDS) == 1:
+            if not isinstance(value, f.sub) and len(f.sub.FIELDS) == 1:
                 # A structure of one row (NodeDescription) takes its value.
-                sub = f.struct()
-                setattr(sub, f.struct.FIELDS[0].name, value)
+                sub = f.sub()
+                setattr(sub, f.sub.FIELDS[0].name, value)
                 return sub
-            if not isinstance(value, f.struct):
-                raise TypeError(f"{where} must be a {f.struct.__name__}, "
+            if not isinstance(value, f.sub):
+                raise TypeError(f"{where} must be a {f.sub.__name__}, "
                                 f"not {type(value).__name__}")
             return value
         if f.kind == "bytes" or (f.count > 1 and f.kind == "int"
@@ -550,7 +569,7 @@ class BinStruct:
                 raise ValueError(f"{type(self).__name__}.{name} is None "
                                  f"(left out): set a {struct.__name__} "
                                  f"before packing")
-            if not isinstance(v, struct):
+            if not isinstance(v, struct) or not isinstance(v, BinStruct):
                 raise TypeError(f"{type(self).__name__}.{name} must be a "
                                 f"{struct.__name__}")
             return v._to_int()
@@ -611,7 +630,7 @@ class BinStruct:
         head, _, rest = name.partition(".")
         f = cls._by_name[head]
         if rest:
-            return f.struct.component_bit(rest) << f.comp_index
+            return f.sub.component_bit(rest) << f.comp_index
         return ((1 << f.comp) - 1) << f.comp_index
 
     def fields_set(self) -> List[str]:
@@ -639,21 +658,21 @@ class BinStruct:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self.pack() == other.pack()      # type: ignore[union-attr]
+        return self.pack() == other.pack()
 
     __hash__ = None  # type: ignore[assignment]
 
     def __copy__(self) -> "BinStruct":
         return _rebuild(type(self), self.pack(), sorted(self._set))
 
-    def __deepcopy__(self, memo: dict) -> "BinStruct":
+    def __deepcopy__(self, memo: Dict[int, object]) -> "BinStruct":
         return self.__copy__()
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{n}={v!r}" for n, v in self if not _is_zero(v))
         return f"{type(self).__name__}({parts})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (_rebuild, (type(self), self.pack(), sorted(self._set)))
 
     # -- printing
@@ -696,6 +715,19 @@ class BinFormat(BinStruct):
     MAD_CLASS: ClassVar[int] = 0
     MAD_CLASS_VERSION: ClassVar[int] = 0
 
+    if TYPE_CHECKING:
+        # The common MAD header rows every format has (instance
+        # attributes made from FIELDS at run time, like every row).
+        baseVersion: int
+        mgmtClass: int
+        classVersion: int
+        method: int
+        status: int
+        transactionID: int
+        attributeID: int
+        attributeModifier: int
+        data: bytearray
+
     def describe(self) -> str:
         """A short description of the RPC: method, format, attribute."""
         iba = _iba()
@@ -712,7 +744,8 @@ _CLASS_CALLS = ("SubnAdm", "Subn", "Performance", "BM", "CommMgt", "DevMgt",
                 "SNMP", "Vend")
 
 
-def _rebuild(cls: Type[BinStruct], raw: bytes, set_names: List[str]):
+def _rebuild(cls: Type[BinStruct], raw: bytes,
+             set_names: List[str]) -> BinStruct:
     obj = cls.unpack(raw)
     obj._set.update(set_names)
     return obj
@@ -847,7 +880,7 @@ def _dump(out: TextIO, s: BinStruct, offset: int, prefix: str) -> None:
         word = (f.offset // 32) * 4
         if isinstance(v, BinStruct) and f.offset % 32 == 0:
             flush(word)
-            items = v if f.count > 1 else [v]
+            items = [v]     # (an array of structures is a list: not here)
             for i, sub in enumerate(items):
                 tag = f"[{i}]" if f.count > 1 else ""
                 out.write(f"   + {prefix}{f.name}{tag} "

@@ -8,8 +8,8 @@ what describes the same device:
 - the verbs provider (libibverbs): devices that can run QPs;
 - libibumad: devices that can send MADs.  A real InfiniBand HCA is both,
   and is one :class:`Device`; a CA that only libibumad reports (rdma's
-  ibsim shim, :mod:`rdma.simnet`, presents its simulated CA that way) is a device
-  of provider ``"umad"``;
+  ibsim shim, :mod:`rdma.simnet`, presents its simulated CA that way) is
+  a device of provider ``"umad"``;
 - the software fabric (provider ``"ucx"``), always last.
 
 So one :class:`EndPort` works with :func:`rdma.get_umad` and
@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List,
-                    Optional, Tuple, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, Hashable,
+                    Iterable, Iterator, List, Mapping, Optional, Tuple,
+                    TypeVar, Union, overload)
 
 from rdma import _ibverbs
 from rdma._errors import RDMAError, SysError
 from rdma.IBA import GID, GID_DEFAULT_PREFIX, GUID
+
+if TYPE_CHECKING:
+    from rdma.umad import SAPath
 
 __all__ = ["Device", "RDMADevice", "EndPort", "DemandList", "get_devices",
            "get_device", "get_end_port", "get_verbs", "PROVIDER_ENV",
@@ -80,7 +84,10 @@ def _sysfs(path: str) -> Optional[str]:
 
 # -- the collection type ------------------------------------------------------
 
-class DemandList:
+_V = TypeVar("_V")
+
+
+class DemandList(Generic[_V]):
     """python-rdma's collection: an ordered list whose index is a key.
 
     Iterating yields the values (devices, end ports) in order;
@@ -98,13 +105,13 @@ class DemandList:
     """
 
     def __init__(self, keys: Iterable[Hashable],
-                 conv: Callable[[Any], Any],
+                 conv: Callable[[Any], _V],
                  guid_attr: Optional[str] = None,
                  positional: bool = False,
-                 more: Optional[Callable[[], List[Tuple[Hashable, Any]]]]
+                 more: Optional[Callable[[], Iterable[Tuple[Hashable, _V]]]]
                  = None):
         self._okeys: Tuple[Hashable, ...] = tuple(keys)
-        self._data: Dict[Hashable, Any] = dict.fromkeys(self._okeys)
+        self._data: Dict[Hashable, Optional[_V]] = dict.fromkeys(self._okeys)
         self._conv = conv
         self._guid_attr = guid_attr
         self._positional = positional
@@ -130,7 +137,7 @@ class DemandList:
     def __bool__(self) -> bool:
         return bool(self._okeys) or bool(len(self))
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[_V]:
         i = 0
         while True:
             if i == len(self._okeys):
@@ -140,11 +147,11 @@ class DemandList:
             yield self[self._okeys[i]]
             i += 1
 
-    def itervalues(self) -> Iterator[Any]:
+    def itervalues(self) -> Iterator[_V]:
         """The values in order (python-rdma's name)."""
         return iter(self)
 
-    def values(self) -> List[Any]:
+    def values(self) -> List[_V]:
         """The values in order."""
         return list(self)
 
@@ -156,11 +163,11 @@ class DemandList:
         """The keys in order."""
         return list(self._keys())
 
-    def items(self) -> List[Tuple[Hashable, Any]]:
+    def items(self) -> List[Tuple[Hashable, _V]]:
         """``(key, value)`` pairs in order."""
         return [(k, self[k]) for k in self._keys()]
 
-    def first(self) -> Any:
+    def first(self) -> _V:
         """The first value.  :raises IndexError: if the list is empty."""
         if not self._okeys:
             self._expand()
@@ -168,7 +175,13 @@ class DemandList:
             raise IndexError("first() of an empty list")
         return self[self._okeys[0]]
 
-    def __getitem__(self, idx: Any) -> Any:
+    @overload
+    def __getitem__(self, idx: slice) -> List[_V]: ...
+
+    @overload
+    def __getitem__(self, idx: Any) -> _V: ...
+
+    def __getitem__(self, idx: Any) -> Union[_V, List[_V]]:
         if isinstance(idx, GUID) and self._guid_attr:
             for v in self:
                 if getattr(v, self._guid_attr) == idx:
@@ -182,10 +195,11 @@ class DemandList:
             self._expand()
             hit = idx in self._data
         if hit:
-            v = self._data[idx]
-            if v is None:
-                v = self._data[idx] = self._conv(idx)
-            return v
+            val = self._data[idx]
+            if val is None:
+                val = self._conv(idx)
+                self._data[idx] = val
+            return val
         if self._positional and isinstance(idx, int) and \
                 not isinstance(idx, bool):
             return self[self._keys()[idx]]         # IndexError if out
@@ -193,12 +207,13 @@ class DemandList:
             return [self[k] for k in self._keys()[idx]]
         raise KeyError(idx)
 
-    def get(self, idx: Any, default: Any = None) -> Any:
+    def get(self, idx: Any, default: Optional[_V] = None) -> Optional[_V]:
         """``self[idx]``, or *default* when there is no such key."""
         try:
-            return self[idx]
+            v: Optional[_V] = self[idx]
         except (KeyError, IndexError):
             return default
+        return v
 
     def index(self, value: Any) -> Hashable:
         """The key ``k`` with ``self[k] == value``.
@@ -247,12 +262,12 @@ class EndPort:
     port_id: int = 0
 
     def __init__(self, parent: "Device", port_id: int,
-                 umad: Optional[dict] = None):
+                 umad: Optional[Mapping[str, Any]] = None):
         #: The :class:`Device` this port belongs to.
         self.parent = parent
         #: The port number (1-based on a CA).
         self.port_id = port_id
-        self._attr = None
+        self._attr: Optional[_ibverbs.port_attr] = None
         self._umad = umad
         #: The GID table, index for index (empty slots are zero GIDs).
         self.gids: List[GID] = []
@@ -267,22 +282,22 @@ class EndPort:
 
     def _load(self, ctx: "_ibverbs.Context") -> None:
         """Read the port through an open verbs context."""
-        self._attr = ctx.query_port(self.port_id)
+        attr = self._attr = ctx.query_port(self.port_id)
         gids, types = [], []
-        for i in range(self._attr.gid_tbl_len):
+        for i in range(attr.gid_tbl_len):
             e = ctx.query_gid_ex(self.port_id, i)
             gids.append(e.gid)
             types.append(e.gid_type)
         self.gids, self.gid_types = gids, types
         pkeys = []
-        for i in range(self._attr.pkey_tbl_len):
+        for i in range(attr.pkey_tbl_len):
             try:
                 pkeys.append(ctx.query_pkey(self.port_id, i))
             except SysError:
                 break
         self.pkeys = pkeys
 
-    def _load_umad(self, info: dict) -> None:
+    def _load_umad(self, info: Mapping[str, Any]) -> None:
         """Take the port's values from a libibumad port description."""
         from rdma import ibverbs as ibv
         self._umad = info
@@ -330,12 +345,13 @@ class EndPort:
     # -- attributes
 
     @property
-    def attr(self):
+    def attr(self) -> _ibverbs.port_attr:
         """The port's :class:`rdma.ibverbs.port_attr` snapshot (for a
         umad-only device, made from what libibumad reports; fields it does
         not report are 0)."""
         if self._attr is None:
             self.refresh()
+        assert self._attr is not None     # (refresh() sets it or raises)
         return self._attr
 
     @property
@@ -447,7 +463,7 @@ class EndPort:
         return self._umad is not None
 
     @property
-    def sa_path(self):
+    def sa_path(self) -> SAPath:
         """How to reach this port's subnet administrator (SM LID, SL,
         P_Key, QP1 Q_Key): see :func:`rdma.umad.sa_path`.
 
@@ -458,7 +474,8 @@ class EndPort:
         python-rdma; an SA query through it raises :class:`RDMAError`."""
         from rdma import umad
         key = (self.lid, self.sm_lid, self.sm_sl)
-        cached = self.__dict__.get("_cached_sa_path")
+        cached: Optional[Tuple[Tuple[int, int, int], SAPath]] = \
+            self.__dict__.get("_cached_sa_path")
         if cached is not None and cached[0] == key:
             return cached[1]
         path = umad.sa_path(self, require_sm=False)
@@ -486,12 +503,13 @@ class EndPort:
     def __hash__(self) -> int:
         return hash((self.parent, self.port_id))
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         # A path pickled on one host names the port by device and number.
         return (_end_port_by_name, (str(self), self.parent.provider))
 
 
-def _end_port_by_name(name: str, provider: str) -> "EndPort":
+def _end_port_by_name(name: str,
+                      provider: str) -> Union[EndPort, RemoteEndPort]:
     try:
         return get_end_port(name, provider=provider)
     except RDMAError:
@@ -518,7 +536,7 @@ class RemoteEndPort:
     def __repr__(self) -> str:
         return f"<rdma.devices.RemoteEndPort {self.name} (not on this host)>"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (_end_port_by_name, (self.name, self.provider))
 
 
@@ -538,7 +556,7 @@ class Device:
 
     def __init__(self, name: str, node_guid: int, node_type: int,
                  transport_type: int, provider: str,
-                 umad: Optional[dict] = None):
+                 umad: Optional[Mapping[str, Any]] = None):
         #: The device name.
         self.name = name
         #: The node GUID.
@@ -551,8 +569,8 @@ class Device:
         #: ``umad`` for a device without verbs.
         self.provider = provider
         self._umad = umad
-        self._end_ports: Optional[DemandList] = None
-        self._attr = None
+        self._end_ports: Optional[DemandList[EndPort]] = None
+        self._attr: Optional[_ibverbs.device_attr] = None
         # the process that read it: on the software fabric every process
         # is its own node (its GUID, GIDs and LID), so a child after fork()
         # must not go on with what its parent read
@@ -588,11 +606,12 @@ class Device:
         return _sysfs(f"{SYS_INFINIBAND}{self.name}/{name}")
 
     @property
-    def attr(self):
+    def attr(self) -> _ibverbs.device_attr:
         """The :class:`rdma.ibverbs.device_attr` snapshot (for a umad-only
         device, made from what libibumad reports)."""
         if self._attr is None:
             self._load()
+        assert self._attr is not None       # (_load() sets it or raises)
         return self._attr
 
     @property
@@ -608,7 +627,7 @@ class Device:
     def sys_image_guid(self) -> GUID:
         """The system image GUID."""
         if not self.has_verbs:
-            return GUID(self._umad["system_guid"])
+            return GUID((self._umad or {})["system_guid"])
         return GUID(self.attr.sys_image_guid)
 
     #: The name ``rdma.umad.UMADDevice`` had for :attr:`sys_image_guid`.
@@ -667,8 +686,8 @@ class Device:
         process that read it), keeping the objects users hold."""
         self._pid = os.getpid()
         with _ibverbs.Context(self.name, provider=self.provider) as ctx:
-            self._attr = ctx.query_device()
-            self.node_guid = GUID(self._attr.node_guid)
+            attr = self._attr = ctx.query_device()
+            self.node_guid = GUID(attr.node_guid)
             if self._end_ports is not None:
                 for p in self._end_ports:
                     p._load(ctx)
@@ -677,6 +696,7 @@ class Device:
         if not self.has_verbs:
             from rdma import ibverbs as ibv
             info = self._umad
+            assert info is not None     # (a device without verbs has umad)
             self._attr = ibv.device_attr(
                 fw_ver=str(info.get("fw_ver") or ""),
                 node_guid=int(self.node_guid),
@@ -688,10 +708,10 @@ class Device:
             umad_ports = {p["port_id"]: p
                           for p in (self._umad or {}).get("ports", ())}
             with self.open() as ctx:
-                self._attr = ctx.query_device()
+                attr = self._attr = ctx.query_device()
                 first = 0 if self.node_type == 2 else 1
                 ports = {}
-                for n in range(first, first + self._attr.phys_port_cnt):
+                for n in range(first, first + attr.phys_port_cnt):
                     p = EndPort(self, n, umad_ports.get(n))
                     p._load(ctx)
                     ports[n] = p
@@ -699,11 +719,12 @@ class Device:
                                      guid_attr="port_guid")
 
     @property
-    def end_ports(self) -> DemandList:
+    def end_ports(self) -> DemandList[EndPort]:
         """The device's end ports, a :class:`DemandList` indexed by port
         number (``dev.end_ports[1]``; ``dev.end_ports.first()``)."""
         if self._end_ports is None:
             self._load()
+        assert self._end_ports is not None      # (_load() sets it)
         return self._end_ports
 
     def __iter__(self) -> Iterator[EndPort]:
@@ -753,19 +774,19 @@ def select_providers(provider: Optional[str] = None) -> List[str]:
     return [name]
 
 
-def _umad_info(name: str) -> dict:
+def _umad_info(name: str) -> Mapping[str, Any]:
     """libibumad's description of CA *name* (``_umad.get_ca``)."""
     from rdma import _umad
     return _umad.get_ca(name)
 
 
-def _umad_infos() -> List[dict]:
+def _umad_infos() -> List[Mapping[str, Any]]:
     """Every CA libibumad reports.  A name it makes up when the kernel has
     no umad (it names a default CA) is dropped.
 
     :raises rdma.SysError: if libibumad is not installed."""
     from rdma import _umad
-    infos = []
+    infos: List[Mapping[str, Any]] = []
     for name in _umad.get_ca_names():
         try:
             infos.append(_umad.get_ca(name))
@@ -775,7 +796,7 @@ def _umad_infos() -> List[dict]:
     return infos
 
 
-def _umad_device(info: dict) -> Device:
+def _umad_device(info: Mapping[str, Any]) -> Device:
     return Device(info["name"], info["node_guid"], info["node_type"],
                   0, UMAD, umad=info)
 
@@ -817,7 +838,7 @@ def _list(scan: List[str], strict: Optional[str]
 
 
 def get_devices(provider: Union[str, bool, None] = None,
-                refresh: bool = False) -> DemandList:
+                refresh: bool = False) -> DemandList[Device]:
     """Return the RDMA devices of the machine, a :class:`DemandList`
     (iterate it, ``devices["rxe0"]``, ``devices[GUID(...)]`` by node GUID,
     ``devices.first()``).
@@ -890,7 +911,7 @@ def _no_devices(provider: Optional[str]) -> RDMAError:
                      "VM (python -m rdma.testvm)")
 
 
-def _default_port(devices: DemandList) -> EndPort:
+def _default_port(devices: DemandList[Device]) -> EndPort:
     """No name given: an ACTIVE port of a real or simulated device; if such
     devices exist but none is ACTIVE, the first of their ports whose link
     is up, else their first port (python-rdma's default); without them, an
@@ -959,7 +980,7 @@ def find_node_guid(devices: Iterable[Device], guid: GUID) -> Device:
     raise RDMAError(f"no RDMA device has node GUID {GUID(guid)}")
 
 
-def find_port_name(devices: DemandList, name: str) -> EndPort:
+def find_port_name(devices: DemandList[Device], name: str) -> EndPort:
     """The end port ``"device"`` (its first port) or ``"device/port"``.
 
     :raises rdma.RDMAError: if there is no such device or port;
@@ -1043,7 +1064,7 @@ def get_end_port(name: Union[str, GID, GUID, None] = None,
     return find_port_name(devices, name)        # raises, listing the ports
 
 
-def _by_guid(devices: DemandList, guid: GUID) -> EndPort:
+def _by_guid(devices: DemandList[Device], guid: GUID) -> EndPort:
     try:
         return find_port_guid(devices, guid)
     except RDMAError:

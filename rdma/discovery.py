@@ -23,13 +23,18 @@ failure to read the local port itself raises.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, List, Optional, Set, Tuple
+from typing import (Any, Dict, Generator, Iterable, List, Optional, Set,
+                    Tuple)
 
 import rdma
 from rdma import IBA
 from rdma._mad import MADError
 from rdma._errors import RDMAError
 from rdma.subnet import PORT_STATE_DOWN, Node, Port, Subnet, Switch
+
+#: A discovery coroutine (for rdma.sched, or do_async on a transactor): it
+#: yields work and takes its result.
+_Co = Generator[Any, Any, Any]
 
 __all__ = ["load", "topo_SMP", "subnet_ninf_SMP", "subnet_pinf_SMP",
            "subnet_swinf_SMP", "subnet_lfdb_SMP", "topo_peer_SMP",
@@ -43,7 +48,7 @@ LOADABLE = ("all_NodeInfo", "all_NodeDescription", "all_PortInfo",
             "all_LIDs", "all_topology", "all_SwitchInfo", "all_LFDB")
 
 
-def _errors_of(sbn: Subnet) -> list:
+def _errors_of(sbn: Subnet) -> List[Tuple[Any, BaseException]]:
     errs = getattr(sbn, "errors", None)
     if errs is None:
         errs = sbn.errors = []
@@ -59,7 +64,7 @@ def _lid_path(sched: Any, lid: int) -> Any:
 
 # -- single queries -----------------------------------------------------------
 
-def subnet_pinf_SMP(sched: Any, sbn: Subnet, sel: int, path: Any):
+def subnet_pinf_SMP(sched: Any, sbn: Subnet, sel: int, path: Any) -> _Co:
     """Coroutine: read the PortInfo of port *sel* through *path* into
     *sbn*; its result (``sched.result``) is the :class:`~rdma.subnet.Port`."""
     pinf = yield sched.SubnGet(IBA.SMPPortInfo, path, sel)
@@ -90,7 +95,7 @@ def _apply_node_record(sbn: Subnet, path: Any, lid: int,
 
 def subnet_ninf_SMP(sched: Any, sbn: Subnet, path: Any,
                     get_desc: bool = True, use_sa: Optional[bool] = None,
-                    done_desc: Optional[Set[Node]] = None):
+                    done_desc: Optional[Set[Node]] = None) -> _Co:
     """Coroutine: read the NodeInfo (and NodeDescription) of the node at
     the end of *path* into *sbn*; its result is ``(node, port)`` as
     :meth:`~rdma.subnet.Subnet.get_node_ninf` returns.
@@ -139,7 +144,7 @@ def subnet_ninf_SMP(sched: Any, sbn: Subnet, path: Any,
 
 
 def subnet_ninf_LIDS_SMP(sched: Any, sbn: Subnet, LIDs: List[int],
-                         get_desc: bool = True):
+                         get_desc: bool = True) -> _Co:
     """Coroutine: read NodeInfo (and NodeDescription) by LID-routed SMPs
     for every LID in *LIDs* whose node is not known yet, in parallel."""
     if not LIDs:
@@ -148,11 +153,11 @@ def subnet_ninf_LIDS_SMP(sched: Any, sbn: Subnet, LIDs: List[int],
     done_desc: Optional[Set[Node]] = set() if get_desc else None
     use_sa = _is_sa(sched)
 
-    def one(lid):
+    def one(lid: int) -> _Co:
         port = sbn.lids[lid]
         if port is not None and port.parent.ninf is not None:
             if get_desc and port.parent.desc is None and \
-                    port.parent not in done_desc:
+                    done_desc is not None and port.parent not in done_desc:
                 done_desc.add(port.parent)
                 yield port.parent.get_desc(sched, _lid_path(sched, lid))
             return
@@ -162,12 +167,12 @@ def subnet_ninf_LIDS_SMP(sched: Any, sbn: Subnet, LIDs: List[int],
     yield sched.mqueue(one(lid) for lid in sorted(set(LIDs)))
 
 
-def subnet_swinf_SMP(sched: Any, sbn: Subnet):
+def subnet_swinf_SMP(sched: Any, sbn: Subnet) -> _Co:
     """Coroutine: read the SwitchInfo of every switch that lacks it, in
     parallel (a switch that does not answer goes to ``sbn.errors``)."""
     errors = _errors_of(sbn)
 
-    def one(sw):
+    def one(sw: Switch) -> _Co:
         path = None
         try:
             path = sbn.get_path_smp(sched, sw.get_port(0))
@@ -180,13 +185,13 @@ def subnet_swinf_SMP(sched: Any, sbn: Subnet):
     sbn.loaded.add("all_SwitchInfo")
 
 
-def subnet_lfdb_SMP(sched: Any, sbn: Subnet):
+def subnet_lfdb_SMP(sched: Any, sbn: Subnet) -> _Co:
     """Coroutine: read the linear forwarding table of every switch (its
     SwitchInfo first if needed), every block of every switch in parallel.
     A switch that fails goes to ``sbn.errors`` with ``lfdb`` None."""
     errors = _errors_of(sbn)
 
-    def one(sw):
+    def one(sw: Switch) -> _Co:
         path = None
         try:
             path = sbn.get_path_smp(sched, sw.get_port(0))
@@ -245,7 +250,7 @@ class _TopoWalk:
         self.PortInfo = IBA.SMPPortInfo
         self.batched = callable(getattr(sched, "mget", None))
 
-    def run(self, root: Any):
+    def run(self, root: Any) -> _Co:
         yield self.do_node(root, None, must=True)
         while self.next:
             level, self.next = self.next, []
@@ -260,7 +265,7 @@ class _TopoWalk:
 
     # -- one hop count in two batches
 
-    def do_level(self, level: List[Tuple[Any, Port]]):
+    def do_level(self, level: List[Tuple[Any, Port]]) -> _Co:
         sched = self.sched
         ninfs = yield sched.mget(sched.SubnGet(self.NodeInfo, path)
                                  for path, _ in level)
@@ -294,7 +299,8 @@ class _TopoWalk:
 
     # -- one node as a coroutine
 
-    def do_node(self, path: Any, peer: Optional[Port], must: bool = False):
+    def do_node(self, path: Any, peer: Optional[Port],
+                must: bool = False) -> _Co:
         try:
             ninf = yield self.sched.SubnGet(self.NodeInfo, path)
         except MADError as e:
@@ -312,13 +318,13 @@ class _TopoWalk:
         # The PortInfos and the NodeDescription in flight together.
         yield self.sched.mqueue(w for w in works)
 
-    def do_desc(self, node: Node, path: Any):
+    def do_desc(self, node: Node, path: Any) -> _Co:
         try:
             yield node.get_desc(self.sched, path)
         except MADError as e:
             self.errors.append((path, e))
 
-    def do_port(self, node: Node, path: Any, sel: int):
+    def do_port(self, node: Node, path: Any, sel: int) -> _Co:
         try:
             pinf = yield self.sched.SubnGet(self.PortInfo, path, sel)
         except MADError as e:
@@ -366,7 +372,7 @@ class _TopoWalk:
         if isinstance(node, Switch):
             if node in self.scanned:
                 return None
-            sels: Any = range(0, ninf.numPorts + 1)
+            sels: Any = range(ninf.numPorts + 1)
         else:
             # A CA is read port by port, through the port each route
             # arrives at (its other ports are reached from their peers).
@@ -403,7 +409,7 @@ class _TopoWalk:
         self.next.append((nxt, port))
 
 
-def topo_SMP(sched: Any, sbn: Subnet, get_desc: bool = True):
+def topo_SMP(sched: Any, sbn: Subnet, get_desc: bool = True) -> _Co:
     """Coroutine: discover every node, port, link and LID reachable from
     ``sched.end_port`` by directed-route SMPs (NodeInfo, PortInfo and,
     with *get_desc*, NodeDescription), breadth first.  Replaces the
@@ -422,7 +428,7 @@ def topo_SMP(sched: Any, sbn: Subnet, get_desc: bool = True):
 
 
 def topo_peer_SMP(sched: Any, sbn: Subnet, port: Port, get_desc: bool = True,
-                  path: Any = None, peer_path: Any = None):
+                  path: Any = None, peer_path: Any = None) -> _Co:
     """Coroutine: find what is cabled to *port* (a known port) and link it
     in ``sbn.topology``; nothing to do if the link is known."""
     peer = sbn.topology.get(port)
@@ -437,7 +443,8 @@ def topo_peer_SMP(sched: Any, sbn: Subnet, port: Port, get_desc: bool = True,
         path = sbn.get_path_smp(sched, port.to_end_port())
     if port.pinf is None:
         yield subnet_pinf_SMP(sched, sbn, idx, path)
-    if idx == 0 or port.pinf.portState == PORT_STATE_DOWN:
+    if idx == 0 or port.pinf is None or \
+            port.pinf.portState == PORT_STATE_DOWN:
         return
     if peer_path is None:
         peer_path = sbn.advance_dr(path, idx)
@@ -470,7 +477,7 @@ def topo_peer_SMP(sched: Any, sbn: Subnet, port: Port, get_desc: bool = True,
 
 
 def topo_surround_SMP(sched: Any, sbn: Subnet, node: Node,
-                      get_desc: bool = True):
+                      get_desc: bool = True) -> _Co:
     """Coroutine: link everything cabled to the ports of *node* (a known
     node), in parallel."""
     ports = [p for p, i in node.iterports() if i != 0] \
@@ -485,7 +492,7 @@ def topo_surround_SMP(sched: Any, sbn: Subnet, node: Node,
 
 
 def subnet_fill_port(sched: Any, sbn: Subnet, port: Port, path: Any = None,
-                     get_desc: bool = True):
+                     get_desc: bool = True) -> _Co:
     """Coroutine: fill the NodeInfo, NodeDescription and PortInfo (of
     *port* and of its end port) that are missing."""
     node = port.parent
@@ -504,7 +511,7 @@ def subnet_fill_port(sched: Any, sbn: Subnet, port: Port, path: Any = None,
 
 
 def subnet_get_port(sched: Any, sbn: Subnet, path: Any,
-                    get_desc: bool = True):
+                    get_desc: bool = True) -> _Co:
     """Coroutine: make sure the end port *path* leads to is in *sbn* with
     its NodeInfo, NodeDescription and PortInfo
     (:meth:`~rdma.subnet.Subnet.path_to_port` then finds it)."""
@@ -513,6 +520,9 @@ def subnet_get_port(sched: Any, sbn: Subnet, path: Any,
         yield subnet_ninf_SMP(sched, sbn, path, get_desc)
         port = sbn.path_to_port(path)
         get_desc = False
+        if port is None:
+            raise RDMAError(f"{path}: the node answered, its port is not "
+                            f"in the subnet")
     yield subnet_fill_port(sched, sbn, port, path, get_desc)
 
 
@@ -521,7 +531,8 @@ def subnet_get_port(sched: Any, sbn: Subnet, path: Any,
 # Flat coroutines (each yields RPCs only), so that they run on a scheduler
 # (sched.run) and on a synchronous transactor (do_async) alike.
 
-def subnet_ninf_SA(sched: Any, sbn: Subnet, node_type: Optional[int] = None):
+def subnet_ninf_SA(sched: Any, sbn: Subnet,
+                   node_type: Optional[int] = None) -> _Co:
     """Coroutine: every NodeRecord from the SA (of *node_type* only, if
     given) into *sbn*, NodeInfo and NodeDescription."""
     req = IBA.ComponentMask(IBA.SANodeRecord())
@@ -540,7 +551,7 @@ def subnet_ninf_SA(sched: Any, sbn: Subnet, node_type: Optional[int] = None):
                            f"all_NodeDescription {node_type}"))
 
 
-def subnet_ninf_GUID(sched: Any, sbn: Subnet, node_guid: int):
+def subnet_ninf_GUID(sched: Any, sbn: Subnet, node_guid: int) -> _Co:
     """Coroutine: the NodeRecords of one node (one per CA port) into
     *sbn*."""
     req = IBA.ComponentMask(IBA.SANodeRecord())
@@ -551,7 +562,7 @@ def subnet_ninf_GUID(sched: Any, sbn: Subnet, node_guid: int):
         node.set_desc(r.nodeDescription.nodeString)
 
 
-def subnet_swinf_SA(sched: Any, sbn: Subnet):
+def subnet_swinf_SA(sched: Any, sbn: Subnet) -> _Co:
     """Coroutine: every SwitchInfoRecord into its switch (the switches'
     NodeInfo must be loaded)."""
     res = yield sched.SubnAdmGetTable(IBA.SASwitchInfoRecord())
@@ -562,7 +573,7 @@ def subnet_swinf_SA(sched: Any, sbn: Subnet):
     sbn.loaded.add("all_SwitchInfo")
 
 
-def subnet_pinf_SA(sched: Any, sbn: Subnet):
+def subnet_pinf_SA(sched: Any, sbn: Subnet) -> _Co:
     """Coroutine: every PortInfoRecord into its port (NodeInfo must be
     loaded): LIDs with their LMC, switch ports included."""
     res = yield sched.SubnAdmGetTable(IBA.SAPortInfoRecord())
@@ -584,7 +595,7 @@ def subnet_pinf_SA(sched: Any, sbn: Subnet):
     sbn.loaded.update(("all_PortInfo", "all_LIDs"))
 
 
-def subnet_topology_SA(sched: Any, sbn: Subnet):
+def subnet_topology_SA(sched: Any, sbn: Subnet) -> _Co:
     """Coroutine: every LinkRecord into ``sbn.topology`` (NodeInfo must
     be loaded)."""
     res = yield sched.SubnAdmGetTable(IBA.SALinkRecord())
@@ -660,9 +671,10 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str],
 
     With *sa*, or when *sched* is a
     :class:`rdma.satransactor.SATransactor` (python-rdma chose by that
-    class alone), the items come from the SA instead, by GetTable of NodeRecords,
-    PortInfoRecords, LinkRecords and SwitchInfoRecords (a scheduler or a
-    synchronous transactor; ``all_LFDB`` still reads SMPs).
+    class alone), the items come from the SA instead, by GetTable of
+    NodeRecords, PortInfoRecords, LinkRecords and SwitchInfoRecords (a
+    scheduler or a synchronous transactor; ``all_LFDB`` still reads
+    SMPs).
 
     Returns *sbn*.  What could not be read is in ``sbn.errors``.
 
@@ -705,19 +717,19 @@ def load(sched: Any, sbn: Subnet, stuff: Iterable[str],
 
 # -- a dump for scripts and tests ---------------------------------------------
 
-def subnet_summary(sbn: Subnet) -> dict:
+def subnet_summary(sbn: Subnet) -> Dict[str, Any]:
     """A JSON-friendly summary of *sbn*: ``nodes`` (type, GUIDs, ports
     with LID, LMC, port GUID and state), ``links`` (``[guid, port, guid,
     port]``, each once) and ``errors`` (text)."""
-    nodes = []
+    nodes: List[Dict[str, Any]] = []
     for n in sorted(sbn.iternodes(), key=lambda n: n.ninf.nodeGUID
                     if n.ninf is not None else -1):
         if n.ninf is None:
             continue
-        ports = {}
+        ports: Dict[int, Dict[str, Any]] = {}
         for p, i in n.iterports():
             ep = p.to_end_port()
-            d = {}
+            d: Dict[str, Any] = {}
             if p.pinf is not None:
                 d["state"] = p.pinf.portState
                 d["width"] = p.pinf.linkWidthActive
@@ -728,9 +740,9 @@ def subnet_summary(sbn: Subnet) -> dict:
                 d["guid"] = f"{int(p.portGUID):#x}" \
                     if p.portGUID is not None else None
             ports[i] = d
-        entry = {"type": type(n).__name__, "guid": f"{n.ninf.nodeGUID:#x}",
-                 "numPorts": n.ninf.numPorts, "desc": n.desc,
-                 "ports": ports}
+        entry: Dict[str, Any] = {
+            "type": type(n).__name__, "guid": f"{n.ninf.nodeGUID:#x}",
+            "numPorts": n.ninf.numPorts, "desc": n.desc, "ports": ports}
         if isinstance(n, Switch) and n.lfdb is not None:
             entry["lfdb"] = list(n.lfdb)
         nodes.append(entry)
@@ -755,7 +767,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     import json
     import time
     ap = argparse.ArgumentParser(prog="python -m rdma.discovery",
-                                 description=main.__doc__.split("\n")[0])
+                                 description=(main.__doc__ or "").split(
+                                     "\n")[0])
     ap.add_argument("end_port", nargs="?", default=None)
     ap.add_argument("--lfdb", action="store_true",
                     help="also read SwitchInfo and the forwarding tables")

@@ -7,29 +7,27 @@ belong to this namespace (:class:`WCError`, :class:`AsyncError`).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from rdma import _ibverbs
 from rdma._errors import AsyncError, RDMAError, SysError, WRError
 from rdma._ibverbs import *  # noqa: F401,F403  (types and IBV_* constants)
-from rdma._ibverbs import IBV_WC_SUCCESS
+from rdma._ibverbs import (AH, CQ, MR, MW, PD, QP, SRQ, IBV_WC_SUCCESS,
+                           CompChannel, Context, RecvBatch, SendBatch,
+                           WCArray, ah_attr, async_event, device_attr,
+                           gid_entry, global_route, mw_bind_info, port_attr,
+                           qp_attr, qp_cap, qp_init_attr, recv_wr, send_wr,
+                           sge, srq_attr, wc)
 
-Context = _ibverbs.Context
-PD = _ibverbs.PD
-CQ = _ibverbs.CQ
-CompChannel = _ibverbs.CompChannel
-QP = _ibverbs.QP
-SRQ = _ibverbs.SRQ
-MR = _ibverbs.MR
-MW = _ibverbs.MW
-AH = _ibverbs.AH
-SendBatch = _ibverbs.SendBatch
-RecvBatch = _ibverbs.RecvBatch
-WCArray = _ibverbs.WCArray
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+    from rdma.devices import EndPort
+    from rdma.path import IBPath
 
 
-def _names(prefix: str, exclude: tuple = ()) -> dict:
-    out = {}
+def _names(prefix: str, exclude: Tuple[str, ...] = ()) -> Dict[int, str]:
+    out: Dict[int, str] = {}
     for n in dir(_ibverbs):
         if n.startswith(prefix) and not any(n.startswith(e) for e in exclude):
             out.setdefault(getattr(_ibverbs, n), n)
@@ -39,7 +37,8 @@ def _names(prefix: str, exclude: tuple = ()) -> dict:
 _WC_STATUS = _names("IBV_WC_", ("IBV_WC_EX_", "IBV_WC_STANDARD", "IBV_WC_IP",
                                 "IBV_WC_WITH", "IBV_WC_GRH", "IBV_WC_TM",
                                 "IBV_WC_SEND", "IBV_WC_RDMA", "IBV_WC_COMP",
-                                "IBV_WC_FETCH", "IBV_WC_BIND", "IBV_WC_LOCAL_INV",
+                                "IBV_WC_FETCH", "IBV_WC_BIND",
+                                "IBV_WC_LOCAL_INV",
                                 "IBV_WC_TSO", "IBV_WC_RECV", "IBV_WC_DRIVER",
                                 "IBV_WC_ATOMIC_WRITE", "IBV_WC_FLUSH"))
 _WC_OPCODE = {getattr(_ibverbs, n): n for n in (
@@ -77,8 +76,9 @@ class WCError(RDMAError):
     ``WCError(wc, cq, msg, obj=qp_or_srq, is_rq=...)`` works too.
     """
 
-    def __init__(self, wc, qp=None, msg: Optional[str] = None, obj=None,
-                 is_rq: Optional[bool] = None, cq=None):
+    def __init__(self, wc: _ibverbs.wc, qp: QP | CQ | None = None,
+                 msg: Optional[str] = None, obj: QP | SRQ | None = None,
+                 is_rq: Optional[bool] = None, cq: Optional[CQ] = None):
         if qp is not None and isinstance(qp, CQ):
             qp, cq = None, qp            # python-rdma: WCError(wc, cq, ...)
         if qp is None and isinstance(obj, QP):
@@ -105,17 +105,19 @@ class WCError(RDMAError):
         super().__init__(text)
 
 
-def WCPath(end_port, wc, buf=None, off: int = 0, **kwargs):
+def WCPath(end_port: Optional[EndPort], wc: _ibverbs.wc,
+           buf: Optional[ReadableBuffer] = None, off: int = 0,
+           **kwargs: Any) -> IBPath:
     """The path of a received UD packet (see :func:`rdma.path.WCPath`)."""
     from rdma.path import WCPath as _wcpath
     return _wcpath(end_port, wc, buf, off, **kwargs)
 
 
-__all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW",
-           "AH", "SendBatch", "RecvBatch", "WCArray", "WCError", "WRError",
-           "AsyncError",
+__all__ = ["WCPath", "Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR",
+           "MW", "AH", "SendBatch", "RecvBatch", "WCArray", "WCError",
+           "WRError", "AsyncError",
            "RDMAError", "SysError", "wc_status_str", "wc_opcode_str",
            "device_attr", "port_attr", "gid_entry", "global_route", "ah_attr",
            "qp_cap", "qp_attr", "qp_init_attr", "srq_attr", "sge", "send_wr",
-           "recv_wr", "wc", "async_event", "mw_bind_info", "inc_rkey"] + \
-    [n for n in dir(_ibverbs) if n.startswith("IBV_")]
+           "recv_wr", "wc", "async_event", "mw_bind_info", "inc_rkey"]
+__all__ += [n for n in dir(_ibverbs) if n.startswith("IBV_")]

@@ -1,6 +1,7 @@
 """The MAD RPC interface: :class:`MADTransactor`, python-rdma's mixin.
 
-Every RPC (:meth:`~MADTransactor.SubnGet`, :meth:`~MADTransactor.PerformanceGet`,
+Every RPC (:meth:`~MADTransactor.SubnGet`,
+:meth:`~MADTransactor.PerformanceGet`,
 :meth:`~MADTransactor.SubnAdmGetTable`, :meth:`~MADTransactor.BMGet`...) is
 a thin call onto one core: :meth:`~MADTransactor._doMAD` builds the
 request format (``SMPFormat``, ``SMPFormatDirected``, ``SAFormat``,
@@ -35,7 +36,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from typing import Any, Callable, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
 import rdma.IBA as IBA
 from rdma._mad import (MADClassError, MADError, MADFormatError,
@@ -118,7 +119,7 @@ def _data_offset(fmt_cls: Type[BinFormat]) -> int:
     return fmt_cls._by_name["data"].offset // 8
 
 
-def _key(buf: Any) -> int:
+def _key(buf: Union[bytes, bytearray, memoryview]) -> int:
     """mgmtClass || TransactionID[31:0] (C13-19.1.1)."""
     return (buf[1] << 32) | int.from_bytes(bytes(buf[12:16]), "big")
 
@@ -175,6 +176,10 @@ class MADTransactor:
     busy_delay = 0.01
     #: Redirects followed for one request.
     max_redirects = 2
+    #: The request being completed, while a completer runs.
+    req_fmt: Optional[BinFormat]
+    req_path: Any
+    _redirects: Dict[Any, Any]
 
     @property
     def is_async(self) -> bool:
@@ -185,7 +190,8 @@ class MADTransactor:
     # -- what subclasses provide
 
     def _execute(self, buf: bytearray, path: Any,
-                 sendOnly: bool = False) -> Optional[Tuple[bytes, Any]]:
+                 sendOnly: bool = False
+                 ) -> Optional[Tuple[Union[bytes, bytearray], Any]]:
         """Send ``buf`` along ``path``; return ``(reply bytes, reply
         path)``, or None after the last retry timed out."""
         raise NotImplementedError
@@ -254,7 +260,6 @@ class MADTransactor:
         rbuf = bytes(rbuf)
         data_off = _data_offset(type(fmt))
         is_sa = isinstance(fmt, IBA.SAFormat)
-        rmpp = is_sa and len(rbuf) > 26 and bool(rbuf[26] & IBA.RMPP_ACTIVE)
         if len(rbuf) < IBA.MADHeader.MAD_LENGTH:
             raise MADFormatError(req=fmt, path=path, rep_buf=rbuf,
                                  msg=f"RPC {describe(fmt)} to {path}: reply "
@@ -398,7 +403,8 @@ class MADTransactor:
         """Build, send and complete one RPC (asynchronous transactors
         return work here instead)."""
         key = self._redirect_key(fmt, path)
-        redirects = getattr(self, "_redirects", None)
+        redirects: Optional[Dict[Any, Any]] = getattr(self, "_redirects",
+                                                      None)
         original = None
         if key is not None and redirects and key in redirects:
             original, path = path, redirects[key]
@@ -407,7 +413,8 @@ class MADTransactor:
         busy = followed = 0
         while True:
             ret = self._execute(buf, path)
-            if ret is None and original is not None:
+            if ret is None and original is not None and \
+                    redirects is not None:
                 # The remembered redirect target is gone: ask the
                 # original target again (it may redirect anew).
                 del redirects[key]
@@ -447,7 +454,8 @@ class MADTransactor:
     @staticmethod
     def _method(payload: Any, name: str, call: str) -> int:
         try:
-            return getattr(payload, name)
+            method: int = getattr(payload, name)
+            return method
         except AttributeError:
             cls = payload if isinstance(payload, type) else type(payload)
             raise TypeError(f"{cls.__name__} cannot be sent with {call}"
@@ -591,8 +599,9 @@ class MADTransactor:
     def SubnAdmGetTable(self, payload: _Payload, path: Any = None,
                         attributeModifier: int = 0) -> List[Any]:
         """SubnAdmGetTable: every record matching ``payload`` (a list)."""
-        return self._subn_adm_do(payload, path, attributeModifier,
-                                 "SubnAdmGetTable")
+        records: List[Any] = self._subn_adm_do(
+            payload, path, attributeModifier, "SubnAdmGetTable")
+        return records
 
     def SubnAdmSet(self, payload: _Payload, path: Any = None,
                    attributeModifier: int = 0) -> Any:
@@ -609,14 +618,16 @@ class MADTransactor:
     def SubnAdmGetTraceTable(self, payload: _Payload, path: Any = None,
                              attributeModifier: int = 0) -> List[Any]:
         """SubnAdmGetTraceTable: the TraceRecords of a path."""
-        return self._subn_adm_do(payload, path, attributeModifier,
-                                 "SubnAdmGetTraceTable")
+        records: List[Any] = self._subn_adm_do(
+            payload, path, attributeModifier, "SubnAdmGetTraceTable")
+        return records
 
     def SubnAdmGetMulti(self, payload: _Payload, path: Any = None,
                         attributeModifier: int = 0) -> List[Any]:
         """SubnAdmGetMulti (MultiPathRecord)."""
-        return self._subn_adm_do(payload, path, attributeModifier,
-                                 "SubnAdmGetMulti")
+        records: List[Any] = self._subn_adm_do(
+            payload, path, attributeModifier, "SubnAdmGetMulti")
+        return records
 
     # -- serving requests
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import Any, Dict, Optional
+from typing import (TYPE_CHECKING, Any, Dict, List, Optional,
+                    Tuple, Type, TypeVar)
 
 import rdma
 import rdma.ibverbs as ibv
@@ -25,18 +26,25 @@ from rdma import IBA
 from rdma.IBA import GID, GUID
 from rdma._mad import SAPathNotFoundError
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+    from rdma.devices import Device, EndPort
+
+_P = TypeVar("_P", bound="Path")
+
 __all__ = ["SAPathNotFoundError", "Path", "IBPath", "IBDRPath", "fill_path",
            "resolve_path", "from_string", "from_spec_string", "WCPath",
            "get_mad_path", "DRBytes"]
 
 
-def _end_port_arg(end_port):
+def _end_port_arg(end_port: EndPort | str | None) -> Optional[EndPort]:
     if isinstance(end_port, str):
         return rdma.get_end_port(end_port)
     return end_port
 
 
-def _copy_path(path: "Path", cls: type, kwargs: Dict[str, Any]) -> "Path":
+def _copy_path(path: Path, cls: Type[_P], kwargs: Dict[str, Any]) -> _P:
     """A ``cls`` with ``path``'s state and ``kwargs``: the class's own
     attributes go to its constructor, the others are set afterwards."""
     d = path._state()
@@ -62,9 +70,10 @@ class Path:
     #: Times a MAD is resent, or the retry_cnt of an RC QP.
     retries = 0
     #: The :class:`rdma.devices.EndPort` this path leaves from.
-    end_port = None
+    end_port: Optional[EndPort] = None
 
-    def __init__(self, end_port=None, **kwargs: Any):
+    def __init__(self, end_port: EndPort | str | None = None,
+                 **kwargs: Any):
         self.end_port = _end_port_arg(end_port)
         for k, v in kwargs.items():
             if not hasattr(type(self), k):
@@ -78,7 +87,7 @@ class Path:
                 if not k.startswith("_") and k != "end_port"
                 and getattr(cls, k, None) != v}
 
-    def copy(self, **kwargs: Any) -> "Path":
+    def copy(self: _P, **kwargs: Any) -> _P:
         """A copy of the path (without its caches), with *kwargs* applied.
 
         Attributes a program added to the path (``SMKey``, ``MKey``...)
@@ -96,7 +105,14 @@ class Path:
             self.drop_cache()
         object.__setattr__(self, name, value)
 
-    def __reduce__(self):
+    def _need_end_port(self) -> EndPort:
+        """The end port, for what needs one."""
+        if self.end_port is None:
+            raise AttributeError(f"the {type(self).__name__} has no "
+                                 f"end_port")
+        return self.end_port
+
+    def __reduce__(self) -> Tuple[Any, ...]:
         # The end port is local to a machine: it is not pickled (python-rdma
         # semantics; set path.end_port after unpickling).
         return (type(self), (None,), self._state())
@@ -106,7 +122,7 @@ class Path:
             setattr(self, k, v)
 
     def __eq__(self, other: object) -> bool:
-        return (type(other) is type(self) and
+        return (isinstance(other, Path) and type(other) is type(self) and
                 other._state() == self._state() and
                 other.end_port == self.end_port)
 
@@ -180,19 +196,19 @@ class IBPath(Path):
     #: True if a GRH is present (always on RoCE).
     has_grh = False
     #: Destination QP number (BTH.DestQP).
-    dqpn = None
+    dqpn: Optional[int] = None
     #: Source QP number (DETH.SrcQP).
-    sqpn = None
+    sqpn: Optional[int] = None
     #: Q_Key (DETH.Q_Key) for UD.
-    qkey = None
+    qkey: Optional[int] = None
     #: Largest MTU to use on the path (``rdma.IBA.MTU_*``).
     MTU = IBA.MTU_256
     #: Injection rate (``rdma.IBA.PR_RATE_*``; the IBV_RATE_* values).
     rate = IBA.PR_RATE_2Gb5
     #: Source GID (GRH.SGID).
-    SGID = None
+    SGID: Optional[GID] = None
     #: Destination GID (GRH.DGID).
-    DGID = None
+    DGID: Optional[GID] = None
     #: GRH hop limit.
     hop_limit = 0
     #: GRH traffic class.
@@ -200,7 +216,7 @@ class IBPath(Path):
     #: GRH flow label.
     flow_label = 0
     #: Override of the UMAD agent id for MADs sent on the path.
-    umad_agent_id = None
+    umad_agent_id: Optional[int] = None
     #: Response time encoding used for :attr:`mad_timeout`.
     resp_time = 20
     #: Minimum RNR NAK timer encoding (qp_attr.min_rnr_timer).
@@ -220,9 +236,9 @@ class IBPath(Path):
 
     #: The forward direction's own path, when it differs (python-rdma's
     #: non-reversible paths); None: this path.  See :attr:`forward_path`.
-    _forward_path = None
+    _forward_path: Optional[IBPath] = None
     #: The return direction's own path, when it differs.
-    _return_path = None
+    _return_path: Optional[IBPath] = None
 
     _format_pkey = staticmethod(_hex)
     _format_qkey = staticmethod(_hex)
@@ -291,7 +307,7 @@ class IBPath(Path):
                              "of its own")
         return value
 
-    def set_end_port(self, node) -> None:
+    def set_end_port(self, node: Device) -> None:
         """Set :attr:`end_port` to the end port of *node* (a
         :class:`rdma.devices.Device`) whose GID table holds :attr:`SGID`.
 
@@ -307,13 +323,14 @@ class IBPath(Path):
         """Index of :attr:`SGID` in the end port's GID table (cached).
         Assigning sets :attr:`SGID` from the table."""
         try:
-            return self.__dict__["_cached_SGID_index"]
+            cached: int = self.__dict__["_cached_SGID_index"]
+            return cached
         except KeyError:
             pass
         if self.SGID is None:
             raise rdma.RDMAError("the path has no SGID")
         try:
-            idx = self.end_port.gids.index(self.SGID)
+            idx = self._need_end_port().gids.index(self.SGID)
         except ValueError:
             raise rdma.RDMAError(f"GID {self.SGID} is not on "
                                  f"{self.end_port}") from None
@@ -322,7 +339,7 @@ class IBPath(Path):
 
     @SGID_index.setter
     def SGID_index(self, value: int) -> None:
-        self.SGID = self.end_port.gids[value]
+        self.SGID = self._need_end_port().gids[value]
         self.__dict__["_cached_SGID_index"] = value
 
     @property
@@ -330,10 +347,11 @@ class IBPath(Path):
         """Index of :attr:`pkey` in the end port's P_Key table (cached;
         the limited-membership form matches too)."""
         try:
-            return self.__dict__["_cached_pkey_index"]
+            cached: int = self.__dict__["_cached_pkey_index"]
+            return cached
         except KeyError:
             pass
-        pkeys = self.end_port.pkeys
+        pkeys = self._need_end_port().pkeys
         for k in (self.pkey, self.pkey ^ IBA.PKEY_MEMBERSHIP_BIT):
             if k in pkeys:
                 self.__dict__["_cached_pkey_index"] = pkeys.index(k)
@@ -343,34 +361,34 @@ class IBPath(Path):
 
     @pkey_index.setter
     def pkey_index(self, value: int) -> None:
-        self.pkey = self.end_port.pkeys[value]
+        self.pkey = self._need_end_port().pkeys[value]
         self.__dict__["_cached_pkey_index"] = value
 
     @property
     def SLID_bits(self) -> int:
         """The path bits of :attr:`SLID` (ah_attr.src_path_bits)."""
-        lmc = getattr(self.end_port, "lmc", 0) if self.end_port else 0
+        lmc: int = getattr(self.end_port, "lmc", 0) if self.end_port else 0
         return self.SLID & ((1 << lmc) - 1)
 
     @SLID_bits.setter
     def SLID_bits(self, value: int) -> None:
-        self.SLID = value | self.end_port.lid
+        self.SLID = value | self._need_end_port().lid
 
     @property
     def DLID_bits(self) -> int:
         """The path bits of :attr:`DLID`."""
-        lmc = getattr(self.end_port, "lmc", 0) if self.end_port else 0
+        lmc: int = getattr(self.end_port, "lmc", 0) if self.end_port else 0
         return self.DLID & ((1 << lmc) - 1)
 
     @DLID_bits.setter
     def DLID_bits(self, value: int) -> None:
-        self.DLID = value | self.end_port.lid
+        self.DLID = value | self._need_end_port().lid
 
     @property
     def packet_life_time(self) -> int:
         """One-way transit time encoding (4.096 us * 2**t); defaults to the
         port's subnet timeout."""
-        v = self.__dict__.get("packet_life_time")
+        v: Optional[int] = self.__dict__.get("packet_life_time")
         if v is not None:
             return v
         if self.end_port is None:
@@ -385,15 +403,15 @@ class IBPath(Path):
     @property
     def mad_timeout(self) -> float:
         """Seconds to wait for a MAD reply on this path."""
-        return 4.096e-6 * (2 ** (self.packet_life_time + 1) +
-                           2 ** self.resp_time)
+        return float(4.096e-6 * (2 ** (self.packet_life_time + 1) +
+                                 2 ** self.resp_time))
 
     @property
     def qp_timeout(self) -> float:
         """Seconds of the RC local ack timeout: 2 * packet_life_time +
         the destination's ack delay."""
-        return 4.096e-6 * (2 ** (self.packet_life_time + 1) +
-                           2 ** self.dack_resp_time)
+        return float(4.096e-6 * (2 ** (self.packet_life_time + 1) +
+                                 2 ** self.dack_resp_time))
 
     def _state(self) -> Dict[str, Any]:
         d = Path._state(self)
@@ -440,7 +458,7 @@ class IBPath(Path):
         return {k: self.__dict__[k] for k in ("_forward_path", "_return_path")
                 if self.__dict__.get(k) is not None}
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         # The direction paths travel with a pickled path (python-rdma).
         d = self._state()
         d.update(self._directions())
@@ -468,7 +486,7 @@ class IBPath(Path):
         a = ibv.ah_attr(dlid=self.DLID, sl=self.SL,
                         src_path_bits=self.SLID_bits,
                         static_rate=self.rate if self.rate else 0,
-                        port_num=self.end_port.port_id)
+                        port_num=self._need_end_port().port_id)
         if self.has_grh:
             if self.DGID is None:
                 raise rdma.RDMAError("the path has a GRH but no DGID")
@@ -486,7 +504,7 @@ class IBPath(Path):
 
     def ah_for(self, pd: "ibv.PD") -> "ibv.AH":
         """``PD.ah(path)``: the AH of this path on *pd*, made once."""
-        c = self.__dict__.get("_cached_ah")
+        c: Optional[Tuple[ibv.PD, ibv.AH]] = self.__dict__.get("_cached_ah")
         if c is not None and c[0] is pd and not c[1].closed:
             return c[1]
         attr = self.ah_attr()
@@ -495,7 +513,7 @@ class IBPath(Path):
         except rdma.SysError as e:
             where = (f"GID index {attr.grh.sgid_index} of {self.end_port}"
                      if attr.is_global else f"port {self.end_port}")
-            raise rdma.SysError(e.errno, e.func,
+            raise rdma.SysError(e.errno or 0, e.func,
                                 f"cannot make the AH of {self} from "
                                 f"{where}") from e
         self.__dict__["_cached_ah"] = (pd, ah)
@@ -507,7 +525,7 @@ class IBPath(Path):
         (IBV_QPS_INIT, _RTR or _RTS) on this path (the QP table)."""
         if state == ibv.IBV_QPS_INIT:
             a = ibv.qp_attr(qp_state=state, pkey_index=self.pkey_index,
-                            port_num=self.end_port.port_id)
+                            port_num=self._need_end_port().port_id)
             if qp_type == ibv.IBV_QPT_UD:
                 if self.qkey is None:
                     raise rdma.RDMAError("a UD QP needs path.qkey")
@@ -677,7 +695,7 @@ class IBDRPath(IBPath):
     #: The ingress port at each hop (SMP ReturnPath of a reply), when
     #: known: :meth:`reverse` needs it.  None, or bytes as long as
     #: :attr:`drPath` (element 0 unused).
-    returnPath = None
+    returnPath: Optional[bytes] = None
     #: SMPs go to QP0, from QP0, with the QP0 Q_Key.
     dqpn = 0
     sqpn = 0
@@ -708,9 +726,18 @@ class IBDRPath(IBPath):
         """Always False: SMPs on a directed route carry no GRH."""
         return False
 
+    @has_grh.setter
+    def has_grh(self, value: bool) -> None:
+        raise AttributeError("IBDRPath.has_grh is always False")
+
     @property
     def SGID_index(self) -> int:
         """Raises :exc:`AttributeError`: a directed route has no GIDs."""
+        raise AttributeError("IBDRPath has no SGID_index: directed routes "
+                             "do not use GIDs")
+
+    @SGID_index.setter
+    def SGID_index(self, value: int) -> None:
         raise AttributeError("IBDRPath has no SGID_index: directed routes "
                              "do not use GIDs")
 
@@ -743,6 +770,7 @@ class IBDRPath(IBPath):
                              f"returnPath (the ingress port of each hop, as "
                              f"long as drPath)")
         if len(dr) > 1:
+            assert ret is not None      # (checked above)
             fwd = b"\0" + ret[:0:-1]
             back = b"\0" + dr[:0:-1]
             object.__setattr__(self, "drPath", _dr_bytes(fwd))
@@ -795,7 +823,8 @@ def fill_path(qp: "ibv.QP", path: IBPath, max_rd_atomic: int = 255) -> IBPath:
     path.sqpn = qp.qp_num
     dev = qp.pd.ctx.query_device()
     path.sack_resp_time = dev.local_ca_ack_delay
-    path.srdatomic = min(path.srdatomic, dev.max_qp_init_rd_atom, max_rd_atomic)
+    path.srdatomic = min(path.srdatomic, dev.max_qp_init_rd_atom,
+                         max_rd_atomic)
     path.drdatomic = min(path.drdatomic, dev.max_qp_rd_atom, max_rd_atomic)
     if path.sqpsn == 0:
         path.sqpsn = int.from_bytes(os.urandom(3), "big")
@@ -804,7 +833,7 @@ def fill_path(qp: "ibv.QP", path: IBPath, max_rd_atomic: int = 255) -> IBPath:
     return path
 
 
-def _roce_sgid_index(end_port, dgid: Optional[GID]) -> int:
+def _roce_sgid_index(end_port: EndPort, dgid: Optional[GID]) -> int:
     """Pick the source GID on a RoCE port for *dgid*: a RoCE v2 GID of the
     same family (IPv4-mapped or not), else any non-zero GID."""
     v4 = dgid is not None and bytes(dgid)[:12] == b"\0" * 10 + b"\xff\xff"
@@ -822,7 +851,7 @@ def _roce_sgid_index(end_port, dgid: Optional[GID]) -> int:
     return best
 
 
-def resolve_path(umad, path: IBPath, reversible: bool = True,
+def resolve_path(umad: Any, path: IBPath, reversible: bool = True,
                  properties: Optional[Dict[str, Any]] = None) -> IBPath:
     """Complete *path* (which has at least a DGID or a DLID) for use with a
     QP or AH, and return it.
@@ -874,8 +903,10 @@ def resolve_path(umad, path: IBPath, reversible: bool = True,
                                  f"path comes from the SA; pass "
                                  f"rdma.get_umad(end_port)")
         from rdma import sa
-        return sa.resolve_path(umad, path, reversible=reversible,
-                               properties=properties)
+        # (a coroutine to yield when umad is asynchronous)
+        resolved: IBPath = sa.resolve_path(umad, path, reversible=reversible,
+                                           properties=properties)
+        return resolved
     # The software fabric: no SM; the ports' LIDs and GIDs are the truth.
     path.SLID = ep.lid
     if path.DGID is not None:
@@ -907,13 +938,15 @@ def _apply_property(path: IBPath, k: str, v: Any) -> None:
     setattr(path, attr, v)
 
 
-def get_mad_path(umad, ep_addr, **kwargs: Any) -> IBPath:
+def get_mad_path(umad: Any, ep_addr: str | int | GID,
+                 **kwargs: Any) -> IBPath:
     """Resolve a path from *umad*'s end port to *ep_addr* (a string for
     :func:`from_string`, a LID, a GID or a port GUID).  On an
     asynchronous *umad* (a :class:`rdma.sched.MADSchedule`) this returns
     a coroutine, as :func:`resolve_path` does.
 
     :raises SAPathNotFoundError: the SA has no path to *ep_addr*."""
+    path: Path
     if isinstance(ep_addr, str):
         path = from_string(ep_addr, require_ep=umad.end_port)
         for k, v in kwargs.items():
@@ -928,6 +961,8 @@ def get_mad_path(umad, ep_addr, **kwargs: Any) -> IBPath:
         path = IBPath(umad.end_port, DLID=ep_addr, **kwargs)
     else:
         raise ValueError(f"cannot make a path to {ep_addr!r}")
+    if not isinstance(path, IBPath):
+        raise ValueError(f"{ep_addr!r} is not a path to resolve")
     return resolve_path(umad, path)
 
 
@@ -939,9 +974,12 @@ _SPEC_PROPERTIES = ("packet_life_time", "dpqn")
 _SPEC = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
 
 
-def _split_args(body: str):
+def _split_args(body: str) -> List[str]:
     """Split 'a=1, b=GID('x'), c='y'' at top-level commas."""
-    out, depth, quote, cur = [], 0, None, []
+    out: List[str] = []
+    cur: List[str] = []
+    depth = 0
+    quote: Optional[str] = None
     for ch in body:
         if quote:
             cur.append(ch)
@@ -1034,15 +1072,17 @@ def from_spec_string(s: str) -> Path:
         raise ValueError(f"invalid path specification {s!r}: {e}") from None
 
 
-def _check_ep(ep, require_dev=None, require_ep=None) -> None:
-    if require_dev is not None and ep.parent != require_dev:
+def _check_ep(ep: Optional[EndPort], require_dev: Optional[Device] = None,
+              require_ep: Optional[EndPort] = None) -> None:
+    if require_dev is not None and (ep is None or ep.parent != require_dev):
         raise ValueError(f"path requires device {require_dev}, got {ep}")
     if require_ep is not None and ep != require_ep:
         raise ValueError(f"path requires end port {require_ep}, got {ep}")
 
 
-def from_string(s: str, default_end_port=None, require_dev=None,
-                require_ep=None) -> Path:
+def from_string(s: str, default_end_port: Optional[EndPort] = None,
+                require_dev: Optional[Device] = None,
+                require_ep: Optional[EndPort] = None) -> Path:
     """Parse a destination into a path.
 
     ====================  ===============================  ==================
@@ -1102,13 +1142,15 @@ def _ipv4_header_ok(h: bytes) -> bool:
     """True for an IPv4 header without options whose checksum is right."""
     if len(h) < 20 or h[0] != 0x45:
         return False
-    total = sum(struct.unpack("!10H", h[:20]))
+    total: int = sum(struct.unpack("!10H", h[:20]))
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return total == 0xFFFF
 
 
-def WCPath(end_port, wc, buf=None, off: int = 0, **kwargs: Any) -> IBPath:
+def WCPath(end_port: Optional[EndPort], wc: ibv.wc,
+           buf: Optional[ReadableBuffer] = None, off: int = 0,
+           **kwargs: Any) -> IBPath:
     """The path of a received UD packet, from its work completion.
 
     *buf* is the receive buffer (any buffer object) and *off* where the

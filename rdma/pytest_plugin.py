@@ -42,10 +42,23 @@ a reason that names the device and provider that were looked for.
 from __future__ import annotations
 
 import os
-import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator,
+                    List, NoReturn, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import pytest
+
+if TYPE_CHECKING:
+    import rdma.ibverbs as ibv
+    from _pytest.nodes import Node
+
+    from rdma.devices import DemandList, Device, EndPort
+    from rdma.IBA import GID
+    from rdma.multihost.remote import RemoteHost, RemotePair
+    from rdma.path import IBPath
+    from rdma.umad import UMAD
+
+_T = TypeVar("_T")
 
 __all__ = ["RdmaSetup", "Unavailable", "QPEnd", "QPPair", "make_pair",
            "path_between", "poll_cq", "CAPABILITIES", "default_gid_index",
@@ -84,9 +97,9 @@ class Unavailable(Exception):
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("rdma", "RDMA devices (rdma.pytest_plugin)")
     for name, typ, help_ in _OPTIONS:
-        group.addoption("--rdma-" + name.replace("_", "-"), dest="rdma_" + name,
-                        type=typ, default=None, metavar=name.split("_")[-1].upper(),
-                        help=help_)
+        group.addoption("--rdma-" + name.replace("_", "-"),
+                        dest="rdma_" + name, type=typ, default=None,
+                        metavar=name.split("_")[-1].upper(), help=help_)
         parser.addini("rdma_" + name, help_ + " (ini form)", default=None)
     group.addoption("--rdma-quick", dest="rdma_quick", action="store_true",
                     default=False,
@@ -134,9 +147,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         setup.close()
 
 
-def pytest_collection_modifyitems(session, config, items) -> None:
+def pytest_collection_modifyitems(session: pytest.Session,
+                                   config: pytest.Config,
+                                   items: List[pytest.Item]) -> None:
     # The shipped suite runs (and reports) in its own order: ports first.
-    order = None
+    order: Optional[Dict[str, int]] = None
     for i, item in enumerate(items):
         mod = getattr(getattr(item, "module", None), "__name__", "")
         if mod.startswith("rdma.validation."):
@@ -146,7 +161,8 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     if order is None:
         return
 
-    def key(pair):
+    def key(pair: Tuple[int, pytest.Item]) -> Tuple[int, int]:
+        assert order is not None
         i, item = pair
         mod = getattr(getattr(item, "module", None), "__name__", "")
         if mod.startswith("rdma.validation."):
@@ -165,7 +181,7 @@ def pytest_report_header(config: pytest.Config) -> Optional[str]:
 # ---------------------------------------------------------------------------
 # the resolved configuration
 
-def describe_gids(end_port, limit: int = 8) -> str:
+def describe_gids(end_port: EndPort, limit: int = 8) -> str:
     """The non-empty GIDs of *end_port*: ``0 fe80::... (RoCE v2), ...``."""
     items = [f"{i} {g} ({_GID_TYPES.get(t, t)})"
              for i, (g, t) in enumerate(zip(end_port.gids, end_port.gid_types))
@@ -176,18 +192,19 @@ def describe_gids(end_port, limit: int = 8) -> str:
     return ", ".join(items[:limit]) + more
 
 
-def _is_v4_mapped(gid) -> bool:
+def _is_v4_mapped(gid: GID) -> bool:
     return bytes(gid)[:12] == b"\0" * 10 + b"\xff\xff"
 
 
-def default_gid_index(end_port, like=None) -> int:
+def default_gid_index(end_port: EndPort, like: Optional[GID] = None) -> int:
     """The GID index the fixtures use when none is given: on RoCE a RoCE v2
     GID (IPv4-mapped first, or of the same family as the GID *like*), else
     index 0."""
     if end_port.link_layer != "Ethernet":
         return 0
     want_v4 = True if like is None else _is_v4_mapped(like)
-    first_v2 = first_any = None
+    first_v2: Optional[int] = None
+    first_any: Optional[int] = None
     for i, (g, t) in enumerate(zip(end_port.gids, end_port.gid_types)):
         if not g:
             continue
@@ -198,19 +215,19 @@ def default_gid_index(end_port, like=None) -> int:
                 return i
             if first_v2 is None:
                 first_v2 = i
-    for i in (first_v2, first_any):
-        if i is not None:
-            return i
+    for cand in (first_v2, first_any):
+        if cand is not None:
+            return cand
     return 0
 
 
-def _port_state_text(end_port) -> str:
+def _port_state_text(end_port: EndPort) -> str:
     a = end_port.attr
     return (f"{_PORT_STATES.get(a.state, a.state)} ({a.state}), physical "
             f"state {_PHYS_STATES.get(a.phys_state, a.phys_state)}")
 
 
-def _netdev_of(end_port) -> Optional[str]:
+def _netdev_of(end_port: EndPort) -> Optional[str]:
     """The network interface under a RoCE port (from sysfs), if known."""
     if end_port.provider != "verbs" or end_port.link_layer != "Ethernet":
         return None
@@ -243,7 +260,7 @@ def _netdev_of(end_port) -> Optional[str]:
         return None
 
 
-def port_problem(end_port) -> Optional[str]:
+def port_problem(end_port: EndPort) -> Optional[str]:
     """Why *end_port* cannot carry traffic, or None if it is ACTIVE."""
     a = end_port.attr
     if a.state == 4:
@@ -264,7 +281,7 @@ def port_problem(end_port) -> Optional[str]:
     return text
 
 
-def gid_problem(end_port, index: int) -> Optional[str]:
+def gid_problem(end_port: EndPort, index: int) -> Optional[str]:
     """Why GID *index* of *end_port* cannot be used, or None."""
     n = len(end_port.gids)
     if index < 0 or index >= n:
@@ -284,7 +301,8 @@ class RdmaSetup:
     the :class:`rdma.EndPort` or raise :class:`Unavailable` with a message
     that names what was looked for."""
 
-    def __init__(self, device: Optional[str] = None, port: Optional[int] = None,
+    def __init__(self, device: Optional[str] = None,
+                 port: Optional[int] = None,
                  gid_index: Optional[int] = None,
                  provider: Optional[str] = None,
                  peer_device: Optional[str] = None,
@@ -300,11 +318,11 @@ class RdmaSetup:
         self.quick = quick
         self.require = require
         self.multicast = multicast
-        self._cache: Dict[str, Any] = {}
+        self._cache: Dict[str, Tuple[bool, Any]] = {}
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "RdmaSetup":
-        def get(name, typ):
+        def get(name: str, typ: Callable[[Any], Any]) -> Any:
             v = config.getoption("rdma_" + name, None)
             if v is None:
                 v = config.getini("rdma_" + name)
@@ -313,8 +331,9 @@ class RdmaSetup:
                 try:
                     v = typ(v)
                 except ValueError:
-                    raise pytest.UsageError(f"ini rdma_{name}: {v!r} is not "
-                                            f"a valid {typ.__name__}")
+                    raise pytest.UsageError(
+                        f"ini rdma_{name}: {v!r} is not a valid "
+                        f"{getattr(typ, '__name__', typ)}")
             return v
         kw = {name: get(name, typ) for name, typ, _ in _OPTIONS}
         return cls(quick=config.getoption("rdma_quick", False),
@@ -365,7 +384,7 @@ class RdmaSetup:
 
     # -- lookups
 
-    def _cached(self, key: str, fn: Callable[[], Any]) -> Any:
+    def _cached(self, key: str, fn: Callable[[], _T]) -> _T:
         if key not in self._cache:
             try:
                 self._cache[key] = (True, fn())
@@ -374,10 +393,11 @@ class RdmaSetup:
         ok, v = self._cache[key]
         if not ok:
             raise v
-        return v
+        res: _T = v
+        return res
 
-    def devices(self) -> list:
-        def find():
+    def devices(self) -> DemandList[Device]:
+        def find() -> DemandList[Device]:
             import rdma
             try:
                 return rdma.get_devices(self.provider)
@@ -387,7 +407,7 @@ class RdmaSetup:
         return self._cached("devices", find)
 
     def _lookup(self, spec: Optional[str], port: Optional[int],
-                what: str):
+                what: str) -> EndPort:
         devices = self.devices()
         if not devices:
             raise Unavailable(
@@ -425,14 +445,14 @@ class RdmaSetup:
         raise Unavailable(f"RDMA device {dev_name!r} not found (provider "
                           f"{self.provider_name} has: {names})")
 
-    def end_port(self):
+    def end_port(self) -> EndPort:
         """The end port under test."""
         return self._cached("end_port", lambda: self._lookup(
             self.device, self.port, "device"))
 
-    def peer_end_port(self):
+    def peer_end_port(self) -> EndPort:
         """The far end of QP pairs (the same port when loopback)."""
-        def find():
+        def find() -> EndPort:
             if not self.peer_device:
                 return self.end_port()
             return self._lookup(self.peer_device, None, "peer device")
@@ -463,7 +483,7 @@ class RdmaSetup:
         like = me.gids[idx] if idx < len(me.gids) else None
         return default_gid_index(ep, like)
 
-    def ready_port(self, peer: bool = False):
+    def ready_port(self, peer: bool = False) -> EndPort:
         """The end port (or the peer's), checked to be ACTIVE with a
         usable GID; raises Unavailable (port) or ValueError (GID)."""
         ep = self.peer_end_port() if peer else self.end_port()
@@ -489,11 +509,12 @@ def _setup_of(config: pytest.Config) -> RdmaSetup:
         return s
 
 
-def _requires(node, setup: RdmaSetup) -> bool:
+def _requires(node: Node, setup: RdmaSetup) -> bool:
     return setup.require or node.get_closest_marker("rdma_require") is not None
 
 
-def _unavailable(node, setup: RdmaSetup, e: Exception):
+def _unavailable(node: Node, setup: RdmaSetup,
+                 e: Exception) -> NoReturn:
     if _requires(node, setup):
         # Called while handling *e*: the failure says it all, so it is
         # not chained to it ("During handling of the above exception").
@@ -504,26 +525,27 @@ def _unavailable(node, setup: RdmaSetup, e: Exception):
 # ---------------------------------------------------------------------------
 # capability markers
 
-def _cap_atomics(ep):
+def _cap_atomics(ep: EndPort) -> Optional[str]:
     a = ep.parent.attr
     if a.atomic_cap == 0:
-        return f"{ep.parent} has no atomic operations (atomic_cap IBV_ATOMIC_NONE)"
+        return (f"{ep.parent} has no atomic operations (atomic_cap "
+                f"IBV_ATOMIC_NONE)")
     return None
 
 
-def _cap_srq(ep):
+def _cap_srq(ep: EndPort) -> Optional[str]:
     if ep.parent.attr.max_srq == 0:
         return f"{ep.parent} has no shared receive queues (max_srq 0)"
     return None
 
 
-def _cap_mw(ep):
+def _cap_mw(ep: EndPort) -> Optional[str]:
     if ep.parent.attr.max_mw == 0:
         return f"{ep.parent} has no memory windows (max_mw 0)"
     return None
 
 
-def _cap_ud_multicast(ep):
+def _cap_ud_multicast(ep: EndPort) -> Optional[str]:
     a = ep.parent.attr
     if a.max_mcast_grp == 0 or a.max_mcast_qp_attach == 0:
         return (f"{ep.parent} has no UD multicast (max_mcast_grp "
@@ -535,7 +557,7 @@ def _cap_ud_multicast(ep):
 #: Capability name -> function(end_port) returning why it is missing, or
 #: None.  The markers ``rdma_<name>`` and ``rdma_needs(name)`` check them
 #: on the end port and on the peer end port.
-CAPABILITIES: Dict[str, Callable[[Any], Optional[str]]] = {
+CAPABILITIES: Dict[str, Callable[[EndPort], Optional[str]]] = {
     "atomics": _cap_atomics,
     "srq": _cap_srq,
     "mw": _cap_mw,
@@ -543,8 +565,8 @@ CAPABILITIES: Dict[str, Callable[[Any], Optional[str]]] = {
 }
 
 
-def _wanted_caps(item) -> List[str]:
-    caps = []
+def _wanted_caps(item: pytest.Item) -> List[str]:
+    caps: List[str] = []
     for name in list(CAPABILITIES) + ["two_devices"]:
         if item.get_closest_marker("rdma_" + name) is not None:
             caps.append(name)
@@ -585,7 +607,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # ---------------------------------------------------------------------------
 # polling and pairs
 
-def poll_cq(cq, n: int = 1, timeout: float = 10.0, what: str = "") -> list:
+def poll_cq(cq: ibv.CQ, n: int = 1, timeout: float = 10.0,
+            what: str = "") -> List[ibv.wc]:
     """Poll *cq* until *n* completions arrived and return them; fail with
     what did arrive after *timeout* seconds.  (A :class:`rdma.vtools.
     CQPoller` that leaves the CQ's completion channel to the caller.)"""
@@ -594,13 +617,14 @@ def poll_cq(cq, n: int = 1, timeout: float = 10.0, what: str = "") -> list:
                                                       timeout=timeout))
     if len(got) < n:
         raise AssertionError(
-            f"no completion after {timeout:g} s{' for ' + what if what else ''}"
+            f"no completion after {timeout:g} s"
+            f"{' for ' + what if what else ''}"
             f" (expected {n}, got {len(got)}): is the peer reachable?")
     return got
 
 
-def path_between(src_ep, src_gid_index: int, dst_ep, dst_gid_index: int,
-                 **kw):
+def path_between(src_ep: EndPort, src_gid_index: int, dst_ep: EndPort,
+                 dst_gid_index: int, **kw: Any) -> IBPath:
     """An :class:`rdma.path.IBPath` from *src_ep* to *dst_ep* without an
     SA: GIDs on RoCE, LIDs on InfiniBand, the fabric's own addressing on
     the software fabric; the MTU is the smaller active MTU."""
@@ -633,8 +657,9 @@ class QPEnd:
     receive), optional ``srq``, ``qp``, ``buf`` (a bytearray registered as
     ``mr``) and ``path`` (to the other end)."""
 
-    def __init__(self, ctx, end_port, gid_index: int, qp_type: int, *,
-                 size: int, depth: int, srq: bool, access: int, pd=None):
+    def __init__(self, ctx: ibv.Context, end_port: EndPort, gid_index: int,
+                 qp_type: int, *, size: int, depth: int, srq: bool,
+                 access: int, pd: Optional[ibv.PD] = None):
         import rdma.ibverbs as ibv
         self.ctx = ctx
         self.end_port = end_port
@@ -648,10 +673,11 @@ class QPEnd:
                              srq=self.srq, sq_sig_all=1)
         self.buf = bytearray(size)
         self.mr = self.pd.mr(self.buf, access | ibv.IBV_ACCESS_LOCAL_WRITE)
-        self.path = None
+        #: The path to the other end (set by make_pair).
+        self.path: Optional[IBPath] = None
 
     @property
-    def gid(self):
+    def gid(self) -> GID:
         return self.end_port.gids[self.gid_index]
 
     def post_recv(self, length: int, off: int = 0, wr_id: int = 0) -> None:
@@ -661,12 +687,14 @@ class QPEnd:
         (self.srq or self.qp).post_recv(wr)
 
     def send_wr(self, opcode: int, length: int, off: int = 0,
-                remote=None, remote_off: int = 0, **kw):
+                remote: Any = None, remote_off: int = 0,
+                **kw: Any) -> ibv.send_wr:
         """A signaled send_wr of buf[off:off+length]; RDMA and atomic
-        opcodes address *remote* (a QPEnd) at *remote_off*; UD carries
+        opcodes address *remote* (a QPEnd, or anything with ``mr.addr``
+        and ``mr.rkey``) at *remote_off*; UD carries
         the AH, QPN and Q_Key of the path."""
         import rdma.ibverbs as ibv
-        fields = dict(wr_id=kw.pop("wr_id", 1), opcode=opcode,
+        fields: Dict[str, Any] = dict(wr_id=kw.pop("wr_id", 1), opcode=opcode,
                       send_flags=ibv.IBV_SEND_SIGNALED,
                       sg_list=self.mr.sge(length, off))
         if remote is not None and opcode not in (ibv.IBV_WR_SEND,
@@ -674,14 +702,17 @@ class QPEnd:
             fields.update(remote_addr=remote.mr.addr + remote_off,
                           rkey=remote.mr.rkey)
         if self.qp_type == ibv.IBV_QPT_UD:
+            assert self.path is not None        # (make_pair sets it)
             fields.update(ah=self.pd.ah(self.path), remote_qpn=self.path.dqpn,
                           remote_qkey=self.path.qkey)
         fields.update(kw)
         return ibv.send_wr(**fields)
 
     def close(self) -> None:
-        for o in (self.qp, self.srq, self.mr, self.cq,
-                  self.pd if self._own_pd else None):
+        objs: Tuple[Union[ibv.QP, ibv.SRQ, ibv.MR, ibv.CQ, ibv.PD, None],
+                    ...] = (self.qp, self.srq, self.mr, self.cq,
+                            self.pd if self._own_pd else None)
+        for o in objs:
             if o is not None:
                 o.close()
 
@@ -697,7 +728,7 @@ class QPPair:
     def loopback(self) -> bool:
         return self.a.end_port == self.b.end_port
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[QPEnd]:
         return iter((self.a, self.b))
 
     def close(self) -> None:
@@ -707,14 +738,15 @@ class QPPair:
     def __enter__(self) -> "QPPair":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def make_pair(ctx_a, ep_a, gid_a: int, ctx_b, ep_b, gid_b: int,
+def make_pair(ctx_a: ibv.Context, ep_a: EndPort, gid_a: int,
+              ctx_b: ibv.Context, ep_b: EndPort, gid_b: int,
               qp_type: int, *, size: int = 4096, depth: int = 16,
               srq: bool = False, access: Optional[int] = None,
-              retries: int = 7, pd_b=None) -> QPPair:
+              retries: int = 7, pd_b: Optional[ibv.PD] = None) -> QPPair:
     """Make two QPs of *qp_type* (``ibv.IBV_QPT_RC/UC/UD``), one on each
     context, and bring both to RTS addressed to each other.  Each end has
     a *size*-byte buffer registered with *access* (default: every remote
@@ -730,7 +762,8 @@ def make_pair(ctx_a, ep_a, gid_a: int, ctx_b, ep_b, gid_b: int,
             access |= ibv.IBV_ACCESS_REMOTE_READ
             if ep_a.parent.attr.atomic_cap and ep_b.parent.attr.atomic_cap:
                 access |= ibv.IBV_ACCESS_REMOTE_ATOMIC
-    a = b = None
+    a: Optional[QPEnd] = None
+    b: Optional[QPEnd] = None
     try:
         a = QPEnd(ctx_a, ep_a, gid_a, qp_type, size=size, depth=depth,
                   srq=srq, access=access)
@@ -751,7 +784,8 @@ def make_pair(ctx_a, ep_a, gid_a: int, ctx_b, ep_b, gid_b: int,
         # What one end may have outstanding, the other must accept.
         pa.srdatomic = pb.drdatomic = min(pa.srdatomic, pb.drdatomic)
         pb.srdatomic = pa.drdatomic = min(pb.srdatomic, pa.drdatomic)
-        pa.dack_resp_time, pb.dack_resp_time = pb.sack_resp_time, pa.sack_resp_time
+        pa.dack_resp_time, pb.dack_resp_time = \
+            pb.sack_resp_time, pa.sack_resp_time
         a.path, b.path = pa, pb
         a.qp.establish(pa, qp_access)
         b.qp.establish(pb, qp_access)
@@ -767,13 +801,14 @@ def make_pair(ctx_a, ep_a, gid_a: int, ctx_b, ep_b, gid_b: int,
 # fixtures
 
 @pytest.fixture(scope="session")
-def rdma_setup(pytestconfig) -> RdmaSetup:
+def rdma_setup(pytestconfig: pytest.Config) -> RdmaSetup:
     """The resolved RDMA options of the run (:class:`RdmaSetup`)."""
     return _setup_of(pytestconfig)
 
 
 @pytest.fixture
-def rdma_end_port(request, rdma_setup):
+def rdma_end_port(request: pytest.FixtureRequest,
+                  rdma_setup: RdmaSetup) -> EndPort:
     """The :class:`rdma.EndPort` under test (skips if there is none)."""
     try:
         return rdma_setup.end_port()
@@ -782,7 +817,8 @@ def rdma_end_port(request, rdma_setup):
 
 
 @pytest.fixture
-def rdma_peer_end_port(request, rdma_setup, rdma_end_port):
+def rdma_peer_end_port(request: pytest.FixtureRequest, rdma_setup: RdmaSetup,
+                       rdma_end_port: EndPort) -> EndPort:
     """The far end port of pairs (the same as rdma_end_port in loopback)."""
     try:
         return rdma_setup.peer_end_port()
@@ -791,13 +827,13 @@ def rdma_peer_end_port(request, rdma_setup, rdma_end_port):
 
 
 @pytest.fixture
-def rdma_gid_index(rdma_setup, rdma_end_port) -> int:
+def rdma_gid_index(rdma_setup: RdmaSetup, rdma_end_port: EndPort) -> int:
     """The GID index used on rdma_end_port."""
     return rdma_setup.gid_index()
 
 
 @pytest.fixture
-def rdma_ctx(rdma_end_port):
+def rdma_ctx(rdma_end_port: EndPort) -> Generator[ibv.Context, None, None]:
     """An open :class:`rdma.ibverbs.Context` on rdma_end_port."""
     import rdma
     with rdma.get_verbs(rdma_end_port) as ctx:
@@ -805,18 +841,21 @@ def rdma_ctx(rdma_end_port):
 
 
 @pytest.fixture
-def rdma_pd(rdma_ctx):
+def rdma_pd(rdma_ctx: ibv.Context) -> Generator[ibv.PD, None, None]:
     """A protection domain on rdma_ctx."""
     with rdma_ctx.pd() as pd:
         yield pd
 
 
 @pytest.fixture
-def rdma_pair(request, rdma_setup, rdma_end_port, rdma_peer_end_port):
+def rdma_pair(request: pytest.FixtureRequest, rdma_setup: RdmaSetup,
+              rdma_end_port: EndPort, rdma_peer_end_port: EndPort
+              ) -> Generator[Callable[..., QPPair], None, None]:
     """A factory: ``rdma_pair(qp_type, size=4096, depth=16, srq=False,
-    access=None, pd_b=None)`` returns a :class:`QPPair` between rdma_end_port and the
-    peer end port, both at RTS.  Fails with the reason when a port is not
-    ACTIVE (skips without --rdma-require) or the GID index is unusable."""
+    access=None, pd_b=None)`` returns a :class:`QPPair` between
+    rdma_end_port and the peer end port, both at RTS.  Fails with the
+    reason when a port is not ACTIVE (skips without --rdma-require) or the
+    GID index is unusable."""
     import rdma
     try:
         ep_a = rdma_setup.ready_port()
@@ -826,10 +865,10 @@ def rdma_pair(request, rdma_setup, rdma_end_port, rdma_peer_end_port):
     except ValueError as e:
         pytest.fail(str(e), pytrace=False)
     gid_a, gid_b = rdma_setup.gid_index(), rdma_setup.peer_gid_index()
-    ctxs: List[Any] = []
+    ctxs: List[ibv.Context] = []
     pairs: List[QPPair] = []
 
-    def factory(qp_type: int, **kw) -> QPPair:
+    def factory(qp_type: int, **kw: Any) -> QPPair:
         if not ctxs:
             ctxs.append(rdma.get_verbs(ep_a))
             ctxs.append(ctxs[0] if ep_b == ep_a else rdma.get_verbs(ep_b))
@@ -848,21 +887,21 @@ def rdma_pair(request, rdma_setup, rdma_end_port, rdma_peer_end_port):
 
 
 @pytest.fixture
-def rdma_rc_pair(rdma_pair) -> QPPair:
+def rdma_rc_pair(rdma_pair: Callable[..., QPPair]) -> QPPair:
     """A connected RC :class:`QPPair` (4 KiB buffers)."""
     import rdma.ibverbs as ibv
     return rdma_pair(ibv.IBV_QPT_RC)
 
 
 @pytest.fixture
-def rdma_uc_pair(rdma_pair) -> QPPair:
+def rdma_uc_pair(rdma_pair: Callable[..., QPPair]) -> QPPair:
     """A connected UC :class:`QPPair` (4 KiB buffers)."""
     import rdma.ibverbs as ibv
     return rdma_pair(ibv.IBV_QPT_UC)
 
 
 @pytest.fixture
-def rdma_ud_pair(rdma_pair) -> QPPair:
+def rdma_ud_pair(rdma_pair: Callable[..., QPPair]) -> QPPair:
     """Two UD QPs at RTS whose ``path`` reaches each other (4 KiB buffers;
     receives have a 40-byte GRH in front)."""
     import rdma.ibverbs as ibv
@@ -870,7 +909,8 @@ def rdma_ud_pair(rdma_pair) -> QPPair:
 
 
 @pytest.fixture
-def rdma_sa(request, rdma_setup, rdma_end_port):
+def rdma_sa(request: pytest.FixtureRequest, rdma_setup: RdmaSetup,
+            rdma_end_port: EndPort) -> Generator[UMAD, None, None]:
     """A :class:`rdma.umad.UMAD` on rdma_end_port whose subnet has an SA:
     an InfiniBand port of a verbs device, or a CA that only libibumad
     reports (ibsim's, through the shim).  Skips on RoCE and on the
@@ -902,7 +942,8 @@ def rdma_sa(request, rdma_setup, rdma_end_port):
 # remote hosts (--rdma-hosts): rdma.multihost
 
 @pytest.fixture(scope="session")
-def rdma_hosts(pytestconfig, rdma_setup) -> list:
+def rdma_hosts(pytestconfig: pytest.Config, rdma_setup: RdmaSetup
+               ) -> Generator[List[RemoteHost], None, None]:
     """Every host of ``--rdma-hosts`` as a
     :class:`rdma.multihost.remote.RemoteHost`, each with its agent started
     and its device open (``--rdma-device``/``--rdma-provider``/
@@ -935,14 +976,15 @@ def rdma_hosts(pytestconfig, rdma_setup) -> list:
 
 
 @pytest.fixture
-def rdma_remote_host(rdma_hosts):
+def rdma_remote_host(rdma_hosts: List[RemoteHost]) -> RemoteHost:
     """The first host of ``--rdma-hosts``
     (:class:`rdma.multihost.remote.RemoteHost`: ``call(fn, **kw)``)."""
     return rdma_hosts[0]
 
 
 @pytest.fixture
-def rdma_remote_pair(rdma_hosts):
+def rdma_remote_pair(rdma_hosts: List[RemoteHost]
+                     ) -> Generator[Callable[..., RemotePair], None, None]:
     """A factory: ``rdma_remote_pair(qp_type, size=4096, depth=16,
     hosts=(0, 1))`` returns a :class:`rdma.multihost.remote.RemotePair`
     at RTS between two of ``--rdma-hosts`` (by index or name); closed
@@ -951,10 +993,10 @@ def rdma_remote_pair(rdma_hosts):
     if len(rdma_hosts) < 2:
         pytest.skip("needs two remote hosts (give --rdma-hosts twice)")
     by_name = {h.name: h for h in rdma_hosts}
-    pairs = []
+    pairs: List[RemotePair] = []
 
     def factory(qp_type: int, size: int = 4096, depth: int = 16,
-                hosts=(0, 1)):
+                hosts: Sequence[Union[int, str]] = (0, 1)) -> RemotePair:
         ends = [by_name[h] if isinstance(h, str) else rdma_hosts[h]
                 for h in hosts]
         p = remote_pair(ends[0], ends[1], qp_type, size=size, depth=depth)
@@ -968,7 +1010,8 @@ def rdma_remote_pair(rdma_hosts):
 
 
 @pytest.fixture
-def rdma_remote_rc_pair(rdma_remote_pair):
+def rdma_remote_rc_pair(rdma_remote_pair: Callable[..., RemotePair]
+                        ) -> RemotePair:
     """A connected RC :class:`rdma.multihost.remote.RemotePair` between
     the first two remote hosts (4 KiB buffers)."""
     import rdma.ibverbs as ibv

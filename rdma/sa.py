@@ -19,9 +19,8 @@ from typing import Any, Dict, List, Optional, Type, Union
 from rdma._mad import (BinStruct, MADError, MADFormatError, MADTimeoutError,
                        SAError, SAPathNotFoundError, SALinkRecord,
                        SAMCMemberRecord, SANodeRecord, SAPathRecord,
-                       SAPortInfoRecord, SAServiceRecord,
-                       SA_STATUS_NO_RECORDS)
-from rdma.IBA import GID
+                       SAPortInfoRecord, SAServiceRecord)
+from rdma.IBA import GID, SA_STATUS_NO_RECORDS
 
 __all__ = ["SAError", "SAPathNotFoundError", "MADError", "MADTimeoutError",
            "MADFormatError",
@@ -36,27 +35,31 @@ _Payload = Union[BinStruct, Type[BinStruct]]
 def get(umad: Any, payload: _Payload, **kw: Any) -> BinStruct:
     """SubnAdmGet: the one record matching ``payload`` (fields set are the
     query).  Raises :class:`SAError` (``ERR_NO_RECORDS``...)."""
-    return umad.SubnAdmGet(payload, **kw)
+    rec: BinStruct = umad.SubnAdmGet(payload, **kw)
+    return rec
 
 
 def get_table(umad: Any, payload: _Payload, **kw: Any) -> List[BinStruct]:
     """SubnAdmGetTable: every record matching ``payload`` (may be empty)."""
-    return umad.SubnAdmGetTable(payload, **kw)
+    rec: List[BinStruct] = umad.SubnAdmGetTable(payload, **kw)
+    return rec
 
 
 def set(umad: Any, payload: BinStruct, **kw: Any) -> BinStruct:  # noqa: A001
     """SubnAdmSet: register ``payload`` (a ServiceRecord, an
     MCMemberRecord join); return the SA's answer."""
-    return umad.SubnAdmSet(payload, **kw)
+    rec: BinStruct = umad.SubnAdmSet(payload, **kw)
+    return rec
 
 
 def delete(umad: Any, payload: BinStruct, **kw: Any) -> Optional[BinStruct]:
     """SubnAdmDelete: remove ``payload`` (unregister, leave a group)."""
-    return umad.SubnAdmDelete(payload, **kw)
+    rec: Optional[BinStruct] = umad.SubnAdmDelete(payload, **kw)
+    return rec
 
 
-def path_record_query(umad: Any, *, table: bool = False,
-                      **fields: Any) -> Union[SAPathRecord, List[SAPathRecord]]:
+def path_record_query(umad: Any, *, table: bool = False, **fields: Any
+                      ) -> Union[SAPathRecord, List[SAPathRecord]]:
     """Query PathRecords by fields (``DGID=``, ``SLID=``, ``PKey=``...).
 
     Returns the one :class:`SAPathRecord` of a SubnAdmGet, or the list of a
@@ -64,8 +67,10 @@ def path_record_query(umad: Any, *, table: bool = False,
     """
     rec = SAPathRecord(**fields)
     if table:
-        return umad.SubnAdmGetTable(rec)
-    return umad.SubnAdmGet(rec)
+        recs: List[SAPathRecord] = umad.SubnAdmGetTable(rec)
+        return recs
+    one: SAPathRecord = umad.SubnAdmGet(rec)
+    return one
 
 
 def _is_set(v: Any) -> bool:

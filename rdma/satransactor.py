@@ -43,7 +43,7 @@ python-rdma).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Generator, Optional
 
 import rdma.IBA as IBA
 from rdma._errors import RDMAError
@@ -74,7 +74,7 @@ class SATransactor(MADTransactor):
     (default: the parent's SA path); everything else is the parent's.
     A context manager whose exit closes the parent."""
 
-    def __init__(self, parent: Any, sa_path: Any = None):
+    def __init__(self, parent: MADTransactor, sa_path: Any = None):
         self._parent = parent
         #: The end port of the wrapped transactor.
         self.end_port = parent.end_port
@@ -135,7 +135,8 @@ class SATransactor(MADTransactor):
 
     def close(self) -> None:
         """Close the wrapped transactor."""
-        return self._parent.close()
+        close: Callable[[], None] = getattr(self._parent, "close")
+        close()
 
     def __enter__(self) -> "SATransactor":
         return self
@@ -153,10 +154,10 @@ class SATransactor(MADTransactor):
             transactor that :meth:`prepare_path_lid` has not resolved."""
         dr = getattr(path, "drPath", None)
         if dr is None:
-            return path.DLID
+            return int(path.DLID)
         if path.drDLID != IBA.LID_PERMISSIVE:
-            return path.drDLID
-        lid = path.__dict__.get("_cached_resolved_dlid")
+            return int(path.drDLID)
+        lid: Optional[int] = path.__dict__.get("_cached_resolved_dlid")
         if lid is not None:
             return lid
         if len(bytes(dr)) <= 1:
@@ -167,14 +168,15 @@ class SATransactor(MADTransactor):
             raise RDMAError(f"{path}: an asynchronous SATransactor needs "
                             f"prepare_path_lid() run on a directed route "
                             f"first")
-        return self._parent.do_async(self.prepare_path_lid(path))
+        res: int = self._parent.do_async(self.prepare_path_lid(path))
+        return res
 
     def _start_lid(self, path: Any) -> int:
         if path.DLID != IBA.LID_PERMISSIVE and path.DLID:
-            return path.DLID
-        return self.end_port.lid
+            return int(path.DLID)
+        return int(self.end_port.lid)
 
-    def prepare_path_lid(self, path: Any):
+    def prepare_path_lid(self, path: Any) -> Generator[Any, Any, None]:
         """Coroutine: resolve the directed route *path* to a LID with one
         LinkRecord query per hop (the result is in :attr:`result` and
         cached in the path)."""

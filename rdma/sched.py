@@ -41,7 +41,8 @@ import itertools
 import struct
 import sys
 import time
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import (Any, Deque, Dict, Generator, List, Optional, Set,
+                    Tuple)
 
 from rdma import IBA
 from rdma.madtransactor import MADTransactor, _Busy, _Redirect, _key
@@ -62,7 +63,7 @@ class Context:
         self._op = op                   # the generator being advanced
         self._opstack: List[Any] = []   # callers of a nested coroutine
         self._parent = parent           # the mqueue context that made us
-        self._children: set = set()     # running children (mqueue)
+        self._children: Set[Context] = set()  # running children (mqueue)
         self._gengen = gengen           # True: op yields coroutines
         self._done = False              # ended (waiters were woken)
         self._result: Any = None        # value to send at the next step
@@ -133,7 +134,8 @@ class MADSchedule(MADTransactor):
     def __init__(self, umad: Any):
         # What the last answer was, decoded when asked for (reply_fmt,
         # reply_path): (bytes, format class, agent, address) or None.
-        self._last_raw: Optional[Tuple[bytes, Any, int, tuple]] = None
+        self._last_raw: Optional[Tuple[bytes, Any, Optional[int],
+                                       Optional[Tuple[Any, ...]]]] = None
         self._reply_fmt: Any = None
         self._reply_path: Any = None
         self.end_port = umad.end_port
@@ -190,15 +192,18 @@ class MADSchedule(MADTransactor):
 
     def _decode_last(self) -> None:
         from rdma.umad import UMADReplyPath
+        assert self._last_raw is not None     # (the callers check)
         mad, fmt_cls, agent, addr = self._last_raw
         self._last_raw = None
         umad = self._umad
         self._reply_fmt = fmt_cls(mad.ljust(fmt_cls.MAD_LENGTH, b"\0"))
-        self._reply_path = None if agent is None else UMADReplyPath(
-            umad.end_port, agent, addr, umad._agent_dqpn.get(agent, 1))
+        self._reply_path = None if agent is None or addr is None else \
+            UMADReplyPath(umad.end_port, agent, addr,
+                          umad._agent_dqpn.get(agent, 1))
 
     def _get_new_TID(self) -> int:
-        return self._umad._get_new_TID()
+        tid: int = self._umad._get_new_TID()
+        return tid
 
     @property
     def sa_path(self) -> Any:
@@ -225,8 +230,9 @@ class MADSchedule(MADTransactor):
         route = self._smp_route(path) if attr_id else None
         if route is None or method != IBA.MAD_METHOD_GET or \
                 self.trace_func is not None:
-            return MADTransactor._subn_do(self, payload, path,
-                                          attributeModifier, method)
+            work: Work = MADTransactor._subn_do(self, payload, path,
+                                                attributeModifier, method)
+            return work
         dr, mkey, dr_slid, dr_dlid = route
         buf = bytearray(256)
         tid = self._umad._get_new_TID()
@@ -392,21 +398,24 @@ class MADSchedule(MADTransactor):
         return out, again
 
     def _batch_gen(self, works: List[Work], out: Optional[List[Any]] = None,
-                   which: Optional[List[int]] = None):
+                   which: Optional[List[int]] = None
+                   ) -> Generator[Any, Any, List[Any]]:
         """A coroutine running a batch MAD by MAD (each in a child
         context): the list of results, exceptions in place."""
         if out is None:
             out = [None] * len(works)
             which = list(range(len(works)))
+        res = out
+        assert which is not None        # (given with out)
 
-        def one(i):
+        def one(i: int) -> Generator[Any, Any, None]:
             try:
-                out[i] = yield works[i]
+                res[i] = yield works[i]
             except Exception as e:      # noqa: BLE001 - to the caller
-                out[i] = e
+                res[i] = e
 
         yield self.mqueue(one(i) for i in which)
-        return out
+        return res
 
     # -- contexts
 
@@ -539,12 +548,15 @@ class MADSchedule(MADTransactor):
         of the umad's ``timeout_ms``/``retries`` does not match it."""
         umad = self._umad
         d = getattr(path, "__dict__", None)
+        t: Tuple[int, int]
         if d is None:
-            return umad._timing(path)
+            t = umad._timing(path)
+            return t
         got = d.get("_cached_sched_timing")
         if got is not None and got[0] == umad.timeout_ms and \
                 got[1] == umad.retries:
-            return got[2]
+            t = got[2]
+            return t
         t = umad._timing(path)
         d["_cached_sched_timing"] = (umad.timeout_ms, umad.retries, t)
         return t
@@ -580,7 +592,8 @@ class MADSchedule(MADTransactor):
 
     def _release(self, ctx: Context) -> None:
         """The MAD of ``ctx`` is over: free its slot for a blocked one."""
-        self._keys.pop(ctx._key, None)
+        if ctx._key is not None:
+            self._keys.pop(ctx._key, None)
         ctx._key = None
         ctx._gen += 1
         while self._blocked and len(self._keys) < self.max_outstanding:
@@ -595,7 +608,8 @@ class MADSchedule(MADTransactor):
         """The try of ``ctx`` is over without an answer: re-send or fail."""
         if ctx._retries > 0:
             ctx._retries -= 1
-            self._keys.pop(ctx._key, None)
+            if ctx._key is not None:
+                self._keys.pop(ctx._key, None)
             self._send(ctx)
             return
         work = ctx._work
@@ -607,7 +621,8 @@ class MADSchedule(MADTransactor):
             work.fmt.transactionID = self._get_new_TID()
             work.fmt.pack_into(work.buf)
             ctx._work = work._replace(path=work.original, original=None)
-            self._keys.pop(ctx._key, None)
+            if ctx._key is not None:
+                self._keys.pop(ctx._key, None)
             self._send(ctx, first=True)
             return
         self._release(ctx)
@@ -623,7 +638,7 @@ class MADSchedule(MADTransactor):
         self._runq.append(ctx)
 
     def _answer(self, ctx: Context, mad: bytes, agent: int,
-                addr: tuple) -> None:
+                addr: Tuple[Any, ...]) -> None:
         work = ctx._work
         self._release(ctx)
         if work.fmt is None:

@@ -17,10 +17,10 @@ belong to the machine that discovered it).
 from __future__ import annotations
 
 import collections
-from typing import (Any, Deque, Dict, Iterator, List, Optional, Set, Tuple,
-                    Type)
+from types import ModuleType
+from typing import (Any, Deque, Dict, Generator, Iterator, List, Optional, Set,
+                    Tuple, Type, TypeVar)
 
-import rdma
 from rdma import IBA
 from rdma._errors import RDMAError
 from rdma.IBA import GID, GUID
@@ -44,7 +44,12 @@ def lid_lmc_range(lid: int, lmc: int) -> range:
     return range(base, base + (1 << lmc))
 
 
-def _path_mod():
+#: What the discovery coroutines are (for rdma.sched: they yield work and
+#: take its result).
+Coroutine = Generator[Any, Any, None]
+
+
+def _path_mod() -> ModuleType:
     import rdma.path
     return rdma.path
 
@@ -65,7 +70,7 @@ class Node:
 
     #: The :class:`rdma.IBA.SMPNodeInfo` of the node (its ``portGUID``
     #: and ``localPortNum`` are those of the port it was read through).
-    ninf = None
+    ninf: Optional[IBA.SMPNodeInfo] = None
     #: The NodeDescription as text.
     desc: Optional[str] = None
     #: The ports, by port number (``ports[1]`` is port 1; a CA has no port
@@ -106,7 +111,7 @@ class Node:
         """Set :attr:`desc` from a NodeDescription's ``nodeString``."""
         self.desc = node_description(nodeString)
 
-    def get_desc(self, sched: Any, path: Any):
+    def get_desc(self, sched: Any, path: Any) -> Coroutine:
         """Coroutine (for :mod:`rdma.sched`): read the NodeDescription
         through *path* into :attr:`desc`."""
         ns = yield sched.SubnGet(IBA.SMPNodeDescription, path)
@@ -154,7 +159,7 @@ class Switch(Node):
     """A switch: its physical ports share the LID and GUID of port 0."""
 
     #: The :class:`rdma.IBA.SMPSwitchInfo`.
-    swinf = None
+    swinf: Optional[IBA.SMPSwitchInfo] = None
     #: The linear forwarding table: ``lfdb[lid]`` is the egress port (255:
     #: none); a :class:`bytearray` from LID 0 (None until loaded).
     lfdb: Optional[bytearray] = None
@@ -183,7 +188,8 @@ class Switch(Node):
         """The LIDs of the linear forwarding table to read: up to
         ``linearFDBTop`` (capped at ``linearFDBCap``), rounded up to a
         block of 64."""
-        top = min(self.swinf.linearFDBTop, self.swinf.linearFDBCap)
+        swinf = _known(self.swinf, "SwitchInfo", self)
+        top: int = min(swinf.linearFDBTop, swinf.linearFDBCap)
         return (top + 64) // 64 * 64
 
     @property
@@ -191,14 +197,16 @@ class Switch(Node):
         """The MLIDs of the multicast forwarding table to read:
         ``multicastFDBCap`` rounded up to a block of 32 (capped at the
         multicast LID space)."""
-        cap = min(self.swinf.multicastFDBCap, IBA.LID_COUNT_MULTICAST)
+        cap: int = min(_known(self.swinf, "SwitchInfo", self).multicastFDBCap,
+                       IBA.LID_COUNT_MULTICAST)
         return (cap + 31) // 32 * 32
 
     @property
     def mfdb_positions(self) -> int:
         """How many 16-port position masks cover the switch's ports
         (port 0 included)."""
-        return (self.ninf.numPorts + 1 + 15) // 16
+        ports: int = _known(self.ninf, "NodeInfo", self).numPorts
+        return (ports + 1 + 15) // 16
 
     def trim_db(self) -> None:
         """Drop unused entries (255) at the end of :attr:`lfdb`, and the
@@ -211,35 +219,39 @@ class Switch(Node):
         if self.mfdb:
             del self.mfdb[IBA.LID_COUNT_MULTICAST:]
 
-    def get_switch_inf(self, sched: Any, path: Any):
+    def get_switch_inf(self, sched: Any, path: Any) -> Coroutine:
         """Coroutine: read the SwitchInfo into :attr:`swinf`."""
         self.swinf = yield sched.SubnGet(IBA.SMPSwitchInfo, path)
 
-    def _get_LFDB(self, sched: Any, idx: int, path: Any):
+    def _get_LFDB(self, sched: Any, idx: int, path: Any) -> Coroutine:
         """Coroutine: read block *idx* (64 LIDs) of the LFT."""
         inf = yield sched.SubnGet(IBA.SMPLinearForwardingTable, path, idx)
-        self.lfdb[idx * 64:idx * 64 + 64] = bytes(inf.portBlock)
+        lfdb = _known(self.lfdb, "lfdb", self)
+        lfdb[idx * 64:idx * 64 + 64] = bytes(inf.portBlock)
 
-    def _get_LFDB_SA(self, sched: Any, path: Any):
+    def _get_LFDB_SA(self, sched: Any, path: Any) -> Coroutine:
         """Coroutine: read the whole LFT from the SA (one GetTable of
         LinearForwardingTableRecords)."""
         req = IBA.ComponentMask(IBA.SALinearForwardingTableRecord())
         req.LID = sched.get_path_lid(path)
         res = yield sched.SubnAdmGetTable(req)
+        lfdb = _known(self.lfdb, "lfdb", self)
         for rec in res:
             idx = rec.blockNum
-            if idx * 64 < len(self.lfdb):
-                self.lfdb[idx * 64:idx * 64 + 64] = bytes(
+            if idx * 64 < len(lfdb):
+                lfdb[idx * 64:idx * 64 + 64] = bytes(
                     rec.linearForwardingTable.portBlock)
 
     def _merge_mfdb(self, idx: int, pos: int, masks: Any) -> None:
         base = idx * 32
         shift = pos * 16
+        mfdb = _known(self.mfdb, "mfdb", self)
         for i, v in enumerate(masks):
-            if base + i < len(self.mfdb):
-                self.mfdb[base + i] |= int(v) << shift
+            if base + i < len(mfdb):
+                mfdb[base + i] |= int(v) << shift
 
-    def _get_MFDB(self, sched: Any, idx: int, pos: int, path: Any):
+    def _get_MFDB(self, sched: Any, idx: int, pos: int,
+                  path: Any) -> Coroutine:
         """Coroutine: read block *idx* (32 MLIDs from 0xC000 + 32 *
         *idx*) of position *pos* (ports 16 * *pos* .. 16 * *pos* + 15) of
         the multicast forwarding table into :attr:`mfdb`."""
@@ -247,7 +259,7 @@ class Switch(Node):
                                   mft_attribute_modifier(idx, pos))
         self._merge_mfdb(idx, pos, inf.portMaskBlock)
 
-    def _get_MFDB_SA(self, sched: Any, path: Any):
+    def _get_MFDB_SA(self, sched: Any, path: Any) -> Coroutine:
         """Coroutine: read the whole MFT from the SA (one GetTable of
         MulticastForwardingTableRecords)."""
         req = IBA.ComponentMask(IBA.SAMulticastForwardingTableRecord())
@@ -258,7 +270,7 @@ class Switch(Node):
                              rec.multicastForwardingTable.portMaskBlock)
 
     def get_switch_fdb(self, sched: Any, do_lfdb: bool, do_mfdb: bool,
-                       path: Any):
+                       path: Any) -> Coroutine:
         """Coroutine: read the linear forwarding table (one SMP per block
         of 64 LIDs) into :attr:`lfdb` and/or the multicast forwarding
         table (one SMP per block of 32 MLIDs and position of 16 ports)
@@ -278,21 +290,21 @@ class Switch(Node):
             yield self.get_switch_inf(sched, path)
         by_sa = _is_sa_transactor(sched)
         if do_lfdb:
-            self.lfdb = bytearray(b"\xff" * self.top_unicast_lid)
+            lfdb = self.lfdb = bytearray(b"\xff" * self.top_unicast_lid)
             if by_sa:
                 yield self._get_LFDB_SA(sched, path)
             else:
                 yield sched.mqueue(self._get_LFDB(sched, i, path)
-                                   for i in range(len(self.lfdb) // 64))
+                                   for i in range(len(lfdb) // 64))
         if do_mfdb:
-            self.mfdb = [0] * self.mfdb_size
+            mfdb = self.mfdb = [0] * self.mfdb_size
             if by_sa:
                 yield self._get_MFDB_SA(sched, path)
             else:
                 positions = self.mfdb_positions
                 yield sched.mqueue(
                     self._get_MFDB(sched, idx, pos, path)
-                    for idx in range(len(self.mfdb) // 32)
+                    for idx in range(len(mfdb) // 32)
                     for pos in range(positions))
 
 
@@ -311,6 +323,16 @@ def mft_attribute_modifier(block: int, position: int) -> int:
     return block | (position << 28)
 
 
+_T = TypeVar("_T")
+
+
+def _known(value: Optional[_T], what: str, owner: object) -> _T:
+    """*value*, which discovery fills in before it is needed."""
+    if value is None:
+        raise AttributeError(f"{owner!r}: its {what} is not known yet")
+    return value
+
+
 def _is_sa_transactor(sched: Any) -> bool:
     try:
         import rdma.satransactor
@@ -324,10 +346,11 @@ class Port:
     :attr:`portGUID` are its own; a switch's physical ports have neither
     (see :meth:`to_end_port`)."""
 
-    #: The :class:`Node` this port belongs to.
-    parent: Optional[Node] = None
+    #: The :class:`Node` this port belongs to (a port is made with its
+    #: node: only python-rdma's bare ``Port()`` has none).
+    parent: Node = None  # type: ignore[assignment]
     #: The :class:`rdma.IBA.SMPPortInfo` of the port.
-    pinf = None
+    pinf: Optional[IBA.SMPPortInfo] = None
     #: The port GUID (end ports).
     portGUID: Optional[GUID] = None
     #: The base LID (end ports).
@@ -347,7 +370,7 @@ class Port:
         """The port number."""
         if self._port_id is not None:
             return self._port_id
-        return self.parent.ports.index(self)
+        return _known(self.parent.ports, "ports", self.parent).index(self)
 
     def __repr__(self) -> str:
         ep = self.to_end_port() if self.parent is not None else self
@@ -416,19 +439,20 @@ class Subnet:
             return start
         if not isinstance(start.parent, Switch) and dr[1] != start.port_id:
             return None
-        cur: Optional[Port] = start
+        cur: Port = start
         for hop in dr[1:]:
             out = cur.parent.get_port_nc(hop)
             if out is None:
                 return None
-            cur = self.topology.get(out)
-            if cur is None:
+            nxt = self.topology.get(out)
+            if nxt is None:
                 return None
+            cur = nxt
         return cur.to_end_port()
 
     def path_to_port(self, path: Any) -> Optional[Port]:
         """The end :class:`Port` *path* leads to, or None if unknown."""
-        ret = getattr(path, "_cached_subnet_end_port", None)
+        ret: Optional[Port] = getattr(path, "_cached_subnet_end_port", None)
         if ret is not None:
             return ret
         if isinstance(path, _path_mod().IBDRPath):
@@ -483,7 +507,7 @@ class Subnet:
         # LID routed: extend the directed route known to the same port, if
         # any (not every SMA takes a LID-routed start; ibsim does not).
         ep = self.path_to_port(path) if self.paths else None
-        if ep is not None and ep in self.paths:
+        if ep is not None and self.paths is not None and ep in self.paths:
             return self._extend_dr(self.paths[ep], ep, portIdx)
         local = path.end_port
         if path.DLID in (0, IBA.LID_PERMISSIVE) or \
@@ -550,7 +574,8 @@ class Subnet:
         port GUID first, then the node GUID and port number, then the
         LID), or None."""
         if path is not None:
-            port = path.__dict__.get("_cached_subnet_end_port")
+            port: Optional[Port] = path.__dict__.get(
+                "_cached_subnet_end_port")
             if port is not None:
                 return port
         if portGUID is not None:
@@ -715,9 +740,9 @@ class Subnet:
         """``(peer, local port)`` for each link of the node of the end
         port *start* (every physical port of a switch)."""
         if isinstance(start.parent, Switch):
-            for p in start.parent.ports[1:]:
+            for p in _known(start.parent.ports, "ports", start.parent)[1:]:
                 peer = self.topology.get(p) if p is not None else None
-                if peer is not None:
+                if peer is not None and p is not None:
                     yield peer, p
         else:
             peer = self.topology.get(start)
@@ -757,6 +782,7 @@ class Subnet:
             self._priors: Dict[Port, Port] = {}
             #: The local end port the routes leave from.
             self.end_port = end_port
+            self._dlid: Optional[int]
             if start is None:
                 self._start = sbn.ports[int(end_port.port_guid)]
                 self._dlid = IBA.LID_PERMISSIVE
@@ -811,7 +837,8 @@ class Subnet:
                 "loaded": self.loaded, "lid_routed": self.lid_routed}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__()
+        init: Any = getattr(self, "__init__")
+        init()
         self.all_nodes = state["all_nodes"]
         self.topology = state["topology"]
         self.loaded = state["loaded"]

@@ -16,18 +16,13 @@ from __future__ import annotations
 import errno
 import random
 import time
-from typing import Any, List, Optional, Tuple, Type, Union
+from typing import Any, Dict, List, Optional, Tuple, Type, Union
 
 from rdma import _umad
 from rdma import devices as _devices
 from rdma._errors import RDMAError, SysError
-from rdma._mad import (MAD_METHOD_DELETE,
-                       MAD_METHOD_GET, MAD_METHOD_GET_RESP,
-                       MAD_METHOD_GET_TABLE,
-                       MAD_METHOD_RESPONSE, MAD_METHOD_SET,
-                       MAD_SUBNET_ADMIN, SA_CLASS_VERSION, BinStruct,
-                       MADFormatError, MADHeader, MADTimeoutError, SAError,
-                       SAReply, decode_sa_reply, encode_sa_request)
+from rdma._mad import (BinStruct,
+                       MADHeader, SAReply, decode_sa_reply, encode_sa_request)
 from rdma.devices import DemandList, Device, EndPort
 from rdma.IBA import GID, GUID, IB_DEFAULT_QP1_QKEY
 from rdma.path import IBPath
@@ -58,7 +53,8 @@ class SAPath(IBPath):
         # IBPath property looks it up again after any change).
         self.__dict__["_cached_pkey_index"] = pkey_index
 
-    def copy(self, **kwargs: Any) -> IBPath:
+    # (a plain IBPath on purpose, not an SAPath: the override is meant)
+    def copy(self, **kwargs: Any) -> IBPath:  # type: ignore[override]
         """An :class:`rdma.path.IBPath` equal to this path, with *kwargs*
         applied."""
         from rdma.path import _copy_path
@@ -106,7 +102,7 @@ UMADDevice = Device
 get_end_port = _devices.get_end_port
 
 
-def get_umad_devices() -> DemandList:
+def get_umad_devices() -> DemandList[Device]:
     """Return the devices libibumad reports (empty without umad support),
     with their verbs side merged in where they have one: the same
     :class:`rdma.devices.Device` objects as ``rdma.get_devices("umad")``.
@@ -165,7 +161,8 @@ class UMADReplyPath:
     SGID = None
     DGID = None
 
-    def __init__(self, end_port: Any, agent: int, addr: tuple, dqpn: int):
+    def __init__(self, end_port: Any, agent: int, addr: Tuple[Any, ...],
+                 dqpn: int):
         (lid, qpn, qkey, sl, path_bits, grh, gid, hop_limit, tclass, flow,
          pkey_index, gid_index) = addr
         #: The local end port.
@@ -250,11 +247,12 @@ class UMAD(TimedSends, MADTransactor):
         #: The end port this umad is open on.
         self.end_port = ep
         self._port = _umad.Port(ca, port_id)
-        self._agents: dict = {}
-        self._agent_dqpn: dict = {}
+        # (class, version, rmpp, methods) -> agent id; agent id -> QP
+        self._agents: Dict[Tuple[int, int, bool, Tuple[int, ...]], int] = {}
+        self._agent_dqpn: Dict[int, int] = {}
         self._tid = random.getrandbits(32)
         self._sa_path: Optional[Any] = path
-        self._pending: list = []
+        self._pending: List[Any] = []
         if timeout_ms is not None:
             self.timeout_ms = timeout_ms
         if retries is not None:
@@ -377,7 +375,7 @@ class UMAD(TimedSends, MADTransactor):
                         retries=0, grh=grh)
 
     def _recv(self, wakeat: Optional[float]
-              ) -> Optional[Tuple[bytes, int, tuple, int]]:
+              ) -> Optional[Tuple[bytes, int, Tuple[Any, ...], int]]:
         """One umad_recv until the monotonic time ``wakeat`` (None:
         forever): ``(mad, status, addr, agent)`` or None."""
         if wakeat is None:
@@ -453,15 +451,16 @@ class UMAD(TimedSends, MADTransactor):
                     continue
                 if self.rmpp_in_user and len(mad) > 26 and mad[26] & 1 \
                         and mad[1] == _IBA.MAD_SUBNET_ADMIN:
-                    mad = self._rmpp_rest(mad, agent, addr, ms)
-                    if mad is None:
+                    whole = self._rmpp_rest(mad, agent, addr, ms)
+                    if whole is None:
                         break           # a segment did not come: retry
+                    mad = whole
                 return (bytearray(mad),
                         UMADReplyPath(self.end_port, agent, addr,
                                       self._agent_dqpn.get(agent, 1)))
         return None
 
-    def _rmpp_rest(self, first: bytes, agent: int, addr: tuple,
+    def _rmpp_rest(self, first: bytes, agent: int, addr: Tuple[Any, ...],
                    ms: int) -> Optional[bytes]:
         """Receive and acknowledge the rest of an RMPP answer whose first
         segment is ``first``; the joined message, or None when a segment
@@ -532,6 +531,7 @@ class UMAD(TimedSends, MADTransactor):
         fmt = _IBA.SAFormat(mad)
         ret = self._execute(mad, path)
         self._completeMAD(ret, fmt, path, type(payload), None)
+        assert ret is not None      # (_completeMAD raised on a timeout)
         return decode_sa_reply(ret[0], type(payload))
 
 

@@ -58,10 +58,18 @@ class VMAD(TimedSends, MADTransactor):
     set, else the path's ``mad_timeout``/``retries``, else 1000 ms and 2.
     """
 
+    # The verbs objects _setup() makes (close() closes and drops them;
+    # it reads them with getattr, so a failed _setup() is closed too).
+    _cc: ibv.CompChannel
+    _cq: ibv.CQ
+    _poller: rdma.vtools.CQPoller
+    _pd: ibv.PD
+    _pool: rdma.vtools.BufferPool
+    _qp: ibv.QP
+
     def __init__(self, parent: Any, path: Any, depth: int = 16):
-        self._ctx = None
+        self._ctx: Optional[ibv.Context] = None
         self._allocated_ctx = False
-        self._qp = self._pool = self._cq = self._cc = self._pd = None
         if isinstance(parent, ibv.Context):
             ctx = parent
         else:
@@ -91,9 +99,8 @@ class VMAD(TimedSends, MADTransactor):
         self._qp = self._pd.qp(ibv.IBV_QPT_UD, depth, self._cq, depth,
                                self._cq)
         #: The Q_Key and P_Key every MAD of this VMAD uses.
-        self.qkey = getattr(path, "qkey", None)
-        if self.qkey is None:
-            self.qkey = IBA.IB_DEFAULT_QP1_QKEY
+        qkey: Optional[int] = getattr(path, "qkey", None)
+        self.qkey: int = IBA.IB_DEFAULT_QP1_QKEY if qkey is None else qkey
         self.pkey = getattr(path, "pkey", IBA.PKEY_DEFAULT)
         own = path.copy(sqpn=self._qp.qp_num, qkey=self.qkey)
         self._qp.modify_to_init(own)
@@ -102,7 +109,7 @@ class VMAD(TimedSends, MADTransactor):
         self._pool.post_recvs(self._qp, depth)
         while len(self._pool._buffers) > depth:
             self._pool._buffers.pop()
-        self._recvs: collections.deque = collections.deque()
+        self._recvs: collections.deque[ibv.wc] = collections.deque()
         self._tid = random.getrandbits(32)
         self._path = path
         self.sa_path = path

@@ -9,10 +9,14 @@ from __future__ import annotations
 import collections
 import select
 import time
-from typing import Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Iterable, Iterator, List, Optional, Union
 
-import rdma
 import rdma.ibverbs as ibv
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+    from rdma.path import IBPath
 
 __all__ = ["BufferPool", "CQPoller"]
 
@@ -37,7 +41,8 @@ class BufferPool:
         #: Size of one buffer in bytes.
         self.size = size
         self._mem = bytearray(count * size)
-        self._mr = pd.mr(self._mem, ibv.IBV_ACCESS_LOCAL_WRITE)
+        self._mr: Optional[ibv.MR] = pd.mr(self._mem,
+                                           ibv.IBV_ACCESS_LOCAL_WRITE)
         self._buffers = collections.deque(range(count), count)
         #: Flag or'ed into the wr_id of posted receives.
         self.RECV_FLAG = 1 << count.bit_length()
@@ -45,8 +50,13 @@ class BufferPool:
         self.BUF_ID_MASK = self.RECV_FLAG - 1
 
     @property
-    def mr(self) -> "ibv.MR":
-        """The MR holding every buffer."""
+    def mr(self) -> Optional["ibv.MR"]:
+        """The MR holding every buffer (None once closed)."""
+        return self._mr
+
+    def _live_mr(self) -> "ibv.MR":
+        if self._mr is None:
+            raise ValueError("BufferPool is closed")
         return self._mr
 
     def close(self) -> None:
@@ -58,7 +68,7 @@ class BufferPool:
     def __enter__(self) -> "BufferPool":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __len__(self) -> int:
@@ -87,7 +97,7 @@ class BufferPool:
             raise ValueError(f"BufferPool: no buffer {buf_idx}")
         return idx
 
-    def post_recvs(self, qp, count: int) -> None:
+    def post_recvs(self, qp: Union["ibv.QP", "ibv.SRQ"], count: int) -> None:
         """Post *count* free buffers as receives on *qp* (a QP or SRQ)."""
         if count <= 0:
             return
@@ -105,7 +115,9 @@ class BufferPool:
                 self._buffers.append(i)
             raise
 
-    def finish_wcs(self, qp, wcs: Union["ibv.wc", Iterable["ibv.wc"]]) -> None:
+    def finish_wcs(self, qp: Union["ibv.QP", "ibv.SRQ"],
+                   wcs: Union["ibv.wc", Iterable[Optional["ibv.wc"]]]
+                   ) -> None:
         """Take the buffers of completed work back and re-post receives.
 
         Every WR that carries a pool buffer must be signaled for its buffer
@@ -135,17 +147,21 @@ class BufferPool:
         if offset < 0 or buf_len < 0 or offset + buf_len > self.size:
             raise ValueError(f"BufferPool: {buf_len} bytes at {offset} do "
                              f"not fit a {self.size}-byte buffer")
-        return self._mr.sge(buf_len, idx * self.size + offset)
+        return self._live_mr().sge(buf_len, idx * self.size + offset)
 
     def make_send_wr(self, buf_idx: int, buf_len: int,
-                     path=None) -> "ibv.send_wr":
+                     path: Optional[IBPath] = None) -> "ibv.send_wr":
         """A signaled SEND of *buf_len* bytes of buffer *buf_idx*; with a
         *path* (UD) it carries the AH, remote QPN and Q_Key."""
-        wr = ibv.send_wr(wr_id=buf_idx, sg_list=self.make_sge(buf_idx, buf_len),
+        wr = ibv.send_wr(wr_id=buf_idx,
+                         sg_list=self.make_sge(buf_idx, buf_len),
                          opcode=ibv.IBV_WR_SEND,
                          send_flags=ibv.IBV_SEND_SIGNALED)
         if path is not None:
-            wr.ah = self._mr.pd.ah(path)
+            if path.dqpn is None or path.qkey is None:
+                raise TypeError(f"make_send_wr(): the path needs dqpn and "
+                                f"qkey (UD): {path!r}")
+            wr.ah = self._live_mr().pd.ah(path)
             wr.remote_qpn = path.dqpn
             wr.remote_qkey = path.qkey
         return wr
@@ -160,7 +176,7 @@ class BufferPool:
         start = idx * self.size + offset
         return bytearray(self._mem[start:start + length])
 
-    def copy_to(self, buf, buf_idx: int, offset: int = 0,
+    def copy_to(self, buf: ReadableBuffer, buf_idx: int, offset: int = 0,
                 length: int = 0xFFFFFFFF) -> int:
         """Copy *buf* (bytes-like) into buffer *buf_idx* at *offset*; return
         the number of bytes copied.
@@ -199,22 +215,24 @@ class CQPoller:
     #: between polls (a completion a few microseconds away costs no sleep).
     spin = 50
 
-    def __init__(self, cq: "ibv.CQ", comp_channel=None,
+    def __init__(self, cq: "ibv.CQ",
+                 comp_channel: Union["ibv.CompChannel", bool, None] = None,
                  async_events: bool = False, solicited_only: bool = False,
                  *, use_channel: bool = True):
         if isinstance(comp_channel, bool):
             # python-rdma's signature: CQPoller(cq, async_events, ...)
             async_events, comp_channel = comp_channel, None
         self._cq = cq
-        self._cc = comp_channel if comp_channel is not None else cq.comp_channel
+        self._cc: Optional[ibv.CompChannel] = \
+            comp_channel if comp_channel is not None else cq.comp_channel
         if not use_channel:
             self._cc = comp_channel = None
         if self._cc is not None and cq.comp_channel is not self._cc:
             raise ValueError("CQPoller: the CQ does not report to that "
                              "completion channel")
         self._solicited_only = solicited_only
-        self._poll = None
-        self._async_fd = None
+        self._poll: Optional[select.poll] = None
+        self._async_fd: Optional[int] = None
         if self._cc is not None:
             self._poll = select.poll()
             self._cc.register_poll(self._poll)
@@ -224,9 +242,9 @@ class CQPoller:
         #: True if the last iteration stopped because of its timeout.
         self.timedout = False
         #: time.monotonic() deadline of the running iteration; may be moved.
-        self.wakeat = None
+        self.wakeat: Optional[float] = None
         #: Async events seen while sleeping (with async_events=True).
-        self.async_events = []
+        self.async_events: List[ibv.async_event] = []
         self._unacked = 0
 
     def __iter__(self) -> Iterator["ibv.wc"]:
@@ -260,7 +278,8 @@ class CQPoller:
                     if ev is not None:
                         self.async_events.append(ev)
                     continue
-                cq = self._cc.get_cq_event(timeout=0)
+                cq = self._cc.get_cq_event(timeout=0) \
+                    if self._cc is not None else None
                 if cq is not None:
                     self._unacked += 1
                     if self._unacked >= self.ACK_BATCH:

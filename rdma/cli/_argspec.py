@@ -112,7 +112,7 @@ def commands() -> Iterator[Command]:
     from rdma.cli import COMMANDS
     parser, _ = top_parser()
     sub = next(a for a in parser._actions   # pylint: disable=W0212
-               if isinstance(a, argparse._SubParsersAction))  # noqa
+               if isinstance(a, argparse._SubParsersAction))
     parsers: Dict[str, argparse.ArgumentParser] = sub.choices
     for name, (_, _, summary) in COMMANDS.items():
         yield _describe(name, summary, parsers[name])

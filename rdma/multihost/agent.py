@@ -20,7 +20,11 @@ import socket
 import sys
 import textwrap
 import traceback
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+
+if TYPE_CHECKING:
+    import rdma.ibverbs as ibv
+    from rdma.devices import EndPort
 
 __all__ = ["Agent", "serve", "AGENT_SOURCE"]
 
@@ -41,12 +45,19 @@ class Agent:
 
     def __init__(self) -> None:
         self.name = "?"
-        self.end_port = None
-        self.ctx = None
+        self.end_port: Optional[EndPort] = None
+        self.ctx: Optional[ibv.Context] = None
         self.gid_index: Optional[int] = None
         self.pairs: Dict[int, Any] = {}
         #: Free for user code run through ``call`` (the fixtures' QP pairs).
         self.store: Dict[str, Any] = {}
+
+    def device(self) -> Tuple[EndPort, ibv.Context, int]:
+        """The open device: (end port, context, GID index)."""
+        if self.end_port is None or self.ctx is None or \
+                self.gid_index is None:
+            raise RuntimeError(f"host {self.name} has no usable device")
+        return self.end_port, self.ctx, self.gid_index
 
     # -- ops ---------------------------------------------------------------
 
@@ -175,7 +186,7 @@ def _netns() -> str:
         return ""
 
 
-def serve(channel) -> None:
+def serve(channel: Any) -> None:
     """Answer requests on *channel* until told to exit."""
     agent = Agent()
     channel.send(("ok", {"ready": True, "pid": os.getpid()}))

@@ -25,10 +25,17 @@ from __future__ import annotations
 import random
 import struct
 import time
-from typing import Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from rdma.validation import (GUARD, POISON, check_data, check_wc, fmt_size,
                              message_sizes, wait_data)
+
+if TYPE_CHECKING:
+    import rdma.ibverbs as ibv
+    from rdma.devices import EndPort
+    from rdma.multihost.agent import Agent
+    from rdma.path import IBPath
+    from rdma.pytest_plugin import QPEnd
 
 __all__ = ["CHECKS", "PAIR_CHECKS", "payload", "complete_path", "half_path",
            "check_half_path", "HALF_PATH_FIELDS", "PairEnd"]
@@ -61,8 +68,8 @@ HALF_PATH_FIELDS: Dict[str, Tuple[int, int]] = {
 _GID_FIELDS = ("SGID", "DGID")
 
 
-def half_path(end_port, gid_index: int, qp, *, mtu: int,
-              qp_type: int) -> Dict[str, Any]:
+def half_path(end_port: EndPort, gid_index: Optional[int], qp: ibv.QP, *,
+              mtu: int, qp_type: int) -> Dict[str, Any]:
     """This end's half of the path, as plain data (see
     :func:`check_half_path`): the fields of an IBPath from this end (no
     destination yet) that the peer reverses."""
@@ -126,8 +133,8 @@ def check_half_path(half: Any, who: str = "the peer") -> Dict[str, Any]:
     return out
 
 
-def complete_path(half: Any, mine: Dict[str, Any], end_port,
-                  gid_index: int):
+def complete_path(half: Any, mine: Dict[str, Any], end_port: EndPort,
+                  gid_index: Optional[int]) -> IBPath:
     """The path from this end to the peer whose :func:`half_path` is
     *half* (*mine*: our own half): checked (:func:`check_half_path`),
     reversed, given our end port, QP, PSN and GID, resolved without an SA
@@ -161,7 +168,7 @@ def complete_path(half: Any, mine: Dict[str, Any], end_port,
     return p
 
 
-def _aligned(end, off: int) -> int:
+def _aligned(end: QPEnd, off: int) -> int:
     return off + (-(end.mr.addr + off)) % 8
 
 
@@ -178,13 +185,14 @@ class PairEnd:
     #: The check's transport, for the QP of :meth:`hello` (ibv.IBV_QPT_RC).
     qp_type = 2
 
-    def __init__(self, agent, role: str, params: Dict[str, Any]):
+    def __init__(self, agent: Agent, role: str, params: Dict[str, Any]):
         self.agent = agent
         self.role = role
         self.params = params
         self.seed = int(params.get("seed", 1))
         self.timeout = float(params.get("timeout", 10.0))
-        self.end = None
+        #: The QP and its buffer, made by :meth:`hello`.
+        self.end: Optional[QPEnd] = None
         self.peer: Dict[str, Any] = {}
 
     # -- the common steps ------------------------------------------------
@@ -197,36 +205,38 @@ class PairEnd:
         import rdma.ibverbs as ibv
         from rdma.pytest_plugin import QPEnd
         a = self.agent
+        ep, ctx, gid_index = a.device()
         access = ibv.IBV_ACCESS_LOCAL_WRITE
         if self.qp_type in (ibv.IBV_QPT_RC, ibv.IBV_QPT_UC):
             access |= ibv.IBV_ACCESS_REMOTE_WRITE
         if self.qp_type == ibv.IBV_QPT_RC:
             access |= ibv.IBV_ACCESS_REMOTE_READ
-            if a.end_port.parent.attr.atomic_cap:
+            if ep.parent.attr.atomic_cap:
                 access |= ibv.IBV_ACCESS_REMOTE_ATOMIC
         self.access = access
-        self.end = QPEnd(a.ctx, a.end_port, a.gid_index, self.qp_type,
-                         size=self.buffer_size(),
-                         depth=int(self.params.get("depth", 16)),
-                         srq=False, access=access)
-        mtu = a.end_port.attr.active_mtu
-        self.half = half_path(a.end_port, a.gid_index, self.end.qp, mtu=mtu,
+        end = self.end = QPEnd(ctx, ep, gid_index, self.qp_type,
+                               size=self.buffer_size(),
+                               depth=int(self.params.get("depth", 16)),
+                               srq=False, access=access)
+        mtu = ep.attr.active_mtu
+        self.half = half_path(ep, gid_index, end.qp, mtu=mtu,
                               qp_type=self.qp_type)
         return {"path": self.half,
-                "addr": self.end.mr.addr, "rkey": self.end.mr.rkey,
-                "max_msg_sz": a.end_port.attr.max_msg_sz,
-                "atomics": bool(a.end_port.parent.attr.atomic_cap)}
+                "addr": end.mr.addr, "rkey": end.mr.rkey,
+                "max_msg_sz": ep.attr.max_msg_sz,
+                "atomics": bool(ep.parent.attr.atomic_cap)}
 
     def connect(self, peer: Dict[str, Any]) -> Dict[str, Any]:
         """Bring our QP to RTS addressed to the peer."""
         import rdma.ibverbs as ibv
-        a = self.agent
+        ep, _, gid_index = self.agent.device()
         self.peer = peer
-        p = complete_path(peer["path"], self.half, a.end_port, a.gid_index)
+        p = complete_path(peer["path"], self.half, ep, gid_index)
         if self.qp_type == ibv.IBV_QPT_UD:
             p.qkey = QKEY
-        self.end.path = p
-        self.end.qp.establish(p, self.access & ~ibv.IBV_ACCESS_LOCAL_WRITE)
+        end = self._end()
+        end.path = p
+        end.qp.establish(p, self.access & ~ibv.IBV_ACCESS_LOCAL_WRITE)
         return {"mtu": p.MTU}
 
     def close(self) -> None:
@@ -236,9 +246,16 @@ class PairEnd:
 
     # -- helpers ---------------------------------------------------------
 
-    def poll(self, n: int, what: str) -> list:
+    def _end(self) -> QPEnd:
+        """The QP end :meth:`hello` made."""
+        if self.end is None:
+            raise RuntimeError(f"{type(self).__name__}: no QP (hello() "
+                               f"has not run, or the check is closed)")
+        return self.end
+
+    def poll(self, n: int, what: str) -> List[ibv.wc]:
         from rdma.pytest_plugin import poll_cq
-        return poll_cq(self.end.cq, n, self.timeout, what)
+        return poll_cq(self._end().cq, n, self.timeout, what)
 
     @property
     def me(self) -> str:
@@ -246,7 +263,7 @@ class PairEnd:
 
     @property
     def other(self) -> str:
-        return self.params["hosts"][1 if self.role == "a" else 0]
+        return str(self.params["hosts"][1 if self.role == "a" else 0])
 
 
 class _Remote:
@@ -270,7 +287,7 @@ class Transfer(PairEnd):
 
     steps = ("prepare_ab", "go_ab", "prepare_ba", "go_ba")
 
-    def __init__(self, agent, role, params):
+    def __init__(self, agent: Agent, role: str, params: Dict[str, Any]):
         super().__init__(agent, role, params)
         import rdma.ibverbs as ibv
         self.transport = params["transport"]
@@ -308,7 +325,7 @@ class Transfer(PairEnd):
         return (direction == "ab") == (self.role == "a")
 
     def _prepare(self, direction: str) -> Dict[str, Any]:
-        end = self.end
+        end = self._end()
         if self._is_src(direction):
             for i, s in enumerate(self.sizes):
                 end.buf[self.src_off[i]:self.src_off[i] + s] = \
@@ -326,7 +343,7 @@ class Transfer(PairEnd):
 
     def _go(self, direction: str) -> Dict[str, Any]:
         import rdma.ibverbs as ibv
-        end, verb = self.end, self.verb
+        end, verb = self._end(), self.verb
         src = self._is_src(direction)
         peer = _Remote(self.peer)
         arrow = (f"{self.me} -> {self.other}" if src else
@@ -377,7 +394,7 @@ class Transfer(PairEnd):
 
     def _verify(self, direction: str, arrow: str) -> None:
         import rdma.ibverbs as ibv
-        end, verb = self.end, self.verb
+        end, verb = self._end(), self.verb
         consumes = verb in ("SEND", "SEND_WITH_IMM", "RDMA_WRITE_WITH_IMM")
         for i, s in enumerate(self.sizes):
             what = f"{self.transport} {verb} of {fmt_size(s)} {arrow}"
@@ -407,16 +424,16 @@ class Transfer(PairEnd):
                        bytes([POISON]) * GUARD)
             view.release()
 
-    def prepare_ab(self, _peer):
+    def prepare_ab(self, _peer: Any) -> Dict[str, Any]:
         return self._prepare("ab")
 
-    def go_ab(self, _peer):
+    def go_ab(self, _peer: Any) -> Dict[str, Any]:
         return self._go("ab")
 
-    def prepare_ba(self, _peer):
+    def prepare_ba(self, _peer: Any) -> Dict[str, Any]:
         return self._prepare("ba")
 
-    def go_ba(self, _peer):
+    def go_ba(self, _peer: Any) -> Dict[str, Any]:
         return self._go("ba")
 
 
@@ -433,7 +450,8 @@ class Atomics(PairEnd):
     def buffer_size(self) -> int:
         return 256
 
-    def _plan(self, direction: str):
+    def _plan(self, direction: str
+              ) -> Tuple[int, List[Tuple[str, Any, int]]]:
         r = random.Random(self.seed + (0 if direction == "ab" else 5))
         start = r.getrandbits(64)
         ops = [("faa", 1, 0), ("faa", r.getrandbits(64), 0),
@@ -445,17 +463,18 @@ class Atomics(PairEnd):
     def _requester(self, direction: str) -> bool:
         return (direction == "ab") == (self.role == "a")
 
-    def _prepare(self, direction: str):
+    def _prepare(self, direction: str) -> Dict[str, Any]:
         if not self._requester(direction):
             start, _ = self._plan(direction)
-            self.U64.pack_into(self.end.buf, _aligned(self.end, 64), start)
+            end = self._end()
+            self.U64.pack_into(end.buf, _aligned(end, 64), start)
         return {}
 
-    def _go(self, direction: str):
+    def _go(self, direction: str) -> Dict[str, Any]:
         import rdma.ibverbs as ibv
         if not self._requester(direction):
             return {}
-        end = self.end
+        end = self._end()
         peer = _Remote(self.peer)
         roff = int(self.peer["counter_off"])
         value, ops = self._plan(direction)
@@ -487,36 +506,38 @@ class Atomics(PairEnd):
             value = new
         return {"final": value, "n": len(ops)}
 
-    def _check(self, direction: str, peer):
+    def _check(self, direction: str, peer: Dict[str, Any]
+               ) -> Dict[str, Any]:
         if self._requester(direction):
             return {}
-        got = self.U64.unpack_from(self.end.buf, _aligned(self.end, 64))[0]
+        end = self._end()
+        got = self.U64.unpack_from(end.buf, _aligned(end, 64))[0]
         want = int(peer["final"])
         assert got == want, (f"atomics {self.other} -> {self.me}: the "
                              f"counter is {got:#018x}, expected {want:#018x}")
         return {}
 
-    def hello(self, peer):
+    def hello(self, peer: Any) -> Dict[str, Any]:
         out = super().hello(peer)
-        out["counter_off"] = _aligned(self.end, 64)
+        out["counter_off"] = _aligned(self._end(), 64)
         return out
 
-    def prepare_ab(self, p):
+    def prepare_ab(self, p: Any) -> Dict[str, Any]:
         return self._prepare("ab")
 
-    def go_ab(self, p):
+    def go_ab(self, p: Any) -> Dict[str, Any]:
         return self._go("ab")
 
-    def check_ab(self, p):
+    def check_ab(self, p: Any) -> Dict[str, Any]:
         return self._check("ab", p)
 
-    def prepare_ba(self, p):
+    def prepare_ba(self, p: Any) -> Dict[str, Any]:
         return self._prepare("ba")
 
-    def go_ba(self, p):
+    def go_ba(self, p: Any) -> Dict[str, Any]:
         return self._go("ba")
 
-    def check_ba(self, p):
+    def check_ba(self, p: Any) -> Dict[str, Any]:
         return self._check("ba", p)
 
 
@@ -546,9 +567,9 @@ class Perf(PairEnd):
 
     steps = ("bw_ab", "bw_ba", "latency")
 
-    def hello(self, _peer):
+    def hello(self, _peer: Any) -> Dict[str, Any]:
         from rdma.cli import perf
-        a = self.agent
+        ep, ctx, gid_index = self.agent.device()
         p = self.params
         self.bw_args = _PerfArgs("write", "bw", int(p["bw_iters"]),
                                  int(p["bw_size"]), self.timeout,
@@ -556,27 +577,27 @@ class Perf(PairEnd):
                                  cq_mod=int(p.get("cq_mod", 4)))
         self.lat_args = _PerfArgs("send", "lat", int(p["lat_iters"]),
                                   int(p["lat_size"]), self.timeout)
-        gidx = a.gid_index if a.end_port.link_layer == "Ethernet" or \
-            a.end_port.provider != "verbs" else -1
+        gidx = gid_index if ep.link_layer == "Ethernet" or \
+            ep.provider != "verbs" else -1
         if gidx is not None and gidx >= 0 and not any(
-                bytes(a.end_port.gids[gidx])):
+                bytes(ep.gids[gidx])):
             gidx = -1
-        mtu = a.end_port.attr.active_mtu
+        mtu = ep.attr.active_mtu
         if gidx is None:
             gidx = -1
-        self.bw = perf._Side(a.ctx, a.end_port, self.bw_args,
+        self.bw = perf._Side(ctx, ep, self.bw_args,
                              self.bw_args.size, gidx)
-        self.lat = perf._Side(a.ctx, a.end_port, self.lat_args,
+        self.lat = perf._Side(ctx, ep, self.lat_args,
                               self.lat_args.size, gidx)
         self.mtu = mtu
         return {"bw": self.bw.describe(mtu), "lat": self.lat.describe(mtu)}
 
-    def connect(self, peer):
+    def connect(self, peer: Dict[str, Any]) -> Dict[str, Any]:
         self.bw.connect(peer["bw"], self.mtu)
         self.lat.connect(peer["lat"], self.mtu)
         return {}
 
-    def _bw(self, direction: str):
+    def _bw(self, direction: str) -> Dict[str, Any]:
         from rdma.cli import perf
         if (direction == "ab") != (self.role == "a"):
             return {}          # WRITE: the target does nothing, as a NIC
@@ -585,19 +606,20 @@ class Perf(PairEnd):
         # down, while a slow link is slow every time.
         best = None
         for _ in range(max(1, int(self.params.get("bw_reps", 3)))):
+            beat: Any = _NoBeat()       # (perf._Beat's tick(), doing nothing)
             row = perf._bw_client(self.bw, self.bw_args, self.bw_args.size,
-                                  _NoBeat())
+                                  beat)
             if best is None or row["bw_avg_mb_s"] > best["bw_avg_mb_s"]:
                 best = row
         return {"row": best}
 
-    def bw_ab(self, _p):
+    def bw_ab(self, _p: Any) -> Dict[str, Any]:
         return self._bw("ab")
 
-    def bw_ba(self, _p):
+    def bw_ba(self, _p: Any) -> Dict[str, Any]:
         return self._bw("ba")
 
-    def latency(self, _p):
+    def latency(self, _p: Any) -> Dict[str, Any]:
         from rdma.cli import perf
         client = self.role == "a"
         perf._prepare(self.lat, self.lat_args, self.lat_args.size, client)
@@ -605,7 +627,7 @@ class Perf(PairEnd):
                             client, None)
         return {"row": row} if row else {}
 
-    def close(self):
+    def close(self) -> None:
         for s in (getattr(self, "bw", None), getattr(self, "lat", None)):
             if s is None:
                 continue
@@ -628,7 +650,7 @@ class UserQP(PairEnd):
     pair fixture): ``params`` ``qp_type``, ``size`` and ``depth``; no
     steps of its own: user functions run on :attr:`end`."""
 
-    def __init__(self, agent, role, params):
+    def __init__(self, agent: Agent, role: str, params: Dict[str, Any]):
         super().__init__(agent, role, params)
         self.qp_type = int(params.get("qp_type", 2))
 

@@ -11,16 +11,16 @@ import argparse
 import os
 import sys
 import time
-from typing import List
+from typing import Dict, List
 
 from rdma.multihost import engine, report, schedule
-from rdma.multihost.hosts import (parse_spec, read_spec_file, start_hosts,
-                                  stop_hosts)
+from rdma.multihost.hosts import (HostSpec, parse_spec, read_spec_file,
+                                  start_hosts, stop_hosts)
 
 __all__ = ["validate_hosts", "host_specs"]
 
 
-def host_specs(values: List[str]) -> List:
+def host_specs(values: List[str]) -> List[HostSpec]:
     """The :class:`~rdma.multihost.hosts.HostSpec` of ``--hosts`` values
     (each a spec or a file of specs)."""
     texts: List[str] = []
@@ -105,7 +105,7 @@ def validate_hosts(args: argparse.Namespace) -> int:
     if args.plot:
         report.plot(res, args.plot)
         print(f"heatmap: {args.plot}")
-    counts: dict = {}
+    counts: Dict[str, int] = {}
     for c in res.cases:
         counts[c.result] = counts.get(c.result, 0) + 1
     summary = ", ".join(f"{n} {k.lower()}" for k, n in sorted(counts.items()))

@@ -15,7 +15,7 @@ import textwrap
 import threading
 import time
 from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
-                    Sequence, Tuple)
+                    Sequence, Set, Tuple)
 
 from rdma.multihost.checks import TRANSFER_CASES, transfer_sizes
 from rdma.multihost.hosts import CheckError, Host, HostError
@@ -128,7 +128,8 @@ class Outliers:
 class Result:
     """Everything a run found (see the module docstring)."""
 
-    def __init__(self, hosts: Sequence[Host], rounds, options: Options):
+    def __init__(self, hosts: Sequence[Host],
+                 rounds: List[List[Tuple[int, int]]], options: Options):
         self.hosts = list(hosts)
         self.names = [h.name for h in hosts]
         self.rounds = rounds
@@ -153,11 +154,12 @@ class Result:
 
 # -- one pair -----------------------------------------------------------------
 
-def _both(fa: Callable[[], Any], fb: Callable[[], Any]):
+def _both(fa: Callable[[], Any], fb: Callable[[], Any]
+          ) -> Tuple[Tuple[bool, Any], Tuple[bool, Any]]:
     """Run fa and fb at the same time; return ((ok, value), (ok, value))."""
     out: List[Any] = [None, None]
 
-    def wrap(i, f):
+    def wrap(i: int, f: Callable[[], Any]) -> None:
         try:
             out[i] = (True, f())
         except BaseException as e:     # reported, never lost
@@ -177,7 +179,7 @@ def _blame(errors: List[BaseException]) -> Tuple[str, str]:
         result = "FAILED"
     # The end that failed for a reason of its own says more than the one
     # that waited for it.
-    def weight(e):
+    def weight(e: BaseException) -> Tuple[bool, bool]:
         text = str(e)
         return (isinstance(e, HostError),
                 "no completion after" in text or "did not answer" in text)
@@ -284,7 +286,8 @@ def _pair_cases(options: Options, ia: Dict[str, Any],
 
 
 def _detail(check: str, params: Dict[str, Any],
-            answers: Dict[str, Any], a: str, b: str) -> Tuple[str, Dict]:
+            answers: Dict[str, Any], a: str, b: str
+            ) -> Tuple[str, Dict[str, Any]]:
     """The one-line detail of a passed check, and its measurements."""
     if check == "transfer":
         sizes = params["sizes"]
@@ -543,18 +546,19 @@ def find_outliers(res: Result) -> Outliers:
     A pair is bad when a check between them failed, when either
     direction's bandwidth is below ``slow_fraction`` of the typical value
     (:func:`_typical`: the median of the hosts' medians), or its latency
-    above ``lat_factor`` times the typical latency.  Then, repeatedly, the host in the most unexplained bad pairs
-    is blamed if at least two of its pairs are bad and more than half of
-    its pairs are; its bad pairs are then explained.  Bad pairs left over
+    above ``lat_factor`` times the typical latency.  Then, repeatedly, the
+    host in the most unexplained bad pairs is blamed if at least two of its
+    pairs are bad and more than half of its pairs are; its bad pairs are
+    then explained.  Bad pairs left over
     are blamed on their link.  A host whose own check failed is blamed
     directly.  Slow pairs fail their ``perf`` case."""
     o = res.outliers
     o.median_bw = _typical(res.bw)
     o.median_lat = _typical(res.lat)
-    pairs_of: Dict[str, set] = {n: set() for n in res.names}
+    pairs_of: Dict[str, Set[Tuple[str, str]]] = {n: set() for n in res.names}
     for c in res.cases:
         if len(c.hosts) == 2:
-            key = tuple(c.hosts)
+            key = (c.hosts[0], c.hosts[1])
             pairs_of[key[0]].add(key)
             pairs_of[key[1]].add(key)
             if not c.ok:

@@ -121,8 +121,9 @@ class Host:
     def __init__(self, spec: HostSpec):
         self.spec = spec
         self.name = spec.name
-        self.gateway = None
-        self.channel = None
+        # (execnet's gateway and channel: execnet has no type hints)
+        self.gateway: Any = None
+        self.channel: Any = None
         self.info: Dict[str, Any] = {}
         #: Why the host is unusable (None while it is fine).
         self.dead: Optional[str] = None
@@ -170,7 +171,7 @@ class Host:
         raise CheckError(self.name, ans[1], ans[2],
                          ans[3] if len(ans) > 3 else "")
 
-    def _receive(self, ch, timeout: float, what: str) -> Any:
+    def _receive(self, ch: Any, timeout: float, what: str) -> Any:
         try:
             return ch.receive(timeout)
         except ch.TimeoutError:
@@ -189,10 +190,11 @@ class Host:
         raise HostError(self.name, why)
 
     def stats(self, timeout: float = 10.0) -> Dict[str, Any]:
-        return self.call("stats", timeout)
+        stats: Dict[str, Any] = self.call("stats", timeout)
+        return stats
 
 
-def _make_gateway(group, host: Host, result: Dict[str, Any]) -> None:
+def _make_gateway(group: Any, host: Host, result: Dict[str, Any]) -> None:
     try:
         gw = group.makegateway(host.spec.spec)
         result["gw"] = gw
@@ -207,7 +209,7 @@ def start_hosts(specs: Sequence[HostSpec], *, timeout: float = 60.0,
                 device: Optional[str] = None,
                 provider: Optional[str] = None,
                 gid_index: Optional[int] = None,
-                group=None) -> Tuple[Any, List[Host]]:
+                group: Any = None) -> Tuple[Any, List[Host]]:
     """Start a gateway and an agent on every host, in parallel, and open
     its device.  A host that fails gets ``dead`` (or ``info["problem"]``)
     set; it is still returned, so that reports can name it.
@@ -276,7 +278,8 @@ def start_hosts(specs: Sequence[HostSpec], *, timeout: float = 60.0,
     return group, hosts
 
 
-def stop_hosts(group, hosts: Sequence[Host], timeout: float = 10.0) -> None:
+def stop_hosts(group: Any, hosts: Sequence[Host],
+               timeout: float = 10.0) -> None:
     """Tell every agent to exit, then end the gateways (killing what does
     not end within *timeout*)."""
     for h in hosts:

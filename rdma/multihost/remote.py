@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import textwrap
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, NoReturn, Optional, Tuple
 
 from rdma.multihost.engine import _both
 from rdma.multihost.hosts import CheckError, Host, HostError
@@ -27,7 +27,7 @@ _keys = itertools.count(1 << 20)
 _QP_TYPES = {2: "RC", 3: "UC", 4: "UD"}
 
 
-def function_source(fn: Callable) -> Tuple[str, str]:
+def function_source(fn: Callable[..., Any]) -> Tuple[str, str]:
     """(source, name) of a module-level function, to run remotely."""
     if not inspect.isfunction(fn):
         raise TypeError(f"expected a function, got {type(fn).__name__}")
@@ -38,7 +38,7 @@ def function_source(fn: Callable) -> Tuple[str, str]:
     return textwrap.dedent(inspect.getsource(fn)), fn.__name__
 
 
-def _raise(e: BaseException):
+def _raise(e: BaseException) -> NoReturn:
     if isinstance(e, CheckError) and e.kind == "AssertionError":
         raise AssertionError(f"on {e.host}: {e.msg}") from None
     raise e
@@ -57,7 +57,7 @@ class RemoteHost:
     def __repr__(self) -> str:
         return f"RemoteHost({self.name!r}, {self.info.get('end_port')})"
 
-    def call(self, fn: Callable, timeout: Optional[float] = None,
+    def call(self, fn: Callable[..., Any], timeout: Optional[float] = None,
              **kwargs: Any) -> Any:
         """Run ``fn(agent, **kwargs)`` on the host and return its result;
         ``agent.end_port``, ``agent.ctx`` (an open Context),
@@ -75,10 +75,11 @@ class RemoteHost:
 class RemoteEnd:
     """One end of a :class:`RemotePair`, on host ``host``."""
 
-    def __init__(self, pair: "RemotePair", host: RemoteHost, info: Dict):
+    def __init__(self, pair: "RemotePair", host: RemoteHost,
+                 info: Dict[str, Any]):
         self.pair, self.host, self.info = pair, host, info
 
-    def run(self, fn: Callable, timeout: Optional[float] = None,
+    def run(self, fn: Callable[..., Any], timeout: Optional[float] = None,
             **kwargs: Any) -> Any:
         """Run ``fn(end, **kwargs)`` where *end* is this end's
         :class:`rdma.pytest_plugin.QPEnd` (``qp``, ``cq``, ``buf``,
@@ -129,9 +130,9 @@ class RemotePair:
         return (f"<RemotePair {kind} {ends[0]} <-> {ends[1]}, {state}, "
                 f"key {self.key}>")
 
-    def run(self, fn_a: Callable, fn_b: Callable,
-            kwargs_a: Optional[Dict] = None,
-            kwargs_b: Optional[Dict] = None,
+    def run(self, fn_a: Callable[..., Any], fn_b: Callable[..., Any],
+            kwargs_a: Optional[Dict[str, Any]] = None,
+            kwargs_b: Optional[Dict[str, Any]] = None,
             timeout: Optional[float] = None) -> Tuple[Any, Any]:
         """Run ``fn_a`` on end a and ``fn_b`` on end b at the same time
         (a ping-pong needs both); return both results."""
@@ -153,7 +154,7 @@ class RemotePair:
     def __enter__(self) -> "RemotePair":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from rdma.multihost.engine import Result
+from rdma.multihost.engine import Case, Result
 
 __all__ = ["write_junit", "table_rows", "matrix_text", "outlier_text",
            "plot"]
@@ -22,9 +22,9 @@ def write_junit(res: Result, path: str) -> None:
               "failures": sum(c.result == "FAILED" for c in res.cases),
               "errors": sum(c.result == "ERROR" for c in res.cases),
               "skipped": sum(c.result == "SKIPPED" for c in res.cases)}
-    suite = ET.Element("testsuite", name="rdma.multihost",
-                       time=f"{res.seconds:.3f}",
-                       **{k: str(v) for k, v in counts.items()})
+    suite = ET.Element("testsuite", {
+        "name": "rdma.multihost", "time": f"{res.seconds:.3f}",
+        **{k: str(v) for k, v in counts.items()}})
     props = ET.SubElement(suite, "properties")
     for h in res.hosts:
         ET.SubElement(props, "property", name=f"host_{h.name}",
@@ -58,7 +58,7 @@ def table_rows(res: Result) -> List[Dict[str, str]]:
     then the pairs in the order of the rounds."""
     order = {n: i for i, n in enumerate(res.names)}
 
-    def key(c):
+    def key(c: Case) -> Tuple[int, List[int]]:
         return (len(c.hosts), [order.get(h, 0) for h in c.hosts])
     return [{"test": f"{c.where}::{c.check}", "result": c.result,
              "detail": c.detail, "time": f"{c.seconds:.3f}"}

@@ -9,7 +9,7 @@ greedily.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Set, Tuple
 
 __all__ = ["all_pairs_rounds", "ring_pairs", "read_pairs", "rounds_of",
            "pairs_for"]
@@ -79,7 +79,7 @@ def rounds_of(pairs: Sequence[Pair]) -> List[List[Pair]]:
     left = list(pairs)
     rounds = []
     while left:
-        busy: set = set()
+        busy: Set[int] = set()
         rnd, rest = [], []
         for a, b in left:
             if a in busy or b in busy:

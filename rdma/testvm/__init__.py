@@ -81,7 +81,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import IO, Iterable, Mapping, Sequence
+from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = [
     "VMException",
@@ -140,7 +140,7 @@ GID_INDEX = 1
 
 _SHARE_TAG = "rdmatestvm"
 _GUEST_SHARE = "/run/rdma-testvm"
-_KILL_AFTER = 5            # guest: SIGKILL this long after the timeout's SIGTERM
+_KILL_AFTER = 5            # guest: SIGKILL this long after the SIGTERM
 _COMMAND_GRACE = 30        # host: extra wait beyond the guest's own timeout
 _SHUTDOWN_TIMEOUT = 30     # host: wait for power-off after the command ended
 _BUILD_TIMEOUT = 300       # host: building the cached vmlinux/initramfs
@@ -152,8 +152,8 @@ _PASS_ENV = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "HOME", "LANG", "LANGUAGE",
 _PASS_ENV_PREFIXES = ("RDMA_", "PYTEST_", "LC_", "PYENV", "PYTHON")
 
 _QEMU = "qemu-system-x86_64"
-_KERNEL_APPEND = ("console=ttyS0 panic=-1 loglevel=4 quiet mitigations=off pci=noacpi "
-                  "cryptomgr.notests tsc=reliable")
+_KERNEL_APPEND = ("console=ttyS0 panic=-1 loglevel=4 quiet mitigations=off "
+                  "pci=noacpi cryptomgr.notests tsc=reliable")
 
 
 # --------------------------------------------------------------------------
@@ -238,15 +238,17 @@ class Requirements:
 # Requirements
 # --------------------------------------------------------------------------
 
-def _version_key(v: str):
-    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-+~]", v)]
+def _version_key(v: str) -> list[tuple[int, int | str]]:
+    return [(0, int(p)) if p.isdigit() else (1, p)
+            for p in re.split(r"[.\-+~]", v)]
 
 
 def _find_qemu() -> str:
     path = shutil.which(_QEMU)
     if not path:
         raise VMUnavailable(
-            f"{_QEMU} not found on PATH: install the Debian package qemu-system-x86")
+            f"{_QEMU} not found on PATH: install the Debian package "
+            f"qemu-system-x86")
     return path
 
 
@@ -313,7 +315,8 @@ def _find_kernel() -> tuple[str, Path, Path]:
     mod_root = Path("/lib/modules")
     boot = Path("/boot")
     wanted = os.environ.get("RDMA_TESTVM_KERNEL")
-    kernels = sorted((p.name[len("vmlinuz-"):] for p in boot.glob("vmlinuz-*")),
+    kernels = sorted((p.name[len("vmlinuz-"):]
+                      for p in boot.glob("vmlinuz-*")),
                      key=_version_key, reverse=True) if boot.is_dir() else []
     if wanted:
         kernels = [k for k in kernels if k == wanted]
@@ -322,7 +325,8 @@ def _find_kernel() -> tuple[str, Path, Path]:
                 f"RDMA_TESTVM_KERNEL={wanted}: no /boot/vmlinuz-{wanted}")
     if not kernels:
         raise VMUnavailable(
-            "no kernel image /boot/vmlinuz-*: install the Debian package linux-image-amd64")
+            "no kernel image /boot/vmlinuz-*: install the Debian package "
+            "linux-image-amd64")
     problems = []
     for kver in kernels:
         moddir = mod_root / kver
@@ -423,7 +427,8 @@ def _remove_stale(directory: Path, prefix: str, keep: Path) -> None:
     may belong to a concurrent run of another version of this module), and
     temp files left by builders that were killed."""
     now = time.time()
-    for p in [*directory.glob(prefix + "*"), *directory.glob(f".{prefix}*.tmp")]:
+    for p in [*directory.glob(prefix + "*"),
+              *directory.glob(f".{prefix}*.tmp")]:
         if p == keep:
             continue
         try:
@@ -503,7 +508,7 @@ def _kernel_image(req: Requirements, cdir: Path, deadline: float) -> Path:
 class _Cpio:
     """Minimal writer for the newc cpio format the kernel unpacks."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.buf = io.BytesIO()
         self.ino = 1
 
@@ -609,7 +614,8 @@ def _initramfs(req: Requirements, cdir: Path) -> Path:
     for name, path in mods:
         cpio.file(f"modules/{name}.ko", _read_module(path))
     cpio.file("modules/order", "".join(
-        f"{n} {_MODULE_PARAMS.get(n, '')}".rstrip() + "\n" for n, _ in mods).encode())
+        f"{n} {_MODULE_PARAMS.get(n, '')}".rstrip() + "\n"
+        for n, _ in mods).encode())
     _atomic_write(target, [cpio.finish()])
     _remove_stale(cdir, "initramfs-", target)
     return target
@@ -641,13 +647,15 @@ def cache_state() -> dict[str, str]:
     if vml.is_file():
         vml_state = f"{vml} (cached)"
     elif vml.with_name(vml.name + ".none").is_file():
-        vml_state = f"{req.vmlinuz} (no PVH-bootable vmlinux inside: slower boot)"
+        vml_state = (f"{req.vmlinuz} (no PVH-bootable vmlinux inside: "
+                     f"slower boot)")
     else:
         vml_state = f"{vml} (not built yet)"
     return {
         "cache_dir": str(cdir),
         "vmlinux": vml_state,
-        "initramfs": f"{initrd} ({'cached' if initrd.is_file() else 'not built yet'})",
+        "initramfs": f"{initrd} "
+                     f"({'cached' if initrd.is_file() else 'not built yet'})",
     }
 
 
@@ -672,13 +680,14 @@ def _parse_memory(memory: str | int) -> str:
 
 def _guest_env(base: Mapping[str, str], extra: Mapping[str, str | None] | None,
                two_host: bool) -> dict[str, str]:
-    env = {}
+    env: dict[str, str] = {}
     for k, v in base.items():
         if k.startswith("RDMA_TESTVM"):
             continue
         if k in _PASS_ENV or k.startswith(_PASS_ENV_PREFIXES):
             env[k] = v
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin")
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin:"
+                   "/usr/local/sbin:/usr/sbin:/sbin")
     env.update({
         "RDMA_TESTVM": "1",
         "RDMA_TESTVM_OUT": f"{_GUEST_SHARE}/out",
@@ -697,13 +706,13 @@ def _guest_env(base: Mapping[str, str], extra: Mapping[str, str | None] | None,
             "RDMA_TESTVM_HOST2_NETDEV": "veth1",
             "RDMA_TESTVM_HOST2_IP": HOST2_ADDR,
         })
-    for k, v in (extra or {}).items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-            raise ValueError(f"bad environment variable name {k!r}")
-        if v is None:
-            env.pop(k, None)
+    for name, val in (extra or {}).items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"bad environment variable name {name!r}")
+        if val is None:
+            env.pop(name, None)
         else:
-            env[k] = str(v)
+            env[name] = str(val)
     return env
 
 
@@ -725,10 +734,10 @@ def _hidden_in_guest(path: str) -> bool:
     return False
 
 
-_libc = None
+_libc: ctypes.CDLL | None = None
 
 
-def _load_libc():
+def _load_libc() -> None:
     global _libc
     if _libc is None:
         try:
@@ -738,9 +747,9 @@ def _load_libc():
             _libc = None
 
 
-def _qemu_preexec(parent: int):
+def _qemu_preexec(parent: int) -> Callable[[], None]:
     """Runs in the forked child: die with the parent (even on SIGKILL)."""
-    def preexec():
+    def preexec() -> None:
         if _libc is not None:
             _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
@@ -748,15 +757,17 @@ def _qemu_preexec(parent: int):
     return preexec
 
 
-def _spawn_qemu(cmd: list[str], log) -> subprocess.Popen:
+def _spawn_qemu(cmd: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
     """Start qemu in its own process group, set up to be SIGKILLed when this
     process dies (even by SIGKILL): util-linux's setpriv sets the parent-death
     signal and execs qemu (same pid); without setpriv, a preexec_fn does."""
-    kw = dict(stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-              start_new_session=True)
+    kw: dict[str, Any] = dict(stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT,
+                              start_new_session=True)
     setpriv = shutil.which("setpriv")
     if setpriv:
-        return subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", *cmd], **kw)
+        return subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", *cmd],
+                                **kw)
     _load_libc()
     return subprocess.Popen(cmd, preexec_fn=_qemu_preexec(os.getpid()), **kw)
 
@@ -812,7 +823,7 @@ class _Streamer:
             pass
 
 
-def _kill(proc: subprocess.Popen | None) -> None:
+def _kill(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is None or proc.poll() is not None:
         return
     try:
@@ -843,7 +854,7 @@ def _command_script(command: Sequence[str] | str, cwd: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _copy_out(tmp: Path, out_dir: str | os.PathLike | None) -> None:
+def _copy_out(tmp: Path, out_dir: str | os.PathLike[str] | None) -> None:
     if out_dir is None:
         return
     src = tmp / "share" / "out"
@@ -853,9 +864,10 @@ def _copy_out(tmp: Path, out_dir: str | os.PathLike | None) -> None:
 
 def run(command: Sequence[str] | str, *, two_host: bool = False,
         timeout: float = 600, boot_timeout: float = 120,
-        memory: str | int = "1G", cpus: int = 2, cwd: str | os.PathLike | None = None,
+        memory: str | int = "1G", cpus: int = 2,
+        cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str | None] | None = None,
-        out_dir: str | os.PathLike | None = None,
+        out_dir: str | os.PathLike[str] | None = None,
         stream: IO[str] | None = None) -> VMResult:
     """Boot the VM, run *command* in it and return a :class:`VMResult`.
 
@@ -896,7 +908,7 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
 
     name = f"rdma-testvm-{uuid.uuid4().hex}"
     tmp = Path(tempfile.mkdtemp(prefix="rdma-testvm-"))
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     try:
         share = tmp / "share"
         share.mkdir()
@@ -921,7 +933,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
         (share / "config.sh").write_text(
             "".join(f"{k}={shlex.quote(v)}\n" for k, v in config.items()))
         (share / "env.sh").write_text(
-            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in guest_env.items()))
+            "".join(f"export {k}={shlex.quote(v)}\n"
+                    for k, v in guest_env.items()))
         (share / "cmd.sh").write_text(script)
 
         qemu_cmd = [
@@ -942,12 +955,12 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
             "-device", f"virtio-9p-pci,fsdev=share,mount_tag={_SHARE_TAG}",
         ]
 
-        def collect(**kw):
+        def collect(**kw: Any) -> dict[str, Any]:
             console = _read_text(console_log)
             return dict(console=console, dmesg=_read_text(share / "dmesg"),
                         output=_read_text(share / "output"), name=name, **kw)
 
-        def vm_failure(what: str):
+        def vm_failure(what: str) -> VMError:
             info = collect()
             console = info["console"]
             panic = re.search(r"Kernel panic - not syncing.*", console)
@@ -989,7 +1002,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     _kill(proc)
-                raise vm_failure(f"qemu exited during boot (status {proc.returncode})")
+                raise vm_failure(f"qemu exited during boot "
+                                 f"(status {proc.returncode})")
             if time.monotonic() > boot_deadline:
                 _kill(proc)
                 info = collect()
@@ -1001,11 +1015,11 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
             time.sleep(_POLL)
         t_ready = time.monotonic()
 
-        # --- the command ------------------------------------------------------
+        # --- the command ---------------------------------------------------
         streamer = _Streamer(share / "output", stream)
         cmd_deadline = t_ready + float(timeout) + _KILL_AFTER + _COMMAND_GRACE
 
-        def finished():
+        def finished() -> bool:
             return _read_text(share / "rc").endswith("\n")
 
         while not finished():
@@ -1016,7 +1030,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
                     break
                 streamer.pump(final=True)
                 raise vm_failure(
-                    f"VM died while the command was running (qemu status {proc.returncode})")
+                    f"VM died while the command was running "
+                    f"(qemu status {proc.returncode})")
             if time.monotonic() > cmd_deadline:
                 _kill(proc)
                 streamer.pump(final=True)
@@ -1030,7 +1045,7 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
         t_done = time.monotonic()
         streamer.pump(final=True)
 
-        # --- shutdown ---------------------------------------------------------
+        # --- shutdown ------------------------------------------------------
         clean = True
         try:
             proc.wait(timeout=_SHUTDOWN_TIMEOUT)
@@ -1062,7 +1077,8 @@ def run(command: Sequence[str] | str, *, two_host: bool = False,
         try:
             _copy_out(tmp, out_dir)
         except OSError as e:
-            exc.add_note(f"(could not copy $RDMA_TESTVM_OUT to {out_dir}: {e})")
+            exc.add_note(f"(could not copy $RDMA_TESTVM_OUT to {out_dir}: "
+                         f"{e})")
         raise
     else:
         try:

@@ -6,6 +6,8 @@ import argparse
 import os
 import signal
 import sys
+from types import FrameType
+from typing import NoReturn, Optional
 
 from . import (EXIT_TIMEOUT, EXIT_UNAVAILABLE, EXIT_VM_FAILURE, VMError,
                VMTimeout, VMUnavailable, cache_state, check_requirements, run)
@@ -25,8 +27,9 @@ exit status:
   {EXIT_UNAVAILABLE}  the VM cannot run here (missing package or kernel)
   2    bad usage
   130/143  interrupted by SIGINT/SIGTERM (the VM is killed)
-(A command that itself exits with {EXIT_TIMEOUT}-{EXIT_UNAVAILABLE} is indistinguishable from
-these; a one-line message on stderr tells them apart.)
+(A command that itself exits with {EXIT_TIMEOUT}-{EXIT_UNAVAILABLE} is
+indistinguishable from these; a one-line message on stderr tells them
+apart.)
 
 example:
   python -m rdma.testvm --two-host --out build/vm -- \\
@@ -40,7 +43,7 @@ class _Terminated(BaseException):
         self.signum = signum
 
 
-def _on_signal(signum, frame):
+def _on_signal(signum: int, frame: Optional[FrameType]) -> NoReturn:
     # Ignore repeats while the VM is being torn down.
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, signal.SIG_IGN)
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--env wants K=V, not {item!r}")
         env[key] = value
 
-    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, _on_signal)
+           for s in (signal.SIGTERM, signal.SIGHUP)}
     res = None
     try:
         res = run(command, two_host=args.two_host, timeout=args.timeout,
@@ -147,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nrdma-testvm: interrupted, VM killed", file=sys.stderr)
         return 130
     except _Terminated as e:
-        print(f"rdma-testvm: got signal {e.signum}, VM killed", file=sys.stderr)
+        print(f"rdma-testvm: got signal {e.signum}, VM killed",
+              file=sys.stderr)
         return 128 + e.signum
     except BrokenPipeError:
         return 141
@@ -164,14 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     return res.returncode
 
 
-def _fail(line: str, e, args) -> None:
+def _fail(line: str, e: BaseException, args: argparse.Namespace) -> None:
     sys.stdout.flush()
-    if args.print_dmesg and getattr(e, "dmesg", ""):
-        sys.stderr.write(e.dmesg)
+    dmesg: str = getattr(e, "dmesg", "")
+    if args.print_dmesg and dmesg:
+        sys.stderr.write(dmesg)
     if args.verbose:
         print(str(e), file=sys.stderr)
-        if getattr(e, "console", ""):
-            print("--- console ---\n" + e.console.rstrip(), file=sys.stderr)
+        console: str = getattr(e, "console", "")
+        if console:
+            print("--- console ---\n" + console.rstrip(), file=sys.stderr)
     print(f"rdma-testvm: {line}", file=sys.stderr)
 
 

@@ -29,9 +29,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List
+from typing import TYPE_CHECKING, Callable, List, Optional, Union
 
 import pytest
+
+if TYPE_CHECKING:
+    import rdma.ibverbs as ibv
+    from rdma.pytest_plugin import RdmaSetup
+
+#: What pytest's ``record_property`` fixture is: record(name, value).
+Record = Callable[[str, object], None]
+#: The data a check compares (what a buffer object or a slice of it is).
+_Data = Union[bytes, bytearray, memoryview]
 
 #: The modules of the suite, in the order they run and are reported.
 MODULES = ("test_ports", "test_transfers", "test_atomics", "test_features",
@@ -77,21 +86,21 @@ def random_bytes(n: int) -> bytes:
     return os.urandom(n)
 
 
-def first_difference(got, want) -> int:
+def first_difference(got: _Data, want: _Data) -> int:
     """Index of the first byte that differs (-1 if none)."""
-    got = memoryview(got).cast("B")
-    want = memoryview(want).cast("B")
-    n = min(len(got), len(want))
+    g = memoryview(got).cast("B")
+    w = memoryview(want).cast("B")
+    n = min(len(g), len(w))
     step = 4096
     for start in range(0, n, step):
-        if got[start:start + step] != want[start:start + step]:
+        if g[start:start + step] != w[start:start + step]:
             for i in range(start, min(start + step, n)):
-                if got[i] != want[i]:
+                if g[i] != w[i]:
                     return i
-    return -1 if len(got) == len(want) else n
+    return -1 if len(g) == len(w) else n
 
 
-def check_data(what: str, got, want) -> None:
+def check_data(what: str, got: _Data, want: _Data) -> None:
     """Assert that *got* == *want*, naming the first differing byte."""
     if memoryview(got) == memoryview(want):
         return
@@ -102,7 +111,8 @@ def check_data(what: str, got, want) -> None:
                          f"{len(want)}: got {g}, expected {w}")
 
 
-def wait_data(what: str, buf, off: int, want, timeout: float = TIMEOUT) -> None:
+def wait_data(what: str, buf: _Data, off: int, want: _Data,
+              timeout: float = TIMEOUT) -> None:
     """Wait until buf[off:off+len(want)] equals *want* (one-sided writes
     land without a completion at the target)."""
     view = memoryview(buf)[off:off + len(want)]
@@ -113,14 +123,14 @@ def wait_data(what: str, buf, off: int, want, timeout: float = TIMEOUT) -> None:
         time.sleep(0.0005)
 
 
-def wc_text(wc) -> str:
+def wc_text(wc: ibv.wc) -> str:
     import rdma.ibverbs as ibv
     return (f"{ibv.wc_status_str(wc.status)}, opcode "
             f"{ibv.wc_opcode_str(wc.opcode)}, byte_len {wc.byte_len}, "
             f"qp {wc.qp_num:#x}, vendor_err {wc.vendor_err:#x}")
 
 
-def check_wc(what: str, wc, opcode=None) -> None:
+def check_wc(what: str, wc: ibv.wc, opcode: Optional[int] = None) -> None:
     """Assert *wc* succeeded (with *opcode*)."""
     import rdma.ibverbs as ibv
     if wc.status != ibv.IBV_WC_SUCCESS:
@@ -131,7 +141,7 @@ def check_wc(what: str, wc, opcode=None) -> None:
                              f"{ibv.wc_opcode_str(opcode)}")
 
 
-def iterations(setup) -> int:
+def iterations(setup: RdmaSetup) -> int:
     """Repetitions of each size (1 with --rdma-quick)."""
     return 1 if setup.quick else 2
 

@@ -21,9 +21,13 @@ validate-subnet`` loads it explicitly.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, Generator
 
 import pytest
+
+if TYPE_CHECKING:
+    from rdma.umad import UMAD
+    from rdma.validation.ib_subnet import Topology
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.fixture(scope="session")
-def ib_umad(pytestconfig) -> Any:
+def ib_umad(pytestconfig: pytest.Config) -> Generator[UMAD, None, None]:
     """A UMAD on the port under test (``--ib-port``)."""
     import rdma.umad
     name = pytestconfig.getoption("ib_port")
@@ -60,14 +64,14 @@ def ib_umad(pytestconfig) -> Any:
 
 
 @pytest.fixture(scope="session")
-def ib_subnet(ib_umad) -> Any:
+def ib_subnet(ib_umad: UMAD) -> Any:
     """The subnet discovered from ``ib_umad``'s port (with the LFDBs)."""
     from rdma.validation.ib_subnet import discover
     return discover(ib_umad)
 
 
 @pytest.fixture(scope="session")
-def ib_topology(pytestconfig) -> Any:
+def ib_topology(pytestconfig: pytest.Config) -> Topology:
     """The expected topology of ``--ib-topology`` (skip without it)."""
     from rdma.validation.ib_subnet import parse_topology
     path = pytestconfig.getoption("ib_topology")
@@ -77,9 +81,9 @@ def ib_topology(pytestconfig) -> Any:
 
 
 @pytest.fixture(scope="session")
-def ib_thresholds(pytestconfig) -> Dict[str, int]:
+def ib_thresholds(pytestconfig: pytest.Config) -> Dict[str, int]:
     """``--ib-threshold`` as ``{counter name: threshold}``."""
-    out = {}
+    out: Dict[str, int] = {}
     for spec in pytestconfig.getoption("ib_threshold"):
         name, sep, value = spec.partition("=")
         if not sep:

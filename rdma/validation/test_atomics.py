@@ -3,6 +3,10 @@ under contention from several QPs on one counter.
 
 The counter is a 64-bit integer in the responder's byte order (the verbs
 rule), 8-byte aligned."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, List, Tuple
+
 import random
 import struct
 import time
@@ -13,6 +17,10 @@ import rdma.ibverbs as ibv
 from rdma.pytest_plugin import poll_cq
 from rdma.validation import TIMEOUT, check_wc, require
 
+if TYPE_CHECKING:
+    from rdma.validation import Record
+    from rdma.pytest_plugin import QPEnd, QPPair, RdmaSetup
+
 pytestmark = [require, pytest.mark.rdma_atomics]
 
 U64 = struct.Struct("=Q")
@@ -20,22 +28,25 @@ MASK = (1 << 64) - 1
 FAA, CAS = ibv.IBV_WR_ATOMIC_FETCH_AND_ADD, ibv.IBV_WR_ATOMIC_CMP_AND_SWP
 
 
-def aligned(end, off: int = 0) -> int:
+def aligned(end: QPEnd, off: int = 0) -> int:
     """The first 8-byte aligned offset >= *off* in end's buffer."""
     return off + (-(end.mr.addr + off)) % 8
 
 
-def atomic(req, resp, opcode: int, remote_off: int, local_off: int,
-           wr_id: int, **kw):
+def atomic(req: QPEnd, resp: QPEnd, opcode: int, remote_off: int,
+           local_off: int, wr_id: int, **kw: Any) -> ibv.send_wr:
     return req.send_wr(opcode, 8, off=local_off, remote=resp,
                        remote_off=remote_off, wr_id=wr_id, **kw)
 
 
-def read_u64(end, off: int) -> int:
-    return U64.unpack_from(end.buf, off)[0]
+def read_u64(end: QPEnd, off: int) -> int:
+    v: int = U64.unpack_from(end.buf, off)[0]
+    return v
 
 
-def test_fetch_add_and_compare_swap(rdma_setup, rdma_pair, record_property):
+def test_fetch_add_and_compare_swap(rdma_setup: RdmaSetup,
+                                    rdma_pair: Callable[..., QPPair],
+                                    record_property: Record) -> None:
     """Each atomic returns the old value and leaves the right new one."""
     pair = rdma_pair(ibv.IBV_QPT_RC, size=256)
     checks = 0
@@ -44,7 +55,7 @@ def test_fetch_add_and_compare_swap(rdma_setup, rdma_pair, record_property):
         roff, loff = aligned(resp, 64), aligned(req, 0)
         value = random.getrandbits(64)
         U64.pack_into(resp.buf, roff, value)
-        steps = [
+        steps: List[Tuple[int, Any]] = [
             (FAA, dict(compare_add=1)),
             (FAA, dict(compare_add=random.getrandbits(64))),     # wraps
             (FAA, dict(compare_add=MASK)),                      # -1
@@ -57,7 +68,8 @@ def test_fetch_add_and_compare_swap(rdma_setup, rdma_pair, record_property):
                 compare = value if kw == "hit" else (value ^ 1)
                 kw = dict(compare_add=compare, swap=swap)
                 expect = swap if compare == value else value
-                name = f"compare-and-swap ({'equal' if compare == value else 'different'})"
+                same = "equal" if compare == value else "different"
+                name = f"compare-and-swap ({same})"
             else:
                 expect = (value + kw["compare_add"]) & MASK
                 name = f"fetch-and-add {kw['compare_add']:#x}"
@@ -80,7 +92,8 @@ def test_fetch_add_and_compare_swap(rdma_setup, rdma_pair, record_property):
                               f"returned, new value in memory)")
 
 
-def _contention_pairs(rdma_pair, n: int, depth: int):
+def _contention_pairs(rdma_pair: Callable[..., QPPair], n: int,
+                      depth: int) -> List[QPPair]:
     first = rdma_pair(ibv.IBV_QPT_RC, size=8 * (depth + 2), depth=depth)
     pairs = [first]
     for _ in range(n - 1):
@@ -89,7 +102,9 @@ def _contention_pairs(rdma_pair, n: int, depth: int):
     return pairs
 
 
-def test_atomics_under_contention(rdma_setup, rdma_pair, record_property):
+def test_atomics_under_contention(rdma_setup: RdmaSetup,
+                                  rdma_pair: Callable[..., QPPair],
+                                  record_property: Record) -> None:
     """Several QPs hammer one counter: every fetch-and-add returns a
     distinct old value, the total is exact, and a compare-and-swap
     increment loop loses no update."""
@@ -104,7 +119,7 @@ def test_atomics_under_contention(rdma_setup, rdma_pair, record_property):
     reqs = [p.a for p in pairs]
     t0 = time.monotonic()
     # 1. fetch-and-add 1, depth outstanding on every QP at once.
-    olds = []
+    olds: List[int] = []
     for r in range(rounds):
         for q in reqs:
             base = aligned(q, 8)
@@ -134,12 +149,14 @@ def test_atomics_under_contention(rdma_setup, rdma_pair, record_property):
     attempts = 0
     deadline = time.monotonic() + 4 * TIMEOUT
     while min(done) < per_qp:
-        assert time.monotonic() < deadline, "compare-and-swap loop made no progress"
+        assert time.monotonic() < deadline, \
+            "compare-and-swap loop made no progress"
         active = [k for k in range(nqp) if done[k] < per_qp]
         for k in active:
             q = reqs[k]
-            q.qp.post_send(atomic(q, target, CAS, roff, aligned(q, 8), attempts,
-                                  compare_add=guess[k], swap=guess[k] + 1))
+            q.qp.post_send(atomic(q, target, CAS, roff, aligned(q, 8),
+                                  attempts, compare_add=guess[k],
+                                  swap=guess[k] + 1))
             attempts += 1
         for k in active:
             q = reqs[k]

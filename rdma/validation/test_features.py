@@ -1,6 +1,10 @@
 """Optional device features: shared receive queues, memory windows and UD
 multicast.  Each test is skipped, with the reason, when the device does
 not have the feature."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
 import random
 
 import pytest
@@ -11,13 +15,20 @@ from rdma.pytest_plugin import GRH_LEN, poll_cq
 from rdma.validation import (GUARD, POISON, TIMEOUT, check_data, check_wc,
                              random_bytes, require)
 
+if TYPE_CHECKING:
+    from rdma.validation import Record
+    from rdma.devices import EndPort
+    from rdma.pytest_plugin import QPPair, RdmaSetup
+
 pytestmark = require
 
 
 @pytest.mark.rdma_srq
 @pytest.mark.parametrize("transport", ["RC", "UD"])
-def test_srq(rdma_setup, rdma_pair, rdma_end_port, record_property,
-             transport):
+def test_srq(rdma_setup: RdmaSetup, rdma_pair: Callable[..., QPPair],
+             rdma_end_port: EndPort,
+             record_property: Record,
+             transport: str) -> None:
     """Receives posted to a shared receive queue serve SENDs of several
     sizes; completions name the QP."""
     qpt = ibv.IBV_QPT_RC if transport == "RC" else ibv.IBV_QPT_UD
@@ -57,7 +68,8 @@ def test_srq(rdma_setup, rdma_pair, rdma_end_port, record_property,
 
 
 @pytest.mark.rdma_mw
-def test_memory_window(rdma_end_port, rdma_pd, record_property):
+def test_memory_window(rdma_end_port: EndPort, rdma_pd: ibv.PD,
+                       record_property: Record) -> None:
     """Memory windows can be allocated (type 1, and type 2 where the device
     says so) and have an rkey."""
     a = rdma_end_port.parent.attr
@@ -78,19 +90,21 @@ def test_memory_window(rdma_end_port, rdma_pd, record_property):
                               f"checked)")
 
 
-def _mgid(end_port, gid_index: int) -> GID:
+def _mgid(end_port: EndPort, gid_index: int) -> GID:
     """A multicast GID of the family of the GID in use."""
     g = bytes(end_port.gids[gid_index])
     if g[:12] == b"\0" * 10 + b"\xff\xff":            # RoCE v2 over IPv4
         return GID(b"\0" * 10 + b"\xff\xff" +
-                   bytes([239, 1, random.randrange(256), random.randrange(1, 255)]))
+                   bytes([239, 1, random.randrange(256),
+                          random.randrange(1, 255)]))
     return GID(bytes([0xff, 0x0e]) + b"\0" * 10 +
                random.getrandbits(32).to_bytes(4, "big"))
 
 
 @pytest.mark.rdma_ud_multicast
-def test_ud_multicast(rdma_setup, rdma_pair, rdma_end_port,
-                      rdma_peer_end_port, record_property):
+def test_ud_multicast(rdma_setup: RdmaSetup, rdma_pair: Callable[..., QPPair],
+                      rdma_end_port: EndPort, rdma_peer_end_port: EndPort,
+                      record_property: Record) -> None:
     """A UD SEND to a multicast group reaches every QP attached to it
     (only with --rdma-multicast: delivery needs multicast routing in the
     fabric, which a basic check should not demand)."""
@@ -109,24 +123,28 @@ def test_ud_multicast(rdma_setup, rdma_pair, rdma_end_port,
     for m in members:
         m.qp.attach_mcast(mgid, 0)
     try:
-        msg = random_bytes(min(512, mtu_to_bytes(rdma_end_port.attr.active_mtu)))
+        msg = random_bytes(min(512,
+                               mtu_to_bytes(rdma_end_port.attr.active_mtu)))
         for m in members:
             m.post_recv(GRH_LEN + len(msg) + GUARD, off=4096, wr_id=77)
         a.buf[0:len(msg)] = msg
+        assert a.path is not None and a.path.qkey is not None
         path = a.path.copy(DGID=mgid, dqpn=0xFFFFFF)
         wr = ibv.send_wr(wr_id=1, opcode=ibv.IBV_WR_SEND,
                          send_flags=ibv.IBV_SEND_SIGNALED,
                          sg_list=a.mr.sge(len(msg), 0), ah=a.pd.ah(path),
                          remote_qpn=0xFFFFFF, remote_qkey=a.path.qkey)
         a.qp.post_send(wr)
-        check_wc("multicast SEND", poll_cq(a.cq, 1, TIMEOUT, "multicast SEND")[0],
+        check_wc("multicast SEND",
+                 poll_cq(a.cq, 1, TIMEOUT, "multicast SEND")[0],
                  ibv.IBV_WC_SEND)
         for k, m in enumerate(members):
             wc = poll_cq(m.cq, 1, 10.0, f"multicast receive on member {k} "
                                         f"(group {mgid})")[0]
             check_wc(f"multicast receive on member {k}", wc, ibv.IBV_WC_RECV)
             check_data(f"multicast message on member {k}",
-                       memoryview(m.buf)[4096 + GRH_LEN:4096 + GRH_LEN + len(msg)],
+                       memoryview(m.buf)[4096 + GRH_LEN:
+                                         4096 + GRH_LEN + len(msg)],
                        msg)
     finally:
         for m in members:

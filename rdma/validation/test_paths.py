@@ -1,5 +1,9 @@
 """Path resolution: the local one (RoCE GIDs, the software fabric's own
 addressing) always; SA PathRecords where a subnet manager exists."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import pickle
 
 import rdma.path
@@ -7,10 +11,17 @@ from rdma.path import IBPath
 from rdma.pytest_plugin import path_between
 from rdma.validation import require
 
+if TYPE_CHECKING:
+    from rdma.validation import Record
+    import rdma.ibverbs as ibv
+    from rdma.devices import EndPort
+    from rdma.pytest_plugin import RdmaSetup
+    from rdma.umad import UMAD
+
 pytestmark = require
 
 
-def _check_path(p, ep, peer, what):
+def _check_path(p: IBPath, ep: EndPort, peer: EndPort, what: str) -> None:
     a = ep.attr
     assert p.end_port == ep, f"{what}: end port {p.end_port}"
     assert 1 <= p.MTU <= a.active_mtu, (
@@ -25,8 +36,10 @@ def _check_path(p, ep, peer, what):
             f"{what}: DLID {p.DLID}, {peer} has LID {peer.lid}")
 
 
-def test_local_path_resolution(rdma_setup, rdma_end_port, rdma_peer_end_port,
-                               rdma_ctx, record_property):
+def test_local_path_resolution(rdma_setup: RdmaSetup, rdma_end_port: EndPort,
+                               rdma_peer_end_port: EndPort,
+                               rdma_ctx: ibv.Context,
+                               record_property: Record) -> None:
     """resolve_path() without an SA gives complete paths both ways that
     make address handles, survive pickling and reverse into each other."""
     ep, peer = rdma_end_port, rdma_peer_end_port
@@ -50,12 +63,14 @@ def test_local_path_resolution(rdma_setup, rdma_end_port, rdma_peer_end_port,
     assert q == pa, f"path changed through pickle: {q!r} != {pa!r}"
     r = pa.copy().reverse(for_reply=False)
     if ep.link_layer == "Ethernet":
-        assert (r.SGID, r.DGID) == (pa.DGID, pa.SGID), "reverse() kept the GIDs"
+        assert (r.SGID, r.DGID) == (pa.DGID, pa.SGID), \
+            "reverse() kept the GIDs"
     record_property("detail", str(pa))
 
 
-def test_sa_path_record(rdma_setup, rdma_sa, rdma_peer_end_port,
-                        record_property):
+def test_sa_path_record(rdma_setup: RdmaSetup, rdma_sa: UMAD,
+                        rdma_peer_end_port: EndPort,
+                        record_property: Record) -> None:
     """The SA answers PathRecord queries to this port and to the peer, with
     LIDs, MTU and P_Key that match the ports."""
     ep = rdma_sa.end_port
@@ -70,10 +85,13 @@ def test_sa_path_record(rdma_setup, rdma_sa, rdma_peer_end_port,
         except Exception as e:
             raise AssertionError(f"the SA could not resolve a path {ep} -> "
                                  f"{dst}: {e}") from None
-        assert p.SLID == ep.lid, f"PathRecord SLID {p.SLID}, {ep} has {ep.lid}"
-        assert p.DLID == dst.lid, f"PathRecord DLID {p.DLID}, {dst} has {dst.lid}"
+        assert p.SLID == ep.lid, \
+            f"PathRecord SLID {p.SLID}, {ep} has {ep.lid}"
+        assert p.DLID == dst.lid, \
+            f"PathRecord DLID {p.DLID}, {dst} has {dst.lid}"
         assert p.MTU <= ep.attr.active_mtu, (
-            f"PathRecord MTU {p.MTU} above the active MTU {ep.attr.active_mtu}")
+            f"PathRecord MTU {p.MTU} above the active MTU "
+            f"{ep.attr.active_mtu}")
         assert p.pkey & 0x7FFF in [k & 0x7FFF for k in ep.pkeys], (
             f"PathRecord P_Key {p.pkey:#x} is not in {ep}'s table")
         found.append(f"{p.SLID}->{p.DLID} MTU {p.MTU} SL {p.SL}")

@@ -1,16 +1,26 @@
 """The end ports: found, ACTIVE, with sane GID and P_Key tables."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Tuple
+
 import pytest
 
-from rdma.pytest_plugin import (default_gid_index, describe_gids,
+from rdma.pytest_plugin import (describe_gids,
                                 gid_problem, port_problem)
 from rdma.validation import MAX_SIZE, fmt_size, require
+
+if TYPE_CHECKING:
+    from rdma.validation import Record
+    from rdma.devices import EndPort
+    from rdma.pytest_plugin import RdmaSetup
 
 pytestmark = require
 
 _GID_TYPES = {0: "IB", 1: "RoCE v1", 2: "RoCE v2"}
 
 
-def _ports(setup, ep, peer):
+def _ports(setup: RdmaSetup, ep: EndPort,
+           peer: EndPort) -> List[Tuple[EndPort, int]]:
     """(end port, GID index) of each port under test."""
     out = [(ep, setup.gid_index())]
     if peer != ep:
@@ -18,8 +28,10 @@ def _ports(setup, ep, peer):
     return out
 
 
-def test_device(rdma_setup, rdma_end_port, rdma_peer_end_port,
-                record_property, record_testsuite_property):
+def test_device(rdma_setup: RdmaSetup, rdma_end_port: EndPort,
+                rdma_peer_end_port: EndPort,
+                record_property: Record,
+                record_testsuite_property: Record) -> None:
     """The device opens and reports usable limits."""
     import rdma
     details = []
@@ -36,8 +48,8 @@ def test_device(rdma_setup, rdma_end_port, rdma_peer_end_port,
         if a.max_mr_size < 2 * MAX_SIZE:
             problems.append(f"max_mr_size {a.max_mr_size} < 2 MiB")
         assert not problems, f"{ep.parent}: " + ", ".join(problems)
-        details.append(f"{ep.parent} ({ep.provider}, {ep.parent.transport_name}"
-                       f", fw {a.fw_ver or '-'})")
+        details.append(f"{ep.parent} ({ep.provider}, "
+                       f"{ep.parent.transport_name}, fw {a.fw_ver or '-'})")
     idx = rdma_setup.gid_index()
     record_testsuite_property("rdma_end_port", str(rdma_end_port))
     record_testsuite_property("rdma_provider", rdma_end_port.provider)
@@ -49,7 +61,8 @@ def test_device(rdma_setup, rdma_end_port, rdma_peer_end_port,
     record_property("detail", "; ".join(details))
 
 
-def test_port_active(rdma_end_port, rdma_peer_end_port, record_property):
+def test_port_active(rdma_end_port: EndPort, rdma_peer_end_port: EndPort,
+                     record_property: Record) -> None:
     """Every port under test is ACTIVE (physical link up)."""
     details = []
     for ep in {rdma_end_port: 0, rdma_peer_end_port: 0}:
@@ -64,20 +77,24 @@ def test_port_active(rdma_end_port, rdma_peer_end_port, record_property):
     record_property("detail", "; ".join(details))
 
 
-def test_port_limits(rdma_end_port, rdma_peer_end_port, record_property):
+def test_port_limits(rdma_end_port: EndPort, rdma_peer_end_port: EndPort,
+                     record_property: Record) -> None:
     """The ports carry 1 MiB messages and their MTU is valid."""
     for ep in {rdma_end_port: 0, rdma_peer_end_port: 0}:
         a = ep.attr
-        assert 1 <= a.active_mtu <= 5, f"{ep}: invalid active MTU {a.active_mtu}"
+        assert 1 <= a.active_mtu <= 5, \
+            f"{ep}: invalid active MTU {a.active_mtu}"
         assert a.active_mtu <= a.max_mtu, \
             f"{ep}: active MTU {a.active_mtu} above max MTU {a.max_mtu}"
         assert a.max_msg_sz >= MAX_SIZE, \
             f"{ep}: max_msg_sz {a.max_msg_sz} is below 1 MiB"
-    record_property("detail", f"max_msg_sz {fmt_size(rdma_end_port.attr.max_msg_sz)}")
+    record_property("detail", f"max_msg_sz "
+                              f"{fmt_size(rdma_end_port.attr.max_msg_sz)}")
 
 
-def test_gid_table(rdma_setup, rdma_end_port, rdma_peer_end_port,
-                   record_property):
+def test_gid_table(rdma_setup: RdmaSetup, rdma_end_port: EndPort,
+                   rdma_peer_end_port: EndPort,
+                   record_property: Record) -> None:
     """GID tables: the default GID (index 0) is set, no GID appears twice,
     types fit the link layer, InfiniBand GIDs carry the port GUID."""
     details = []
@@ -90,18 +107,21 @@ def test_gid_table(rdma_setup, rdma_end_port, rdma_peer_end_port,
                          "is it up?)" if ep.link_layer == "Ethernet" else ""))
         assert ep.gids[0], (f"GID index 0 (the default GID) of {ep} is empty;"
                             f" non-empty GIDs: {describe_gids(ep)}")
-        seen = {}
+        seen: Dict[Tuple[bytes, int], int] = {}
         for i, g, t in gids:
             key = (bytes(g), t)
             assert key not in seen, (f"{ep}: GID {g} ({_GID_TYPES.get(t, t)})"
                                      f" is at index {seen[key]} and {i}")
             seen[key] = i
         if ep.link_layer == "Ethernet":
-            bad = [f"{i} {g} (type {t})" for i, g, t in gids if t not in (1, 2)]
-            assert not bad, f"{ep}: RoCE GIDs of no RoCE type: {', '.join(bad)}"
+            bad = [f"{i} {g} (type {t})" for i, g, t in gids
+                   if t not in (1, 2)]
+            assert not bad, \
+                f"{ep}: RoCE GIDs of no RoCE type: {', '.join(bad)}"
         elif ep.provider == "verbs":
             guid = bytes(ep.gids[0])[8:]
-            assert guid != b"\0" * 8, f"{ep}: GID 0 {ep.gids[0]} has no port GUID"
+            assert guid != b"\0" * 8, \
+                f"{ep}: GID 0 {ep.gids[0]} has no port GUID"
             bad = [f"{i} {g}" for i, g, t in gids if bytes(g)[8:] != guid]
             assert not bad, (f"{ep}: GIDs with another interface ID than "
                              f"GID 0 ({ep.gids[0]}): {', '.join(bad)}")
@@ -109,8 +129,9 @@ def test_gid_table(rdma_setup, rdma_end_port, rdma_peer_end_port,
     record_property("detail", "; ".join(details))
 
 
-def test_gid_index(rdma_setup, rdma_end_port, rdma_peer_end_port,
-                   record_property):
+def test_gid_index(rdma_setup: RdmaSetup, rdma_end_port: EndPort,
+                   rdma_peer_end_port: EndPort,
+                   record_property: Record) -> None:
     """The GID index in use (--rdma-gid-index, or the default) holds a GID
     that can source traffic."""
     details = []
@@ -134,7 +155,8 @@ def test_gid_index(rdma_setup, rdma_end_port, rdma_peer_end_port,
     record_property("detail", "; ".join(details))
 
 
-def test_pkey_table(rdma_end_port, rdma_peer_end_port, record_property):
+def test_pkey_table(rdma_end_port: EndPort, rdma_peer_end_port: EndPort,
+                    record_property: Record) -> None:
     """The default partition (0xFFFF, or 0x7FFF limited) is in the P_Key
     table."""
     for ep in {rdma_end_port: 0, rdma_peer_end_port: 0}:
@@ -146,8 +168,9 @@ def test_pkey_table(rdma_end_port, rdma_peer_end_port, record_property):
                               f"{rdma_end_port.pkeys[0]:#06x}")
 
 
-def test_peer_reachable(rdma_setup, rdma_end_port, rdma_peer_end_port,
-                        record_property):
+def test_peer_reachable(rdma_setup: RdmaSetup, rdma_end_port: EndPort,
+                        rdma_peer_end_port: EndPort,
+                        record_property: Record) -> None:
     """Two ports: same link layer, and the peer's GID/LID is usable."""
     if rdma_peer_end_port == rdma_end_port:
         pytest.skip(f"loopback on {rdma_end_port} (give --rdma-peer-device "

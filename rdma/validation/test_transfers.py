@@ -1,5 +1,9 @@
 """Every verb of RC, UC and UD at message sizes from 1 B to 1 MiB, with the
 data verified byte for byte (and the bytes after it left untouched)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
 import random
 import time
 
@@ -12,6 +16,11 @@ from rdma.validation import (GUARD, MAX_SIZE, POISON, TIMEOUT, check_data,
                              check_wc, fmt_size, iterations, message_sizes,
                              mib_per_s, random_bytes, require, volume,
                              wait_data)
+
+if TYPE_CHECKING:
+    from rdma.validation import Record
+    from rdma.devices import EndPort
+    from rdma.pytest_plugin import QPEnd, QPPair, RdmaSetup
 
 pytestmark = require
 
@@ -38,14 +47,15 @@ class Transfer:
     Each end's buffer holds a source area at 0 and a target area at
     ``area`` (a GRH, the largest message and a guard)."""
 
-    def __init__(self, pair, transport: str, verb: str, max_size: int):
+    def __init__(self, pair: QPPair, transport: str, verb: str,
+                 max_size: int):
         self.pair = pair
         self.transport = transport
         self.verb = verb
         self.ud = transport == "UD"
         self.area = GRH_LEN + max_size + GUARD
 
-    def run(self, src, dst, size: int, what: str) -> None:
+    def run(self, src: QPEnd, dst: QPEnd, size: int, what: str) -> None:
         verb, area = self.verb, self.area
         data = random_bytes(size)
         imm = random.getrandbits(32)
@@ -60,12 +70,12 @@ class Transfer:
             # dst reads src: the reply lands in dst's target area.
             wr = dst.send_wr(ibv.IBV_WR_RDMA_READ, size, off=area,
                              remote=src, remote_off=0, wr_id=7)
-            initiator, responder = dst, src
+            initiator = dst
         else:
             kw = {"imm_data": imm} if verb.endswith("WITH_IMM") else {}
             wr = src.send_wr(OPCODES[verb], size, off=0, remote=dst,
                              remote_off=area, wr_id=7, **kw)
-            initiator, responder = src, dst
+            initiator = src
         consumes_recv = verb in ("SEND", "SEND_WITH_IMM",
                                  "RDMA_WRITE_WITH_IMM")
         if consumes_recv:
@@ -124,8 +134,10 @@ class Transfer:
 
 @pytest.mark.parametrize("transport,verb", CASES,
                          ids=[f"{t}-{v}" for t, v in CASES])
-def test_transfer(rdma_setup, rdma_pair, rdma_end_port, rdma_peer_end_port,
-                  record_property, transport, verb):
+def test_transfer(rdma_setup: RdmaSetup, rdma_pair: Callable[..., QPPair],
+                  rdma_end_port: EndPort, rdma_peer_end_port: EndPort,
+                  record_property: Record,
+                  transport: str, verb: str) -> None:
     """One verb on one transport, every size, both directions."""
     mtu = mtu_to_bytes(min(rdma_end_port.attr.active_mtu,
                            rdma_peer_end_port.attr.active_mtu))
@@ -160,8 +172,10 @@ def test_transfer(rdma_setup, rdma_pair, rdma_end_port, rdma_peer_end_port,
 
 
 @pytest.mark.parametrize("transport", ["RC", "UC", "UD"])
-def test_burst(rdma_setup, rdma_pair, rdma_end_port, record_property,
-               transport):
+def test_burst(rdma_setup: RdmaSetup, rdma_pair: Callable[..., QPPair],
+               rdma_end_port: EndPort,
+               record_property: Record,
+               transport: str) -> None:
     """Many SENDs outstanding at once (one post_send of a list), arriving
     in order with their data."""
     mtu = mtu_to_bytes(rdma_end_port.attr.active_mtu)
@@ -172,7 +186,8 @@ def test_burst(rdma_setup, rdma_pair, rdma_end_port, record_property,
     a, b = pair.a, pair.b
     rounds = 1 if rdma_setup.quick else 3
     for r in range(rounds):
-        msgs = [random_bytes(1 + (i * 997 + r * 31) % size) for i in range(depth)]
+        msgs = [random_bytes(1 + (i * 997 + r * 31) % size)
+                for i in range(depth)]
         for i in range(depth):
             b.post_recv(slot, off=depth * slot + i * slot, wr_id=100 + i)
         wrs = []

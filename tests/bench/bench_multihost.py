@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "multihost"))
 from netns import Cluster  # noqa: E402
 
 from rdma.multihost import engine, schedule  # noqa: E402
-from rdma.multihost.hosts import parse_spec, start_hosts, stop_hosts  # noqa
+from rdma.multihost.hosts import parse_spec, start_hosts, stop_hosts  # noqa: E402
 
 
 def one(n: int, quick: bool) -> dict:

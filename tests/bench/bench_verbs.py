@@ -163,9 +163,10 @@ def stream(a: End, b: End, opcode: int, size: int, window: int, api: str,
 
 def pingpong(a: End, b: End, size: int, api: str, seconds: float):
     """Round trips A->B->A of *size*-byte SENDs; return (iters, seconds)."""
-    mk = (lambda e: ibv.send_wr(wr_id=1, sg_list=e.mr.sge(length=size),
-                                opcode=ibv.IBV_WR_SEND,
-                                send_flags=ibv.IBV_SEND_SIGNALED))
+    def mk(e):
+        return ibv.send_wr(wr_id=1, sg_list=e.mr.sge(length=size),
+                           opcode=ibv.IBV_WR_SEND,
+                           send_flags=ibv.IBV_SEND_SIGNALED)
     wa, wb = mk(a), mk(b)
     ra = ibv.recv_wr(wr_id=2, sg_list=a.mr.sge(length=size))
     rb = ibv.recv_wr(wr_id=2, sg_list=b.mr.sge(length=size))

@@ -60,7 +60,8 @@ def run_results(cmd, timeout, env=None) -> list[dict]:
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                          env={**os.environ, **(env or {})}, cwd=ROOT)
     if res.returncode != 0:
-        log(f"FAILED {' '.join(map(str, cmd))} ({res.returncode}):\n{res.stderr[-2000:]}")
+        log(f"FAILED {' '.join(map(str, cmd))} ({res.returncode}):\n"
+            f"{res.stderr[-2000:]}")
         return []
     return [json.loads(line[7:]) for line in res.stdout.splitlines()
             if line.startswith("RESULT ")]
@@ -111,7 +112,8 @@ def client_server(server_cmd, client_cmd, timeout=120):
         deadline = time.monotonic() + 30
         while not _listening(int(port)):
             if srv.poll() is not None or time.monotonic() > deadline:
-                log(f"server {server_cmd[0]} not listening: {srv.communicate()[1][-500:]}")
+                log(f"server {server_cmd[0]} not listening: "
+                    f"{srv.communicate()[1][-500:]}")
                 return None
             time.sleep(0.02)
         cli = subprocess.run(client_cmd + ["-p", port, "127.0.0.1"],
@@ -293,7 +295,8 @@ def render(results, reps) -> str:
         c_mid = _median(results, "c-loop", mode, phase="interleaved")
         c_after = _median(results, "c-loop", mode, phase="after")
         lines += [f"## {TITLE[mode]} ({unit})", "",
-                  "| implementation | API | value | vs C loop | vs pyverbs (same API) |",
+                  "| implementation | API | value | vs C loop "
+                  "| vs pyverbs (same API) |",
                   "|---|---|---|---|---|",
                   f"| C loop (before / interleaved / after) | - | "
                   f"{fmt(c_before, key)} / {fmt(c_mid, key)} / "
@@ -319,7 +322,8 @@ def render(results, reps) -> str:
                 v = _median(results, impl, mode)
                 vc = (v / c_all if higher else c_all / v) if (c_all and v) else None
                 lines.append(f"| {impl} (2 processes) | {rows[0]['api']} | "
-                             f"{fmt(v, key)} | {'n/a' if vc is None else f'{vc:.2f}x'} | |")
+                             f"{fmt(v, key)} | "
+                             f"{'n/a' if vc is None else f'{vc:.2f}x'} | |")
         vc = _pair_ratio(results, mode, "ibtool pingpong rc", "ibv_rc_pingpong")
         if vc is not None:
             lines.append(f"| ibtool pingpong rc vs ibv_rc_pingpong (2 processes,"
@@ -330,7 +334,9 @@ def render(results, reps) -> str:
               "pyverbs they are medians of per-round ratios (each round runs "
               "the C loop, rdma and pyverbs back to back), for the C tools "
               "ratios of medians.",
-              "The two-process ping-pong ratio is the median over the runs (before, each round, after) of ibv_rc_pingpong's time over ours, measured back to back. "
+              "The two-process ping-pong ratio is the median over the runs "
+              "(before, each round, after) of ibv_rc_pingpong's time over "
+              "ours, measured back to back. "
               "Goals: latency and bandwidth within 10% of C (>= 0.90x), message "
               "rate >= 3x pyverbs."]
     return "\n".join(lines)

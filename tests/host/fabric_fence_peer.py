@@ -12,7 +12,6 @@ runs inside post_send), then reports its completion status.
 Both speak JSON lines (fabric_helpers.PeerProcess).
 """
 import json
-import os
 import sys
 
 import numpy as np

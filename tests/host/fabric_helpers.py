@@ -426,7 +426,8 @@ def peer_main(role: str) -> int:
     _emit({"ready": True})
     _read()                                    # the responder is ready
     def wr(op, off, length, roff, **kw):
-        return ibv.send_wr(wr_id=off, opcode=op, sg_list=s.mr.sge(length=length, off=off),
+        return ibv.send_wr(wr_id=off, opcode=op,
+                           sg_list=s.mr.sge(length=length, off=off),
                            remote_addr=other[1] + roff, rkey=other[2],
                            send_flags=ibv.IBV_SEND_SIGNALED, **kw)
     if role == "requester":

@@ -542,8 +542,9 @@ ADOPT_TOOLS = {"ib_write_bw": "fast_write", "ib_read_bw": "fast_read",
 @pytest.mark.parametrize("tool", sorted(ADOPT_TOOLS))
 def test_perftest_adopted_memory_goes_one_sided(env, monkeypatch, tool):
     """perftest's own buffers (``ibv_reg_mr`` of page-aligned heap or mmap
-    memory) are adopted into UCX memory (RDMA_UCX_ADOPT=1, the default): the client's WRITEs, READs or atomics take the one-sided
-    fast path and the server's node executes no request for them."""
+    memory) are adopted into UCX memory (RDMA_UCX_ADOPT=1, the default):
+    the client's WRITEs, READs or atomics take the one-sided fast path and
+    the server's node executes no request for them."""
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed (Debian package perftest)")
     monkeypatch.setenv("RDMA_UCX_DIR", env["RDMA_UCX_DIR"])

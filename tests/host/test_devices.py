@@ -154,3 +154,17 @@ def test_unknown_provider_lists_the_choices():
         rdma.get_end_port(provider=5)
     with pytest.raises(TypeError):
         rdma.get_device(3.0)
+
+
+def test_gmp_mad_through_verbs_closes_the_context_it_opened(ep):
+    """get_gmp_mad on a port without umad, given a path, opens a Context
+    for its rdma.vmad.VMAD: closing the VMAD closes that Context too
+    (python-rdma's behaviour; a misspelt flag once leaked it)."""
+    import rdma.path
+    path = rdma.path.IBPath(ep, DLID=ep.lid or 1, dqpn=1,
+                            qkey=0x80010000)
+    g = rdma.get_gmp_mad(ep, path=path)
+    ctx = g._ctx
+    assert ctx is not None and not ctx.closed
+    g.close()
+    assert ctx.closed

@@ -2,7 +2,6 @@
 documents every public name of rdma and rdma.ibverbs."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

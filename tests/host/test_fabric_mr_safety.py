@@ -20,8 +20,6 @@ software fabric (issue 21; csrc/fabric/mr.c, adopt.c).
 The C checks (tests/host/mr_safety.c) run through the verbs front end,
 one process per check, with a QP connected to itself as the peer.
 """
-import ctypes
-import errno
 import mmap
 import os
 import subprocess

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from test_fabric_onesided import SHM, Peer, _ibv, pat, post_ok, wr  # noqa
+from test_fabric_onesided import SHM, Peer, _ibv, pat, post_ok, wr  # noqa: F401
 from test_fabric_onesided import pair  # noqa: F401  (the fixture)
 
 

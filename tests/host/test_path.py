@@ -8,7 +8,7 @@ import rdma
 import rdma.ibverbs as ibv
 from rdma import IBA
 from rdma.IBA import GID
-from rdma.path import IBPath, from_string, from_spec_string
+from rdma.path import IBPath, from_string
 
 
 class PortStandIn:

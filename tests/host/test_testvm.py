@@ -283,7 +283,8 @@ ibv_rc_pingpong -d rxe1 -g 1 -n 1000 > /tmp/srv.log 2>&1 &
 srv=$!
 ok=no
 for i in $(seq 1 50); do
-    if ibv_rc_pingpong -d rxe2 -g 1 -n 1000 "$RDMA_TESTVM_HOST1_IP" > /tmp/cli.log 2>&1; then
+    if ibv_rc_pingpong -d rxe2 -g 1 -n 1000 "$RDMA_TESTVM_HOST1_IP" \
+            > /tmp/cli.log 2>&1; then
         ok=yes; break
     fi
     sleep 0.2

@@ -13,7 +13,6 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-import pytest
 
 from conftest import run_env
 from rdma.multihost import engine, schedule

@@ -50,9 +50,9 @@ def port_infos_sync(u, lids):
 
 def dr_walk(u):
     """A directed-route walk of the whole fabric: a coroutine per node
-    found (queued while the scheduler runs), a nested one for its ports.  Returns the sorted node
-    GUIDs, the links as (guid, port, peer guid, peer port), and the
-    scheduler's peak outstanding."""
+    found (queued while the scheduler runs), a nested one for its ports.
+    Returns the sorted node GUIDs, the links as (guid, port, peer guid,
+    peer port), and the scheduler's peak outstanding."""
     sched = rdma.sched.MADSchedule(u)
     seen = {}
     links = set()

@@ -236,9 +236,9 @@ def test_partial_discovery_calls(started):
         sw = res[mode]
         assert nodes[sw["guid"]][0] == "Switch"
         assert sw["lid"] == lids[(sw["guid"], 0)]
-        want = sorted([p, rg, rp] for l in links for (g, p) in l
+        want = sorted([p, rg, rp] for lk in links for (g, p) in lk
                       if g == sw["guid"]
-                      for (rg, rp) in l if (rg, rp) != (g, p))
+                      for (rg, rp) in lk if (rg, rp) != (g, p))
         assert sw["peers"] == want, mode
     by_lid = {lid: (g, port) for lid, g, port in res["by_lid"]}
     assert by_lid == {lid: key for key, lid in lids.items()}
@@ -344,8 +344,8 @@ def test_node_that_does_not_answer(started):
     descs = sorted(n[2] for n in got[0].values())
     assert descs == ["Hca1", "Hca2", "Hca3", "Switch1"]
     # Everything else is there, links included.
-    assert got[1] == {l for l in full[1]
-                      if not any(full[0][g][2] == "Hca4" for g, _ in l)}
+    assert got[1] == {lk for lk in full[1]
+                      if not any(full[0][g][2] == "Hca4" for g, _ in lk)}
     assert took < 30
     # It answers again.
     assert_same(full, ours(discover(f)))

@@ -619,8 +619,7 @@ def _linkinfo_blocks(text):
     nodes is discovery order."""
     blocks, cur = [], None
     for line in text.splitlines():
-        if line.startswith(("Switch: ", "CA: ", "Router: ")) or \
-                line.startswith("0x"):
+        if line.startswith(("Switch: ", "CA: ", "Router: ", "0x")):
             cur = [line]
             blocks.append(cur)
         elif cur is not None and line.strip():

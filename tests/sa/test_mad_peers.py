@@ -11,7 +11,6 @@ import os
 import select
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 

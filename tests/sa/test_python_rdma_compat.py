@@ -15,7 +15,6 @@ value: each test parses both outputs and compares the fields they share.
 """
 import os
 import re
-import sys
 
 import pytest
 

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import rdma
 import rdma.ibverbs as ibv
 from verbs_fixtures import (Side, connect, check_ok, differs, poll_cq,
-                            expect_no_completion, qp_state, run_py, wait_for)
+                            qp_state, run_py, wait_for)
 
 pytest_plugins = ["verbs_fixtures"]
 

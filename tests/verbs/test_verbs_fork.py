@@ -16,7 +16,6 @@ import select
 import signal
 import time
 
-import pytest
 
 import rdma
 import rdma.ibverbs as ibv

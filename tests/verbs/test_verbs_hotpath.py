@@ -132,7 +132,8 @@ def test_mr_keeps_unreferenced_buffer_alive(pair_factory):
     an RDMA READ from it later returns the original bytes."""
     a, b = pair_factory(RC)
     data = pattern(256, 5)
-    mr = b.pd.mr(bytearray(data), ibv.IBV_ACCESS_REMOTE_READ | ibv.IBV_ACCESS_LOCAL_WRITE)
+    mr = b.pd.mr(bytearray(data),
+                 ibv.IBV_ACCESS_REMOTE_READ | ibv.IBV_ACCESS_LOCAL_WRITE)
     gc.collect()
     junk = [bytearray(256) for _ in range(1000)]    # reuse freed memory, if any
     a.qp.post_send(ibv.send_wr(wr_id=1, opcode=ibv.IBV_WR_RDMA_READ,

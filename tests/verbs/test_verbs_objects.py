@@ -2,7 +2,6 @@
 memory registration of every kind of buffer, and lifetime (ordered close,
 close in any order, use after close, GC without close, ASan).
 """
-import ctypes
 import errno
 import gc
 import mmap

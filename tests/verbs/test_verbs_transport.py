@@ -264,7 +264,7 @@ def test_inline(pair_factory, transport, op):
     a.buf[:40] = b"\x00" * 40             # too late to change what is sent
     check_ok(poll_cq(a.send_cq)[0], wr_id=8)
     if op.startswith("SEND"):
-        wc = check_ok(poll_cq(b.recv_cq)[0], ibv.IBV_WC_RECV)
+        check_ok(poll_cq(b.recv_cq)[0], ibv.IBV_WC_RECV)
         off = 1024 + (GRH_LEN if transport == "UD" else 0)
         assert bytes(b.buf[off:off + 40]) == data
     else:

@@ -233,7 +233,8 @@ def run_peer(kind: str, *, server: bool, host: str = "127.0.0.1",
             if got != want:
                 diff = next(i for i in range(size) if got[i] != want[i])
                 raise PeerError(f"message {k}: first difference at byte {diff}: "
-                                f"{got[diff:diff + 8].hex()} != {want[diff:diff + 8].hex()}")
+                                f"{got[diff:diff + 8].hex()} != "
+                                f"{want[diff:diff + 8].hex()}")
         if ah is not None:
             ah.close()
         qp.close()

@@ -13,14 +13,14 @@ the requester can tell this agent's answer from anything else; the reply
 leaves from the GID index the request arrived on (RoCE needs a GRH from
 a GID of the right address family).
 """
-
-MARK = 0x42
 import sys
 import time
 
 import rdma
 import rdma.IBA as IBA
 import rdma.umad
+
+MARK = 0x42
 
 
 def main() -> int:

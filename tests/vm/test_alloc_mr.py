@@ -2,7 +2,6 @@
 import gc
 import os
 
-import pytest
 
 import rdma
 import rdma.ibverbs as ibv

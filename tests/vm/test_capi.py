@@ -1,6 +1,5 @@
 """The C API (rdma/include/pyrdma.h, rdma/capi.pxd) used from Cython."""
 import os
-import struct
 import sys
 
 import pytest

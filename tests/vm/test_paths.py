@@ -295,7 +295,8 @@ def test_asyncio_ping_pong_no_busy_loop(end_port, ctx):
         pb.dqpsn, pa.dqpsn = pa.sqpsn, pb.sqpsn
         qa.establish(pa)
         qb.establish(pb)
-        bufa, bufb = rdma.vtools.BufferPool(pd, 8, 64), rdma.vtools.BufferPool(pd, 8, 64)
+        bufa = rdma.vtools.BufferPool(pd, 8, 64)
+        bufb = rdma.vtools.BufferPool(pd, 8, 64)
         bufa.post_recvs(qa, 4)
         bufb.post_recvs(qb, 4)
         rounds = 10

@@ -1,7 +1,7 @@
 """Both build variants on the real device, and the ASan build clean."""
 import pytest
 
-from conftest import run_py, run
+from conftest import run_py
 
 QUERY = (
     "import rdma, rdma._ibverbs as m\n"

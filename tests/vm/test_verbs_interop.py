@@ -5,7 +5,6 @@ data byte order against pyverbs (Debian's /usr/bin/python3)."""
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -51,7 +50,8 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30):
     while not listening(port):
         if proc.poll() is not None:
             out, err = proc.communicate()
-            raise AssertionError(f"C server exited early ({proc.returncode}):\n{out}\n{err}")
+            raise AssertionError(f"C server exited early "
+                                 f"({proc.returncode}):\n{out}\n{err}")
         if time.monotonic() > deadline:
             raise AssertionError(f"C server not listening on {port} after {timeout} s")
         time.sleep(0.02)
@@ -180,7 +180,8 @@ while True:
         break
     assert time.monotonic() - t0 < 30, 'no message'
 wc = wcs[0]
-print(wc.status, wc.byte_len, socket.ntohl(wc.imm_data), mr.read(8, 40).hex(), flush=True)
+print(wc.status, wc.byte_len, socket.ntohl(wc.imm_data), mr.read(8, 40).hex(),
+      flush=True)
 gr = GlobalRoute(dgid=ctx.query_gid(1, gidx), sgid_index=gidx, hop_limit=1)
 ah = AH(pd, attr=AHAttr(gr=gr, is_global=1, port_num=1))
 mr.write(b'pyverbs!', 8, 0)
@@ -210,7 +211,8 @@ def test_imm_data_byte_order_against_pyverbs(ctx, tmp_path):
     s = Side(ctx, ibv.IBV_QPT_UD)
     try:
         line = proc.stdout.readline()
-        assert line.strip().isdigit(), (line, proc.stderr.read() if proc.poll() is not None else "")
+        err = proc.stderr.read() if proc.poll() is not None else ""
+        assert line.strip().isdigit(), (line, err)
         their_qpn = int(line)
         from verbs_fixtures import to_init, to_rtr, to_rts, ah_attr_to
         to_init(s.qp)

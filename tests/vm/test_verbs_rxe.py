@@ -7,7 +7,6 @@ rxe too (``python -m pytest tests/verbs tests/vm`` inside the VM).
 import os
 import subprocess
 
-import pytest
 
 import rdma.ibverbs as ibv
 from verbs_fixtures import wait_for
