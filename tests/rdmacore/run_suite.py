@@ -189,13 +189,13 @@ def table(runs):
     labels = list(runs)
     rows = [("", labels)]
     for key in ("tests", "ok", "fail", "error", "skip"):
-        rows.append((key, [str(counts(runs[l])[key])
-                           if "missing" not in runs[l] else "-"
-                           for l in labels]))
-    rows.append(("seconds", [f"{runs[l].get('wall_seconds', 0):.0f}"
-                             if "missing" not in runs[l] else "-"
-                             for l in labels]))
-    w = max(12, *(len(l) + 2 for l in labels))
+        rows.append((key, [str(counts(runs[lb])[key])
+                           if "missing" not in runs[lb] else "-"
+                           for lb in labels]))
+    rows.append(("seconds", [f"{runs[lb].get('wall_seconds', 0):.0f}"
+                             if "missing" not in runs[lb] else "-"
+                             for lb in labels]))
+    w = max(12, *(len(lb) + 2 for lb in labels))
     return "\n".join(f"{name:10}" + "".join(f"{v:>{w}}" for v in vals)
                      for name, vals in rows)
 
@@ -206,7 +206,7 @@ def compare(args):
         label, _, path = spec.partition("=")
         runs[label] = load(path)
     rxe_label = args.control
-    ucx_labels = [l for l in runs if l != rxe_label]
+    ucx_labels = [lb for lb in runs if lb != rxe_label]
     rxe = runs.get(rxe_label, {"missing": "not given", "tests": {}})
     print("[rdmacore] rdma-core's provider test suite "
           f"({SUITE}), outcomes per run:")
@@ -230,7 +230,7 @@ def compare(args):
             n["failures"] += 1
             failed.append(f"report {label}")
     for tid in ids:
-        ucx = {l: runs[l]["tests"].get(tid) for l in ucx_labels}
+        ucx = {lb: runs[lb]["tests"].get(tid) for lb in ucx_labels}
         v, why = verdict(tid, ucx, rxe["tests"].get(tid))
         mod, _, name = tid.rpartition(".")
         n["tests"] += 1
