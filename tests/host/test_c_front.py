@@ -358,8 +358,8 @@ def test_pyverbs_device_checks(env):
     id, phys_port_cnt_ex equal to phys_port_cnt, a GID table with empty
     entries (ENODATA from query_gid_ex, left out of query_gid_table),
     EINVAL for a CQ larger than max_cqe or with a comp_vector past
-    num_comp_vectors (plain and extended), a cmd_fd that is a real descriptor, and EOPNOTSUPP for
-    importing the context (as on rxe)."""
+    num_comp_vectors (plain and extended), a cmd_fd that is a real
+    descriptor, and EOPNOTSUPP for importing the context (as on rxe)."""
     py = _pyverbs_python(env)
     script = os.path.join(os.path.dirname(__file__),
                           "c_front_pyverbs_device.py")
