@@ -259,6 +259,24 @@ pyrdma_cq_new(pyrdma_Context *ctx, PyObject *args, PyObject *kw)
 
 /* Poll up to n (n < 0: all available) completions into a new list.
    METH_FASTCALL: this is the hot path of Python polling loops. */
+/* Append n completions wc[] to list as ibv.wc objects of type tp (the
+   CQ's and the VirtualCQ's poll()); return 0, or -1 with an exception. */
+int
+pyrdma_wc_append(PyTypeObject *tp, PyObject *list,
+                 const struct pyrdma_wc *wc, int n)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        PyObject *w = pyrdma_struct_new(tp, &wc[i], sizeof(wc[i]));
+        if (w == NULL || PyList_Append(list, w) < 0) {
+            Py_XDECREF(w);
+            return -1;
+        }
+        Py_DECREF(w);
+    }
+    return 0;
+}
+
 static PyObject *
 cq_poll(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         PyObject *kwnames)
@@ -297,22 +315,17 @@ cq_poll(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     wctype = cq->o.state->wc;
     while (n != 0) {
-        int want = (n < 0 || n > 32) ? 32 : (int)n, got, i;
+        int want = (n < 0 || n > 32) ? 32 : (int)n, got;
         got = cq->o.prov->poll_cq(cq->o.h, want, wc);
         if (got < 0) {
             Py_DECREF(list);
             return pyrdma_raise_sys(cq->o.state, -got, "ibv_poll_cq", "");
         }
-        for (i = 0; i < got; i++) {
-            PyObject *w = pyrdma_struct_new(wctype, &wc[i], sizeof(wc[i]));
-            if (w == NULL || PyList_Append(list, w) < 0) {
-                /* The completions already polled are lost with the list:
-                   only memory exhaustion gets here. */
-                Py_XDECREF(w);
-                Py_DECREF(list);
-                return NULL;
-            }
-            Py_DECREF(w);
+        if (pyrdma_wc_append(wctype, list, wc, got) < 0) {
+            /* The completions already polled are lost with the list:
+               only memory exhaustion gets here. */
+            Py_DECREF(list);
+            return NULL;
         }
         if (n > 0)
             n -= got;

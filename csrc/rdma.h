@@ -316,6 +316,8 @@ int pyrdma_wait_fd(pyrdma_obj *o, const int *fdp, double *timeout);
 int pyrdma_structs_init(PyObject *module, pyrdma_state *st);
 /* Return a new struct object of type tp holding a copy of the C struct. */
 PyObject *pyrdma_struct_new(PyTypeObject *tp, const void *cstruct, size_t size);
+int pyrdma_wc_append(PyTypeObject *tp, PyObject *list,
+                     const struct pyrdma_wc *wc, int n);
 /* Copy nested struct objects into o's data; return the data or NULL. */
 void *pyrdma_struct_sync(PyObject *o);
 /* The data of a struct object (no sync). */

@@ -79,21 +79,15 @@ vcq_poll(PyObject *op, PyObject *args, PyObject *kw)
     if ((list = PyList_New(0)) == NULL)
         return NULL;
     while (n != 0) {
-        int want = (n < 0 || n > 32) ? 32 : (int)n, got, i;
+        int want = (n < 0 || n > 32) ? 32 : (int)n, got;
         got = pyrdma_vcq_poll(c, want, wc);
         if (got < 0) {
             Py_DECREF(list);
             return pyrdma_raise_sys(c->o.state, -got, "ibv_poll_cq", "");
         }
-        for (i = 0; i < got; i++) {
-            PyObject *w = pyrdma_struct_new(c->o.state->wc, &wc[i],
-                                            sizeof(wc[i]));
-            if (w == NULL || PyList_Append(list, w) < 0) {
-                Py_XDECREF(w);
-                Py_DECREF(list);
-                return NULL;
-            }
-            Py_DECREF(w);
+        if (pyrdma_wc_append(c->o.state->wc, list, wc, got) < 0) {
+            Py_DECREF(list);
+            return NULL;
         }
         if (n > 0)
             n -= got;
