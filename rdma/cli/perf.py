@@ -6,6 +6,7 @@ READ, SEND and atomics between two processes.
     ibtool perf write --bw                       # server
     ibtool perf write --bw -a --max-size 65536 SERVER
     ibtool perf send --lat -n 1000 --output json SERVER
+    ibtool perf write --qps 4 --mode spray -s 16777216 SERVER
 
 The client drives the test; the server answers and prints the same
 results.  It does not talk to perftest's ``ib_*_bw``/``ib_*_lat``: its
@@ -21,9 +22,10 @@ One TCP connection (port 18515, ``-p``) carries JSON objects, one per line
    ``tx_depth``, ``cq_mod``, ``atomic``, ``check``) and its ``qp`` (``lid``,
    ``qpn``, ``psn``, ``gid`` as text, ``rd_atomic``: the RDMA reads and
    atomics it can initiate and accept, ``mtu``) and ``mr`` (``addr``,
-   ``rkey``) of the region the peer may access.
+   ``rkey``) of the region the peer may access; with ``--qps`` also
+   ``qps``, ``lb_mode``, ``fragment`` and ``vqp`` (see ``_vperf``).
 2. server -> client ``hello`` with its ``qp`` and ``mr`` (its QP is at RTS
-   already), or ``error`` with a ``msg``.  Both sides then use the smaller
+   already; with ``--qps`` its ``vqp``), or ``error`` with a ``msg``.  Both sides then use the smaller
    ``rd_atomic`` and MTU.
 3. For each size: client -> ``run`` (``size``); server -> ``go`` once its
    receives are posted and its buffer is prepared; the client runs the test
@@ -54,13 +56,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import select
 import socket
 import struct
 import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from rdma.cli import _oob
+from rdma.cli import _oob, _vperf
 from rdma.cli._oob import (Deadline, OOBTimeout, PeerError, ValidationError,
                            CLIError)
 
@@ -127,6 +130,19 @@ def add_parser(subparsers: Any, name: str,
                    metavar="BYTES", help="path MTU (default: the port's)")
     p.add_argument("-c", "--check", action="store_true",
                    help="check the data that arrived (exit 3 if wrong)")
+    p.add_argument("--qps", type=_oob.positive_int, default=None,
+                   metavar="N",
+                   help="write --bw: also stripe each message over a "
+                        "VirtualQP of N data QPs, measured next to the "
+                        "single QP in the same run")
+    p.add_argument("--mode", dest="lb_mode", choices=_vperf.LB_MODES,
+                   default=None,
+                   help="--qps: dqplb (every fragment a WRITE_WITH_IMM, "
+                        "the default) or spray (plain WRITEs)")
+    p.add_argument("--fragment", type=_oob.positive_int, default=None,
+                   metavar="SIZE",
+                   help="--qps: the largest fragment in bytes (default "
+                        "65536)")
     p.add_argument("--output", choices=("text", "csv", "json"),
                    default="text",
                    help="text (a perftest-like table), csv or json")
@@ -177,11 +193,45 @@ class _Channel:
         self.sock = sock
         self.timeout = timeout
         self.pending = b""
+        self.quiet_since: Optional[float] = None
 
     def send(self, **msg: Any) -> None:
         data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
         _oob.send_all(self.sock, data, Deadline(self.timeout),
                       f"{msg.get('cmd')!r}")
+
+    def ready(self) -> bool:
+        """Without blocking: has a message other than a ``beat`` arrived
+        (or the connection ended)?  Beats are dropped; a whole --timeout
+        without any message raises OOBTimeout."""
+        if self.quiet_since is None:
+            self.quiet_since = time.monotonic()
+        while True:
+            line, nl, rest = self.pending.partition(b"\n")
+            if nl:
+                if not _is_beat(line):
+                    self.quiet_since = None
+                    return True
+                self.pending = rest
+                self.quiet_since = time.monotonic()
+                continue
+            if not select.select([self.sock], [], [], 0)[0]:
+                quiet = time.monotonic() - self.quiet_since
+                if self.timeout and 0 < self.timeout < quiet:
+                    raise OOBTimeout(f"timed out: nothing from the peer for "
+                                     f"{self.timeout:g} s during a run; is "
+                                     f"it gone?")
+                return False
+            try:
+                self.sock.settimeout(0)
+                chunk = self.sock.recv(65536)
+            except (BlockingIOError, socket.timeout):
+                return False
+            except ConnectionError:
+                return True         # recv() says what happened
+            if not chunk:
+                return True
+            self.pending += chunk
 
     def recv(self, what: str, expect: Optional[str] = None) -> Dict[str, Any]:
         """The next message other than a ``beat`` (each beat restarts the
@@ -222,6 +272,14 @@ class _Channel:
                 raise PeerError(f"protocol error: expected {expect!r}, got "
                                 f"{cmd!r}")
             return msg
+
+
+def _is_beat(line: bytes) -> bool:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(msg, dict) and msg.get("cmd") == "beat"
 
 
 class _Beat:
@@ -336,10 +394,13 @@ class _Side:
         self.recv_batches: Dict[int, Any] = {}
         self.peer: Dict[str, Any] = {}
         self.wcs = ibv.WCArray(64)
+        self.vside = (_vperf.VSide(self, args) if getattr(args, "qps", None)
+                      else None)
 
     def describe(self, mtu: int) -> Dict[str, Any]:
         gid = _oob.local_gid(self.end_port, self.gidx)
-        return {"qp": {"lid": self.end_port.lid, "qpn": self.qp.qp_num,
+        extra = {} if self.vside is None else {"vqp": self.vside.describe()}
+        return {**extra, "qp": {"lid": self.end_port.lid, "qpn": self.qp.qp_num,
                        "psn": self.psn,
                        "gid": socket.inet_ntop(socket.AF_INET6, gid),
                        "rd_atomic": self.rd_atomic, "mtu": mtu},
@@ -361,6 +422,8 @@ class _Side:
         self.qp.modify_to_rtr(path)
         self.qp.modify_to_rts(path)
         self.remote = remote
+        if self.vside is not None:
+            self.vside.connect(peer.get("vqp"), mtu)
 
     # -- work requests ---------------------------------------------------
 
@@ -470,7 +533,15 @@ def _bw_client(side: _Side, args, size: int, beat: _Beat) -> Dict[str, Any]:
         stamps.extend([now] * n)
         idle.progress()
         beat.tick(done * chunk)
-    t1 = clock()
+    return _bw_stats(args, size, iters, t0, clock(), stamps, max_out, chunk)
+
+
+def _bw_stats(args, size: int, iters: int, t0: float, t1: float,
+              stamps: List[float], max_out: int, chunk: int
+              ) -> Dict[str, Any]:
+    """The bandwidth row of a run from its first post (t0) to its last
+    completion (t1); *stamps*: the time of each completion, each covering
+    *chunk* WRs, at most *max_out* of them outstanding."""
     elapsed = max(t1 - t0, 1e-9)
     total = size * iters
     peak = total / elapsed
@@ -486,6 +557,23 @@ def _bw_client(side: _Side, args, size: int, beat: _Beat) -> Dict[str, Any]:
             "iterations": iters, "bw_peak_mb_s": peak / MB,
             "bw_avg_mb_s": total / elapsed / MB,
             "msg_rate_mpps": iters / elapsed / 1e6}
+
+
+def _vbw_client(side: "_Side", args, size: int, beat: _Beat,
+                single: Dict[str, Any]) -> Dict[str, Any]:
+    """The VirtualQP's run of *size* after the single QP's (*single*, its
+    row): one row with both."""
+    side.buf[side.s0:side.s0 + size] = _pattern(size, _vperf.SEED)
+    idle = _Idle(args.timeout, "waiting for VirtualQP completions")
+    t0, t1, stamps, depth = _vperf.bw_client(side.vside, args, size, beat,
+                                             idle)
+    row = _bw_stats(args, size, args.iters, t0, t1, stamps, depth, 1)
+    row.update(qps=args.qps, lb_mode=args.lb_mode, fragment=args.fragment,
+               single_bw_peak_mb_s=single["bw_peak_mb_s"],
+               single_bw_avg_mb_s=single["bw_avg_mb_s"],
+               speedup=row["bw_avg_mb_s"] / max(single["bw_avg_mb_s"],
+                                                1e-12))
+    return row
 
 
 def _send_bw_server(side: _Side, args, iters: int) -> None:
@@ -632,7 +720,8 @@ def _verify(side: _Side, args, size: int, client: bool) -> Optional[str]:
         if client and not lat:
             return None
         n = size - 1 if (test == "write" and lat) else size
-        want = _pattern(size, 2 if client else 1)[:n]
+        seed = 2 if client else _vperf.SEED if args.qps else 1
+        want = _pattern(size, seed)[:n]
         got = bytes(buf[a:a + n])
     elif test == "read":
         if not client:
@@ -675,7 +764,14 @@ def _header(args, end_port, side: _Side, mtu: int, role: str) -> None:
     print(f" local address:  {local.describe()}")
     print(f" remote address: {side.remote.describe()}")
     print(_LINE)
-    if args.mode == "bw":
+    if args.qps:
+        print(f" VirtualQP      : {args.qps} data QPs, {args.lb_mode}, "
+              f"fragment {args.fragment} B")
+        print(_LINE)
+        print(" #bytes     #iterations  BW peak[MB/sec]  "
+              "BW average[MB/sec]  MsgRate[Mpps]  1-QP BW avg[MB/sec]  "
+              "x 1-QP")
+    elif args.mode == "bw":
         print(" #bytes     #iterations    BW peak[MB/sec]    "
               "BW average[MB/sec]   MsgRate[Mpps]")
     else:
@@ -686,6 +782,11 @@ def _header(args, end_port, side: _Side, mtu: int, role: str) -> None:
 
 
 def _text_row(row: Dict[str, Any]) -> str:
+    if "qps" in row:
+        return (f" {row['bytes']:<10} {row['iterations']:<12} "
+                f"{row['bw_peak_mb_s']:<16.2f} {row['bw_avg_mb_s']:<19.2f} "
+                f"{row['msg_rate_mpps']:<14.6f} "
+                f"{row['single_bw_avg_mb_s']:<20.2f} {row['speedup']:.2f}")
     if row["mode"] == "bw":
         return (f" {row['bytes']:<10} {row['iterations']:<14} "
                 f"{row['bw_peak_mb_s']:<18.2f} {row['bw_avg_mb_s']:<20.2f} "
@@ -701,7 +802,8 @@ class _Output:
     def __init__(self, args, role: str):
         self.args, self.role = args, role
         self.rows: List[Dict[str, Any]] = []
-        self.fields = BW_FIELDS if args.mode == "bw" else LAT_FIELDS
+        self.fields = (LAT_FIELDS if args.mode != "bw" else
+                       _vperf.VBW_FIELDS if args.qps else BW_FIELDS)
         self.meta: Dict[str, Any] = {}
 
     def start(self, end_port, side, mtu) -> None:
@@ -712,6 +814,9 @@ class _Output:
                      "iters": self.args.iters}
         if self.args.test == "atomic":
             self.meta["atomic_type"] = self.args.atomic_type
+        if self.args.qps:
+            self.meta.update(qps=self.args.qps, lb_mode=self.args.lb_mode,
+                             fragment=self.args.fragment)
         if self.args.output == "text":
             _header(self.args, end_port, side, mtu, self.role)
         elif self.args.output == "csv":
@@ -742,6 +847,11 @@ def _run(args: argparse.Namespace) -> int:
         args.mode = "bw"
     if args.iters is None:
         args.iters = 5000 if args.mode == "bw" else 1000
+    if args.servername is not None:
+        _vperf.check_args(args)
+    elif args.qps or args.lb_mode or args.fragment:
+        raise ValueError("--qps, --mode and --fragment are the client's "
+                         "choice; the server takes them from its hello")
     end_port = _oob.open_end_port(args.ib_dev, args.ib_port, args.provider)
     gidx = _oob.pick_gid_index(end_port, args.gid_idx)
     mtu = args.mtu or end_port.attr.active_mtu
@@ -772,12 +882,14 @@ def _client(ctx, end_port, args, conn, sizes, gidx, mtu, enabled) -> int:
                   mode=args.mode, sizes=sizes, iters=args.iters,
                   tx_depth=args.tx_depth, cq_mod=args.cq_mod,
                   rx_depth=args.rx_depth, atomic=args.atomic_type,
-                  check=args.check, **side.describe(mtu))
+                  check=args.check, qps=args.qps, lb_mode=args.lb_mode,
+                  fragment=args.fragment, **side.describe(mtu))
         peer = chan.recv("the server's hello", "hello")
         side.connect(peer, mtu)
         out = _Output(args, "client")
         out.start(end_port, side, mtu)
-        bar = _Progress(enabled, len(sizes) * args.iters,
+        runs = 2 if args.qps else 1
+        bar = _Progress(enabled, len(sizes) * args.iters * runs,
                         f"{args.test} {args.mode}")
         beat = _Beat(chan, bar)
         failure: Optional[CLIError] = None
@@ -788,6 +900,9 @@ def _client(ctx, end_port, args, conn, sizes, gidx, mtu, enabled) -> int:
                 chan.recv("the server to be ready", "go")
                 if args.mode == "bw":
                     row = _bw_client(side, args, size, beat)
+                    if side.vside is not None:
+                        bar.next_size(args.iters)
+                        row = _vbw_client(side, args, size, beat, row)
                 else:
                     row = _lat_run(side, args, size, True, beat)
                 bar.next_size(args.iters)
@@ -824,6 +939,10 @@ def _server(ctx, end_port, args, conn, gidx, mtu) -> int:
             sizes = [int(s) for s in hello["sizes"]]
             if args.test not in TESTS or args.mode not in ("bw", "lat"):
                 raise ValueError
+            args.qps = hello.get("qps")
+            args.lb_mode = hello.get("lb_mode")
+            args.fragment = hello.get("fragment")
+            _vperf.check_args(args)
         except (KeyError, TypeError, ValueError):
             chan.send(cmd="error", msg="invalid hello")
             raise PeerError("the client sent an invalid hello") from None
@@ -848,6 +967,8 @@ def _server(ctx, end_port, args, conn, gidx, mtu) -> int:
                 _lat_run(side, args, size, False, None)
             elif args.test == "send":
                 _send_bw_server(side, args, args.iters)
+            elif side.vside is not None:
+                _vperf.serve_until_message(side.vside, chan)
             res = chan.recv("the client's result", "result")
             problem = _verify(side, args, size, False)
             if problem:

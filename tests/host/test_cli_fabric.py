@@ -73,6 +73,48 @@ def test_perf_on_the_fabric(test, mode):
     assert json.loads(srv[1])["results"][0]["iterations"] == 200
 
 
+@pytest.mark.parametrize("lb", ["dqplb", "spray"])
+def test_perf_striped_over_a_virtual_qp(lb):
+    """``perf write --qps 3 --mode LB``: each row has the VirtualQP's
+    bandwidth next to the single QP's of the same run; a fragment that
+    does not divide the message; both sides check the data (-c) and
+    print the same rows."""
+    port = free_port()
+    common = ["perf", "write", "-p", str(port), "--timeout", "30", "--json"]
+    srv, cli = pair(rdma(*common),
+                    rdma(*common, "--qps", "3", "--mode", lb, "--fragment",
+                         "5000", "-a", "--max-size", "65536", "-n", "40",
+                         "-t", "16", "-c", "127.0.0.1"), port)
+    assert srv[0] == 0 and cli[0] == 0, srv[2] + cli[2]
+    res = json.loads(cli[1])
+    assert (res["qps"], res["lb_mode"], res["fragment"]) == (3, lb, 5000)
+    assert [r["bytes"] for r in res["results"]] == \
+        [1 << k for k in range(1, 17)]
+    for row in res["results"]:
+        assert row["qps"] == 3 and row["lb_mode"] == lb
+        assert row["iterations"] == 40
+        for k in ("bw_avg_mb_s", "single_bw_avg_mb_s", "speedup"):
+            assert row[k] > 0, (k, row)
+        assert row["speedup"] == pytest.approx(
+            row["bw_avg_mb_s"] / row["single_bw_avg_mb_s"])
+    assert json.loads(srv[1])["results"] == res["results"]
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["read", "--qps", "2"], "RDMA WRITEs only"),
+    (["write", "--lat", "--qps", "2"], "bandwidth (--bw)"),
+    (["write", "--mode", "spray"], "need --qps"),
+    (["write", "--qps", "2", "--fragment", "0"], "at least 1"),
+])
+def test_perf_striping_bad_usage(args, msg):
+    """Combinations --qps cannot do: exit 2 and one line naming them."""
+    res = subprocess.run(rdma("perf", *args, "127.0.0.1"),
+                         capture_output=True, text=True, timeout=T,
+                         env=dict(os.environ, **ENV))
+    assert res.returncode == 2 and msg in res.stderr, res
+    assert "Traceback" not in res.stderr
+
+
 def test_json_option_of_pingpong_and_perf(tmp_path):
     """``--json`` (the same as ``--output json``) on pingpong and perf:
     one JSON object with the fields of the text output."""

@@ -64,6 +64,24 @@ def test_perf(test, mode):
     assert rec["results"][0]["bytes"] == int(row["bytes"])
 
 
+@pytest.mark.parametrize("lb", ["dqplb", "spray"])
+def test_perf_striped_over_a_virtual_qp(lb):
+    """``perf write --qps 4 --mode LB`` on rxe: the VirtualQP's bandwidth
+    next to the single QP's, the data checked on both sides (-c)."""
+    port = free_port()
+    srv, cli = pair(perf("write", port, "--json"),
+                    perf("write", port, "--qps", "4", "--mode", lb,
+                         "--fragment", "16384", "-s", "65536", "-n", "30",
+                         "-t", "8", "-c", "--json", "127.0.0.1"), port)
+    res = json.loads(ok(cli, "client"))
+    assert (res["qps"], res["lb_mode"], res["fragment"]) == (4, lb, 16384)
+    row, = res["results"]
+    assert row["bytes"] == 65536 and row["iterations"] == 30
+    for k in ("bw_avg_mb_s", "single_bw_avg_mb_s", "speedup"):
+        assert row[k] > 0, (k, row)
+    assert json.loads(ok(srv, "server"))["results"] == [row]
+
+
 def test_perf_all_sizes_text_and_progress():
     """-a up to --max-size; the text table on stdout, the progress bar
     (forced) on stderr."""
