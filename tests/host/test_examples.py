@@ -28,6 +28,7 @@ CASES = {
     "memory_and_bufferpool.py": [],
     "rc_application.py": [],
     "ud_multicast.py": [],
+    "virtual_qp.py": ["--loopback"],
 }
 #: the examples that predate these and need other things (SA, Cython)
 OTHER = {"list_devices.py", "sa_resolve_path.py", "_example_util.py"}
@@ -99,6 +100,17 @@ def test_example_runs_on_the_fabric(name, fabric_env):
         f"{name} exited {res.returncode}\n{res.stdout}\n{res.stderr}"
     assert out and out[-1] == "OK", res.stdout
     assert "FAILED" not in res.stderr
+
+
+def test_virtual_qp_example_in_spray_mode(fabric_env):
+    """virtual_qp.py in its other mode (CASES runs dqplb), with a message
+    of one byte more than four fragments on three data QPs."""
+    res = run_example("virtual_qp.py", ["--loopback", "--mode", "spray",
+                                        "--qps", "3", "--size", "16385"],
+                      fabric_env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "OK", res.stdout
+    assert "B: 8 messages of 16385 bytes" in res.stdout
 
 
 def test_a_failing_example_says_why_in_one_line(fabric_env):

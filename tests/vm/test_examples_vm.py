@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TWO_HOST
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 EXAMPLES = ROOT / "examples"
 NOTEBOOKS = ROOT / "notebooks"
@@ -28,6 +30,7 @@ CASES = {
     "memory_and_bufferpool.py": [],
     "rc_application.py": [],
     "ud_multicast.py": [],
+    "virtual_qp.py": ["--loopback"],
 }
 
 
@@ -49,6 +52,35 @@ def test_example_on_rxe(name):
     assert res.returncode == 0, \
         f"{name} exited {res.returncode}\n{res.stdout}\n{res.stderr}"
     assert res.stdout.strip().splitlines()[-1] == "OK", res.stdout
+
+
+def run_virtual_qp(*args):
+    env = dict(os.environ)
+    env.pop("RDMA_PROVIDER", None)
+    res = subprocess.run([sys.executable, str(EXAMPLES / "virtual_qp.py"),
+                          "--loopback", "--timeout", "150", *args],
+                         capture_output=True, text=True, env=env,
+                         timeout=240, cwd=str(ROOT))
+    assert res.returncode == 0, \
+        f"virtual_qp.py exited {res.returncode}\n{res.stdout}\n{res.stderr}"
+    assert res.stdout.strip().splitlines()[-1] == "OK", res.stdout
+    return res.stdout
+
+
+def test_virtual_qp_example_spray_on_rxe():
+    """virtual_qp.py in its other mode (CASES runs dqplb)."""
+    run_virtual_qp("--device", DEVICE, "--mode", "spray")
+
+
+@pytest.mark.parametrize("mode", ["dqplb", "spray"])
+def test_virtual_qp_example_on_the_two_host_pair(mode):
+    """virtual_qp.py with side A on rxe1 and side B on rxe2 (the two-host
+    VM's pair: the fragments cross the veth pair)."""
+    if not TWO_HOST:
+        pytest.skip("needs the two-host VM (python -m rdma.testvm --two-host)")
+    out = run_virtual_qp("--device", "rxe1", "--peer-device", "rxe2",
+                         "--mode", mode)
+    assert "B: 8 messages of 100000 bytes" in out
 
 
 @pytest.mark.skipif(os.environ.get("RDMA_VM_NOTEBOOKS") != "1",
