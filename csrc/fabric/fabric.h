@@ -620,6 +620,8 @@ struct uqp {
     struct slot *sq;       /* ring */
     uint32_t sq_mask;      /* ring size - 1 */
     uint32_t sq_head, sq_tail; /* oldest uncompleted, next free */
+    uint32_t sq_unplaced;  /* 1 + the index of the last slot that is not
+                              an F_PLACED immediate (req.c) */
     uint32_t next_psn;     /* next PSN to send */
     int err_pending;       /* a WR failed: later WRs flush */
     struct peer *peer;     /* RC/UC: the remote node */

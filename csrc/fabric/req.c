@@ -322,15 +322,17 @@ op_access(int op)
 
 /* May wr (op, len bytes: 8 for an atomic) of q go one-sided at all (N.lock
    held)?  RC to a peer whose memory UCX maps here (h->fast_ok), the QP
-   not failing, an op without a responder's part (a WRITE without
-   immediate data, a READ, an atomic), a target key that can name an MR. */
+   not failing, a WRITE (with immediate data: its data only, the
+   immediate follows in a slot, F_PLACED), a READ or an atomic, a target
+   key that can name an MR. */
 static inline int
 one_sided_candidate(const struct uqp *q, const struct pyrdma_send_wr *wr,
                     int op, uint64_t len, const struct fhold *h)
 {
     uint32_t idx = wr_rkey(wr, op) >> 8;
     return h->fast_ok && !q->err_pending && q->attr.qp_state != IBV_QPS_ERR &&
-           (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE) &&
+           (op >= OP_READ || wr->opcode == IBV_WR_RDMA_WRITE ||
+            wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
            len != 0 && idx != 0 && idx < SH_MR;
 }
 
@@ -393,13 +395,17 @@ fast_repeat_write(const struct uqp *q, const struct pyrdma_send_wr *wr,
 }
 
 /* RC order: a one-sided WR may not overtake a WR of q still outstanding
-   on a slot. */
+   on a slot; but the data of a WRITE with immediate data (imm) may be
+   placed while only F_PLACED immediates are outstanding: their data is in
+   place already, and its own immediate takes a slot behind theirs, so
+   its completions keep their order. */
 static inline int
-fast_order_allows(struct uqp *q)
+fast_order_allows(struct uqp *q, int imm)
 {
     if (q->sq_head != q->sq_tail) {
         fab_sq_advance(q);
-        if (q->sq_head != q->sq_tail)
+        if (q->sq_head != q->sq_tail &&
+            !(imm && (int32_t)(q->sq_head - q->sq_unplaced) >= 0))
             return 0;
     }
     return 1;
@@ -570,7 +576,7 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
     struct sh_qp *t;
     struct sh_mr *m;
 
-    if (!fast_order_allows(q) ||
+    if (!fast_order_allows(q, wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) ||
         !fast_check_local(q, wr, op, inline_data, h))
         return 0;
     t = &p->sh->qp[q->attr.dest_qp_num & (MAX_QP - 1)];
@@ -659,14 +665,19 @@ slot_start(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr)
     q->next_psn = (q->next_psn + 1) & 0xFFFFFF;
 }
 
-/* The WR's local data: a SEND's or WRITE's is copied after the header; a
-   READ's or atomic's s/g list is kept, to be written on completion.
-   0 or an IBV_WC_* status. */
+/* The WR's local data: a SEND's or WRITE's is copied after the header
+   (unless placed: a WRITE with immediate data whose data fast_op placed
+   already); a READ's or atomic's s/g list is kept, to be written on
+   completion.  0 or an IBV_WC_* status. */
 static inline int
 slot_payload(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
-             int op, size_t total, int inline_data)
+             int op, size_t total, int inline_data, int placed)
 {
     int status;
+    if (placed) {               /* F_PLACED: the data is there already */
+        s->len = sizeof(struct wire);
+        return 0;
+    }
     if (op <= OP_WRITE)
         return gather(q, s, wr, total, inline_data);
     status = fab_check_sges(q->pd, wr->sg_list, wr->num_sge, 1,
@@ -746,7 +757,9 @@ slot_arm(struct uqp *q, struct slot *s, const struct peer *peer)
 
 /* Slot s takes wr (N.lock held), for the slot carrier how: the request,
    or the WR's error completion (s->done) when it fails before it is sent;
-   fast < 0: a one-sided attempt found the MR withdrawn. */
+   fast < 0: a one-sided attempt found the MR withdrawn; fast > 0: the
+   data of this WRITE with immediate data is in place (F_PLACED), the
+   slot carries the immediate. */
 static void
 slot_fill(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
           int op, size_t total, int inline_data, int fast, enum carrier how)
@@ -773,9 +786,11 @@ slot_fill(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
     }
     if (q->type == IBV_QPT_UD)
         peer = ((struct uah *)wr->wr.ud.ah)->peer;
-    status = slot_payload(q, s, wr, op, total, inline_data);
+    status = slot_payload(q, s, wr, op, total, inline_data, fast > 0);
     if (status == 0)
         status = slot_header(q, s, wr, op, total, peer);
+    if (status == 0 && fast > 0)
+        ((struct wire *)s->buf)->flags |= F_PLACED;
     if (status == 0 && (peer == NULL || peer->failed))
         status = IBV_WC_RETRY_EXC_ERR;
     if (status) {
@@ -817,9 +832,13 @@ post_one(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
                    : carrier_of(q, wr, op, op >= OP_CAS ? 8 : total, hold, 1);
     if (fast == 0 && (how == CARRY_MAPPED || how == CARRY_CMA)) {
         uint32_t byte_len = 0;
+        /* a WRITE with immediate data places its data one-sided, then
+           takes slot s for the immediate: s must be free before */
+        if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && s->inflight)
+            return ENOMEM;
         fast = fast_op(q, &byte_len, wr, op, op >= OP_CAS ? 8 : total,
                        inline_data, hold, how);
-        if (fast > 0) {
+        if (fast > 0 && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
             complete_one_sided(q, wr, byte_len);
             return -1;
         }
@@ -830,6 +849,8 @@ post_one(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     if (how == CARRY_MAPPED || how == CARRY_CMA)
         how = carrier_of(q, wr, op, total, hold, 0);
     slot_fill(q, s, wr, op, total, inline_data, fast, how);
+    if (fast <= 0 || s->done)
+        q->sq_unplaced = s->idx + 1;
     return 0;
 }
 
@@ -912,7 +933,8 @@ map_targets(struct uqp *q, const struct pyrdma_send_wr *wr)
         return;
     for (; wr; wr = wr->next) {
         uint32_t k;
-        if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_READ)
+        if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_READ ||
+            wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
             k = wr->wr.rdma.rkey;
         else if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
                  wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)

@@ -203,7 +203,7 @@ rx_execute(struct uqp *q, const struct wire *h, const uint8_t *pl)
     if (mr != NULL && !fab_land_begin(mr))
         return rx_access_err(q, h);
     if (h->op == OP_WRITE) {
-        if (h->len)
+        if (h->len && !(h->flags & F_PLACED))
             memcpy(mr_at(mr, h->raddr), pl, h->len);
         fab_land_end(mr);
         return RX_GO;
@@ -503,7 +503,10 @@ fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
 
     if (N.sh != NULL)
         N.sh->st_am_req++;
-    if ((h->op == OP_SEND || h->op == OP_WRITE) && plen != h->len) {
+    if (((h->op == OP_SEND || h->op == OP_WRITE) &&
+         plen != ((h->flags & F_PLACED) ? 0 : h->len)) ||
+        ((h->flags & F_PLACED) &&
+         (h->op != OP_WRITE || !(h->flags & F_IMM)))) {
         fab_rx_bad();
         return;                 /* malformed */
     }

@@ -46,13 +46,17 @@ int
 fab_msg_check(const struct wire *h, size_t plen)
 {
     if (h->kind == AM_REQ) {
-        if (h->op > OP_FAA || (h->flags & ~(F_IMM | F_SOLICITED | F_ACK)) ||
+        if (h->op > OP_FAA ||
+            (h->flags & ~(F_IMM | F_SOLICITED | F_ACK | F_PLACED)) ||
             (h->qp_type != IBV_QPT_RC && h->qp_type != IBV_QPT_UC &&
              h->qp_type != IBV_QPT_UD) || h->psn > 0xFFFFFF ||
             h->len > MAX_MSG || h->dst_qpn > 0xFFFFFF)
             return 0;
         if (h->op == OP_SEND)
             return plen == h->len;
+        if (h->flags & F_PLACED)    /* the data is in place already */
+            return h->op == OP_WRITE && (h->flags & F_IMM) && plen == 0 &&
+                   h->qp_type == IBV_QPT_RC;
         if (h->op == OP_WRITE)
             return plen == h->len && h->qp_type != IBV_QPT_UD;
         if (h->qp_type != IBV_QPT_RC || plen != 0)
