@@ -207,6 +207,31 @@ def fragments(ca, cb, pda, pdb, src, dst, args, out):
         out["fragments"].append(row)
 
 
+def count_loop(ca, cb, pda, pdb, src, dst, args):
+    """--count KIND N: N 8-byte WRITEs, one post_send each, 32 in flight,
+    on a plain QP or a one-QP VirtualQP (KIND plain, dqplb or spray), for
+    instruction counts: run under valgrind --tool=callgrind with two N and
+    divide the difference by theirs (both ends are in this process)."""
+    kind, n = args.count[0], int(args.count[1])
+    ep = make("plain" if kind == "plain" else "v", ca, cb, pda, pdb, 1,
+              kind, 65536, 32)
+    wr = ibv.send_wr(wr_id=0, opcode=ibv.IBV_WR_RDMA_WRITE,
+                     send_flags=ibv.IBV_SEND_SIGNALED, sg_list=src.sge(8),
+                     remote_addr=dst.addr, rkey=dst.rkey)
+    wcs = ibv.WCArray(64)
+    posted = done = 0
+    while done < n:
+        while posted < n and posted - done < 32:
+            ep.post(wr)
+            posted += 1
+        k = ep.poll_into(wcs)
+        if k and wcs.first_error() is not None:
+            raise RuntimeError(f"completion error: {wcs[wcs.first_error()]}")
+        done += k
+    ep.close()
+    print(f"{kind}: {n} WRs")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default=None, help="e.g. rxe0 (default: "
@@ -222,6 +247,9 @@ def main(argv=None) -> int:
                    help="also measure against the fragment size")
     p.add_argument("--no-small", action="store_true")
     p.add_argument("--json", default=None)
+    p.add_argument("--count", nargs=2, metavar=("KIND", "N"), default=None,
+                   help="only N 8-byte WRITEs on KIND (plain, dqplb, "
+                        "spray), for callgrind")
     args = p.parse_args(argv)
     ep = (rdma.get_end_port(args.device) if args.device
           else rdma.get_end_port(provider="ucx"))
@@ -231,6 +259,9 @@ def main(argv=None) -> int:
         pda, pdb = ca.pd(), cb.pd()
         src = pda.alloc_mr(64 * MiB, ibv.IBV_ACCESS_LOCAL_WRITE)
         dst = pdb.alloc_mr(64 * MiB, REMOTE)
+        if args.count:
+            count_loop(ca, cb, pda, pdb, src, dst, args)
+            return 0
         print(f"{ep} -> {epb}: both ends in one process, two Contexts")
         large(ca, cb, pda, pdb, src, dst, args, out)
         if not args.no_small:
