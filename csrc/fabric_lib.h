@@ -122,8 +122,9 @@ struct fab_cm_route {
     int qp_type;                      /* IBV_QPT_RC or IBV_QPT_UD */
 };
 
-/* Event channel: *fd (O_NONBLOCK, readable while events wait) is the
-   channel's; destroy fails with EBUSY while IDs live on it. */
+/* Event channel: *fd, readable while events wait, is the channel's (the
+   caller may set O_NONBLOCK on it: get_event never reads it blocking);
+   destroy fails with EBUSY while IDs live on it. */
 int fab_cm_create_channel(struct fab_cm_channel **out, int *fd,
                           struct pyrdma_status *st);
 int fab_cm_destroy_channel(struct fab_cm_channel *ch,
@@ -185,6 +186,9 @@ int fab_cm_reject(struct fab_cm_id *id, const void *private_data,
 int fab_cm_connect(struct fab_cm_id *id, const struct fab_cm_conn_param *p,
                    struct pyrdma_status *st);
 int fab_cm_establish(struct fab_cm_id *id, struct pyrdma_status *st);
+/* The same without the ESTABLISHED event (what librdmacm does for a QP
+   it owns, showing the CONNECT_RESPONSE as ESTABLISHED). */
+int fab_cm_complete(struct fab_cm_id *id, struct pyrdma_status *st);
 /* DREQ: DISCONNECTED on both sides (here when the DREP comes, or at once
    if the peer is gone), then TIMEWAIT_EXIT here.  The caller moves its
    QP to ERR first (librdmacm does). */
