@@ -207,6 +207,10 @@ rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
                        (enum rdma_port_space)res->ai_port_space) < 0)
         return -1;
     f = container_of(cid, struct fid, id);
+    if (qp_init_attr != NULL)
+        qp_init_attr->qp_type = res->ai_qp_type
+                                ? (enum ibv_qp_type)res->ai_qp_type
+                                : cid->qp_type;
     if (res->ai_flags & RAI_PASSIVE)
         rc = ep_passive(f, res, qp_init_attr, pd);
     else {
