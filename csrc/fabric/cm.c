@@ -357,9 +357,10 @@ fab_cm_create_id(struct fab_cm_channel *ch, void *context, int ps,
     return 0;
 }
 
-/* What destroying id in its state tells its peer (cm_lock held). */
-static void
-destroy_tell_peer(struct fab_cm_id *id)
+/* What destroying id in its state tells its peer (cm_lock held): what
+   the kernel sends for the IDs of a process that ends, too (cm_msg.c). */
+void
+cm_tell_peer(struct fab_cm_id *id)
 {
     struct cmout *o;
     switch (id->state) {
@@ -393,7 +394,7 @@ fab_cm_destroy_id(struct fab_cm_id *id, struct pyrdma_status *st)
 {
     (void)st;
     CM_LOCK();
-    destroy_tell_peer(id);
+    cm_tell_peer(id);
     id_unhash(id);
     drop_events(id);
     id->ch->nids--;

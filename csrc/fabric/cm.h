@@ -87,6 +87,7 @@ void cm_event_pdata(struct cmev *e, const struct cm_msg *m, int len);
 void cm_event_post(struct cmev *e);
 void cm_peer_gone(struct fab_cm_id *id, int status);
 void cm_timewait(struct fab_cm_id *id);
+void cm_tell_peer(struct fab_cm_id *id);
 struct fab_cm_id *cm_id_first(void);
 struct fab_cm_id *cm_id_next(struct fab_cm_id *id);
 int cm_qp_type(int ps);

@@ -28,6 +28,7 @@ static struct cmout *out_head, *out_tail;
 static pthread_cond_t cm_cv = PTHREAD_COND_INITIALIZER;
 static int thr_up;
 static pid_t thr_pid;
+static int sending;             /* the thread is inside tx() */
 
 void
 cm_wake(void)
@@ -485,9 +486,11 @@ send_all(void)
         out_head = o->next;
         if (out_head == NULL)
             out_tail = NULL;
+        sending = 1;
         CM_UNLOCK();
         rc = tx(o);
         CM_LOCK();
+        sending = 0;
         if (rc < 0 && o->from != 0) {
             struct fab_cm_id *id = cm_id_find(o->from);
             if (id != NULL)
@@ -534,6 +537,29 @@ cm_main(void *arg)
     return NULL;
 }
 
+/* The process ends: its IDs tell their peers what the kernel would
+   (REJ, DREQ) and what is queued goes out (waiting at most 2 s). */
+static void
+cm_atexit(void)
+{
+    struct fab_cm_id *id;
+    uint64_t end = now_ns() + 2000000000ull;
+
+    if (!thr_up || thr_pid != getpid())
+        return;
+    CM_LOCK();
+    for (id = cm_id_first(); id != NULL; id = cm_id_next(id)) {
+        cm_tell_peer(id);
+        id->state = CS_DONE;
+    }
+    while ((out_head != NULL || sending) && now_ns() < end) {
+        CM_UNLOCK();
+        usleep(1000);
+        CM_LOCK();
+    }
+    CM_UNLOCK();
+}
+
 /* Start the CM thread (once per process); 0 or -1. */
 int
 cm_thread_start(struct pyrdma_status *st)
@@ -549,6 +575,8 @@ cm_thread_start(struct pyrdma_status *st)
         rc = pthread_create(&t, &a, cm_main, NULL);
         pthread_attr_destroy(&a);
         if (rc == 0) {
+            if (!thr_up)
+                atexit(cm_atexit);
             thr_up = 1;
             thr_pid = getpid();
         }
