@@ -452,3 +452,41 @@ def test_malformed_cm_messages_are_dropped(env, probe, rogue_bin,
         if rogue is not None:
             rogue.close()
         fh.kill(srv)
+
+
+# ---- two "hosts" ------------------------------------------------------------
+
+@pytest.fixture
+def netns_pair():
+    """Two network namespaces joined by a veth: 198.51.100.1 and .2."""
+    with fh.netns_pair("rdmcm") as pair:
+        yield pair
+
+
+def _netns_ino(ns: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", ns, "stat", "-L", "-c",
+                          "%i", "/proc/self/ns/net"], capture_output=True,
+                         text=True, timeout=T, check=True).stdout
+    return int(out)
+
+
+def test_rping_two_network_namespaces(env, netns_pair):
+    """rping between two "hosts" (network namespaces over a veth, TCP):
+    the client resolves the server's host address, which the server's
+    node claims with RDMA_UCX_ADDR, to that node."""
+    na, nb = netns_pair
+    env.update(UCX_TLS="tcp", RDMA_UCX_ADDR="198.51.100.1")
+    env_b = dict(env, RDMA_UCX_ADDR="198.51.100.2")
+    port = fh.free_port()
+    ino = _netns_ino(na)
+    args = ["rping", "-a", "198.51.100.1", "-p", str(port), "-v", "-C", "3"]
+    res = fh.pair(["ip", "netns", "exec", na, *on_fabric(*args, "-s")],
+                  ["ip", "netns", "exec", nb, *on_fabric(*args, "-c")],
+                  port, env, client_env=env_b, timeout=T,
+                  ready=lambda p: (Path(env["RDMA_UCX_DIR"]) /
+                                   f"cm-{PS_TCP:04x}-{p:04x}-{ino:x}"
+                                   ).exists())
+    srv, cli = ok(res)
+    for i in range(3):
+        assert f"ping data: rdma-ping-{i}: " in cli, cli
+        assert f"server ping data: rdma-ping-{i}: " in srv, srv
