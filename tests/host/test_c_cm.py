@@ -123,11 +123,15 @@ def test_rping(env, tls):
     assert "server DISCONNECT EVENT" in srv, srv
 
 
-@pytest.mark.parametrize("tls", ["shm", "tcp"])
-def test_ucmatose_several_connections(env, tls):
+@pytest.mark.parametrize("tls,extra", [("shm", []), ("tcp", []),
+                                       ("shm", ["-m"])],
+                         ids=["shm", "tcp", "shm-migrate"])
+def test_ucmatose_several_connections(env, tls, extra):
+    """Four connections, ten messages each way; -m: the IDs move to a new
+    event channel (rdma_migrate_id) before disconnecting."""
     env.update(SHM if tls == "shm" else TCP)
     port = fh.free_port()
-    common = ["-p", str(port), "-c", "4", "-C", "10"]
+    common = ["-p", str(port), "-c", "4", "-C", "10", *extra]
     srv, cli = ok(pair(["ucmatose", "-b", "127.0.0.1", *common],
                        ["ucmatose", "-s", "127.0.0.1", *common], port, env))
     for out in (srv, cli):
