@@ -70,11 +70,17 @@ def on_fabric(*cmd):
     return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
 
 
-def claimed(env, ps, port) -> bool:
-    """Does a node hold *port* in port space *ps* (a listener is up)?"""
-    netns = os.stat("/proc/self/ns/net").st_ino
-    return (Path(env["RDMA_UCX_DIR"]) /
-            f"cm-{ps:04x}-{port:04x}-{netns:x}").exists()
+def claimed(env, ps, port, netns=None, listening=True) -> bool:
+    """Does a node hold *port* in port space *ps* (of network namespace
+    *netns*, default this one's), listening on it unless *listening* is
+    false (csrc/fabric/cm_addr.c: the claim says " L" once it listens)?"""
+    netns = netns or os.stat("/proc/self/ns/net").st_ino
+    path = Path(env["RDMA_UCX_DIR"]) / f"cm-{ps:04x}-{port:04x}-{netns:x}"
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    return not listening or text.rstrip().endswith(" L")
 
 
 def pair(server, client, port, env, ps=PS_TCP):
@@ -183,6 +189,26 @@ def test_cmtime(env, tls):
         fh.kill(srv)
 
 
+@pytest.mark.parametrize("tool,tls", [("ib_send_bw", "shm"),
+                                      ("ib_read_bw", "tcp"),
+                                      ("ib_send_lat", "shm"),
+                                      ("ib_write_lat", "tcp")])
+def test_perftest_rdma_cm(env, tool, tls):
+    """perftest with -R: its control channel and then its QPs connected
+    by rdma_cm (the server closes the first listener and listens again on
+    the same port while the client already connects: the CM looks for the
+    listener for up to 100 ms before it rejects).  The server is up first:
+    a perftest client that is rejected retries with memory it freed."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} (Debian package perftest) is not installed")
+    env.update(SHM if tls == "shm" else TCP)
+    port = fh.free_port()
+    args = [tool, "-d", "ucx0", "-R", "-p", str(port), "-n", "100"]
+    srv, cli = ok(pair(args, [*args, "127.0.0.1"], port, env))
+    assert "Data ex. method : rdma_cm" in cli, cli
+    assert re.search(r"^\s*\d+\s+100\s", cli, re.M), cli
+
+
 # ---- events and errors (c_cm_probe) ---------------------------------------
 
 def events(out: str) -> list:
@@ -221,7 +247,7 @@ def test_listen_on_port_in_use(env, probe):
     port = fh.free_port()
     out = run([probe, "bind", str(port), str(port)], env).stdout
     assert out.splitlines() == [f"OK bind {port}", "ERR rdma_bind_addr 98"]
-    assert not claimed(env, PS_TCP, port)   # released at exit
+    assert not claimed(env, PS_TCP, port, listening=False)  # released
     holder = fh.popen(on_fabric(probe, "server", str(port), "hold"), env)
     try:
         assert holder.stdout.readline().startswith("LISTENING")
@@ -487,9 +513,7 @@ def test_rping_two_network_namespaces(env, netns_pair):
     res = fh.pair(["ip", "netns", "exec", na, *on_fabric(*args, "-s")],
                   ["ip", "netns", "exec", nb, *on_fabric(*args, "-c")],
                   port, env, client_env=env_b, timeout=T,
-                  ready=lambda p: (Path(env["RDMA_UCX_DIR"]) /
-                                   f"cm-{PS_TCP:04x}-{p:04x}-{ino:x}"
-                                   ).exists())
+                  ready=lambda p: claimed(env, PS_TCP, p, ino))
     srv, cli = ok(res)
     for i in range(3):
         assert f"ping data: rdma-ping-{i}: " in cli, cli
