@@ -214,7 +214,8 @@ file_stale(const char *name)
     int fd, stale = 0;
 
     if (strncmp(name, "node-", 5) != 0 && strncmp(name, "keys-", 5) != 0 &&
-        strncmp(name, "lid-", 4) != 0 && strncmp(name, "ring-", 5) != 0)
+        strncmp(name, "lid-", 4) != 0 && strncmp(name, "ring-", 5) != 0 &&
+        strncmp(name, "cm-", 3) != 0)
         return 0;                       /* not ours */
     snprintf(path, sizeof(path), "%s/%s", N.dir, name);
     if (tmp != NULL)
@@ -235,7 +236,7 @@ file_stale(const char *name)
             strncmp(r.boot_id, N.boot_id, sizeof(r.boot_id)) == 0)
             stale = !held_or_pid(fd, r.pid);
     }
-    else {
+    else {                      /* a LID or CM port claim (cm_addr.c) */
         int p;
         uint64_t g;
         if (lid_claim_read(fd, &p, &g) == 0)
@@ -246,7 +247,8 @@ file_stale(const char *name)
 }
 
 /* Remove what dead processes left in the rendezvous directory (node
-   record, key page, LID claim, request rings, temporary files).  A node
+   record, key page, LID and CM port claims, request rings, temporary
+   files).  A node
    removes its own files at exit; a crash or SIGKILL leaves them, and they
    used to pile up (thousands after many test runs).  Only a file whose
    owner is known to have ended (file_stale) goes. */
@@ -551,4 +553,65 @@ fab_peer_fail_locked(struct peer *p)
         if (q != NULL && q->peer == p && !q->destroyed)
             fab_sq_fail_outstanding(q, IBV_WC_RETRY_EXC_ERR);
     }
+}
+
+/* ------------------------------------------------------------------ */
+/* for the connection manager (cm_msg.c, cm_addr.c)                   */
+
+/* The peer of node guid (made and authenticated if new; blocks while
+   it says HELLO); 0 or -1 with *st set.  Without N.lock. */
+int
+fab_peer_of(uint64_t guid, struct peer **out, struct pyrdma_status *st)
+{
+    return peer_get(guid, 0, out, st, "rdma_connect");
+}
+
+/* Does node guid live?  Its record says, where it has one in the
+   rendezvous directory; else its peer's endpoint (failed: gone), else
+   it is taken to live.  Without N.lock. */
+int
+fab_node_alive(uint64_t guid)
+{
+    struct record rec;
+    void *addr = NULL;
+    struct peer *p;
+    int alive = 0;
+
+    if (guid == N.guid)
+        return 1;
+    if (record_read(guid, &rec, &addr, &alive) == 0) {
+        free(addr);
+        return alive;
+    }
+    LOCK();
+    for (int i = 0; i < N.npeers; i++)
+        if (N.peers[i]->guid == guid) {
+            p = N.peers[i];
+            if (!p->failed) {
+                UNLOCK();
+                return 1;
+            }
+        }
+    UNLOCK();
+    return 0;
+}
+
+/* The network namespace (inode) of node guid of this host, if it lives:
+   1, or 0. */
+int
+fab_node_netns(uint64_t guid, unsigned long *netns)
+{
+    struct record rec;
+    void *addr = NULL;
+    int alive = 0;
+
+    if (guid == N.guid) {
+        *netns = N.netns;
+        return 1;
+    }
+    if (record_read(guid, &rec, &addr, &alive) < 0)
+        return 0;
+    free(addr);
+    *netns = rec.netns;
+    return alive && strcmp(rec.boot_id, N.boot_id) == 0;
 }
