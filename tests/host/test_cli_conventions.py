@@ -188,3 +188,14 @@ def test_library_users_keep_their_excepthook():
                                "raise KeyboardInterrupt"],
         capture_output=True, text=True, timeout=60)
     assert "Traceback" in res.stderr and "KeyboardInterrupt" in res.stderr
+
+
+def test_validate_subnet_help_describes_it():
+    """``ibtool validate-subnet --help`` says what it checks, what it
+    prints and its exit statuses (it showed only the usage and options)."""
+    res = ibtool("validate-subnet", "--help")
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert "Validate an InfiniBand subnet" in text, res.stdout
+    assert "exactly one SM is MASTER" in text and "table" in text
+    assert "exit status: 0 every check passed" in text, res.stdout
