@@ -102,9 +102,9 @@ def _pytest_args(args: argparse.Namespace, junit: str) -> List[str]:
 
 
 def _faults(junit: str) -> Dict[str, str]:
-    """The whole message of each failed check (test name: text), which
-    lists every node, port and value at fault (the table shows its first
-    line)."""
+    """The whole message of each failed check whose message has more
+    than the line the table shows (test name: text): the list of every
+    node, port and value at fault."""
     import xml.etree.ElementTree as ET
     out: Dict[str, str] = {}
     for tc in ET.parse(junit).getroot().iter("testcase"):
@@ -116,7 +116,8 @@ def _faults(junit: str) -> Dict[str, str]:
             for prefix in ("Failed: ", "AssertionError: "):
                 if text.startswith(prefix):
                     text = text[len(prefix):]
-            out[tc.get("name", "")] = text
+            if "\n" in text:
+                out[tc.get("name", "")] = text
             break
     return out
 
