@@ -373,3 +373,49 @@ def test_remote_pair_repr():
         assert repr(pair).endswith(f", closed, key {pair.key}>")
     finally:
         stop_hosts(group, hosts)
+
+
+SKIP_LOCATION_TESTS = '''
+import pytest
+
+@pytest.mark.rdma_two_devices
+def test_two():
+    pass
+
+@pytest.mark.rdma_needs("two_devices")
+def test_needs():
+    pass
+
+@pytest.mark.rdma_atomics
+def test_marker_only():
+    pass
+
+def test_fixture(rdma_end_port):
+    pass
+'''
+
+
+def test_skips_point_at_the_users_test(tmp_path):
+    """pytest -rs reports each skip at the user's test (test_sample.py
+    and the line of its test), whether a marker (checked in the plugin's
+    pytest_runtest_setup) or a fixture skipped it.  The markers' skips
+    pointed at rdma/pytest_plugin.py."""
+    rc, rows, out = run_pytest(tmp_path, SKIP_LOCATION_TESTS,
+                               "--rdma-device", "nosuch0")
+    assert rc == 0, out
+    assert all(r[0] == "SKIPPED" for r in rows.values()), rows
+    lines = [line for line in out.splitlines()
+             if line.startswith("SKIPPED [")]
+    assert len(lines) == 4, out
+    assert not any("pytest_plugin.py" in line for line in lines), out
+    where = sorted(int(line.split("test_sample.py:", 1)[1].split(":")[0])
+                   for line in lines)
+    assert where == [4, 8, 12, 16], out
+    if HAS_UCX:
+        rc, rows, out = run_pytest(tmp_path, SKIP_LOCATION_TESTS,
+                                   "--rdma-provider", "ucx")
+        assert rc == 0, out
+        lines = [line for line in out.splitlines()
+                 if line.startswith("SKIPPED [")]
+        assert lines and all(line.startswith("SKIPPED [1] test_sample.py:")
+                             for line in lines), out
