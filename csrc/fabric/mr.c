@@ -262,6 +262,7 @@ fab_rk_fetch(struct peer *p, uint32_t key)
         c->addr = addr;
         c->base = base;
         c->cma = len == 0 && base == NULL;
+        c->self = len == 0 && base != NULL;
         c->rkey = rkey;
         __atomic_store_n(&c->key, key, __ATOMIC_RELEASE);
     }
