@@ -244,10 +244,11 @@ def test_set_end_port_finds_the_port_with_the_sgid():
 @pytest.mark.parametrize("state", ["rtr", "rts"])
 def test_modify_to_names_the_rd_atomic_attribute(state):
     """QP.modify_to_rtr (modify_to_rts) with a path (resolved or not)
-    that fill_path never limited asks for 255 RD atomic resources, more than any device has:
-    the error names the attribute, its value, the device's range and the
-    likely cause (it said "attribute out of range" on the fabric, and a
-    bare EINVAL on a NIC).  On the software fabric, in this process."""
+    that fill_path never limited asks for 255 RD atomic resources, more
+    than any device has: the error names the attribute, its value, the
+    device's range and the likely cause (it said "attribute out of
+    range" on the fabric, and a bare EINVAL on a NIC).  On the software
+    fabric, in this process."""
     from test_examples import fabric_missing
     why = fabric_missing()
     if why is not None:
