@@ -631,7 +631,8 @@ qp_mcast(PyObject *op, PyObject *args, int attach)
    path.drdatomic; RTS: as initiator, path.srdatomic), checked against the
    device's limits before modify_qp: past them a device says only EINVAL
    (the fabric "attribute out of range"), and the likely cause is a path
-   that fill_path never limited, whose value is still 255.  0, or -1 with SysError EINVAL naming it. */
+   that fill_path never limited, whose value is still 255.  0, or -1
+   with SysError EINVAL naming it. */
 static int
 check_rd_atomic(pyrdma_QP *qp, PyObject *attr, int state)
 {

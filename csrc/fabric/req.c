@@ -524,11 +524,11 @@ fast_atomic(const struct pyrdma_send_wr *wr, int op, uint8_t *dst)
 
 /* CARRY_MAPPED, checks passed: the op in the mapped target memory; a
    WRITE is remembered for fast_repeat_write (not one into this process's
-   own memory: each of those asks carrier_of for room in the queue).  1, or -1 if the target
-   withdrew the MR meanwhile (deregistered it; if we were stopped long
-   enough, it also took its memory away from the mapping we wrote:
-   mem_revoke): the op did not reliably happen, and fails as on a NIC
-   whose target found no MR (REM_ACCESS_ERR). */
+   own memory: each of those asks carrier_of for room in the queue).  1,
+   or -1 if the target withdrew the MR meanwhile (deregistered it; if we
+   were stopped long enough, it also took its memory away from the
+   mapping we wrote: mem_revoke): the op did not reliably happen, and
+   fails as on a NIC whose target found no MR (REM_ACCESS_ERR). */
 static inline int
 fast_exec_mapped(const struct rkc *c, uint32_t *byte_len,
                  const struct pyrdma_send_wr *wr, int op, uint64_t raddr,
