@@ -182,3 +182,47 @@ def test_unmapped_target(pair, op):
         _fails_remote_access(a, b, mr.addr, mr.rkey, op, 65536)
     finally:
         mr.close()
+
+
+CHILD = r"""
+import json, sys
+sys.path[:0] = [HOST]
+import rdma, rdma.ibverbs as ibv
+from fabric_helpers import make_pair, node_stats, poll_cq, check_ok
+with rdma.get_verbs(rdma.get_end_port(provider="ucx")) as ctx:
+    a, b = make_pair(ctx, ctx, ibv.IBV_QPT_RC, size=1 << 20)
+    a.buf[:65536] = bytes(range(256)) * 256
+    s0 = node_stats()
+    a.qp.post_send(a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, length=65536))
+    check_ok(poll_cq(a.send_cq)[0])
+    s1 = node_stats()
+    print(json.dumps({"cma_open": s1["cma_open"],
+                      "fast_write": s1["fast_write"] - s0["fast_write"],
+                      "am_req": s1["am_req"] - s0["am_req"],
+                      "ok": bytes(b.buf[:65536]) == bytes(a.buf[:65536])}))
+    a.close()
+    b.close()
+"""
+
+
+def test_own_memory_without_cross_memory_attach(tmp_path):
+    """With RDMA_UCX_CMA=0 (or under Yama's ptrace_scope 1) the node is
+    closed to cross-memory attach from other processes (cma_open 0), but
+    that is about other processes: between two QPs of the process a WRITE
+    into a bytearray is still a memcpy."""
+    import json
+    import os
+    import subprocess
+    import sys
+    d = tmp_path / "rdv"
+    d.mkdir(mode=0o700)
+    host = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, RDMA_UCX_DIR=str(d), RDMA_UCX_CMA="0",
+               UCX_WARN_UNUSED_ENV_VARS="n")
+    env.pop("RDMA_PROVIDER", None)
+    res = subprocess.run([sys.executable, "-P", "-c",
+                          CHILD.replace("HOST", repr(host))],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == {
+        "cma_open": 0, "fast_write": 1, "am_req": 0, "ok": True}
