@@ -627,6 +627,57 @@ qp_mcast(PyObject *op, PyObject *args, int attach)
     Py_RETURN_NONE;
 }
 
+/* The RD atomic resources a path's qp_attr asks for (RTR: as responder,
+   path.drdatomic; RTS: as initiator, path.srdatomic), checked against the
+   device's limits before modify_qp: past them a device says only EINVAL
+   (the fabric "attribute out of range"), and the likely cause is a path
+   that fill_path never limited, whose value is still 255.  0, or -1
+   with SysError EINVAL naming it. */
+static int
+check_rd_atomic(pyrdma_QP *qp, PyObject *attr, int state)
+{
+    const struct pyrdma_qp_attr *a;
+    pyrdma_obj *pd = (pyrdma_obj *)qp->o.parents[0];
+    pyrdma_obj *ctx = pd != NULL ? (pyrdma_obj *)pd->parents[0] : NULL;
+    struct pyrdma_device_attr da;
+    struct pyrdma_status st = {0};
+    const char *name, *field, *limit;
+    unsigned v;
+    int max;
+
+    if ((state != 2 && state != 3) || ctx == NULL || ctx->h == NULL ||
+        qp->qp_type != PYRDMA_QPT_RC)
+        return 0;
+    memset(&da, 0, sizeof(da));
+    if (ctx->prov->query_device(ctx->h, &da, &st) < 0)
+        return 0;               /* modify_qp will say what it says */
+    a = pyrdma_struct_sync(attr);
+    if (state == 2) {
+        v = a->max_dest_rd_atomic;
+        max = da.max_qp_rd_atom;
+        name = "modify_to_rtr";
+        field = "max_dest_rd_atomic";
+        limit = "path.drdatomic";
+    }
+    else {
+        v = a->max_rd_atomic;
+        max = da.max_qp_init_rd_atom;
+        name = "modify_to_rts";
+        field = "max_rd_atomic";
+        limit = "path.srdatomic";
+    }
+    if (max < 0 || v <= (unsigned)max)
+        return 0;
+    pyrdma_fail(&st, EINVAL, "ibv_modify_qp", "QP.%s: %s %u is out of "
+                "range (0..%d, the device's %s); it is %s, which stays 255 "
+                "until rdma.path.fill_path(qp, path) limits it to what the "
+                "device allows: was the path filled for this QP?", name,
+                field, v, max,
+                state == 2 ? "max_qp_rd_atom" : "max_qp_init_rd_atom", limit);
+    pyrdma_raise_status(qp->o.state, &st);
+    return -1;
+}
+
 /* modify_to_*: ask the path for the qp_attr (the tables live in
    rdma.path) and apply it. */
 static int
@@ -640,6 +691,11 @@ modify_to(pyrdma_QP *qp, PyObject *path, int state, unsigned int access)
                                access);
     if (attr == NULL)
         return -1;
+    if (PyObject_TypeCheck(attr, (PyTypeObject *)qp->o.state->qp_attr) &&
+        check_rd_atomic(qp, attr, state) < 0) {
+        Py_DECREF(attr);
+        return -1;
+    }
     args = PyTuple_Pack(1, attr);
     Py_DECREF(attr);
     if (args == NULL)

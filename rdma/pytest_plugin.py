@@ -522,13 +522,25 @@ def _requires(node: Node, setup: RdmaSetup) -> bool:
     return setup.require or node.get_closest_marker("rdma_require") is not None
 
 
+def _skip(reason: str) -> NoReturn:
+    """pytest.skip(reason), reported at the user's test (its file and
+    line, as pytest reports a skip from a fixture) rather than at the line
+    of this plugin that called it, which is what pytest reports for a skip
+    raised in a hook such as pytest_runtest_setup."""
+    try:
+        exc = pytest.skip.Exception(reason, _use_item_location=True)
+    except TypeError:           # a pytest without the keyword (< 7)
+        exc = pytest.skip.Exception(reason)
+    raise exc from None
+
+
 def _unavailable(node: Node, setup: RdmaSetup,
                  e: Exception) -> NoReturn:
     if _requires(node, setup):
         # Called while handling *e*: the failure says it all, so it is
         # not chained to it ("During handling of the above exception").
         raise pytest.fail.Exception(str(e), pytrace=False) from None
-    pytest.skip(str(e))
+    _skip(str(e))
 
 
 # ---------------------------------------------------------------------------
@@ -604,13 +616,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for c in caps:
         if c == "two_devices":
             if not setup.two_devices:
-                pytest.skip("needs two RDMA ports: give --rdma-peer-device "
+                _skip("needs two RDMA ports: give --rdma-peer-device "
                             "(now loopback on " f"{ep})")
             continue
         for port in ((ep,) if peer == ep else (ep, peer)):
             why = CAPABILITIES[c](port)
             if why:
-                pytest.skip(why)
+                _skip(why)
 
 
 # ---------------------------------------------------------------------------
@@ -926,10 +938,10 @@ def rdma_sa(request: pytest.FixtureRequest, rdma_setup: RdmaSetup,
     software fabric; fails when the port knows no subnet manager."""
     ep = rdma_end_port
     if ep.provider == "ucx":
-        pytest.skip(f"{ep} is on the software fabric, which has no subnet "
+        _skip(f"{ep} is on the software fabric, which has no subnet "
                     f"administrator (paths come from its own addressing)")
     if ep.link_layer == "Ethernet":
-        pytest.skip(f"{ep} is RoCE (Ethernet link layer): there is no "
+        _skip(f"{ep} is RoCE (Ethernet link layer): there is no "
                     f"subnet administrator; paths are resolved from GIDs")
     problem = port_problem(ep)
     if problem:
@@ -964,7 +976,7 @@ def rdma_simnet(pytestconfig: pytest.Config,
         missing_tool
     why = missing_tool()
     if why:
-        pytest.skip(f"no simulated subnet: {why}")
+        _skip(f"no simulated subnet: {why}")
     topology = pytestconfig.getoption("rdma_simnet_topology", None) or \
         DEFAULT_TOPOLOGY
     net = SimNet(topology, f"pytest{os.getpid()}",
@@ -994,7 +1006,7 @@ def rdma_hosts(pytestconfig: pytest.Config, rdma_setup: RdmaSetup
     the test, naming it."""
     values = pytestconfig.getoption("rdma_hosts", None)
     if not values:
-        pytest.skip("no remote hosts: give --rdma-hosts SPEC (an execnet "
+        _skip("no remote hosts: give --rdma-hosts SPEC (an execnet "
                     "gateway spec) for each host")
     from rdma.multihost.command import host_specs
     from rdma.multihost.hosts import start_hosts, stop_hosts
@@ -1033,7 +1045,7 @@ def rdma_remote_pair(rdma_hosts: List[RemoteHost]
     afterwards.  Skips with fewer than two hosts."""
     from rdma.multihost.remote import remote_pair
     if len(rdma_hosts) < 2:
-        pytest.skip("needs two remote hosts (give --rdma-hosts twice)")
+        _skip("needs two remote hosts (give --rdma-hosts twice)")
     by_name = {h.name: h for h in rdma_hosts}
     pairs: List[RemotePair] = []
 

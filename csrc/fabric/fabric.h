@@ -419,6 +419,8 @@ struct rkc {
     uint8_t *base;         /* where it is mapped here, NULL: not mappable */
     int cma;               /* the target's own memory: reached with
                               process_vm_writev/readv (base NULL) */
+    int self;              /* this process's own memory, a QP of its own
+                              the target: base is its address (memcpy) */
     ucp_rkey_h rkey;       /* UCX handle (NULL for cma) */
 };
 

@@ -223,12 +223,20 @@ fab_rk_fetch(struct peer *p, uint32_t key)
     xaddr = m->xaddr;
     if (k1 != key || len > SH_RKEY_MAX)
         return;
-    if (len == 0) {
-        /* the target's own memory: cross-memory attach, nothing to
-           unpack (fast_op checks the entry at every op); not to this
-           process itself (the kernel lets a process reach its own memory
-           whatever it is, so the deregistration fence would not hold:
-           the active-message path serves it, as before) */
+    if (len == 0 && p->sh == N.sh) {
+        /* this process's own memory, a QP of its own the target: the
+           initiator copies at the address itself (CARRY_MAPPED).  No
+           cross-memory attach (the kernel lets a process reach its own
+           memory whatever it is, so that fence would not hold); what
+           fences instead: post_send holds N.lock from its checks to the
+           end of its copy, which dereg_mr takes before it withdraws the
+           MR, and the unmap hook (own_unmapped) waits for the in-flight
+           count the copy holds */
+        base = (void *)(uintptr_t)xaddr;
+    }
+    else if (len == 0) {
+        /* another process's own memory: cross-memory attach, nothing to
+           unpack (fast_op checks the entry at every op) */
         if (!N.cma_out || p->cma_off || p->pid <= 0 || p->pid == N.pid ||
             !__atomic_load_n(&p->sh->cma_open, __ATOMIC_RELAXED))
             return;
@@ -253,7 +261,8 @@ fab_rk_fetch(struct peer *p, uint32_t key)
         old = c->rkey;
         c->addr = addr;
         c->base = base;
-        c->cma = len == 0;
+        c->cma = len == 0 && base == NULL;
+        c->self = len == 0 && base != NULL;
         c->rkey = rkey;
         __atomic_store_n(&c->key, key, __ATOMIC_RELEASE);
     }
@@ -878,10 +887,11 @@ sh_mr_publish(struct umr *mr)
             break;
     mr->umem = u;
     if (u == NULL) {
-        /* the program's own memory: reachable by cross-memory attach
-           (WRITE and READ; atomics need this process) */
-        if (!__atomic_load_n(&N.sh->cma_open, __ATOMIC_RELAXED) ||
-            !(mr->access & (IBV_ACCESS_REMOTE_WRITE |
+        /* the program's own memory: reachable by this process's own
+           QPs (fab_rk_fetch), and by cross-memory attach (WRITE and
+           READ; atomics need this process) while cma_open, which other
+           initiators check */
+        if (!(mr->access & (IBV_ACCESS_REMOTE_WRITE |
                             IBV_ACCESS_REMOTE_READ)) || mr->len == 0)
             return;
     }

@@ -336,6 +336,20 @@ one_sided_candidate(const struct uqp *q, const struct pyrdma_send_wr *wr,
            len != 0 && idx != 0 && idx < SH_MR;
 }
 
+/* Room in q's send queue for a WR done one-sided into this process's
+   own memory (rkc.self): the slots outstanding and the completions still
+   in the send CQ (a bound on this QP's: a NIC frees a send queue entry
+   when its completion is polled) leave one.  Without room the WR takes a
+   slot, so that a full send queue is refused (ENOMEM) as on a NIC. */
+static inline int
+self_sq_room(const struct uqp *q)
+{
+    const struct ucq *cq = q->scq;
+    return (q->sq_tail - q->sq_head) +
+           (cq->tail - __atomic_load_n(&cq->head, __ATOMIC_RELAXED)) <
+           q->cap.max_send_wr;
+}
+
 /* THE CHOICE of carrier for wr (op, len bytes) of q (N.lock held; see
    enum carrier).  one_sided 0: a slot carrier only. */
 static enum carrier
@@ -348,7 +362,8 @@ carrier_of(const struct uqp *q, const struct pyrdma_send_wr *wr, int op,
         const struct rkc *c = &p->rk[rkey >> 8];
         /* c->key: the MR is in our cache of the target's keys
            (post_send's map_targets tried to put it there) */
-        if (c->key == rkey && c->base != NULL)
+        if (c->key == rkey && c->base != NULL &&
+            (!c->self || self_sq_room(q)))
             return CARRY_MAPPED;
         /* the target's own memory: atomics need the target's CPU, and
            small WRs are cheaper through the ring */
@@ -514,11 +529,12 @@ fast_atomic(const struct pyrdma_send_wr *wr, int op, uint8_t *dst)
 }
 
 /* CARRY_MAPPED, checks passed: the op in the mapped target memory; a
-   WRITE is remembered for fast_repeat_write.  1, or -1 if the target
-   withdrew the MR meanwhile (deregistered it; if we were stopped long
-   enough, it also took its memory away from the mapping we wrote:
-   mem_revoke): the op did not reliably happen, and fails as on a NIC
-   whose target found no MR (REM_ACCESS_ERR). */
+   WRITE is remembered for fast_repeat_write (not one into this process's
+   own memory: each of those asks carrier_of for room in the queue).  1,
+   or -1 if the target withdrew the MR meanwhile (deregistered it; if we
+   were stopped long enough, it also took its memory away from the
+   mapping we wrote: mem_revoke): the op did not reliably happen, and
+   fails as on a NIC whose target found no MR (REM_ACCESS_ERR). */
 static inline int
 fast_exec_mapped(const struct rkc *c, uint32_t *byte_len,
                  const struct pyrdma_send_wr *wr, int op, uint64_t raddr,
@@ -545,7 +561,7 @@ fast_exec_mapped(const struct rkc *c, uint32_t *byte_len,
     if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) != rkey)
         return -1;
     if (op == OP_WRITE && !inline_data && wr->num_sge == 1 &&
-        wr->sg_list->lkey == h->lkey && h->lmr != NULL) {
+        wr->sg_list->lkey == h->lkey && h->lmr != NULL && !c->self) {
         h->rep_rkey = rkey;
         h->rep_t = t;
         h->rep_m = m;

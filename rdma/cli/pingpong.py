@@ -227,6 +227,8 @@ def _run(args: argparse.Namespace) -> int:
                 connect_qps(remote)
                 _oob.send_all(conn, encode_all(), step, "our address")
                 _oob.recv_exact(conn, len(DONE), step, "'done'")
+                _send_mode(conn, mode, step)
+                peer_mode = _read_mode(conn, step)
         else:
             conn = _oob.connect(args.servername, args.port, step,
                                 wait=args.wait)
@@ -236,7 +238,11 @@ def _run(args: argparse.Namespace) -> int:
                 remote = decode_all(_oob.recv_exact(
                     conn, nmsg * DEST_LEN, step, "the server's address"))
                 _oob.send_all(conn, DONE, step, "'done'")
+                peer_mode = _read_mode(conn, step)
+                if peer_mode is not None:
+                    _send_mode(conn, mode, step)
             connect_qps(remote)
+        _check_modes(mode, peer_mode, server)
         for d in remote:
             _say(args, f"  remote address: {d.describe()}")
 
@@ -276,6 +282,67 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{args.iters} iters in {usec / 1e6:.2f} seconds = "
               f"{usec / args.iters:.2f} usec/iter", flush=True)
     return 0
+
+
+# -- the mode check ------------------------------------------------------------
+#
+# The C tools' exchange carries no mode: an rc server and a ud client
+# connect, and both wait out the whole --timeout for messages that never
+# arrive.  After the client's "done" a server of ours sends a tag naming
+# its mode; a client of ours that receives it answers with its own, and
+# each side compares.  A C server reads "done" (which comes alone, as it
+# wants it) and closes, sending no tag: the client sees EOF and sends
+# none.  A C client closes after "done": the server sees EOF (or a reset,
+# its tag arriving at a closed socket).  With the C tools, and older
+# versions of this command, nothing is checked and nothing they read
+# changes.
+
+MODE_TAG = b"ibtool-pingpong-mode:"
+
+
+def _mode_tag(mode: str) -> bytes:
+    return MODE_TAG + mode.encode("ascii") + b"\0"
+
+
+def _read_mode(conn: Any, step: Deadline) -> Optional[str]:
+    """The mode the peer's tag names, or None when the peer sends none
+    (the C tools, older versions of this command) and closes."""
+    import socket
+    data = b""
+    while len(data) < 64 and not data.endswith(b"\0"):
+        conn.settimeout(step.remaining())
+        try:
+            chunk = conn.recv(64 - len(data))
+        except socket.timeout:
+            raise step.error("waiting for the peer to close the "
+                             "exchange") from None
+        except ConnectionError:
+            break               # a C server that did not read the tag
+        if not chunk:
+            break
+        data += chunk
+    if data.startswith(MODE_TAG) and data.endswith(b"\0"):
+        return data[len(MODE_TAG):-1].decode("ascii", "replace")
+    return None
+
+
+def _send_mode(conn: Any, mode: str, step: Deadline) -> None:
+    """Send our mode's tag (a C client has closed already: the error is
+    ignored)."""
+    conn.settimeout(step.remaining())
+    try:
+        conn.sendall(_mode_tag(mode))
+    except OSError:
+        pass
+
+
+def _check_modes(mode: str, peer_mode: Optional[str], server: bool) -> None:
+    if peer_mode is None or peer_mode == mode:
+        return
+    peer, me = ("client", "server") if server else ("server", "client")
+    raise PeerError(f"the {peer} runs 'pingpong {peer_mode}' and this {me} "
+                    f"'pingpong {mode}': they cannot talk (no message would "
+                    f"ever arrive); start both sides with the same mode")
 
 
 def _check_final(got: bytes, want: bytes) -> None:

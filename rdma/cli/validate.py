@@ -19,7 +19,8 @@ directory, with only this package's plugin loaded (other installed pytest
 plugins are not autoloaded; ``-- -p NAME`` loads one).  The result is
 always written as JUnit XML (to ``--junitxml`` or a temporary file) and the
 table is built from it.  Exit status: 0 when nothing failed, 1 when a check
-failed, 2 for bad usage, 3 when pytest itself could not run (or timed out).
+failed, 2 for bad usage (a ``--device`` or ``--peer-device`` that is not
+there among them), 3 when pytest itself could not run (or timed out).
 """
 from __future__ import annotations
 
@@ -435,6 +436,12 @@ def validate(args: argparse.Namespace) -> int:
                          ("pair_timeout", 10.0)):
         if getattr(args, opt, default) != default:
             raise ValueError(f"--{opt.replace('_', '-')} needs --hosts")
+    # a device that is not there is bad usage (exit 2, one line naming
+    # it and the devices there are), not 29 checks failing on it
+    from rdma.cli._common import check_end_port_name
+    for name in (args.device, args.peer_device):
+        if name:
+            check_end_port_name(name, provider=args.provider)
     tmpdir = None
     if args.junitxml:
         junit = os.path.abspath(args.junitxml)

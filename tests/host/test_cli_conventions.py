@@ -49,13 +49,13 @@ def test_version():
     ["saquery", "-C", "foo"],
     ["ibaddr", "-C", "foo"],
     ["smpquery", "-C", "foo", "nodeinfo", "1"],
+    ["validate", "--device", "foo", "--quick"],
 ])
 def test_a_device_that_is_not_there_is_bad_usage(argv):
     """Exit 2 and one line naming the device as typed (it used to be
-    exit 1 and, for pingpong/perf, ``'foo/1'``).  ``validate`` and
-    ``validate-subnet`` are not here: they report a device that is not
-    there as a failed check (exit 1, in the JUnit XML too), see
-    test_pytest_plugin.py."""
+    exit 1 and, for pingpong/perf, ``'foo/1'``; for validate, 29 ERROR
+    rows).  ``validate-subnet`` is not here: it discovers the subnet
+    through a umad port, whose absence its checks report."""
     res = ibtool(*argv)
     assert res.returncode == 2, res.stderr
     err = res.stderr.strip()
@@ -169,13 +169,15 @@ def test_validate_json():
     assert set(names["test_ports::test_device"]) == {"test", "result",
                                                      "detail", "time"}
     assert sum(out["counts"].values()) == len(out["tests"])
-    res = ibtool("validate", "--quick", "--json", "--device", "nosuch0",
-                 "--", "-k", "test_device")
+    # a failed check (a device that is not there is bad usage instead:
+    # test_a_device_that_is_not_there_is_bad_usage)
+    res = ibtool("validate", "--quick", "--json", "--gid-index", "99",
+                 "--", "-k", "ports")
     assert res.returncode == 1, res.stdout + res.stderr
     out = json.loads(res.stdout)
     assert out["verdict"] == "FAILED" and out["exit_status"] == 1
-    assert out["first_problem"]["test"] == "test_ports::test_device"
-    assert "nosuch0" in out["first_problem"]["detail"]
+    assert out["first_problem"]["test"] == "test_ports::test_gid_index"
+    assert "GID index 99" in out["first_problem"]["detail"]
 
 
 def test_library_users_keep_their_excepthook():
@@ -188,3 +190,14 @@ def test_library_users_keep_their_excepthook():
                                "raise KeyboardInterrupt"],
         capture_output=True, text=True, timeout=60)
     assert "Traceback" in res.stderr and "KeyboardInterrupt" in res.stderr
+
+
+def test_validate_subnet_help_describes_it():
+    """``ibtool validate-subnet --help`` says what it checks, what it
+    prints and its exit statuses (it showed only the usage and options)."""
+    res = ibtool("validate-subnet", "--help")
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert "Validate an InfiniBand subnet" in text, res.stdout
+    assert "exactly one SM is MASTER" in text and "table" in text
+    assert "exit status: 0 every check passed" in text, res.stdout

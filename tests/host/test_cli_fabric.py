@@ -143,3 +143,29 @@ def test_json_option_of_pingpong_and_perf(tmp_path):
         assert res["test"] == "send" and res["mode"] == "lat"
         row, = res["results"]
         assert row["iterations"] == 100 and row["t_typical_us"] > 0
+
+
+@pytest.mark.parametrize("server,client", [("rc", "ud"), ("ud", "rc"),
+                                           ("rc", "uc")])
+def test_pingpong_modes_that_differ_fail_at_the_exchange(server, client):
+    """A ``pingpong rc`` server and a ``ud`` client (or any two modes that
+    differ) fail at once, each naming both modes; both used to wait out
+    the whole --timeout (here 60 s) for messages that never arrive."""
+    import time
+    port = free_port()
+    t0 = time.monotonic()
+    srv, cli = pair(rdma("pingpong", server, "-n", "5", "-p", str(port),
+                         "--timeout", "60"),
+                    rdma("pingpong", client, "-n", "5", "-p", str(port),
+                         "--timeout", "60", "127.0.0.1"), port)
+    took = time.monotonic() - t0
+    for (rc, out, err), me, peer, mine, theirs in (
+            (srv, "server", "client", server, client),
+            (cli, "client", "server", client, server)):
+        assert rc == 1, (me, rc, out, err)
+        line = err.strip()
+        assert line == (f"ibtool pingpong: the {peer} runs 'pingpong "
+                        f"{theirs}' and this {me} 'pingpong {mine}': they "
+                        f"cannot talk (no message would ever arrive); start "
+                        f"both sides with the same mode"), (me, err)
+    assert took < 30, took

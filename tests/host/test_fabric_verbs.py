@@ -83,7 +83,11 @@ def test_ud_source_lid(pair):
 def test_large_transfers(pair, n64k):
     """RC SEND, WRITE and READ of 192 KiB (sent eagerly: the fabric's
     rendezvous threshold is 256 KiB) and of 1 MiB (UCX rendezvous: the
-    SEND, the READ's response and the WRITE) are byte-exact."""
+    SEND, the READ's response and the WRITE) are byte-exact.  Between two
+    QPs of one process a READ or WRITE alone is a memcpy (the one-sided
+    fast path, test_fabric_inproc.py): each goes in one post_send behind
+    an 8-byte SEND, which it may not overtake (RC order), so that the
+    responder executes it."""
     n = n64k << 16
     rndv0 = node_stats()["am_rndv"]
     a, b = pair(RC, size=2 * n)
@@ -95,11 +99,21 @@ def test_large_transfers(pair, n64k):
     assert check_ok(poll_cq(b.recv_cq)[0]).byte_len == n
     assert bytes(b.buf[n:]) == data
     b.buf[:n] = data[::-1]
-    a.qp.post_send(a.send_wr(b, R, length=n, off=n))
-    check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_RDMA_READ)
+    b.post_recv(wr_id=2, off=n, length=8)
+    a.qp.post_send([a.send_wr(b, length=8, wr_id=3),
+                    a.send_wr(b, R, length=n, off=n, wr_id=4)])
+    wcs = poll_cq(a.send_cq, 2)
+    check_ok(wcs[0], ibv.IBV_WC_SEND, 3)
+    check_ok(wcs[1], ibv.IBV_WC_RDMA_READ, 4)
+    check_ok(poll_cq(b.recv_cq)[0])
     assert bytes(a.buf[n:]) == data[::-1]
-    a.qp.post_send(a.send_wr(b, W, length=n, remote_off=0))
-    check_ok(poll_cq(a.send_cq)[0])
+    b.post_recv(wr_id=5, off=n, length=8)
+    a.qp.post_send([a.send_wr(b, length=8, wr_id=6),
+                    a.send_wr(b, W, length=n, remote_off=0, wr_id=7)])
+    wcs = poll_cq(a.send_cq, 2)
+    check_ok(wcs[0], ibv.IBV_WC_SEND, 6)
+    check_ok(wcs[1], ibv.IBV_WC_RDMA_WRITE, 7)
+    check_ok(poll_cq(b.recv_cq)[0])
     assert bytes(b.buf[:n]) == data
     assert node_stats()["am_rndv"] - rndv0 == (3 if n > 256 << 10 else 0)
 

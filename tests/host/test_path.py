@@ -8,6 +8,7 @@ import rdma
 import rdma.ibverbs as ibv
 from rdma import IBA
 from rdma.IBA import GID
+import rdma.path
 from rdma.path import IBPath, from_string
 
 
@@ -238,3 +239,46 @@ def test_set_end_port_finds_the_port_with_the_sgid():
     p = IBPath(None, SGID="fe80::99")
     with pytest.raises(rdma.RDMAError, match="fe80::99"):
         p.set_end_port(Node())
+
+
+@pytest.mark.parametrize("state", ["rtr", "rts"])
+def test_modify_to_names_the_rd_atomic_attribute(state):
+    """QP.modify_to_rtr (modify_to_rts) with a path (resolved or not)
+    that fill_path never limited asks for 255 RD atomic resources, more
+    than any device has: the error names the attribute, its value, the
+    device's range and the likely cause (it said "attribute out of
+    range" on the fabric, and a bare EINVAL on a NIC).  On the software
+    fabric, in this process."""
+    from test_examples import fabric_missing
+    why = fabric_missing()
+    if why is not None:
+        pytest.skip(why)
+    ep = rdma.get_end_port(provider="ucx")
+    with rdma.get_verbs(ep) as ctx:
+        pd = ctx.pd()
+        cq = ctx.cq(4)
+        qp = pd.qp(ibv.IBV_QPT_RC, 2, cq, 2, cq)
+        dev = ctx.query_device()
+        path = rdma.path.resolve_path(None, IBPath(ep, DGID=ep.gids[0],
+                                                   dqpn=qp.qp_num))
+        qp.modify_to_init(path)
+        if state == "rts":
+            path.drdatomic = dev.max_qp_rd_atom
+            qp.modify_to_rtr(path)
+            field, limit, name = ("max_rd_atomic", dev.max_qp_init_rd_atom,
+                                  "path.srdatomic")
+        else:
+            field, limit, name = ("max_dest_rd_atomic", dev.max_qp_rd_atom,
+                                  "path.drdatomic")
+        with pytest.raises(rdma.SysError) as ei:
+            getattr(qp, f"modify_to_{state}")(path)
+        msg = str(ei.value)
+        assert ei.value.errno == 22
+        assert f"modify_to_{state}: {field} 255 is out of range " \
+            f"(0..{limit}," in msg, msg
+        assert name in msg and "rdma.path.fill_path(qp, path)" in msg, msg
+        # filled, the same path works
+        rdma.path.fill_path(qp, path)
+        path.dqpsn = path.sqpsn = 1
+        getattr(qp, f"modify_to_{state}")(path)
+        qp.close()

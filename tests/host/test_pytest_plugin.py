@@ -256,17 +256,22 @@ def rdma_validate(*args, timeout=600, cwd=None):
                           timeout=timeout, cwd=cwd)
 
 
-def test_validate_fails_and_names_a_missing_device(tmp_path):
+def test_validate_names_a_missing_device_as_bad_usage(tmp_path):
+    """A --device (or --peer-device) that is not there is bad usage: exit
+    2 and one line naming it and the ports there are, before any check
+    runs (no JUnit XML).  It used to run the suite and print 29 ERROR rows
+    (exit 1)."""
     xml = tmp_path / "v.xml"
-    r = rdma_validate("--device", "nosuch0", "--junitxml", str(xml),
-                      "--quick", cwd=tmp_path)
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert "FAILED" in r.stdout
-    assert "first problem: test_ports::test_device: RDMA device 'nosuch0' " \
-           "not found" in r.stdout, r.stdout
-    rows, _ = read_junit(str(xml))
-    assert rows and all(x["result"] in ("ERROR", "FAILED") for x in rows
-                        if x["test"].startswith("test_ports::test_device"))
+    for opts in (["--device", "nosuch0"], ["--peer-device", "nosuch0"]):
+        r = rdma_validate(*opts, "--junitxml", str(xml), "--quick",
+                          cwd=tmp_path)
+        if "no RDMA device found" in r.stdout:
+            pytest.skip("no RDMA device at all: the checks report that")
+        assert r.returncode == 2, r.stdout + r.stderr
+        err = r.stderr.strip()
+        assert err.startswith("ibtool validate: ") and "\n" not in err, err
+        assert "'nosuch0'" in err and "have: " in err, err
+        assert r.stdout == "" and not xml.exists()
     assert not (tmp_path / ".pytest_cache").exists()
 
 
@@ -368,3 +373,49 @@ def test_remote_pair_repr():
         assert repr(pair).endswith(f", closed, key {pair.key}>")
     finally:
         stop_hosts(group, hosts)
+
+
+SKIP_LOCATION_TESTS = '''
+import pytest
+
+@pytest.mark.rdma_two_devices
+def test_two():
+    pass
+
+@pytest.mark.rdma_needs("two_devices")
+def test_needs():
+    pass
+
+@pytest.mark.rdma_atomics
+def test_marker_only():
+    pass
+
+def test_fixture(rdma_end_port):
+    pass
+'''
+
+
+def test_skips_point_at_the_users_test(tmp_path):
+    """pytest -rs reports each skip at the user's test (test_sample.py
+    and the line of its test), whether a marker (checked in the plugin's
+    pytest_runtest_setup) or a fixture skipped it.  The markers' skips
+    pointed at rdma/pytest_plugin.py."""
+    rc, rows, out = run_pytest(tmp_path, SKIP_LOCATION_TESTS,
+                               "--rdma-device", "nosuch0")
+    assert rc == 0, out
+    assert all(r[0] == "SKIPPED" for r in rows.values()), rows
+    lines = [line for line in out.splitlines()
+             if line.startswith("SKIPPED [")]
+    assert len(lines) == 4, out
+    assert not any("pytest_plugin.py" in line for line in lines), out
+    where = sorted(int(line.split("test_sample.py:", 1)[1].split(":")[0])
+                   for line in lines)
+    assert where == [4, 8, 12, 16], out
+    if HAS_UCX:
+        rc, rows, out = run_pytest(tmp_path, SKIP_LOCATION_TESTS,
+                                   "--rdma-provider", "ucx")
+        assert rc == 0, out
+        lines = [line for line in out.splitlines()
+                 if line.startswith("SKIPPED [")]
+        assert lines and all(line.startswith("SKIPPED [1] test_sample.py:")
+                             for line in lines), out

@@ -40,6 +40,35 @@ def test_healthy_subnet_passes(sub):
     assert "5 passed" in res.stdout
 
 
+def test_report_is_a_table(sub):
+    """The report is ``ibtool validate``'s: a header, one row per check
+    (test, result, detail), the verdict; a failed check's whole message
+    follows the table.  It used to be pytest's raw output (dots, "[100%]",
+    "short test summary info")."""
+    res = validate(sub, "--topology", str(sub.expected))
+    out = res.stdout
+    assert res.returncode == 0, out + res.stderr
+    lines = out.splitlines()
+    assert lines[0].startswith("ibtool validate-subnet: the subnet of "), out
+    assert f"expected topology {sub.expected}" in lines[0]
+    assert any(line.split()[:2] == ["test", "result"] for line in lines), out
+    for check in ("test_topology_matches", "test_link_rates",
+                  "test_error_counters", "test_every_lid_pair_routes",
+                  "test_one_master_sm"):
+        assert any(line.split()[:2] == [check, "PASSED"]
+                   for line in lines), out
+    assert lines[-1].startswith("PASSED: 5 passed in "), out
+    assert "[100%]" not in out and "short test summary" not in out, out
+    res = validate(sub, "--rate", "4xQDR", "-k", "rates")
+    assert res.returncode == 1
+    row = next(line for line in res.stdout.splitlines()
+               if line.startswith("test_link_rates "))
+    assert row.split()[1] == "FAILED" and "links at the wrong rate" in row
+    assert "\ntest_link_rates:\n  " in res.stdout, res.stdout
+    assert res.stdout.splitlines()[-1].startswith("FAILED: 1 failed"), \
+        res.stdout
+
+
 def test_unlinked_port_is_named(sub):
     """Unlink "Hca4"[1]: the topology check names the missing link's two
     ends; after ReLink it passes again."""
