@@ -247,14 +247,15 @@ class EventChannel:
                    expected: Union[CMEventType, Iterable[CMEventType]],
                    func: str = "wait_event",
                    timeout: Optional[float] = 10.0) -> CMEvent:
-        """The next event of ``cid`` (any ID if None), checked to be one of
+        """The next event of ``cid`` (any ID if None; a listening ID's
+        include the CONNECT_REQUESTs it gets), checked to be one of
         ``expected``: raise :class:`CMEventError` for another event of
         that ID, TimeoutError after ``timeout`` seconds.  Events of other
         IDs wait in a queue for later :meth:`get_event` calls."""
         want = ((expected,) if isinstance(expected, CMEventType)
                 else tuple(expected))
         for i, ev in enumerate(self._pending):
-            if cid is None or ev.id is cid:
+            if _is_for(ev, cid):
                 del self._pending[i]
                 return _check(func, ev, want)
         import time
@@ -267,13 +268,18 @@ class EventChannel:
                 names = "/".join(e.name for e in want)
                 raise TimeoutError(f"{func}: no {names} event within "
                                    f"{timeout} s")
-            if cid is None or ev2.id is cid:
+            if _is_for(ev2, cid):
                 return _check(func, ev2, want)
             self._pending.append(ev2)
 
 
 #: pyverbs' name.
 CMEventChannel = EventChannel
+
+
+def _is_for(ev: CMEvent, cid: Optional["CMID"]) -> bool:
+    """Is ev an event of cid (its own, or a request to it listening)?"""
+    return cid is None or ev.id is cid or ev.listen_id is cid
 
 
 def _check(func: str, ev: CMEvent,
@@ -443,6 +449,12 @@ class CMID:
         if qp_state == ibv.IBV_QPS_ERR:
             qp.modify(ibv.qp_attr(qp_state=qp_state), ibv.IBV_QP_STATE)
             return
+        if qp_state == ibv.IBV_QPS_RTR and qp.qp_type != ibv.IBV_QPT_UD:
+            # INIT -> INIT first, as librdmacm does: the access flags the
+            # CM gives depend on the negotiated responder resources,
+            # unknown when the QP went to INIT before the request.
+            attr, mask = self.init_qp_attr(ibv.IBV_QPS_INIT)
+            qp.modify(attr, mask)
         attr, mask = self.init_qp_attr(qp_state)
         qp.modify(attr, mask)
 
