@@ -37,8 +37,9 @@ from setuptools.command.build_ext import build_ext
 # The software fabric (csrc/fabric/: fabric.h and wire.h are its headers).
 FABRIC_SOURCES = ["csrc/fabric/" + f + ".c" for f in (
     "node", "peer", "auth", "wire", "ring", "mr", "adopt", "cq", "qp", "req",
-    "resp", "rel", "ops")]
-FABRIC_HEADERS = ["csrc/fabric/fabric.h", "csrc/fabric/wire.h"]
+    "resp", "rel", "ops", "cm", "cm_conn", "cm_msg", "cm_addr")]
+FABRIC_HEADERS = ["csrc/fabric/fabric.h", "csrc/fabric/wire.h",
+                  "csrc/fabric/cm.h"]
 
 SOURCES = [
     "csrc/module.c",
@@ -85,7 +86,8 @@ FABRIC_LIB = ("librdma_fabric.so",
 FRONT_LIB = ("librdma_fabric_verbs.so",
              ["csrc/fabric_verbs/device.c", "csrc/fabric_verbs/objects.c",
               "csrc/fabric_verbs/datapath.c", "csrc/fabric_verbs/extended.c",
-              "csrc/fabric_verbs/convert.c"],
+              "csrc/fabric_verbs/convert.c", "csrc/fabric_verbs/cm_front.c",
+              "csrc/fabric_verbs/cm_front_ep.c"],
              ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
               "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
               "-ldl", "-lpthread"])
@@ -121,7 +123,8 @@ class BuildExtAndLibs(build_ext):
         if name == FRONT_LIB[0]:
             deps += [os.path.join(outdir, FABRIC_LIB[0]),
                      "csrc/fabric_verbs/ibv_front.map",
-                     "csrc/fabric_verbs/front.h"]
+                     "csrc/fabric_verbs/front.h",
+                     "csrc/fabric_verbs/cm_front.h"]
         if (not self.force and os.path.exists(target) and
                 all(os.path.getmtime(d) <= os.path.getmtime(target)
                     for d in deps)):

@@ -22,6 +22,9 @@
  *   rel.c   reliability: the outbox, ACKs (coalesced, deferred,
  *           piggybacked), NAK/RNR at the requester, SQ completions, timers
  *   ops.c   device, context, port, PD and AH verbs and the ops table
+ *   cm.c    the connection manager: event channels, CM IDs, the API
+ *   cm_msg.c  its messages (REQ, REP, RTU, REJ, DREQ, DREP, SIDR) and
+ *           its thread; cm_addr.c: IP addresses to nodes, port claims
  */
 
 /*
@@ -833,6 +836,12 @@ int fab_same_host(const struct record *r);
 int fab_ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
                    struct pyrdma_status *st, const char *func);
 void fab_peer_fail_locked(struct peer *p);
+int fab_peer_of(uint64_t guid, struct peer **out, struct pyrdma_status *st);
+int fab_node_alive(uint64_t guid);
+int fab_node_netns(uint64_t guid, unsigned long *netns);
+
+/* cm_msg.c */
+void fab_cm_rx(const struct wire *h, const void *data, size_t length);
 
 /* auth.c */
 void fab_auth_init(void);

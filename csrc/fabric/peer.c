@@ -552,3 +552,64 @@ fab_peer_fail_locked(struct peer *p)
             fab_sq_fail_outstanding(q, IBV_WC_RETRY_EXC_ERR);
     }
 }
+
+/* ------------------------------------------------------------------ */
+/* for the connection manager (cm_msg.c, cm_addr.c)                   */
+
+/* The peer of node guid (made and authenticated if new; blocks while
+   it says HELLO); 0 or -1 with *st set.  Without N.lock. */
+int
+fab_peer_of(uint64_t guid, struct peer **out, struct pyrdma_status *st)
+{
+    return peer_get(guid, 0, out, st, "rdma_connect");
+}
+
+/* Does node guid live?  Its record says, where it has one in the
+   rendezvous directory; else its peer's endpoint (failed: gone), else
+   it is taken to live.  Without N.lock. */
+int
+fab_node_alive(uint64_t guid)
+{
+    struct record rec;
+    void *addr = NULL;
+    struct peer *p;
+    int alive = 0;
+
+    if (guid == N.guid)
+        return 1;
+    if (record_read(guid, &rec, &addr, &alive) == 0) {
+        free(addr);
+        return alive;
+    }
+    LOCK();
+    for (int i = 0; i < N.npeers; i++)
+        if (N.peers[i]->guid == guid) {
+            p = N.peers[i];
+            if (!p->failed) {
+                UNLOCK();
+                return 1;
+            }
+        }
+    UNLOCK();
+    return 0;
+}
+
+/* The network namespace (inode) of node guid of this host, if it lives:
+   1, or 0. */
+int
+fab_node_netns(uint64_t guid, unsigned long *netns)
+{
+    struct record rec;
+    void *addr = NULL;
+    int alive = 0;
+
+    if (guid == N.guid) {
+        *netns = N.netns;
+        return 1;
+    }
+    if (record_read(guid, &rec, &addr, &alive) < 0)
+        return 0;
+    free(addr);
+    *netns = rec.netns;
+    return alive && strcmp(rec.boot_id, N.boot_id) == 0;
+}

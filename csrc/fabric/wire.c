@@ -84,10 +84,11 @@ fab_am_dispatch(const struct wire *h, const uint8_t *pl, size_t plen)
         fab_on_resp(h, pl, plen);
 }
 
-/* A control message (HELLO, CHALLENGE, PROOF, RINGOPEN, BELL): handled;
+/* A control message (HELLO, CHALLENGE, PROOF, RINGOPEN, BELL, CM): handled;
    1, or 0 if h is not one. */
 static int
-am_control(const struct wire *h, const ucp_am_recv_param_t *param)
+am_control(const struct wire *h, const void *data, size_t length,
+           const ucp_am_recv_param_t *param)
 {
     ucp_ep_h reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
                      ? param->reply_ep : NULL;
@@ -101,6 +102,12 @@ am_control(const struct wire *h, const ucp_am_recv_param_t *param)
         return 1;
     case AM_CTL_PROOF:
         fab_proof_rx(h, reply);
+        return 1;
+    case AM_CTL_CM:
+        if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+            fab_rx_bad();       /* never that long */
+        else
+            fab_cm_rx(h, data, length);
         return 1;
     case AM_CTL_RINGOPEN:
     case AM_CTL_BELL:
@@ -207,7 +214,7 @@ fab_am_cb(void *arg, const void *header, size_t header_length, void *data,
         return UCS_OK;
     }
     memcpy(&h, header, sizeof(h));
-    if (am_control(&h, param))
+    if (am_control(&h, data, length, param))
         return UCS_OK;
     if ((h.kind != AM_REQ && h.kind != AM_RESP) || !fab_msg_check(&h, length)) {
         fab_rx_bad();

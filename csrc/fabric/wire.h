@@ -16,6 +16,8 @@
 #define AM_CTL_HELLO 42         /* authenticate (the first message; auth.c) */
 #define AM_CTL_CHALLENGE 43     /* the receiver's nonce for a HELLO */
 #define AM_CTL_PROOF 44         /* the answer to it: the session begins */
+#define AM_CTL_CM 45            /* a connection manager message: struct wire
+                                   (op: CM_*) + struct cm_msg (cm_msg.c) */
 /* HELLO key modes (struct wire.op of AM_CTL_HELLO and AM_CTL_PROOF) */
 enum { HELLO_NONE, HELLO_NODE, HELLO_SHARED };
 /* The version of the HELLO exchange (struct wire.qkey of AM_CTL_HELLO,
@@ -58,5 +60,33 @@ struct wire {
     uint64_t sid;        /* the sender's session with the receiver (its
                             HELLO): binds the message to src_guid */
 };
+
+/* Connection manager messages (AM_CTL_CM; struct wire.op), after the IB
+   CM's: REQ, REP, RTU, REJ, DREQ, DREP, and SIDR_REQ/SIDR_REP for UD. */
+enum { CM_REQ = 1, CM_REP, CM_RTU, CM_REJ, CM_DREQ, CM_DREP, CM_SIDR_REQ,
+       CM_SIDR_REP, CM_MSG_LAST = CM_SIDR_REP };
+#define CM_VERSION 1            /* struct cm_msg.version */
+#define CM_PDATA_MAX 256
+
+/* The payload of an AM_CTL_CM message (fixed size: a message of another
+   length is malformed).  IP addresses and ports in network order. */
+struct cm_msg {
+    uint32_t version;      /* CM_VERSION */
+    uint32_t local_id;     /* the sender's communication id (never 0) */
+    uint32_t remote_id;    /* the receiver's (0 in REQ and SIDR_REQ) */
+    uint32_t qpn;          /* the sender's QP (REQ, REP, SIDR_REP) */
+    uint32_t psn;          /* its first PSN (REQ, REP) */
+    uint32_t qkey;         /* SIDR_REP: the QP's Q_Key */
+    uint32_t src_ip, dst_ip;     /* REQ, SIDR_REQ: the connection's */
+    uint16_t src_port, dst_port; /* addresses (dst_port: the listener) */
+    uint16_t ps;           /* port space (FAB_CM_PS_*) */
+    uint8_t resp_res, init_depth, flow_control;
+    uint8_t retry, rnr_retry, srq;
+    uint8_t reason;        /* REJ: reject reason; SIDR_REP: status */
+    uint8_t pdata_len;     /* bytes of pdata the sender gave */
+    uint8_t pad[2];
+    uint8_t pdata[CM_PDATA_MAX];
+};
+_Static_assert(sizeof(struct cm_msg) == 48 + CM_PDATA_MAX, "struct cm_msg");
 
 #endif /* PYRDMA_FABRIC_WIRE_H */

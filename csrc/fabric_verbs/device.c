@@ -158,6 +158,15 @@ from_ucx(const void *ret)
            strncmp(base, "librdmacm.", 10) == 0;
 }
 
+/* For the rdma_* front end (cm_front.c): must the caller at ret get the
+   real librdmacm (UCX's own rdmacm transport, librdmacm calling itself,
+   or the fabric running)? */
+int
+fv_real_caller(const void *ret)
+{
+    return from_ucx(ret);
+}
+
 /* The real libibverbs function name@version (NULL if there is none).
    RTLD_NEXT finds it when the program links libibverbs.  When libibverbs
    came with a library that was dlopen()ed (UCX's libuct_ib, pyverbs in a

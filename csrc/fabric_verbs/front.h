@@ -155,6 +155,8 @@ extern unsigned fv_gen;                        /* fork() generation: +1 in
 void fv_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Set errno from a failed fabric call; return its errno value. */
 int fv_failed(const struct pyrdma_status *st);
+/* Must the caller at ret (a return address) see the real libraries? */
+int fv_real_caller(const void *ret);
 /* The real libibverbs function name@version (NULL if not loaded). */
 void *fv_real_sym(const char *name, const char *version);
 /* A new value for an object's handle field. */

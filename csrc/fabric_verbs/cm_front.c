@@ -1,0 +1,607 @@
+/* cm_front.c - librdmacm's entry points for ucx0: event channels, CM
+   IDs, addresses, events, connect/accept/reject/disconnect.  IDs made
+   by a program are served by the fabric's connection manager
+   (fab_cm_*); the calls UCX's rdmacm transport or librdmacm itself make
+   go to the real librdmacm (fv_real_caller).  QPs, endpoints and
+   getaddrinfo are in cm_front_ep.c.  See docs/c_programs.rst. */
+#include "cm_front.h"
+
+static int
+cm_fail(const struct pyrdma_status *st)
+{
+    fv_failed(st);
+    return -1;
+}
+
+/* The real librdmacm function name (NULL if there is none). */
+void *
+fv_cm_real(const char *name)
+{
+    static void *lib;
+    void *h, *f = dlsym(RTLD_NEXT, name);
+    if (f != NULL)
+        return f;
+    h = __atomic_load_n(&lib, __ATOMIC_ACQUIRE);
+    if (h == NULL) {
+        h = dlopen("librdmacm.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL)
+            return NULL;
+        __atomic_store_n(&lib, h, __ATOMIC_RELEASE);
+    }
+    return dlsym(h, name);
+}
+
+/* The ucx0 context every ID of the program shares (id->verbs). */
+struct ibv_context *
+fv_cm_verbs(void)
+{
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    static struct ibv_context *ctx;
+    struct ibv_device **l;
+    int n, i;
+
+    pthread_mutex_lock(&m);
+    if (ctx == NULL && (l = ibv_get_device_list(&n)) != NULL) {
+        for (i = 0; i < n; i++)
+            if (l[i] == &fv_dev)
+                ctx = ibv_open_device(l[i]);
+        ibv_free_device_list(l);
+    }
+    pthread_mutex_unlock(&m);
+    if (ctx == NULL && errno == 0)
+        errno = ENODEV;
+    return ctx;
+}
+
+/* ------------------------------------------------------------------ */
+/* channels                                                            */
+
+static struct fch *
+channel_new(void)
+{
+    struct pyrdma_status st;
+    struct fch *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (fab_cm_create_channel(&c->h, &c->ch.fd, &st) < 0) {
+        fv_failed(&st);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+EXPORT struct rdma_event_channel *
+rdma_create_event_channel(void)
+{
+    CM_REAL(struct rdma_event_channel *, rdma_create_event_channel, (void));
+    struct fch *c;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn() : NULL;
+    c = channel_new();
+    return c ? &c->ch : NULL;
+}
+
+EXPORT void
+rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+    CM_REAL(void, rdma_destroy_event_channel,
+            (struct rdma_event_channel *));
+    struct fch *c = container_of(channel, struct fch, ch);
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL()) {
+        if (real_fn)
+            real_fn(channel);
+        return;
+    }
+    if (fab_cm_destroy_channel(c->h, &st) == 0)
+        free(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* IDs                                                                 */
+
+static int
+qp_type_of(enum rdma_port_space ps)
+{
+    return ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
+}
+
+/* A new ID on c (NULL: a synchronous one with a channel of its own). */
+static struct fid *
+fid_new(struct fch *c, void *context, enum rdma_port_space ps)
+{
+    struct pyrdma_status st;
+    struct fid *f = calloc(1, sizeof(*f));
+    if (f == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (c == NULL && (c = f->own_ch = channel_new()) == NULL) {
+        free(f);
+        return NULL;
+    }
+    f->id.verbs = fv_cm_verbs();
+    if (f->id.verbs == NULL ||
+        fab_cm_create_id(c->h, f, (int)ps, &f->h, &st) < 0) {
+        if (f->id.verbs != NULL)
+            fv_failed(&st);
+        if (f->own_ch != NULL)
+            rdma_destroy_event_channel(&f->own_ch->ch);
+        free(f);
+        return NULL;
+    }
+    f->id.channel = &c->ch;
+    f->id.context = context;
+    f->id.ps = ps;
+    f->id.qp_type = qp_type_of(ps);
+    f->id.port_num = 1;
+    return f;
+}
+
+EXPORT int
+rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
+               void *context, enum rdma_port_space ps)
+{
+    CM_REAL(int, rdma_create_id, (struct rdma_event_channel *,
+                                  struct rdma_cm_id **, void *,
+                                  enum rdma_port_space));
+    struct fid *f;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(channel, id, context, ps) : -1;
+    f = fid_new(channel ? container_of(channel, struct fch, ch) : NULL,
+                context, ps);
+    if (f == NULL)
+        return -1;
+    *id = &f->id;
+    return 0;
+}
+
+static void
+event_free(struct rdma_cm_event *ev)
+{
+    struct fev *e = container_of(ev, struct fev, ev);
+    struct pyrdma_status st;
+    fab_cm_ack_event(e->h, &st);
+    free(e);
+}
+
+EXPORT int
+rdma_destroy_id(struct rdma_cm_id *id)
+{
+    CM_REAL(int, rdma_destroy_id, (struct rdma_cm_id *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id) : -1;
+    if (fab_cm_destroy_id(f->h, &st) < 0)
+        return cm_fail(&st);
+    if (f->last != NULL)
+        event_free(f->last);
+    if (f->own_ch != NULL)
+        rdma_destroy_event_channel(&f->own_ch->ch);
+    free(f->qp_init);
+    free(f);
+    return 0;
+}
+
+/* Copy the route the CM knows into id->route. */
+void
+fv_cm_route(struct fid *f)
+{
+    struct fab_cm_route r;
+    struct pyrdma_status st;
+    struct rdma_route *rt = &f->id.route;
+
+    if (fab_cm_query_route(f->h, &r, &st) < 0)
+        return;
+    memcpy(&rt->addr.src_storage, &r.src, sizeof(r.src));
+    memcpy(&rt->addr.dst_storage, &r.dst, sizeof(r.dst));
+    memcpy(rt->addr.addr.ibaddr.sgid.raw, r.sgid, 16);
+    memcpy(rt->addr.addr.ibaddr.dgid.raw, r.dgid, 16);
+    rt->addr.addr.ibaddr.pkey = htobe16(0xffff);
+    memcpy(f->path.sgid.raw, r.sgid, 16);
+    memcpy(f->path.dgid.raw, r.dgid, 16);
+    f->path.slid = htobe16(r.slid);
+    f->path.dlid = htobe16(r.dlid);
+    f->path.pkey = htobe16(0xffff);
+    f->path.mtu = r.path_mtu;
+    f->path.hop_limit = 1;
+    f->path.reversible = 1;
+    f->path.numb_path = 1;
+    rt->num_paths = r.num_paths;
+    rt->path_rec = r.num_paths ? &f->path : NULL;
+}
+
+EXPORT int
+rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+    CM_REAL(int, rdma_bind_addr, (struct rdma_cm_id *, struct sockaddr *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, addr) : -1;
+    if (fab_cm_bind_addr(f->h, addr, &st) < 0)
+        return cm_fail(&st);
+    fv_cm_route(f);
+    return 0;
+}
+
+EXPORT int
+rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
+                  struct sockaddr *dst_addr, int timeout_ms)
+{
+    CM_REAL(int, rdma_resolve_addr, (struct rdma_cm_id *, struct sockaddr *,
+                                     struct sockaddr *, int));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, src_addr, dst_addr, timeout_ms) : -1;
+    if (fab_cm_resolve_addr(f->h, src_addr, dst_addr, timeout_ms, &st) < 0)
+        return cm_fail(&st);
+    return f->own_ch ? fv_cm_wait(f, RDMA_CM_EVENT_ADDR_RESOLVED) : 0;
+}
+
+EXPORT int
+rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+    CM_REAL(int, rdma_resolve_route, (struct rdma_cm_id *, int));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, timeout_ms) : -1;
+    if (fab_cm_resolve_route(f->h, timeout_ms, &st) < 0)
+        return cm_fail(&st);
+    return f->own_ch ? fv_cm_wait(f, RDMA_CM_EVENT_ROUTE_RESOLVED) : 0;
+}
+
+EXPORT int
+rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+    CM_REAL(int, rdma_listen, (struct rdma_cm_id *, int));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, backlog) : -1;
+    if (fab_cm_listen(f->h, backlog, &st) < 0)
+        return cm_fail(&st);
+    fv_cm_route(f);
+    return 0;
+}
+
+EXPORT int
+rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+    CM_REAL(int, rdma_migrate_id, (struct rdma_cm_id *,
+                                   struct rdma_event_channel *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    struct fch *c, *old = f->own_ch;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, channel) : -1;
+    c = channel ? container_of(channel, struct fch, ch) : channel_new();
+    if (c == NULL)
+        return -1;
+    if (fab_cm_migrate_id(f->h, c->h, &st) < 0) {
+        if (channel == NULL)
+            rdma_destroy_event_channel(&c->ch);
+        return cm_fail(&st);
+    }
+    f->own_ch = channel ? NULL : c;
+    f->id.channel = &c->ch;
+    if (old != NULL)
+        rdma_destroy_event_channel(&old->ch);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* connecting                                                          */
+
+static void
+param_in(struct fab_cm_conn_param *o, const struct rdma_conn_param *p,
+         struct rdma_cm_id *id)
+{
+    memset(o, 0, sizeof(*o));
+    o->retry_count = 7;
+    o->rnr_retry_count = 7;
+    o->responder_resources = 16;
+    o->initiator_depth = 16;
+    if (p != NULL) {
+        o->private_data = p->private_data;
+        o->private_data_len = p->private_data_len;
+        o->responder_resources = p->responder_resources > 16
+                                 ? 16 : p->responder_resources;
+        o->initiator_depth = p->initiator_depth > 16 ? 16 : p->initiator_depth;
+        o->flow_control = p->flow_control;
+        o->retry_count = p->retry_count;
+        o->rnr_retry_count = p->rnr_retry_count;
+        o->srq = p->srq;
+        o->qp_num = p->qp_num;
+    }
+    if (id->qp != NULL) {
+        o->qp_num = id->qp->qp_num;
+        o->srq = id->qp->srq != NULL;
+    }
+}
+
+EXPORT int
+rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+    CM_REAL(int, rdma_connect, (struct rdma_cm_id *,
+                                struct rdma_conn_param *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct fab_cm_conn_param p;
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, conn_param) : -1;
+    param_in(&p, conn_param, id);
+    if (fab_cm_connect(f->h, &p, &st) < 0)
+        return cm_fail(&st);
+    return f->own_ch ? fv_cm_wait(f, RDMA_CM_EVENT_ESTABLISHED) : 0;
+}
+
+EXPORT int
+rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+    CM_REAL(int, rdma_accept, (struct rdma_cm_id *,
+                               struct rdma_conn_param *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct fab_cm_conn_param p;
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, conn_param) : -1;
+    param_in(&p, conn_param, id);
+    p.qkey = RDMA_UDP_QKEY;
+    if (id->qp != NULL && id->qp_type == IBV_QPT_RC &&
+        (fv_cm_qp_to(f, IBV_QPS_RTR) < 0 || fv_cm_qp_to(f, IBV_QPS_RTS) < 0))
+        return -1;
+    if (fab_cm_accept(f->h, &p, &st) < 0)
+        return cm_fail(&st);
+    if (f->own_ch != NULL && id->qp_type == IBV_QPT_RC)
+        return fv_cm_wait(f, RDMA_CM_EVENT_ESTABLISHED);
+    return 0;
+}
+
+EXPORT int
+rdma_reject(struct rdma_cm_id *id, const void *private_data,
+            uint8_t private_data_len)
+{
+    CM_REAL(int, rdma_reject, (struct rdma_cm_id *, const void *, uint8_t));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, private_data, private_data_len) : -1;
+    if (fab_cm_reject(f->h, private_data, private_data_len, &st) < 0)
+        return cm_fail(&st);
+    return 0;
+}
+
+EXPORT int
+rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
+                uint8_t private_data_len)
+{
+    CM_REAL(int, rdma_reject_ece, (struct rdma_cm_id *, const void *,
+                                   uint8_t));
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, private_data, private_data_len) : -1;
+    return rdma_reject(id, private_data, private_data_len);
+}
+
+EXPORT int
+rdma_establish(struct rdma_cm_id *id)
+{
+    CM_REAL(int, rdma_establish, (struct rdma_cm_id *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id) : -1;
+    if (fab_cm_establish(f->h, &st) < 0)
+        return cm_fail(&st);
+    return 0;
+}
+
+EXPORT int
+rdma_disconnect(struct rdma_cm_id *id)
+{
+    CM_REAL(int, rdma_disconnect, (struct rdma_cm_id *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id) : -1;
+    if (id->qp != NULL) {
+        struct ibv_qp_attr a;
+        memset(&a, 0, sizeof(a));
+        a.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(id->qp, &a, IBV_QP_STATE);
+    }
+    if (fab_cm_disconnect(f->h, &st) < 0)
+        return cm_fail(&st);
+    return 0;
+}
+
+EXPORT int
+rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr,
+                  int *qp_attr_mask)
+{
+    CM_REAL(int, rdma_init_qp_attr, (struct rdma_cm_id *,
+                                     struct ibv_qp_attr *, int *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_qp_attr a;
+    struct pyrdma_status st;
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(id, qp_attr, qp_attr_mask) : -1;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = qp_attr->qp_state;
+    if (fab_cm_init_qp_attr(f->h, &a, qp_attr_mask, &st) < 0)
+        return cm_fail(&st);
+    fv_qp_attr_out(qp_attr, &a);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* events                                                              */
+
+/* The ID of a CONNECT_REQUEST (h->id, new): made like its listener's. */
+static struct fid *
+request_id(struct fab_cm_event *h)
+{
+    struct fid *l = h->listen_id ? fab_cm_id_context(h->listen_id) : NULL;
+    struct pyrdma_status st;
+    struct fid *f;
+
+    if (l == NULL || (f = calloc(1, sizeof(*f))) == NULL) {
+        fab_cm_reject(h->id, NULL, 0, &st);
+        fab_cm_destroy_id(h->id, &st);
+        return NULL;
+    }
+    f->h = h->id;
+    f->id.verbs = l->id.verbs;
+    f->id.channel = l->id.channel;
+    f->id.context = l->id.context;
+    f->id.ps = l->id.ps;
+    f->id.qp_type = l->id.qp_type;
+    f->id.port_num = 1;
+    fab_cm_set_context(h->id, f);
+    h->context = f;
+    fv_cm_route(f);
+    return f;
+}
+
+/* An RC connection's REP came to an ID whose QP librdmacm would own:
+   RTR, RTS, the RTU, and the program sees ESTABLISHED (as librdmacm
+   shows it); CONNECT_ERROR (and a reject) if the QP cannot move. */
+static void
+conn_response(struct fid *f, struct fev *e)
+{
+    struct pyrdma_status st;
+    if (fv_cm_qp_to(f, IBV_QPS_RTR) < 0 || fv_cm_qp_to(f, IBV_QPS_RTS) < 0) {
+        e->ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
+        e->ev.status = -errno;
+        return;
+    }
+    if (fab_cm_complete(f->h, &st) < 0) {
+        e->ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
+        e->ev.status = -fv_failed(&st);
+        return;
+    }
+    e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
+}
+
+static void
+event_fill(struct fev *e, struct fid *f, struct fab_cm_event *h)
+{
+    e->ev.id = &f->id;
+    e->ev.listen_id = NULL;
+    if (h->event == FAB_CM_EVENT_CONNECT_REQUEST && h->listen_id != NULL)
+        e->ev.listen_id = &((struct fid *)fab_cm_id_context(h->listen_id))->id;
+    e->ev.event = (enum rdma_cm_event_type)h->event;
+    e->ev.status = h->status;
+    if (f->id.qp_type == IBV_QPT_UD) {
+        e->ev.param.ud.private_data = h->private_data_len ? h->private_data
+                                                           : NULL;
+        e->ev.param.ud.private_data_len = h->private_data_len;
+        e->ev.param.ud.qp_num = h->qp_num;
+        e->ev.param.ud.qkey = h->qkey;
+        fv_ah_out(&e->ev.param.ud.ah_attr, &h->ah_attr);
+        return;
+    }
+    e->ev.param.conn.private_data = h->private_data_len ? h->private_data
+                                                         : NULL;
+    e->ev.param.conn.private_data_len = h->private_data_len;
+    e->ev.param.conn.responder_resources = h->responder_resources;
+    e->ev.param.conn.initiator_depth = h->initiator_depth;
+    e->ev.param.conn.flow_control = h->flow_control;
+    e->ev.param.conn.retry_count = h->retry_count;
+    e->ev.param.conn.rnr_retry_count = h->rnr_retry_count;
+    e->ev.param.conn.srq = h->srq;
+    e->ev.param.conn.qp_num = h->qp_num;
+}
+
+/* The next event of c as the program sees it; 0 or -1 with errno. */
+static int
+next_event(struct fch *c, struct rdma_cm_event **out)
+{
+    int wait = !(fcntl(c->ch.fd, F_GETFL) & O_NONBLOCK);
+    struct pyrdma_status st;
+    struct fab_cm_event *h;
+    struct fid *f;
+    struct fev *e;
+
+    for (;;) {
+        if (fab_cm_get_event(c->h, wait, &h, &st) < 0)
+            return cm_fail(&st);
+        f = h->event == FAB_CM_EVENT_CONNECT_REQUEST ? request_id(h)
+                                                      : h->context;
+        if (f != NULL)
+            break;
+        fab_cm_ack_event(h, &st);
+    }
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        fab_cm_ack_event(h, &st);
+        errno = ENOMEM;
+        return -1;
+    }
+    e->h = h;
+    event_fill(e, f, h);
+    if (h->event != FAB_CM_EVENT_DISCONNECTED &&
+        h->event != FAB_CM_EVENT_TIMEWAIT_EXIT)
+        fv_cm_route(f);
+    if (h->event == FAB_CM_EVENT_CONNECT_RESPONSE && f->id.qp != NULL)
+        conn_response(f, e);
+    *out = &e->ev;
+    return 0;
+}
+
+EXPORT int
+rdma_get_cm_event(struct rdma_event_channel *channel,
+                  struct rdma_cm_event **event)
+{
+    CM_REAL(int, rdma_get_cm_event, (struct rdma_event_channel *,
+                                     struct rdma_cm_event **));
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(channel, event) : -1;
+    return next_event(container_of(channel, struct fch, ch), event);
+}
+
+EXPORT int
+rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+    CM_REAL(int, rdma_ack_cm_event, (struct rdma_cm_event *));
+    if (CM_CALLER_REAL())
+        return real_fn ? real_fn(event) : -1;
+    event_free(event);
+    return 0;
+}
+
+/* A synchronous ID: wait for its next event, keep it as id->event, and
+   return 0 if it is want without error, else -1 with errno (as
+   librdmacm: ECONNREFUSED for a reject). */
+int
+fv_cm_wait(struct fid *f, int want)
+{
+    struct rdma_cm_event *ev;
+    if (next_event(f->own_ch, &ev) < 0)
+        return -1;
+    if (f->last != NULL)
+        event_free(f->last);
+    f->last = ev;
+    f->id.event = ev;
+    if (ev->event == (enum rdma_cm_event_type)want && ev->status == 0)
+        return 0;
+    if (ev->event == RDMA_CM_EVENT_REJECTED)
+        errno = ECONNREFUSED;
+    else if (ev->status < 0)
+        errno = -ev->status;
+    else
+        errno = ev->status ? ev->status : EINVAL;
+    return -1;
+}
+
+EXPORT const char *
+rdma_event_str(enum rdma_cm_event_type event)
+{
+    return fab_cm_event_str((int)event);
+}

@@ -1,0 +1,54 @@
+/* cm_front.h - the rdma_* (librdmacm) front end of ucx0 (cm_front.c,
+   cm_front_ep.c): its objects.  IDs a program makes are served by the
+   fabric's connection manager (fab_cm_*, csrc/fabric/cm.c); calls from
+   UCX and from librdmacm itself go to the real librdmacm. */
+#ifndef PYRDMA_FABRIC_VERBS_CM_FRONT_H
+#define PYRDMA_FABRIC_VERBS_CM_FRONT_H
+
+#include "front.h"
+
+#include <netdb.h>
+#include <rdma/rdma_cma.h>
+
+/* An event channel. */
+struct fch {
+    struct rdma_event_channel ch; /* what the program sees (fd) */
+    struct fab_cm_channel *h;
+};
+
+/* A CM ID. */
+struct fid {
+    struct rdma_cm_id id;        /* what the program sees */
+    struct fab_cm_id *h;
+    struct fch *own_ch;          /* synchronous ID (no channel given): its
+                                    private channel */
+    struct ibv_sa_path_rec path; /* id.route.path_rec once resolved */
+    struct rdma_cm_event *last;  /* synchronous: the last event (id.event),
+                                    acknowledged by the next or destroy */
+    struct ibv_qp_init_attr *qp_init; /* passive rdma_create_ep: the QP
+                                    each rdma_get_request makes */
+    struct ibv_pd *own_pd;       /* made by rdma_create_qp (pd NULL) */
+    int own_cqs;                 /* rdma_create_qp made id's CQs */
+};
+
+/* An event handed out. */
+struct fev {
+    struct rdma_cm_event ev;     /* what the program sees */
+    struct fab_cm_event *h;
+};
+
+/* cm_front.c */
+#define CM_REAL(ret, name, params) \
+    static ret (*real_fn) params; \
+    if (real_fn == NULL) \
+        *(void **)&real_fn = fv_cm_real(#name)
+#define CM_CALLER_REAL() fv_real_caller(__builtin_return_address(0))
+void *fv_cm_real(const char *name);
+struct ibv_context *fv_cm_verbs(void);
+int fv_cm_wait(struct fid *f, int want);
+void fv_cm_route(struct fid *f);
+
+/* cm_front_ep.c */
+int fv_cm_qp_to(struct fid *f, int state);
+
+#endif /* PYRDMA_FABRIC_VERBS_CM_FRONT_H */

@@ -1,0 +1,279 @@
+/* c_cm_probe.c - a librdmacm program for tests/host/test_c_cm.py: it
+   drives the connection manager through librdmacm's API (on ucx0 through
+   the front end) and prints each event and error as one line:
+
+     EVENT <name> status=<n> pdata_len=<n> pdata=<text up to a NUL>
+     ERR <call> <errno>
+     OK <call>
+
+   Modes:
+     server PORT accept|reject|hold   listen; answer each CONNECT_REQUEST
+                                     (accept with "welcome", reject with
+                                     "nope", or never); print events
+     client ADDR PORT [hold|nodisc]  connect with "hello" (no QP: the
+                                     CONNECT_RESPONSE is shown, then
+                                     rdma_establish), disconnect, print
+                                     events until TIMEWAIT_EXIT; hold:
+                                     sleep after CONNECT_RESPONSE; nodisc:
+                                     stay connected, print events
+     resolve ADDR                    resolve ADDR, print the event
+     bind PORT [PORT]                bind (and listen on) each PORT
+     limits ADDR PORT                connect/accept/reject with private
+                                     data over the limits (needs a server)
+   Every wait is bounded (10 s); stdout is line-buffered. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <rdma/rdma_cma.h>
+
+static struct rdma_event_channel *ch;
+
+static void
+say_err(const char *call)
+{
+    printf("ERR %s %d\n", call, errno);
+}
+
+static void
+say_event(const struct rdma_cm_event *e)
+{
+    const struct rdma_conn_param *c = &e->param.conn;
+    char text[64];
+    size_t n = c->private_data_len < sizeof(text) - 1
+               ? c->private_data_len : sizeof(text) - 1;
+    memset(text, 0, sizeof(text));
+    if (c->private_data != NULL)
+        memcpy(text, c->private_data, n);
+    printf("EVENT %s status=%d pdata_len=%d pdata=%s\n",
+           rdma_event_str(e->event), e->status, c->private_data_len, text);
+}
+
+/* The next event (waiting at most 10 s), printed; NULL on timeout. */
+static struct rdma_cm_event *
+next_event(void)
+{
+    struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+    struct rdma_cm_event *e;
+    if (poll(&p, 1, 10000) != 1) {
+        printf("TIMEOUT\n");
+        return NULL;
+    }
+    if (rdma_get_cm_event(ch, &e) != 0) {
+        say_err("rdma_get_cm_event");
+        return NULL;
+    }
+    say_event(e);
+    return e;
+}
+
+static void
+addr_of(struct sockaddr_in *sin, const char *ip, const char *port)
+{
+    memset(sin, 0, sizeof(*sin));
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons((uint16_t)atoi(port));
+    if (ip != NULL)
+        inet_pton(AF_INET, ip, &sin->sin_addr);
+}
+
+static int
+answer(struct rdma_cm_id *id, const char *mode)
+{
+    struct rdma_conn_param p;
+    memset(&p, 0, sizeof(p));
+    if (strcmp(mode, "reject") == 0)
+        return rdma_reject(id, "nope", 5) ? (say_err("rdma_reject"), 1) : 0;
+    if (strcmp(mode, "hold") == 0)
+        return 0;
+    if (strcmp(mode, "limits") == 0) {
+        static char big[256];
+        p.private_data = big;
+        p.private_data_len = 197;
+        if (rdma_accept(id, &p) != 0)
+            say_err("rdma_accept");
+        if (rdma_reject(id, big, 149) != 0)
+            say_err("rdma_reject");
+    }
+    p.private_data = "welcome";
+    p.private_data_len = 8;
+    p.responder_resources = p.initiator_depth = 1;
+    return rdma_accept(id, &p) ? (say_err("rdma_accept"), 1) : 0;
+}
+
+static int
+server(const char *port, const char *mode)
+{
+    struct rdma_cm_id *l;
+    struct sockaddr_in sin;
+    struct rdma_cm_event *e;
+    int done = 0;
+
+    addr_of(&sin, NULL, port);
+    if (rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) != 0)
+        return say_err("rdma_create_id"), 1;
+    if (rdma_bind_addr(l, (struct sockaddr *)&sin) != 0)
+        return say_err("rdma_bind_addr"), 1;
+    if (rdma_listen(l, 4) != 0)
+        return say_err("rdma_listen"), 1;
+    printf("LISTENING guid=%016llx\n", (unsigned long long)
+           be64toh(l->route.addr.addr.ibaddr.sgid.global.interface_id));
+    while (!done && (e = next_event()) != NULL) {
+        enum rdma_cm_event_type t = e->event;
+        struct rdma_cm_id *id = e->id;
+        rdma_ack_cm_event(e);
+        if (t == RDMA_CM_EVENT_CONNECT_REQUEST && answer(id, mode))
+            return 1;
+        if (t == RDMA_CM_EVENT_DISCONNECTED && rdma_disconnect(id) != 0)
+            say_err("rdma_disconnect");
+        done = (t == RDMA_CM_EVENT_CONNECT_REQUEST &&
+                strcmp(mode, "reject") == 0) ||
+               t == RDMA_CM_EVENT_TIMEWAIT_EXIT ||
+               t == RDMA_CM_EVENT_UNREACHABLE ||
+               (t == RDMA_CM_EVENT_REJECTED);
+    }
+    return 0;
+}
+
+/* Wait for an event of type want (printing all); 0 if it came. */
+static int
+expect(enum rdma_cm_event_type want)
+{
+    struct rdma_cm_event *e = next_event();
+    enum rdma_cm_event_type t;
+    if (e == NULL)
+        return -1;
+    t = e->event;
+    rdma_ack_cm_event(e);
+    return t == want ? 0 : -1;
+}
+
+static int
+client_connect(struct rdma_cm_id **out, const char *ip, const char *port,
+               const void *pdata, int len)
+{
+    struct rdma_conn_param p;
+    struct sockaddr_in dst;
+    addr_of(&dst, ip, port);
+    if (rdma_create_id(ch, out, NULL, RDMA_PS_TCP) != 0)
+        return say_err("rdma_create_id"), -1;
+    if (rdma_resolve_addr(*out, NULL, (struct sockaddr *)&dst, 2000) != 0)
+        return say_err("rdma_resolve_addr"), -1;
+    if (expect(RDMA_CM_EVENT_ADDR_RESOLVED) != 0)
+        return -1;
+    if (rdma_resolve_route(*out, 2000) != 0)
+        return say_err("rdma_resolve_route"), -1;
+    if (expect(RDMA_CM_EVENT_ROUTE_RESOLVED) != 0)
+        return -1;
+    memset(&p, 0, sizeof(p));
+    p.private_data = pdata;
+    p.private_data_len = (uint8_t)len;
+    p.responder_resources = p.initiator_depth = 1;
+    p.retry_count = 7;
+    if (rdma_connect(*out, &p) != 0)
+        return say_err("rdma_connect"), -2;
+    return 0;
+}
+
+static int
+client(const char *ip, const char *port, const char *mode)
+{
+    struct rdma_cm_id *id;
+    if (client_connect(&id, ip, port, "hello", 6) != 0)
+        return 1;
+    if (expect(RDMA_CM_EVENT_CONNECT_RESPONSE) != 0)
+        return 0;
+    if (strcmp(mode, "hold") == 0) {
+        printf("HOLDING\n");
+        pause();
+    }
+    if (rdma_establish(id) != 0)
+        return say_err("rdma_establish"), 1;
+    if (expect(RDMA_CM_EVENT_ESTABLISHED) != 0)
+        return 1;
+    if (strcmp(mode, "nodisc") == 0) {
+        printf("CONNECTED\n");
+        while (expect(RDMA_CM_EVENT_TIMEWAIT_EXIT) != 0)
+            ;
+        return 0;
+    }
+    if (rdma_disconnect(id) != 0)
+        return say_err("rdma_disconnect"), 1;
+    if (expect(RDMA_CM_EVENT_DISCONNECTED) != 0)
+        return 1;
+    expect(RDMA_CM_EVENT_TIMEWAIT_EXIT);
+    rdma_destroy_id(id);
+    return 0;
+}
+
+static int
+limits(const char *ip, const char *port)
+{
+    static char big[256];
+    struct rdma_cm_id *id;
+    int rc = client_connect(&id, ip, port, big, 57);
+    if (rc != -2)
+        return 1;
+    if (client_connect(&id, ip, port, big, 56) != 0)
+        return 1;
+    expect(RDMA_CM_EVENT_CONNECT_RESPONSE);
+    return 0;
+}
+
+static int
+resolve(const char *ip)
+{
+    struct rdma_cm_id *id;
+    struct sockaddr_in dst;
+    addr_of(&dst, ip, "0");
+    if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) != 0)
+        return say_err("rdma_create_id"), 1;
+    if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) != 0)
+        return say_err("rdma_resolve_addr"), 1;
+    next_event();
+    return 0;
+}
+
+static int
+bind_ports(int n, char **ports)
+{
+    struct rdma_cm_id *id;
+    struct sockaddr_in sin;
+    int i;
+    for (i = 0; i < n; i++) {
+        addr_of(&sin, "127.0.0.1", ports[i]);
+        if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) != 0)
+            return say_err("rdma_create_id"), 1;
+        if (rdma_bind_addr(id, (struct sockaddr *)&sin) != 0)
+            say_err("rdma_bind_addr");
+        else if (rdma_listen(id, 1) != 0)
+            say_err("rdma_listen");
+        else
+            printf("OK bind %s\n", ports[i]);
+    }
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    ch = rdma_create_event_channel();
+    if (ch == NULL)
+        return say_err("rdma_create_event_channel"), 1;
+    if (argc >= 4 && strcmp(argv[1], "server") == 0)
+        return server(argv[2], argv[3]);
+    if (argc >= 4 && strcmp(argv[1], "client") == 0)
+        return client(argv[2], argv[3], argc > 4 ? argv[4] : "");
+    if (argc >= 4 && strcmp(argv[1], "limits") == 0)
+        return limits(argv[2], argv[3]);
+    if (argc >= 3 && strcmp(argv[1], "resolve") == 0)
+        return resolve(argv[2]);
+    if (argc >= 3 && strcmp(argv[1], "bind") == 0)
+        return bind_ports(argc - 2, argv + 2);
+    fprintf(stderr, "usage: see the comment at the top\n");
+    return 2;
+}
