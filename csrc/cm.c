@@ -528,10 +528,30 @@ static PyGetSetDef id_getset[] = {
 
 /* ---- CMEventChannel ---- */
 
+/* Take the events still queued on a channel whose IDs are all closed:
+   the new ID of a CONNECT_REQUEST nobody took is destroyed (a provider
+   refuses to destroy a channel while an ID lives on it). */
+static void
+ch_drain(pyrdma_obj *o)
+{
+    struct pyrdma_status st = {0};
+    struct pyrdma_cm_event ev;
+    int n;
+
+    for (n = 0; n < 4096; n++) {
+        memset(&ev, 0, sizeof(ev));
+        if (o->prov->cm_get_event(o->h, &ev, &st) <= 0)
+            return;
+        if (ev.event == PYRDMA_CM_EVENT_CONNECT_REQUEST && ev.id != NULL)
+            o->prov->cm_destroy_id(ev.id, &st);
+    }
+}
+
 static int
 ch_destroy(pyrdma_obj *o, struct pyrdma_status *st)
 {
     ((pyrdma_CMChannel *)o)->fd = -1;
+    ch_drain(o);
     return o->prov->cm_destroy_channel(o->h, st);
 }
 

@@ -266,6 +266,9 @@ enum { PYRDMA_SEND_SIGNALED = 2 };
 enum { PYRDMA_PS_IPOIB = 0x0002, PYRDMA_PS_IB = 0x013F,
        PYRDMA_PS_TCP = 0x0106, PYRDMA_PS_UDP = 0x0111 };
 
+/* The event the object model looks at (enum rdma_cm_event_type value). */
+enum { PYRDMA_CM_EVENT_CONNECT_REQUEST = 4 };
+
 /* The most private data a CM message carries (the field is a uint8_t). */
 #define PYRDMA_CM_PRIVATE_MAX 255
 

@@ -592,9 +592,11 @@ def getaddrinfo(node: Optional[str] = None, service: Union[str, int, None] = Non
     source address).  Raises SysError(EINVAL, "getaddrinfo") when the name
     does not resolve."""
     flags = socket.AI_PASSIVE if passive else 0
+    if node:
+        flags |= socket.AI_CANONNAME
     try:
         infos = socket.getaddrinfo(node, service, type=socket.SOCK_STREAM,
-                                   flags=flags | socket.AI_CANONNAME)
+                                   flags=flags)
     except socket.gaierror as e:
         raise rdma.SysError(22, "getaddrinfo",
                             f"{node}:{service}: {e.strerror}") from e
