@@ -147,8 +147,8 @@ class CMEventError(rdma.RDMAError):
                 detail += f" ({os.strerror(-event.status)})"
         if event.private_data:
             detail += f", private data {event.private_data[:16]!r}"
-        super().__init__(f"{func}: got {getattr(event.event, 'name', event.event)}"
-                         f" instead of {want}{detail}")
+        got = getattr(event.event, "name", event.event)
+        super().__init__(f"{func}: got {got} instead of {want}{detail}")
 
 
 def _default_provider(provider: Optional[str]) -> str:
@@ -584,8 +584,9 @@ class AddrInfo:
     dst_canonname: Optional[str] = None
 
 
-def getaddrinfo(node: Optional[str] = None, service: Union[str, int, None] = None,
-                *, passive: bool = False,
+def getaddrinfo(node: Optional[str] = None,
+                service: Union[str, int, None] = None, *,
+                passive: bool = False,
                 port_space: int = RDMA_PS_TCP) -> List[AddrInfo]:
     """Resolve ``node`` and ``service`` to CM addresses (``rdma_getaddrinfo``
     for IP addresses: the system resolver's answers, passive ones as the
