@@ -20,7 +20,8 @@ For scripts and notebooks::
 
 Providers: ``verbs`` (rdma-core, through librdmacm loaded with dlopen) and
 ``ucx`` (the software fabric's CM); ``provider=None`` takes
-``$RDMA_PROVIDER``, else ``verbs``.  See docs/cm.rst.
+``$RDMA_PROVIDER``, else (or with ``auto``) ``verbs`` where the kernel has
+the RDMA CM and ``ucx`` elsewhere.  See docs/cm.rst.
 """
 from __future__ import annotations
 
@@ -152,7 +153,13 @@ class CMEventError(rdma.RDMAError):
 
 
 def _default_provider(provider: Optional[str]) -> str:
-    return provider or os.environ.get("RDMA_PROVIDER") or "verbs"
+    """provider, else $RDMA_PROVIDER; "auto" (or neither): ``verbs``
+    where the kernel has the RDMA CM (/dev/infiniband/rdma_cm), else the
+    software fabric ``ucx``."""
+    p = provider or os.environ.get("RDMA_PROVIDER") or "auto"
+    if p == "auto":
+        return "verbs" if os.path.exists("/dev/infiniband/rdma_cm") else "ucx"
+    return p
 
 
 class EventChannel:

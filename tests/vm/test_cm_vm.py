@@ -211,3 +211,35 @@ def test_rdma_client_against_our_server(addr, _):
     joined(t, res)
     assert rc == 0, out
     assert len(res["got"]) == 16
+
+
+# ---- ibtool cm-pingpong against rping ---------------------------------
+
+def ibtool_cm(*args):
+    return [sys.executable, "-m", "rdma", "cm-pingpong", *args]
+
+
+def test_ibtool_cm_pingpong_client_against_rping_server():
+    p = str(port())
+    srv = start(["rping", "-s", "-v", "-a", ADDR, "-p", p, "-C", "3"])
+    try:
+        rc, out = finish(start(ibtool_cm(ADDR, "-p", p, "-C", "3", "-V",
+                                         "--wait", "20")))
+    finally:
+        _, sout = finish(srv)
+    assert rc == 0, out
+    assert "3 pings of 64 bytes" in out
+    assert "rdma-ping-2" in sout, sout
+
+
+def test_rping_client_against_ibtool_cm_pingpong_server():
+    p = str(port())
+    srv = start(ibtool_cm("-a", ADDR, "-p", p, "-C", "3", "-v"))
+    line = srv.stdout.readline()
+    assert "listening on" in line, line
+    rc, out = finish(start(["rping", "-c", "-v", "-V", "-a", ADDR, "-p", p,
+                            "-C", "3"]))
+    src, sout = finish(srv)
+    assert rc == 0, out
+    assert src == 0, sout
+    assert "server ping data: rdma-ping-2" in sout
