@@ -146,7 +146,7 @@ class CMEventError(rdma.RDMAError):
             detail = f", status {event.status}"
             if event.status < 0:
                 detail += f" ({os.strerror(-event.status)})"
-        if event.private_data:
+        if event.private_data.strip(b"\0"):
             detail += f", private data {event.private_data[:16]!r}"
         got = getattr(event.event, "name", event.event)
         super().__init__(f"{func}: got {got} instead of {want}{detail}")
@@ -399,12 +399,22 @@ class CMID:
         if rec is not None:
             (rdgid, rsgid, dlid, slid, rpkey, flow, hop, tclass, sl, mtu,
              rate, plt) = rec
+            if self._ethernet(port):
+                dlid = slid = 0          # RoCE: the CM's LIDs mean nothing
             p = IBPath(end_port, SGID=GID(rsgid), DGID=GID(rdgid),
                        DLID=dlid, SLID=slid, pkey=rpkey, flow_label=flow,
                        hop_limit=hop, traffic_class=tclass, SL=sl, MTU=mtu,
                        rate=rate, has_grh=hop > 1 or dlid == 0)
             p.packet_life_time = plt
         return p
+
+    def _ethernet(self, port: int) -> bool:
+        """Is the ID's port RoCE (link layer Ethernet)?"""
+        try:
+            attr = self.context.query_port(port)
+        except rdma.RDMAError:
+            return False
+        return bool(attr.link_layer == ibv.IBV_LINK_LAYER_ETHERNET)
 
     # -- the QP
     def create_qp(self, qp_type: int = ibv.IBV_QPT_RC, *,

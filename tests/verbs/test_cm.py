@@ -117,6 +117,8 @@ def test_connect_rc_private_data_send_and_rdma_write(provider, addr, port):
             path = conn.path()
             assert isinstance(path, IBPath)
             assert path.dqpn == sconn.qp.qp_num
+            if provider == "verbs":          # RoCE: GIDs, no LIDs
+                assert path.DLID == 0 and path.has_grh
             conn.id.disconnect()
             ev = srv.lst.channel.wait_event(sconn.id, E.DISCONNECTED)
             assert ev.status == 0
