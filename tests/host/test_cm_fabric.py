@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import fabric_helpers as fh
+from host_helpers import ROOT
 
 T = 90
 
@@ -98,3 +99,24 @@ def test_ibtool_client_against_rping_server(env):
     assert crc == 0, cout
     assert "5 pings of 64 bytes" in cout
     assert "server ping data: rdma-ping-4" in sout
+
+
+def test_verbs_cm_without_librdmacm(env, tmp_path):
+    """librdmacm is loaded on the first channel: import rdma (and rdma.cm)
+    work without it, and the channel fails naming the file and the Debian
+    package."""
+    code = (
+        "import errno, rdma, rdma.cm as cm\n"
+        "try:\n"
+        "    cm.EventChannel('verbs')\n"
+        "except rdma.SysError as e:\n"
+        "    assert e.errno == errno.ENOENT, e\n"
+        "    print(e)\n")
+    e = dict(env, RDMA_RDMACM_LIBRARY=str(tmp_path / "librdmacm.so.1"),
+             PYTHONPATH=os.pathsep.join([
+                 p for p in os.environ.get("PYTHONPATH", "").split(
+                     os.pathsep) if p] + [str(ROOT)]))
+    res = subprocess.run([sys.executable, "-c", code], env=e,
+                         capture_output=True, text=True, timeout=T)
+    assert res.returncode == 0, res.stderr
+    assert "dlopen" in res.stdout and "librdmacm1" in res.stdout, res.stdout
