@@ -104,8 +104,9 @@ int cm_addr_local(uint32_t ip);
 int cm_resolve_ip(uint32_t ip, unsigned long *netns, uint32_t *src_ip);
 int cm_claim(struct fab_cm_id *id, uint16_t port, struct pyrdma_status *st);
 void cm_unclaim(struct fab_cm_id *id);
+int cm_claim_listening(struct fab_cm_id *id);
 uint64_t cm_claim_owner(int ps, uint16_t port, unsigned long netns,
-                        uint16_t *lid);
+                        uint16_t *lid, int need_listen);
 uint16_t cm_ephemeral(void);
 
 #endif /* PYRDMA_FABRIC_CM_H */

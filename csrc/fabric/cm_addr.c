@@ -81,7 +81,7 @@ claim_name(char *buf, size_t n, int ps, uint16_t port, unsigned long netns)
 /* Read a port claim ("<pid> <guid> <lid>\n") from fd: its GUID if its
    holder lives, else 0. */
 static uint64_t
-claim_read(int fd, uint16_t *lid)
+claim_read(int fd, uint16_t *lid, int need_listen)
 {
     char buf[96];
     unsigned long long g;
@@ -92,7 +92,8 @@ claim_read(int fd, uint16_t *lid)
     if (n <= 0)
         return 0;
     buf[n] = '\0';
-    if (sscanf(buf, "%d %llx %x", &pid, &g, &l) != 3)
+    if (sscanf(buf, "%d %llx %x", &pid, &g, &l) != 3 ||
+        (need_listen && strstr(buf, " L\n") == NULL))
         return 0;
     held = fab_file_held(fd);
     if (held == 0 || (held < 0 && !fab_pid_alive(pid)))
@@ -103,9 +104,10 @@ claim_read(int fd, uint16_t *lid)
 }
 
 /* The node that holds port in port space ps among the nodes of network
-   namespace netns (with its LID), or 0. */
+   namespace netns (with its LID; need_listen: and listens on it), or 0. */
 uint64_t
-cm_claim_owner(int ps, uint16_t port, unsigned long netns, uint16_t *lid)
+cm_claim_owner(int ps, uint16_t port, unsigned long netns, uint16_t *lid,
+               int need_listen)
 {
     char path[300];
     uint64_t g;
@@ -115,7 +117,7 @@ cm_claim_owner(int ps, uint16_t port, unsigned long netns, uint16_t *lid)
     fd = fab_priv_open(path, O_RDONLY, 0);
     if (fd < 0)
         return 0;
-    g = claim_read(fd, lid);
+    g = claim_read(fd, lid, need_listen);
     close(fd);
     return g;
 }
@@ -145,7 +147,7 @@ claim_link(const char *tmp, struct fab_cm_id *id, uint16_t port)
         }
         if (errno != EEXIST)
             return -1;
-        if (cm_claim_owner(id->ps, port, N.netns, NULL) != 0)
+        if (cm_claim_owner(id->ps, port, N.netns, NULL, 0) != 0)
             return 1;
         unlink(path);           /* stale: its holder is gone */
     }
@@ -188,6 +190,17 @@ cm_claim(struct fab_cm_id *id, uint16_t port, struct pyrdma_status *st)
     }
     id->claim_fd = fd;
     return 0;
+}
+
+/* Mark id's claim as listening (" L" after its fields): what a test or
+   tool waiting for the listener reads; 0 or -1. */
+int
+cm_claim_listening(struct fab_cm_id *id)
+{
+    struct stat sb;
+    if (id->claim_fd < 0 || fstat(id->claim_fd, &sb) != 0 || sb.st_size < 1)
+        return -1;
+    return pwrite(id->claim_fd, " L\n", 3, sb.st_size - 1) == 3 ? 0 : -1;
 }
 
 /* Release id's port claim. */

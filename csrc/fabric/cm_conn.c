@@ -152,6 +152,7 @@ fab_cm_listen(struct fab_cm_id *id, int backlog, struct pyrdma_status *st)
         return bad_state("rdma_listen", st);
     id->state = CS_LISTEN;
     id->backlog = backlog > 0 ? backlog : 1024;
+    cm_claim_listening(id);
     CM_UNLOCK();
     return 0;
 }
@@ -175,6 +176,29 @@ no_listener(struct fab_cm_id *id)
             e->ev.private_data_len = FAB_CM_REJ_PDATA;
     }
     cm_event_post(e);
+}
+
+/* The node listening where id connects (and its LID), or 0.  A port
+   nobody listens on (yet: a program that closes one listener and listens
+   again at once, as perftest's -R does) is looked at again for up to
+   100 ms before the connect is rejected: with the kernel's CM the REQ's
+   way to the other node takes time too (cm_lock held; dropped while it
+   waits). */
+static uint64_t
+listener_node(struct fab_cm_id *id, uint16_t *lid)
+{
+    uint64_t owner = 0;
+    int tries;
+    for (tries = 0; tries < 20; tries++) {
+        owner = cm_claim_owner(id->ps, ntohs(id->dst.sin_port),
+                               id->dst_netns, lid, 1);
+        if (owner != 0 || id->state != CS_ROUTE)
+            break;
+        CM_UNLOCK();
+        usleep(5000);
+        CM_LOCK();
+    }
+    return id->state == CS_ROUTE ? owner : 0;
 }
 
 static void
@@ -210,8 +234,7 @@ fab_cm_connect(struct fab_cm_id *id, const struct fab_cm_conn_param *p,
         id->rnr_retry = p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count;
         id->srq = p->srq;
     }
-    owner = cm_claim_owner(id->ps, ntohs(id->dst.sin_port), id->dst_netns,
-                           &lid);
+    owner = listener_node(id, &lid);
     if (owner == 0) {
         no_listener(id);
         CM_UNLOCK();

@@ -538,7 +538,8 @@ cm_main(void *arg)
 }
 
 /* The process ends: its IDs tell their peers what the kernel would
-   (REJ, DREQ) and what is queued goes out (waiting at most 2 s). */
+   (REJ, DREQ), release their ports, and what is queued goes out
+   (waiting at most 2 s). */
 static void
 cm_atexit(void)
 {
@@ -551,6 +552,7 @@ cm_atexit(void)
     for (id = cm_id_first(); id != NULL; id = cm_id_next(id)) {
         cm_tell_peer(id);
         id->state = CS_DONE;
+        cm_unclaim(id);
     }
     while ((out_head != NULL || sending) && now_ns() < end) {
         CM_UNLOCK();

@@ -214,7 +214,8 @@ file_stale(const char *name)
     int fd, stale = 0;
 
     if (strncmp(name, "node-", 5) != 0 && strncmp(name, "keys-", 5) != 0 &&
-        strncmp(name, "lid-", 4) != 0 && strncmp(name, "ring-", 5) != 0)
+        strncmp(name, "lid-", 4) != 0 && strncmp(name, "ring-", 5) != 0 &&
+        strncmp(name, "cm-", 3) != 0)
         return 0;                       /* not ours */
     snprintf(path, sizeof(path), "%s/%s", N.dir, name);
     if (tmp != NULL)
@@ -235,7 +236,7 @@ file_stale(const char *name)
             strncmp(r.boot_id, N.boot_id, sizeof(r.boot_id)) == 0)
             stale = !held_or_pid(fd, r.pid);
     }
-    else {
+    else {                      /* a LID or CM port claim (cm_addr.c) */
         int p;
         uint64_t g;
         if (lid_claim_read(fd, &p, &g) == 0)
@@ -246,7 +247,8 @@ file_stale(const char *name)
 }
 
 /* Remove what dead processes left in the rendezvous directory (node
-   record, key page, LID claim, request rings, temporary files).  A node
+   record, key page, LID and CM port claims, request rings, temporary
+   files).  A node
    removes its own files at exit; a crash or SIGKILL leaves them, and they
    used to pile up (thousands after many test runs).  Only a file whose
    owner is known to have ended (file_stale) goes. */

@@ -110,10 +110,14 @@ def _dynsyms(path, *flags):
 
 
 def test_fabric_library_exports_only_its_interface():
-    """librdma_fabric.so: no Python, two exported functions."""
+    """librdma_fabric.so: no Python, its two functions and the connection
+    manager's fab_cm_* (csrc/fabric_lib.h)."""
     lib = fabric.library_path(fabric.FABRIC_LIBRARY)
     defined = set(_dynsyms(lib, "--defined-only"))
-    assert defined == {"pyrdma_fabric_provider", "pyrdma_fabric_version"}
+    cm = {s for s in defined if s.startswith("fab_cm_")}
+    assert defined - cm == {"pyrdma_fabric_provider",
+                            "pyrdma_fabric_version"}
+    assert "fab_cm_create_id" in cm and "fab_cm_init_qp_attr" in cm
     undefined = _dynsyms(lib, "--undefined-only")
     assert not [s for s in undefined if s.startswith(("Py", "_Py"))]
     ldd = subprocess.run(["ldd", lib], capture_output=True, text=True,
@@ -123,13 +127,15 @@ def test_fabric_library_exports_only_its_interface():
 
 def test_front_end_exports_only_verbs():
     """librdma_fabric_verbs.so: the ibv_* entry points, each under
-    libibverbs' version, needing the fabric library and nothing of
+    libibverbs' version, and librdmacm's rdma_* under librdmacm's
+    (tests/host/test_c_cm.py), needing the fabric library and nothing of
     Python."""
     lib = fabric.library_path()
     defined = _dynsyms(lib, "--defined-only")
-    funcs = [s for s in defined if not s.startswith("IBVERBS_")]
+    funcs = [s for s in defined if not s.startswith(("IBVERBS_", "RDMACM_"))]
     assert funcs and all(
-        re.fullmatch(r"_?ibv_\w+@@IBVERBS_[0-9A-Z_.]+", s) for s in funcs), \
+        re.fullmatch(r"_?ibv_\w+@@IBVERBS_[0-9A-Z_.]+", s) or
+        re.fullmatch(r"rdma_\w+@@RDMACM_1\.[0-9]+", s) for s in funcs), \
         funcs
     assert "ibv_get_device_list@@IBVERBS_1.1" in funcs
     assert "ibv_create_comp_channel@@IBVERBS_1.0" in funcs
