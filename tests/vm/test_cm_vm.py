@@ -243,3 +243,33 @@ def test_rping_client_against_ibtool_cm_pingpong_server():
     assert rc == 0, out
     assert src == 0, sout
     assert "server ping data: rdma-ping-2" in sout
+
+
+# ---- ADDR_ERROR: an address with no RDMA device behind it --------------
+
+@pytest.fixture
+def plain_netdev():
+    """A dummy interface with an address (10.77.0.1/24) and no rxe on it."""
+    cmd = ("ip link add cmtest0 type dummy && "
+           "ip addr add 10.77.0.1/24 dev cmtest0 && ip link set cmtest0 up")
+    res = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    yield "10.77.0.2"
+    subprocess.run(["ip", "link", "del", "cmtest0"], capture_output=True)
+
+
+def test_addr_error_when_no_rdma_device_is_behind_the_address(plain_netdev):
+    """The route leads to a netdev without an RDMA device: ADDR_ERROR with
+    -ENODEV, from the event API and from connect()."""
+    import errno
+    with cm.EventChannel("verbs") as ch:
+        cid = ch.create_id()
+        cid.resolve_addr((plain_netdev, 5000), timeout_ms=1000)
+        ev = ch.get_event(timeout=10)
+        assert ev.event == cm.CMEventType.ADDR_ERROR and ev.id is cid
+        assert ev.status == -errno.ENODEV
+        assert cid.device_name == ""
+    with pytest.raises(cm.CMEventError) as ei:
+        cm.connect(plain_netdev, 5000, provider="verbs")
+    assert ei.value.event.event == cm.CMEventType.ADDR_ERROR
+    assert "ADDR_ERROR" in str(ei.value) and "No such device" in str(ei.value)
