@@ -131,15 +131,18 @@ def test_connect_rc_private_data_send_and_rdma_write(provider, addr, port):
         srv.stop()
 
 
-def test_events_in_order_with_their_data(provider, addr, port):
+@pytest.mark.parametrize("ps", [cm.RDMA_PS_TCP, cm.RDMA_PS_IB],
+                         ids=["PS_TCP", "PS_IB"])
+def test_events_in_order_with_their_data(provider, addr, port, ps):
     """The low-level API: each event of both sides, in librdmacm's order,
-    with the peer's QP number and private data."""
+    with the peer's QP number and private data (RC in both port spaces)."""
     with cm.EventChannel(provider) as sch, cm.EventChannel(provider) as cch:
-        lid = sch.create_id(cm.RDMA_PS_TCP)
+        lid = sch.create_id(ps)
         lid.bind_addr((addr, port))
         lid.listen(backlog=4)
         assert lid.src_addr == (addr, port)
-        cid = cch.create_id(cm.RDMA_PS_TCP)
+        cid = cch.create_id(ps)
+        assert cid.ps == ps
         cid.resolve_addr((addr, port), timeout_ms=2000)
         ev = cch.get_event(timeout=10)
         assert ev.event == E.ADDR_RESOLVED and ev.id is cid
@@ -152,6 +155,7 @@ def test_events_in_order_with_their_data(provider, addr, port):
         req = sch.get_event(timeout=10)
         assert req.event == E.CONNECT_REQUEST
         assert req.listen_id is lid and req.id is not lid
+        assert req.id.ps == ps
         assert req.qp_num == cqp.qp_num
         assert req.private_data[:3] == b"req"
         sid = req.id
