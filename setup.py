@@ -58,6 +58,7 @@ SOURCES = [
     "csrc/vqp.c",
     "csrc/vcq.c",
     "csrc/vqp_data.c",
+    "csrc/cm.c",
     "csrc/provider_verbs.c",
     "csrc/provider_stubs.c",
 ] + FABRIC_SOURCES

@@ -249,7 +249,8 @@ mod_exec(PyObject *m)
         pyrdma_cq_init(m, st) < 0 || pyrdma_qp_init(m, st) < 0 ||
         pyrdma_mr_init(m, st) < 0 || pyrdma_structs_init(m, st) < 0 ||
         pyrdma_wr_init(m, st) < 0 || pyrdma_capi_init(m, st) < 0 ||
-        pyrdma_vcq_init(m, st) < 0 || pyrdma_vqp_init(m, st) < 0)
+        pyrdma_vcq_init(m, st) < 0 || pyrdma_vqp_init(m, st) < 0 ||
+        pyrdma_cm_init(m, st) < 0)
         return -1;
     for (i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
         if (PyModule_AddIntConstant(m, constants[i].name,
@@ -287,6 +288,8 @@ mod_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->WCArrayType);
     Py_VISIT(st->VirtualQPType);
     Py_VISIT(st->VirtualCQType);
+    Py_VISIT(st->CMEventChannelType);
+    Py_VISIT(st->CMIDType);
     Py_VISIT(st->device_attr);
     Py_VISIT(st->port_attr);
     Py_VISIT(st->gid_entry);
@@ -327,6 +330,8 @@ mod_clear(PyObject *m)
     Py_CLEAR(st->WCArrayType);
     Py_CLEAR(st->VirtualQPType);
     Py_CLEAR(st->VirtualCQType);
+    Py_CLEAR(st->CMEventChannelType);
+    Py_CLEAR(st->CMIDType);
     Py_CLEAR(st->device_attr);
     Py_CLEAR(st->port_attr);
     Py_CLEAR(st->gid_entry);

@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* Why a control-path op failed. */
 struct pyrdma_status {
@@ -259,6 +260,75 @@ enum {
 };
 enum { PYRDMA_SEND_SIGNALED = 2 };
 
+/* ---- Connection manager structs (librdmacm's model, provider neutral) ---- */
+
+/* Port spaces (enum rdma_port_space values). */
+enum { PYRDMA_PS_IPOIB = 0x0002, PYRDMA_PS_IB = 0x013F,
+       PYRDMA_PS_TCP = 0x0106, PYRDMA_PS_UDP = 0x0111 };
+
+/* The event the object model looks at (enum rdma_cm_event_type value). */
+enum { PYRDMA_CM_EVENT_CONNECT_REQUEST = 4 };
+
+/* The most private data a CM message carries (the field is a uint8_t). */
+#define PYRDMA_CM_PRIVATE_MAX 255
+
+/* Connection parameters of connect/accept/establish and of events
+   (struct rdma_conn_param and struct rdma_ud_param in one). */
+struct pyrdma_cm_param {
+    uint8_t private_data[PYRDMA_CM_PRIVATE_MAX + 1]; /* copied, not pointed */
+    uint8_t private_data_len;    /* bytes of private_data used */
+    uint8_t responder_resources; /* RDMA reads/atomics we accept */
+    uint8_t initiator_depth;     /* RDMA reads/atomics we issue */
+    uint8_t flow_control;        /* 1: the QP does end-to-end flow control */
+    uint8_t retry_count;         /* transport retries (connect only) */
+    uint8_t rnr_retry_count;     /* RNR retries (7: infinite) */
+    uint8_t srq;                 /* 1: the QP receives from an SRQ */
+    uint8_t has_ah;              /* UD events: ah_attr is valid */
+    uint32_t qp_num;             /* the caller's QP (requests: the peer's) */
+    uint32_t qkey;               /* UD: the peer's Q_Key */
+    struct pyrdma_ah_attr ah_attr; /* UD events: how to reach the peer */
+};
+
+/* A CM event, already acknowledged by the provider (its private data is
+   copied into param). */
+struct pyrdma_cm_event {
+    int32_t event;               /* RDMA_CM_EVENT_* */
+    int32_t status;              /* 0, or a negative errno or a CM reason */
+    void *id;                    /* the ID; CONNECT_REQUEST: a new one */
+    void *listen_id;             /* CONNECT_REQUEST: the listening ID */
+    struct pyrdma_cm_param param; /* connection or UD parameters */
+};
+
+/* One path record of a resolved route (struct ibv_sa_path_rec). */
+struct pyrdma_cm_path {
+    uint8_t dgid[16];            /* network order */
+    uint8_t sgid[16];            /* network order */
+    uint16_t dlid;               /* host order */
+    uint16_t slid;               /* host order */
+    uint16_t pkey;               /* host order */
+    uint32_t flow_label;         /* host order */
+    uint8_t hop_limit;           /* GRH hop limit */
+    uint8_t traffic_class;       /* GRH traffic class */
+    uint8_t sl;                  /* service level */
+    uint8_t mtu;                 /* IBV_MTU_* */
+    uint8_t rate;                /* IBV_RATE_* */
+    uint8_t packet_life_time;    /* 4.096us * 2^x */
+};
+
+/* What an ID is bound to and where it goes (rdma_cm_id's public fields). */
+struct pyrdma_cm_info {
+    char device[64];             /* device the ID is bound to, "" if none */
+    uint8_t port_num;            /* its port, 0 if none */
+    int32_t ps;                  /* PYRDMA_PS_* */
+    int32_t num_paths;           /* path records of the route (0..1 used) */
+    struct sockaddr_storage src; /* source address (AF_UNSPEC if none) */
+    struct sockaddr_storage dst; /* destination address */
+    uint8_t sgid[16];            /* the source GID, after resolve_addr */
+    uint8_t dgid[16];            /* the destination GID */
+    uint16_t pkey;               /* host order */
+    struct pyrdma_cm_path path;  /* the primary path, if num_paths > 0 */
+};
+
 /* The ops of one provider. */
 struct pyrdma_provider {
     const char *name;       /* "verbs", "ucx" */
@@ -369,6 +439,48 @@ struct pyrdma_provider {
     int (*create_ah)(void *pd, struct pyrdma_ah_attr *attr, void **ah,
                      struct pyrdma_status *st);
     int (*destroy_ah)(void *ah, struct pyrdma_status *st);
+
+    /* Connection manager (librdmacm's semantics; IDs are opaque handles
+       of the provider).  A channel has a pollable fd; cm_get_event is
+       non-blocking and returns 1 with *ev filled (and acknowledged), 0
+       if none is pending, -1 on error.  The QP of an ID is the caller's
+       (created with create_qp on a Context of the device cm_query
+       names): cm_init_qp_attr gives the attributes of each transition.
+       cm_create_channel, cm_join_multicast and cm_leave_multicast are
+       optional (EOPNOTSUPP stubs); the others need a channel. */
+    int (*cm_create_channel)(void **ch, int *fd, struct pyrdma_status *st);
+    int (*cm_destroy_channel)(void *ch, struct pyrdma_status *st);
+    int (*cm_get_event)(void *ch, struct pyrdma_cm_event *ev,
+                        struct pyrdma_status *st);
+    int (*cm_create_id)(void *ch, int ps, void **id,
+                        struct pyrdma_status *st);
+    int (*cm_destroy_id)(void *id, struct pyrdma_status *st);
+    int (*cm_bind_addr)(void *id, const struct sockaddr *addr,
+                        struct pyrdma_status *st);
+    int (*cm_resolve_addr)(void *id, const struct sockaddr *src,
+                           const struct sockaddr *dst, int timeout_ms,
+                           struct pyrdma_status *st);
+    int (*cm_resolve_route)(void *id, int timeout_ms,
+                            struct pyrdma_status *st);
+    int (*cm_listen)(void *id, int backlog, struct pyrdma_status *st);
+    int (*cm_connect)(void *id, const struct pyrdma_cm_param *p,
+                      struct pyrdma_status *st);
+    int (*cm_accept)(void *id, const struct pyrdma_cm_param *p,
+                     struct pyrdma_status *st);
+    int (*cm_reject)(void *id, const void *data, uint8_t len,
+                     struct pyrdma_status *st);
+    /* Active side, after CONNECT_RESPONSE with the QP in RTS. */
+    int (*cm_establish)(void *id, struct pyrdma_status *st);
+    int (*cm_disconnect)(void *id, struct pyrdma_status *st);
+    /* The attributes to move the caller's QP to attr->qp_state. */
+    int (*cm_init_qp_attr)(void *id, struct pyrdma_qp_attr *attr, int *mask,
+                           struct pyrdma_status *st);
+    int (*cm_query)(void *id, struct pyrdma_cm_info *info,
+                    struct pyrdma_status *st);
+    int (*cm_join_multicast)(void *id, const struct sockaddr *addr,
+                             struct pyrdma_status *st);
+    int (*cm_leave_multicast)(void *id, const struct sockaddr *addr,
+                              struct pyrdma_status *st);
 };
 
 /* Copy *p into *out with every optional op p lacks pointed at a stub that

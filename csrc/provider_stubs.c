@@ -150,6 +150,29 @@ no_create_ah(void *pd, struct pyrdma_ah_attr *attr, void **ah,
     return unsupported(st, "ibv_create_ah");
 }
 
+static int
+no_cm_create_channel(void **ch, int *fd, struct pyrdma_status *st)
+{
+    (void)ch, (void)fd;
+    return unsupported(st, "rdma_create_event_channel");
+}
+
+static int
+no_cm_join_multicast(void *id, const struct sockaddr *addr,
+                     struct pyrdma_status *st)
+{
+    (void)id, (void)addr;
+    return unsupported(st, "rdma_join_multicast");
+}
+
+static int
+no_cm_leave_multicast(void *id, const struct sockaddr *addr,
+                      struct pyrdma_status *st)
+{
+    (void)id, (void)addr;
+    return unsupported(st, "rdma_leave_multicast");
+}
+
 /* Point op at stub when the provider left it NULL. */
 #define FILL(op, stub) \
     if (out->op == NULL) \
@@ -177,4 +200,7 @@ pyrdma_provider_fill(struct pyrdma_provider *out,
     FILL(create_srq, no_create_srq);
     FILL(create_qp, no_create_qp);
     FILL(create_ah, no_create_ah);
+    FILL(cm_create_channel, no_cm_create_channel);
+    FILL(cm_join_multicast, no_cm_join_multicast);
+    FILL(cm_leave_multicast, no_cm_leave_multicast);
 }

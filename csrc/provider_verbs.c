@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 #include "dlload.h"
 #include "provider.h"
@@ -962,6 +963,370 @@ destroy_ah(void *ah, struct pyrdma_status *st)
     return rc ? fail_errno(st, rc, "ibv_destroy_ah") : 0;
 }
 
+/* ---- Connection manager: librdmacm, always loaded with dlopen ---- */
+
+/* The librdmacm functions the CM ops use (loaded on the first channel, so
+   that the module works where librdmacm is not installed). */
+static struct {
+    void *dl;                           /* dlopen handle once loaded */
+    struct rdma_event_channel *(*create_event_channel)(void);
+    void (*destroy_event_channel)(struct rdma_event_channel *ch);
+    int (*get_cm_event)(struct rdma_event_channel *ch,
+                        struct rdma_cm_event **ev);
+    int (*ack_cm_event)(struct rdma_cm_event *ev);
+    int (*create_id)(struct rdma_event_channel *ch, struct rdma_cm_id **id,
+                     void *context, enum rdma_port_space ps);
+    int (*destroy_id)(struct rdma_cm_id *id);
+    int (*bind_addr)(struct rdma_cm_id *id, struct sockaddr *addr);
+    int (*resolve_addr)(struct rdma_cm_id *id, struct sockaddr *src,
+                        struct sockaddr *dst, int timeout_ms);
+    int (*resolve_route)(struct rdma_cm_id *id, int timeout_ms);
+    int (*listen)(struct rdma_cm_id *id, int backlog);
+    int (*connect)(struct rdma_cm_id *id, struct rdma_conn_param *p);
+    int (*accept)(struct rdma_cm_id *id, struct rdma_conn_param *p);
+    int (*reject)(struct rdma_cm_id *id, const void *data, uint8_t len);
+    int (*establish)(struct rdma_cm_id *id);
+    int (*disconnect)(struct rdma_cm_id *id);
+    int (*init_qp_attr)(struct rdma_cm_id *id, struct ibv_qp_attr *attr,
+                        int *mask);
+    int (*join_multicast)(struct rdma_cm_id *id, struct sockaddr *addr,
+                          void *context);
+    int (*leave_multicast)(struct rdma_cm_id *id, struct sockaddr *addr);
+} R;
+
+static const struct pyrdma_dllib librdmacm = {
+    .env = "RDMA_RDMACM_LIBRARY",
+    .soname = "librdmacm.so.1",
+    .package = "librdmacm1 (rdma-core)",
+    .name = "librdmacm",
+    .too_old = "rdma-core too old? rdma_establish needs v29",
+};
+
+#define SYM(field, name) {name, (void **)&R.field, 0}
+static const struct pyrdma_dlsym rdmacm_syms[] = {
+    SYM(create_event_channel, "rdma_create_event_channel"),
+    SYM(destroy_event_channel, "rdma_destroy_event_channel"),
+    SYM(get_cm_event, "rdma_get_cm_event"),
+    SYM(ack_cm_event, "rdma_ack_cm_event"),
+    SYM(create_id, "rdma_create_id"),
+    SYM(destroy_id, "rdma_destroy_id"),
+    SYM(bind_addr, "rdma_bind_addr"),
+    SYM(resolve_addr, "rdma_resolve_addr"),
+    SYM(resolve_route, "rdma_resolve_route"),
+    SYM(listen, "rdma_listen"),
+    SYM(connect, "rdma_connect"),
+    SYM(accept, "rdma_accept"),
+    SYM(reject, "rdma_reject"),
+    SYM(establish, "rdma_establish"),
+    SYM(disconnect, "rdma_disconnect"),
+    SYM(init_qp_attr, "rdma_init_qp_attr"),
+    SYM(join_multicast, "rdma_join_multicast"),
+    SYM(leave_multicast, "rdma_leave_multicast"),
+    {NULL, NULL, 0},
+};
+#undef SYM
+
+/* A librdmacm call returned -1 with errno set: fill *st naming it. */
+static int
+cm_fail(struct pyrdma_status *st, const char *func)
+{
+    return pyrdma_fail(st, errno ? errno : EIO, func, "");
+}
+
+/* Load librdmacm (and libibverbs, whose ah/qp structs it fills). */
+static int
+cm_load(struct pyrdma_status *st)
+{
+    if (R.dl != NULL)
+        return 0;
+    if (load(st) < 0)
+        return -1;
+    R.dl = pyrdma_dlopen(&librdmacm, rdmacm_syms, st);
+    return R.dl != NULL ? 0 : -1;
+}
+
+static int
+cm_create_channel(void **ch, int *fd, struct pyrdma_status *st)
+{
+    struct rdma_event_channel *c;
+    int flags;
+
+    if (cm_load(st) < 0)
+        return -1;
+    errno = 0;
+    c = R.create_event_channel();
+    if (c == NULL)
+        return cm_fail(st, "rdma_create_event_channel");
+    /* Non-blocking: the object model waits on the fd itself. */
+    flags = fcntl(c->fd, F_GETFL);
+    if (flags < 0 || fcntl(c->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+        int err = errno;
+        R.destroy_event_channel(c);
+        return pyrdma_fail(st, err, "fcntl", "O_NONBLOCK on the CM channel");
+    }
+    *ch = c;
+    *fd = c->fd;
+    return 0;
+}
+
+static int
+cm_destroy_channel(void *ch, struct pyrdma_status *st)
+{
+    (void)st;
+    R.destroy_event_channel(ch);
+    return 0;
+}
+
+/* Copy the parameters of event e (of an ID of port space ps) into *p. */
+static void
+cm_param_from_event(struct pyrdma_cm_param *p, const struct rdma_cm_event *e,
+                    int ud)
+{
+    const void *data;
+    uint8_t len;
+
+    memset(p, 0, sizeof(*p));
+    if (ud) {
+        data = e->param.ud.private_data;
+        len = e->param.ud.private_data_len;
+        p->qp_num = e->param.ud.qp_num;
+        p->qkey = e->param.ud.qkey;
+        ah_from_ibv(&p->ah_attr, &e->param.ud.ah_attr);
+        p->has_ah = e->event == RDMA_CM_EVENT_ESTABLISHED ||
+                    e->event == RDMA_CM_EVENT_MULTICAST_JOIN;
+    }
+    else {
+        data = e->param.conn.private_data;
+        len = e->param.conn.private_data_len;
+        p->responder_resources = e->param.conn.responder_resources;
+        p->initiator_depth = e->param.conn.initiator_depth;
+        p->flow_control = e->param.conn.flow_control;
+        p->retry_count = e->param.conn.retry_count;
+        p->rnr_retry_count = e->param.conn.rnr_retry_count;
+        p->srq = e->param.conn.srq;
+        p->qp_num = e->param.conn.qp_num;
+    }
+    if (data != NULL && len > 0) {
+        memcpy(p->private_data, data, len);
+        p->private_data_len = len;
+    }
+}
+
+static int
+cm_get_event(void *ch, struct pyrdma_cm_event *ev, struct pyrdma_status *st)
+{
+    struct rdma_cm_event *e;
+    struct rdma_cm_id *id;
+
+    errno = 0;
+    if (R.get_cm_event(ch, &e) < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        return cm_fail(st, "rdma_get_cm_event");
+    }
+    id = e->id;
+    ev->event = e->event;
+    ev->status = e->status;
+    ev->id = id;
+    ev->listen_id = e->listen_id;
+    cm_param_from_event(&ev->param, e,
+                        id->ps == RDMA_PS_UDP || id->ps == RDMA_PS_IPOIB);
+    if (R.ack_cm_event(e) < 0)
+        return cm_fail(st, "rdma_ack_cm_event");
+    return 1;
+}
+
+static int
+cm_create_id(void *ch, int ps, void **id, struct pyrdma_status *st)
+{
+    struct rdma_cm_id *i = NULL;
+
+    errno = 0;
+    if (R.create_id(ch, &i, NULL, (enum rdma_port_space)ps) < 0)
+        return cm_fail(st, "rdma_create_id");
+    *id = i;
+    return 0;
+}
+
+static int
+cm_destroy_id(void *id, struct pyrdma_status *st)
+{
+    errno = 0;
+    return R.destroy_id(id) < 0 ? cm_fail(st, "rdma_destroy_id") : 0;
+}
+
+static int
+cm_bind_addr(void *id, const struct sockaddr *addr, struct pyrdma_status *st)
+{
+    errno = 0;
+    if (R.bind_addr(id, (struct sockaddr *)addr) < 0)
+        return cm_fail(st, "rdma_bind_addr");
+    return 0;
+}
+
+static int
+cm_resolve_addr(void *id, const struct sockaddr *src,
+                const struct sockaddr *dst, int timeout_ms,
+                struct pyrdma_status *st)
+{
+    errno = 0;
+    if (R.resolve_addr(id, (struct sockaddr *)src, (struct sockaddr *)dst,
+                       timeout_ms) < 0)
+        return cm_fail(st, "rdma_resolve_addr");
+    return 0;
+}
+
+static int
+cm_resolve_route(void *id, int timeout_ms, struct pyrdma_status *st)
+{
+    errno = 0;
+    if (R.resolve_route(id, timeout_ms) < 0)
+        return cm_fail(st, "rdma_resolve_route");
+    return 0;
+}
+
+static int
+cm_listen(void *id, int backlog, struct pyrdma_status *st)
+{
+    errno = 0;
+    return R.listen(id, backlog) < 0 ? cm_fail(st, "rdma_listen") : 0;
+}
+
+/* Fill librdmacm's conn param from ours (private data pointed at p's). */
+static void
+cm_param_to_rdmacm(struct rdma_conn_param *c, const struct pyrdma_cm_param *p)
+{
+    memset(c, 0, sizeof(*c));
+    c->private_data = p->private_data_len ? p->private_data : NULL;
+    c->private_data_len = p->private_data_len;
+    c->responder_resources = p->responder_resources;
+    c->initiator_depth = p->initiator_depth;
+    c->flow_control = p->flow_control;
+    c->retry_count = p->retry_count;
+    c->rnr_retry_count = p->rnr_retry_count;
+    c->srq = p->srq;
+    c->qp_num = p->qp_num;
+}
+
+static int
+cm_connect(void *id, const struct pyrdma_cm_param *p, struct pyrdma_status *st)
+{
+    struct rdma_conn_param c;
+
+    cm_param_to_rdmacm(&c, p);
+    errno = 0;
+    return R.connect(id, &c) < 0 ? cm_fail(st, "rdma_connect") : 0;
+}
+
+static int
+cm_accept(void *id, const struct pyrdma_cm_param *p, struct pyrdma_status *st)
+{
+    struct rdma_conn_param c;
+
+    cm_param_to_rdmacm(&c, p);
+    errno = 0;
+    return R.accept(id, &c) < 0 ? cm_fail(st, "rdma_accept") : 0;
+}
+
+static int
+cm_reject(void *id, const void *data, uint8_t len, struct pyrdma_status *st)
+{
+    errno = 0;
+    return R.reject(id, len ? data : NULL, len) < 0 ?
+        cm_fail(st, "rdma_reject") : 0;
+}
+
+static int
+cm_establish(void *id, struct pyrdma_status *st)
+{
+    errno = 0;
+    return R.establish(id) < 0 ? cm_fail(st, "rdma_establish") : 0;
+}
+
+static int
+cm_disconnect(void *id, struct pyrdma_status *st)
+{
+    errno = 0;
+    return R.disconnect(id) < 0 ? cm_fail(st, "rdma_disconnect") : 0;
+}
+
+static int
+cm_init_qp_attr(void *id, struct pyrdma_qp_attr *attr, int *mask,
+                struct pyrdma_status *st)
+{
+    struct ibv_qp_attr ia;
+
+    memset(&ia, 0, sizeof(ia));
+    ia.qp_state = attr->qp_state;
+    errno = 0;
+    if (R.init_qp_attr(id, &ia, mask) < 0)
+        return cm_fail(st, "rdma_init_qp_attr");
+    qp_attr_from_ibv(attr, &ia);
+    return 0;
+}
+
+/* Copy the primary path record of a resolved route. */
+static void
+cm_path_from_rec(struct pyrdma_cm_path *d, const struct ibv_sa_path_rec *r)
+{
+    memcpy(d->dgid, r->dgid.raw, 16);
+    memcpy(d->sgid, r->sgid.raw, 16);
+    d->dlid = be16toh(r->dlid);
+    d->slid = be16toh(r->slid);
+    d->pkey = be16toh(r->pkey);
+    d->flow_label = be32toh(r->flow_label);
+    d->hop_limit = r->hop_limit;
+    d->traffic_class = r->traffic_class;
+    d->sl = r->sl;
+    d->mtu = r->mtu;
+    d->rate = r->rate;
+    d->packet_life_time = r->packet_life_time;
+}
+
+static int
+cm_query(void *vid, struct pyrdma_cm_info *info, struct pyrdma_status *st)
+{
+    const struct rdma_cm_id *id = vid;
+    const struct rdma_addr *a = &id->route.addr;
+
+    (void)st;
+    memset(info, 0, sizeof(*info));
+    if (id->verbs != NULL)
+        snprintf(info->device, sizeof(info->device), "%s",
+                 id->verbs->device->name);
+    info->port_num = id->port_num;
+    info->ps = id->ps;
+    memcpy(&info->src, &a->src_storage, sizeof(info->src));
+    memcpy(&info->dst, &a->dst_storage, sizeof(info->dst));
+    memcpy(info->sgid, a->addr.ibaddr.sgid.raw, 16);
+    memcpy(info->dgid, a->addr.ibaddr.dgid.raw, 16);
+    info->pkey = be16toh(a->addr.ibaddr.pkey);
+    info->num_paths = id->route.num_paths;
+    if (id->route.num_paths > 0 && id->route.path_rec != NULL)
+        cm_path_from_rec(&info->path, id->route.path_rec);
+    return 0;
+}
+
+static int
+cm_join_multicast(void *id, const struct sockaddr *addr,
+                  struct pyrdma_status *st)
+{
+    errno = 0;
+    if (R.join_multicast(id, (struct sockaddr *)addr, NULL) < 0)
+        return cm_fail(st, "rdma_join_multicast");
+    return 0;
+}
+
+static int
+cm_leave_multicast(void *id, const struct sockaddr *addr,
+                   struct pyrdma_status *st)
+{
+    errno = 0;
+    if (R.leave_multicast(id, (struct sockaddr *)addr) < 0)
+        return cm_fail(st, "rdma_leave_multicast");
+    return 0;
+}
+
 const struct pyrdma_provider pyrdma_provider_verbs = {
     .name = "verbs",
     .library = "libibverbs.so.1",
@@ -1008,4 +1373,22 @@ const struct pyrdma_provider pyrdma_provider_verbs = {
     .detach_mcast = detach_mcast,
     .create_ah = create_ah,
     .destroy_ah = destroy_ah,
+    .cm_create_channel = cm_create_channel,
+    .cm_destroy_channel = cm_destroy_channel,
+    .cm_get_event = cm_get_event,
+    .cm_create_id = cm_create_id,
+    .cm_destroy_id = cm_destroy_id,
+    .cm_bind_addr = cm_bind_addr,
+    .cm_resolve_addr = cm_resolve_addr,
+    .cm_resolve_route = cm_resolve_route,
+    .cm_listen = cm_listen,
+    .cm_connect = cm_connect,
+    .cm_accept = cm_accept,
+    .cm_reject = cm_reject,
+    .cm_establish = cm_establish,
+    .cm_disconnect = cm_disconnect,
+    .cm_init_qp_attr = cm_init_qp_attr,
+    .cm_query = cm_query,
+    .cm_join_multicast = cm_join_multicast,
+    .cm_leave_multicast = cm_leave_multicast,
 };

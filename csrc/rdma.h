@@ -31,6 +31,8 @@ typedef struct {
     PyTypeObject *WCArrayType;
     PyTypeObject *VirtualQPType;
     PyTypeObject *VirtualCQType;
+    PyTypeObject *CMEventChannelType;
+    PyTypeObject *CMIDType;
     /* struct types, see structs.c */
     PyTypeObject *device_attr;
     PyTypeObject *port_attr;
@@ -76,7 +78,7 @@ struct pyrdma_objkind {
 enum {
     PYRDMA_RANK_QP, PYRDMA_RANK_AH, PYRDMA_RANK_MW, PYRDMA_RANK_SRQ,
     PYRDMA_RANK_MR, PYRDMA_RANK_PD, PYRDMA_RANK_CQ, PYRDMA_RANK_CC,
-    PYRDMA_RANK_CONTEXT,
+    PYRDMA_RANK_CONTEXT, PYRDMA_RANK_CMID, PYRDMA_RANK_CMCHANNEL,
 };
 
 #define PYRDMA_MAX_PARENTS 4
@@ -339,6 +341,7 @@ int pyrdma_wr_init(PyObject *module, pyrdma_state *st);
 int pyrdma_capi_init(PyObject *module, pyrdma_state *st);
 int pyrdma_vqp_init(PyObject *module, pyrdma_state *st);   /* vqp.c, vcq.c */
 int pyrdma_vcq_init(PyObject *module, pyrdma_state *st);
+int pyrdma_cm_init(PyObject *module, pyrdma_state *st);    /* cm.c */
 /* The C API's entries for VirtualQP/VirtualCQ objects (vqp.c, vcq.c). */
 int pyrdma_vqp_capi_send(PyObject *vqp, struct pyrdma_send_wr *wr,
                          struct pyrdma_send_wr **bad);

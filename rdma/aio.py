@@ -10,16 +10,41 @@
 The completion channel's fd is watched with ``loop.add_reader``; the CQ is
 armed, polled again, and only then does the coroutine wait, so no event is
 missed.  One AsyncCQ per CQ; several coroutines may await it.
+
+Connection manager events the same way::
+
+    ach = rdma.aio.AsyncEventChannel(channel)   # an rdma.cm.EventChannel
+    ev = await ach.get()                        # the next CMEvent
+    ev = await ach.wait(cid, CMEventType.ESTABLISHED)
 """
 from __future__ import annotations
 
 import asyncio
 import collections
-from typing import List
+from typing import TYPE_CHECKING, Iterable, List, Optional, Union
 
 import rdma.ibverbs as ibv
 
-__all__ = ["AsyncCQ"]
+if TYPE_CHECKING:
+    import rdma.cm
+
+__all__ = ["AsyncCQ", "AsyncEventChannel"]
+
+
+async def _readable(fd: int) -> None:
+    """Wait until fd is readable (loop.add_reader)."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_reader(fd, ready)
+    try:
+        await fut
+    finally:
+        loop.remove_reader(fd)
 
 
 class AsyncCQ:
@@ -100,3 +125,44 @@ class AsyncCQ:
     def close(self) -> None:
         """Acknowledge outstanding events (the CQ stays open)."""
         self._ack()
+
+
+class AsyncEventChannel:
+    """Awaitable events of an :class:`rdma.cm.EventChannel` (its fd is
+    watched with ``loop.add_reader``; events are read without blocking)."""
+
+    def __init__(self, channel: "rdma.cm.EventChannel"):
+        self._ch = channel
+
+    @property
+    def channel(self) -> "rdma.cm.EventChannel":
+        return self._ch
+
+    async def get(self) -> "rdma.cm.CMEvent":
+        """The next event of the channel."""
+        while True:
+            ev = self._ch.get_event(timeout=0)
+            if ev is not None:
+                return ev
+            await _readable(self._ch.fileno())
+
+    async def wait(self, cid: Optional["rdma.cm.CMID"],
+                   expected: Union["rdma.cm.CMEventType",
+                                   Iterable["rdma.cm.CMEventType"]],
+                   func: str = "wait") -> "rdma.cm.CMEvent":
+        """The next event of ``cid`` checked as
+        :meth:`rdma.cm.EventChannel.wait_event` does (events of other IDs
+        are set aside for later)."""
+        while True:
+            try:
+                return self._ch.wait_event(cid, expected, func, timeout=0)
+            except TimeoutError:
+                await _readable(self._ch.fileno())
+
+    def __aiter__(self) -> "AsyncEventChannel":
+        return self
+
+    async def __anext__(self) -> "rdma.cm.CMEvent":
+        if self._ch.closed:
+            raise StopAsyncIteration
+        return await self.get()

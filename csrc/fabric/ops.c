@@ -1,7 +1,9 @@
 /* ops.c - what provider.h sees: the device, context and port verbs,
-   async events, PDs, AHs, multicast (unsupported) and the ops table
-   pyrdma_provider_ucx that points at every verb of the fabric. */
+   async events, PDs, AHs, multicast (unsupported), the CM ops over
+   fab_cm_* and the ops table pyrdma_provider_ucx that points at every
+   verb of the fabric. */
 #include "fabric.h"
+#include "../fabric_lib.h"
 
 /* ------------------------------------------------------------------ */
 /* asynchronous events of a context                                   */
@@ -278,6 +280,216 @@ destroy_ah(void *ah, struct pyrdma_status *st)
     return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* connection manager: the CM ops over fab_cm_* (csrc/fabric/cm.c)     */
+
+static int
+cm_create_channel(void **ch, int *fd, struct pyrdma_status *st)
+{
+    struct fab_cm_channel *c;
+
+    if (fab_cm_create_channel(&c, fd, st) < 0)
+        return -1;
+    *ch = c;
+    return 0;
+}
+
+static int
+cm_destroy_channel(void *ch, struct pyrdma_status *st)
+{
+    return fab_cm_destroy_channel(ch, st);
+}
+
+/* Is id one of the UD port spaces (its events carry an ah_attr)? */
+static int
+cm_id_is_ud(struct fab_cm_id *id)
+{
+    struct pyrdma_status st = {0};
+    struct fab_cm_route r;
+
+    if (id == NULL || fab_cm_query_route(id, &r, &st) < 0)
+        return 0;
+    return r.ps == FAB_CM_PS_UDP || r.ps == FAB_CM_PS_IPOIB;
+}
+
+/* Copy the fabric's event e into *ev. */
+static void
+cm_event_copy(struct pyrdma_cm_event *ev, const struct fab_cm_event *e)
+{
+    struct pyrdma_cm_param *p = &ev->param;
+
+    memset(ev, 0, sizeof(*ev));
+    ev->event = e->event;
+    ev->status = e->status;
+    ev->id = e->id;
+    ev->listen_id = e->listen_id;
+    p->private_data_len = e->private_data_len;
+    memcpy(p->private_data, e->private_data, e->private_data_len);
+    p->responder_resources = e->responder_resources;
+    p->initiator_depth = e->initiator_depth;
+    p->flow_control = e->flow_control;
+    p->retry_count = e->retry_count;
+    p->rnr_retry_count = e->rnr_retry_count;
+    p->srq = e->srq;
+    p->qp_num = e->qp_num;
+    p->qkey = e->qkey;
+    p->has_ah = (e->event == FAB_CM_EVENT_ESTABLISHED ||
+                 e->event == FAB_CM_EVENT_MULTICAST_JOIN) &&
+                cm_id_is_ud(e->id);
+    if (p->has_ah)
+        p->ah_attr = e->ah_attr;
+}
+
+static int
+cm_get_event(void *ch, struct pyrdma_cm_event *ev, struct pyrdma_status *st)
+{
+    struct fab_cm_event *e;
+
+    if (fab_cm_get_event(ch, 0, &e, st) < 0)
+        return st->err == EAGAIN ? 0 : -1;
+    cm_event_copy(ev, e);
+    return fab_cm_ack_event(e, st) < 0 ? -1 : 1;
+}
+
+static int
+cm_create_id(void *ch, int ps, void **id, struct pyrdma_status *st)
+{
+    struct fab_cm_id *i;
+
+    if (fab_cm_create_id(ch, NULL, ps, &i, st) < 0)
+        return -1;
+    *id = i;
+    return 0;
+}
+
+static int
+cm_destroy_id(void *id, struct pyrdma_status *st)
+{
+    return fab_cm_destroy_id(id, st);
+}
+
+static int
+cm_bind_addr(void *id, const struct sockaddr *addr, struct pyrdma_status *st)
+{
+    return fab_cm_bind_addr(id, addr, st);
+}
+
+static int
+cm_resolve_addr(void *id, const struct sockaddr *src,
+                const struct sockaddr *dst, int timeout_ms,
+                struct pyrdma_status *st)
+{
+    return fab_cm_resolve_addr(id, src, dst, timeout_ms, st);
+}
+
+static int
+cm_resolve_route(void *id, int timeout_ms, struct pyrdma_status *st)
+{
+    return fab_cm_resolve_route(id, timeout_ms, st);
+}
+
+static int
+cm_listen(void *id, int backlog, struct pyrdma_status *st)
+{
+    return fab_cm_listen(id, backlog, st);
+}
+
+/* Our connection parameters as the fabric's (private data pointed at). */
+static void
+cm_param_to_fab(struct fab_cm_conn_param *f, const struct pyrdma_cm_param *p)
+{
+    memset(f, 0, sizeof(*f));
+    f->private_data = p->private_data_len ? p->private_data : NULL;
+    f->private_data_len = p->private_data_len;
+    f->responder_resources = p->responder_resources;
+    f->initiator_depth = p->initiator_depth;
+    f->flow_control = p->flow_control;
+    f->retry_count = p->retry_count;
+    f->rnr_retry_count = p->rnr_retry_count;
+    f->srq = p->srq;
+    f->qp_num = p->qp_num;
+    f->qkey = p->qkey;
+}
+
+static int
+cm_connect(void *id, const struct pyrdma_cm_param *p, struct pyrdma_status *st)
+{
+    struct fab_cm_conn_param f;
+
+    cm_param_to_fab(&f, p);
+    return fab_cm_connect(id, &f, st);
+}
+
+static int
+cm_accept(void *id, const struct pyrdma_cm_param *p, struct pyrdma_status *st)
+{
+    struct fab_cm_conn_param f;
+
+    cm_param_to_fab(&f, p);
+    return fab_cm_accept(id, &f, st);
+}
+
+static int
+cm_reject(void *id, const void *data, uint8_t len, struct pyrdma_status *st)
+{
+    return fab_cm_reject(id, data, len, st);
+}
+
+static int
+cm_establish(void *id, struct pyrdma_status *st)
+{
+    /* rdma_establish: the RTU, and no ESTABLISHED here (as the kernel's
+       for a user-managed QP on the active side). */
+    return fab_cm_complete(id, st);
+}
+
+static int
+cm_disconnect(void *id, struct pyrdma_status *st)
+{
+    return fab_cm_disconnect(id, st);
+}
+
+static int
+cm_init_qp_attr(void *id, struct pyrdma_qp_attr *attr, int *mask,
+                struct pyrdma_status *st)
+{
+    return fab_cm_init_qp_attr(id, attr, mask, st);
+}
+
+static int
+cm_query(void *id, struct pyrdma_cm_info *info, struct pyrdma_status *st)
+{
+    struct fab_cm_route r;
+
+    memset(info, 0, sizeof(*info));
+    if (fab_cm_query_route(id, &r, st) < 0)
+        return -1;
+    info->ps = r.ps;
+    memcpy(&info->src, &r.src, sizeof(info->src));
+    memcpy(&info->dst, &r.dst, sizeof(info->dst));
+    memcpy(info->sgid, r.sgid, 16);
+    memcpy(info->dgid, r.dgid, 16);
+    info->pkey = 0xffff;
+    /* Bound to the device once it has a source GID (resolved or bound
+       to a node's address). */
+    if (r.port_num != 0) {
+        snprintf(info->device, sizeof(info->device), "%s", DEV_NAME);
+        info->port_num = r.port_num;
+    }
+    info->num_paths = r.num_paths;
+    if (r.num_paths > 0) {
+        struct pyrdma_cm_path *p = &info->path;
+        memcpy(p->sgid, r.sgid, 16);
+        memcpy(p->dgid, r.dgid, 16);
+        p->slid = r.slid;
+        p->dlid = r.dlid;
+        p->pkey = 0xffff;
+        p->mtu = r.path_mtu;
+        p->hop_limit = 1;
+    }
+    return 0;
+}
+
 const struct pyrdma_provider pyrdma_provider_ucx = {
     .name = "ucx",
     .library = "libucp.so.0",
@@ -322,4 +534,21 @@ const struct pyrdma_provider pyrdma_provider_ucx = {
     .detach_mcast = attach_mcast,
     .create_ah = create_ah,
     .destroy_ah = destroy_ah,
+    .cm_create_channel = cm_create_channel,
+    .cm_destroy_channel = cm_destroy_channel,
+    .cm_get_event = cm_get_event,
+    .cm_create_id = cm_create_id,
+    .cm_destroy_id = cm_destroy_id,
+    .cm_bind_addr = cm_bind_addr,
+    .cm_resolve_addr = cm_resolve_addr,
+    .cm_resolve_route = cm_resolve_route,
+    .cm_listen = cm_listen,
+    .cm_connect = cm_connect,
+    .cm_accept = cm_accept,
+    .cm_reject = cm_reject,
+    .cm_establish = cm_establish,
+    .cm_disconnect = cm_disconnect,
+    .cm_init_qp_attr = cm_init_qp_attr,
+    .cm_query = cm_query,
+    /* no multicast on the fabric yet: the EOPNOTSUPP stubs */
 };

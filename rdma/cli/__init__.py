@@ -1,5 +1,6 @@
 """The ``ibtool`` command line (also ``python -m rdma``): verbs tools
-(``devices``, ``devinfo``, ``pingpong``, ``perf``, ``validate``, ``demo``)
+(``devices``, ``devinfo``, ``pingpong``, ``cm-pingpong``, ``perf``,
+``validate``, ``demo``)
 and InfiniBand management tools named and shaped like infiniband-diags'
 (``ibstat``, ``smpquery``, ``smpdump``, ``ibaddr``, ``sminfo``,
 ``perfquery``, ``ibnetdiscover``, ``ibswitches``, ``ibhosts``,
@@ -49,6 +50,9 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "pingpong": (".pingpong", "pingpong",
                  "ping-pong messages like ibv_{rc,uc,ud,srq}_pingpong "
                  "(and with them)"),
+    "cm-pingpong": (".cm_pingpong", "cm_pingpong",
+                    "ping over a connection-manager connection (like "
+                    "rping, and with it)"),
     "perf": (".perf", "perf",
              "bandwidth/latency of write, read, send, atomic "
              "(perftest-style)"),

@@ -23,7 +23,7 @@ EXPECTED = ["01_objects_and_lifetime", "02_qp_state_machine",
             "03_send_recv", "04_rdma_write_read", "05_atomics",
             "06_ud_and_grh", "07_completion_channels",
             "08_bandwidth_latency_sweep", "09_sa_on_a_simulated_subnet",
-            "10_virtual_qp_striping"]
+            "10_virtual_qp_striping", "11_connection_manager"]
 #: notebooks that must show a plot
 PLOTS = {"02_qp_state_machine", "08_bandwidth_latency_sweep",
          "10_virtual_qp_striping"}

@@ -1,0 +1,122 @@
+"""``ibtool cm-pingpong`` between processes on the software fabric, and
+against librdmacm's ``rping`` run through the verbs front end
+(``python -m rdma.fabric exec``), both directions: rdma.cm on ucx0 with
+the fabric's connection manager, C to Python and Python to C."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import fabric_helpers as fh
+from host_helpers import ROOT
+
+T = 90
+
+
+@pytest.fixture
+def env(tmp_path):
+    d = tmp_path / "rendezvous"
+    d.mkdir(mode=0o700)
+    return dict(os.environ, RDMA_UCX_DIR=str(d), RDMA_PROVIDER="ucx",
+                UCX_WARN_UNUSED_ENV_VARS="n")
+
+
+def ibtool(*args):
+    return [sys.executable, "-m", "rdma", "cm-pingpong", *args]
+
+
+def on_fabric(*cmd):
+    return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
+
+
+def run_pair(server, client, env, wait_line=None):
+    """Start server; once it printed wait_line (if given) run client;
+    return ((rc, out) of the server, (rc, out) of the client)."""
+    srv = subprocess.Popen(server, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        if wait_line:
+            line = srv.stdout.readline()
+            assert wait_line in line, line
+        cli = subprocess.run(client, env=env, capture_output=True, text=True,
+                             timeout=T)
+        s_out, _ = srv.communicate(timeout=T)
+        return (srv.returncode, s_out), (cli.returncode,
+                                          cli.stdout + cli.stderr)
+    finally:
+        fh.kill(srv)
+
+
+def test_cm_pingpong_between_processes(env):
+    port = str(fh.free_port())
+    (src, sout), (crc, cout) = run_pair(
+        ibtool("-a", "127.0.0.1", "-p", port, "-C", "20", "-v"),
+        ibtool("127.0.0.1", "-p", port, "-C", "20", "-V"), env,
+        wait_line="listening on 127.0.0.1")
+    assert crc == 0, cout
+    assert src == 0, sout
+    assert "20 pings of 64 bytes" in cout
+    assert "server ping data: rdma-ping-19" in sout
+
+
+def test_cm_pingpong_to_nobody_is_one_line(env):
+    port = str(fh.free_port())
+    res = subprocess.run(ibtool("127.0.0.1", "-p", port), env=env,
+                         capture_output=True, text=True, timeout=T)
+    assert res.returncode == 1
+    err = res.stderr.strip()
+    assert err.startswith("ibtool cm-pingpong: ") and "\n" not in err
+    assert "REJECTED" in err
+
+
+needs_rping = pytest.mark.skipif(shutil.which("rping") is None,
+                                 reason="rping (rdmacm-utils) missing")
+
+
+@needs_rping
+def test_rping_client_against_ibtool_server(env):
+    port = str(fh.free_port())
+    (src, sout), (crc, cout) = run_pair(
+        ibtool("-a", "127.0.0.1", "-p", port, "-C", "5", "-v"),
+        on_fabric("rping", "-c", "-a", "127.0.0.1", "-p", port, "-C", "5",
+                  "-v", "-V"), env, wait_line="listening on 127.0.0.1")
+    assert crc == 0, cout
+    assert src == 0, sout
+    assert cout.count("ping data: rdma-ping-") == 5
+    assert "server ping data: rdma-ping-4" in sout
+
+
+@needs_rping
+def test_ibtool_client_against_rping_server(env):
+    port = str(fh.free_port())
+    (src, sout), (crc, cout) = run_pair(
+        on_fabric("rping", "-s", "-a", "127.0.0.1", "-p", port, "-C", "5",
+                  "-v"),
+        ibtool("127.0.0.1", "-p", port, "-C", "5", "-V", "--wait", "20"),
+        env)
+    assert crc == 0, cout
+    assert "5 pings of 64 bytes" in cout
+    assert "server ping data: rdma-ping-4" in sout
+
+
+def test_verbs_cm_without_librdmacm(env, tmp_path):
+    """librdmacm is loaded on the first channel: import rdma (and rdma.cm)
+    work without it, and the channel fails naming the file and the Debian
+    package."""
+    code = (
+        "import errno, rdma, rdma.cm as cm\n"
+        "try:\n"
+        "    cm.EventChannel('verbs')\n"
+        "except rdma.SysError as e:\n"
+        "    assert e.errno == errno.ENOENT, e\n"
+        "    print(e)\n")
+    e = dict(env, RDMA_RDMACM_LIBRARY=str(tmp_path / "librdmacm.so.1"),
+             PYTHONPATH=os.pathsep.join([
+                 p for p in os.environ.get("PYTHONPATH", "").split(
+                     os.pathsep) if p] + [str(ROOT)]))
+    res = subprocess.run([sys.executable, "-c", code], env=e,
+                         capture_output=True, text=True, timeout=T)
+    assert res.returncode == 0, res.stderr
+    assert "dlopen" in res.stdout and "librdmacm1" in res.stdout, res.stdout
