@@ -12,7 +12,7 @@
  *
  * The session: the first messages on every endpoint a node makes to
  * another (peer_get -> fab_hello_send) open a session, in three steps
- * (WIRE_VERSION 2; each a struct wire through AM_REQ):
+ * (since WIRE_VERSION 2; each a struct wire through AM_REQ):
  *  1. AM_CTL_HELLO, sender -> receiver: the sender's GUID, LID and pid
  *     (imm), a random session id (sid), a random nonce na (raddr), and
  *     a MAC (cmp): SipHash-2-4 of (receiver GUID, sender GUID, sid, pid,

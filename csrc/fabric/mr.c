@@ -297,7 +297,7 @@ mr_insert(struct umr *mr, struct pyrdma_mr_info *info,
         uint32_t nn = N.nmr ? N.nmr * 2 : 256;
         struct umr **m;
         uint8_t *g;
-        if (nn > (1u << 24)) {
+        if (nn > MW_IDX0) {    /* the indexes above are windows' */
             UNLOCK();
             return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "too many MRs");
         }
@@ -1098,6 +1098,8 @@ fab_dereg_mr(void *vmr, struct pyrdma_status *st)
     own_unwatch(mr);
     LOCK();
     N.mrs[mr->key >> 8] = NULL;
+    if (mr->nmw > 0)
+        fab_mw_unbind_mr(mr);   /* no access through them any more */
     if (mr->shared) {
         /* no new one-sided op can start; wait for those inside one */
         e = &N.sh->mr[mr->key >> 8];

@@ -109,12 +109,15 @@ query_device(void *vc, struct pyrdma_device_attr *a, struct pyrdma_status *st)
     a->max_qp = MAX_QP - 2;
     a->max_qp_wr = MAX_WR;
     a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN |
-                          IBV_DEVICE_SHUTDOWN_PORT | IBV_DEVICE_SYS_IMAGE_GUID;
+                          IBV_DEVICE_SHUTDOWN_PORT | IBV_DEVICE_SYS_IMAGE_GUID |
+                          IBV_DEVICE_MEM_WINDOW |
+                          IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a->max_sge = MAX_SGE;
     a->max_sge_rd = MAX_SGE;
     a->max_cq = 1 << 16;
     a->max_cqe = MAX_CQE;
     a->max_mr = 1 << 20;
+    a->max_mw = MAX_MW;
     a->max_pd = 1 << 16;
     a->max_qp_rd_atom = MAX_RD_ATOM;
     a->max_res_rd_atom = MAX_RD_ATOM * (MAX_QP - 2);
@@ -298,6 +301,10 @@ const struct pyrdma_provider pyrdma_provider_ucx = {
     .dereg_mr = fab_dereg_mr,
     .alloc_mr_mem = fab_alloc_mr_mem,
     .free_mr_mem = fab_free_mr_mem,
+    .alloc_mw = fab_alloc_mw,
+    .dealloc_mw = fab_dealloc_mw,
+    .bind_mw = fab_bind_mw,
+    .mw_rekeyed = fab_mw_rekeyed,
     .create_comp_channel = fab_create_comp_channel,
     .destroy_comp_channel = fab_destroy_comp_channel,
     .get_cq_event = fab_get_cq_event,

@@ -340,6 +340,9 @@ const int fab_wc_opcode_of[] = {
     [IBV_WR_RDMA_READ] = IBV_WC_RDMA_READ,
     [IBV_WR_ATOMIC_CMP_AND_SWP] = IBV_WC_COMP_SWAP,
     [IBV_WR_ATOMIC_FETCH_AND_ADD] = IBV_WC_FETCH_ADD,
+    [IBV_WR_LOCAL_INV] = IBV_WC_LOCAL_INV,
+    [IBV_WR_BIND_MW] = IBV_WC_BIND_MW,
+    [IBV_WR_SEND_WITH_INV] = IBV_WC_SEND,
 };
 
 /* Complete the done slots at the head of the SQ, in order. */
@@ -355,7 +358,7 @@ fab_sq_advance(struct uqp *q)
             memset(&wc, 0, sizeof(wc));
             wc.wr_id = s->wr_id;
             wc.status = s->status;
-            wc.opcode = (s->opcode >= 0 && s->opcode <= 6)
+            wc.opcode = (s->opcode >= 0 && s->opcode <= IBV_WR_SEND_WITH_INV)
                         ? fab_wc_opcode_of[s->opcode] : IBV_WC_SEND;
             wc.byte_len = s->byte_len;
             wc.qp_num = q->qpn;
@@ -425,6 +428,7 @@ fab_on_resp(const struct wire *h, const uint8_t *pl, size_t plen)
                 break;
             if (!s->done && (s->opcode == IBV_WR_SEND ||
                              s->opcode == IBV_WR_SEND_WITH_IMM ||
+                             s->opcode == IBV_WR_SEND_WITH_INV ||
                              s->opcode == IBV_WR_RDMA_WRITE ||
                              s->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
                 s->done = 1;

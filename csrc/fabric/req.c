@@ -585,12 +585,13 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
 }
 
 /* The WR's op (OP_*), or -1 for an opcode the fabric does not carry
-   (LOCAL_INV, BIND_MW, SEND_WITH_INV...). */
+   (the local BIND_MW and LOCAL_INV: post_local; TSO...). */
 static inline int
 op_of(const struct pyrdma_send_wr *wr)
 {
     switch (wr->opcode) {
-    case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM: return OP_SEND;
+    case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM: case IBV_WR_SEND_WITH_INV:
+        return OP_SEND;
     case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: return OP_WRITE;
     case IBV_WR_RDMA_READ: return OP_READ;
     case IBV_WR_ATOMIC_CMP_AND_SWP: return OP_CAS;
@@ -692,7 +693,8 @@ slot_header(const struct uqp *q, struct slot *s,
     h->op = (uint8_t)op;
     h->flags = (uint8_t)((imm ? F_IMM : 0) |
                          ((wr->send_flags & IBV_SEND_SOLICITED) ? F_SOLICITED
-                                                                : 0));
+                                                                : 0) |
+                         (wr->opcode == IBV_WR_SEND_WITH_INV ? F_INV : 0));
     h->rnr_retry = (uint8_t)q->attr.rnr_retry;
     h->src_qpn = q->qpn;
     h->psn = s->psn;
@@ -767,7 +769,8 @@ slot_fill(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
     }
     /* the transport table (seed 004): rxe fails these on the wire */
     if ((q->type == IBV_QPT_UC && op > OP_WRITE) ||
-        (q->type == IBV_QPT_UD && op != OP_SEND)) {
+        (q->type == IBV_QPT_UD && (op != OP_SEND ||
+                                   wr->opcode == IBV_WR_SEND_WITH_INV))) {
         fill_fail(q, s, IBV_WC_LOC_QP_OP_ERR);
         return;
     }
@@ -785,6 +788,38 @@ slot_fill(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
     slot_arm(q, s, peer);
 }
 
+/* A local WR (BIND_MW, LOCAL_INV) of q in slot s (N.lock held): executed
+   now, in the order of posting (mw.c); the slot is done at once (its
+   completion follows those of the WRs before it: fab_sq_advance), sends
+   nothing, and a failure fails the QP as any WR's.  0 or an errno for a
+   post-time rejection. */
+static int
+post_local(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr)
+{
+    int status;
+    if (wr->opcode == IBV_WR_BIND_MW && wr->bind_mw.mw == NULL)
+        return EINVAL;
+    if (s->inflight)
+        return ENOMEM;          /* UCP still reads this slot */
+    slot_start(q, s, wr);
+    s->carrier = CARRY_AM;
+    s->done = 1;
+    if (q->attr.qp_state == IBV_QPS_ERR || q->err_pending) {
+        s->status = IBV_WC_WR_FLUSH_ERR;
+        return 0;
+    }
+    if (q->type == IBV_QPT_UD)
+        status = IBV_WC_LOC_QP_OP_ERR;
+    else if (wr->opcode == IBV_WR_BIND_MW)
+        status = fab_mw_bind_wr(q, wr);
+    else
+        status = fab_mw_invalidate(q, wr->invalidate_rkey, 0) < 0
+                 ? IBV_WC_LOC_QP_OP_ERR : 0;
+    if (status)
+        fill_fail(q, s, status);
+    return 0;
+}
+
 /* Post wr on q (N.lock held), in slot s unless its carrier is one-sided;
    return 0, an errno for a post-time rejection, or -1 if the WR was
    executed one-sided (no slot used, its completion already in the CQ if
@@ -798,6 +833,10 @@ post_one(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     int inline_data = (wr->send_flags & IBV_SEND_INLINE) != 0;
     enum carrier how;
 
+    if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV) {
+        hold->rep_rkey = 0;     /* RC order: later WRs check it all */
+        return post_local(q, s, wr);
+    }
     for (i = 0; i < wr->num_sge; i++)
         total += wr->sg_list[i].length;
     rc = check_post_time(q, wr, op, total, inline_data);

@@ -19,14 +19,16 @@
 /* HELLO key modes (struct wire.op of AM_CTL_HELLO and AM_CTL_PROOF) */
 enum { HELLO_NONE, HELLO_NODE, HELLO_SHARED };
 /* The version of the HELLO exchange (struct wire.qkey of AM_CTL_HELLO,
-   CHALLENGE and PROOF); 2: challenge and proof (before: a HELLO alone) */
-#define WIRE_VERSION 2
+   CHALLENGE and PROOF); 2: challenge and proof (before: a HELLO alone);
+   3: requests may carry F_INV */
+#define WIRE_VERSION 3
 #define GRH_LEN 40              /* the GRH in front of a UD receive */
 
 /* REQ operations */
 enum { OP_SEND, OP_WRITE, OP_READ, OP_CAS, OP_FAA };
 /* REQ flags */
-enum { F_IMM = 1, F_SOLICITED = 2, F_ACK = 4 };
+enum { F_IMM = 1, F_SOLICITED = 2, F_ACK = 4,
+       F_INV = 8 };     /* a SEND with invalidate: imm holds the rkey */
 /* RESP codes */
 enum { R_ACK, R_READ, R_ATOMIC, R_RNR_WAIT, R_RNR_EXC, R_REM_ACCESS,
        R_REM_INV, R_REM_OP, R_NOQP };
