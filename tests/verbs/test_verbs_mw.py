@@ -5,7 +5,8 @@ only inside the window and with its rights, unbinding and invalidation
 import pytest
 
 import rdma.ibverbs as ibv
-from verbs_fixtures import MR_ALL, check_ok, pattern, poll_cq, qp_state
+from verbs_fixtures import (MR_ALL, check_ok, differs, pattern, poll_cq,
+                            qp_state)
 
 pytest_plugins = ["verbs_fixtures"]
 
@@ -82,7 +83,7 @@ def test_type1_window_rights_and_range(pair, case):
     assert qp_state(a.qp) == ibv.IBV_QPS_ERR
 
 
-def test_type2_bind_by_work_request_and_invalidate(pair):
+def test_type2_bind_by_work_request_and_invalidate(pair, provider):
     a, b = pair(RC, side_b=BINDABLE)
     mw = b.pd.mw(ibv.IBV_MW_TYPE_2)
     new = ibv.inc_rkey(mw.rkey)
@@ -107,6 +108,8 @@ def test_type2_bind_by_work_request_and_invalidate(pair):
     # untranslated, which the user ABI reads as IBV_WC_IP_CSUM_OK, so the
     # flag is not checked here; the key it carries and its effect are
     assert wc.invalidated_rkey == new
+    if differs(provider, "mw-spec"):
+        assert wc.wc_flags & ibv.IBV_WC_WITH_INV
     before = bytes(b.buf)
     wc = write_via(a, b, new, 64, b"nomore!!")
     assert wc.status == ibv.IBV_WC_REM_ACCESS_ERR
@@ -177,3 +180,139 @@ def test_bind_argument_errors(pair):
     else:
         wc = poll_cq(b.send_cq)[0]
         assert wc.status != ibv.IBV_WC_SUCCESS
+
+
+def bind2(b, mw, length, rights=RW, off=0, wr_id=1):
+    """Bind type 2 window mw on B's QP to [off, off + length) of B's MR
+    with the next rkey; return it (the bind's completion checked)."""
+    rkey = ibv.inc_rkey(mw.rkey)
+    b.qp.post_send(ibv.send_wr(
+        wr_id=wr_id, opcode=ibv.IBV_WR_BIND_MW,
+        send_flags=ibv.IBV_SEND_SIGNALED, mw=mw, rkey=rkey,
+        bind_info=ibv.mw_bind_info(mr=b.mr, addr=b.mr.addr + off,
+                                   length=length, mw_access_flags=rights)))
+    check_ok(poll_cq(b.send_cq)[0], ibv.IBV_WC_BIND_MW, wr_id)
+    return rkey
+
+
+def test_type1_rebind_kills_the_old_rkey(pair):
+    """A rebind gives the window a new rkey; the old one opens nothing."""
+    a, b = pair(RC, side_b=BINDABLE)
+    mw = b.pd.mw(ibv.IBV_MW_TYPE_1)
+    info = ibv.mw_bind_info(mr=b.mr, addr=b.mr.addr, length=256,
+                            mw_access_flags=RW)
+    first = b.qp.bind_mw(mw, info)
+    check_ok(poll_cq(b.send_cq)[0], ibv.IBV_WC_BIND_MW)
+    second = b.qp.bind_mw(mw, info)
+    check_ok(poll_cq(b.send_cq)[0], ibv.IBV_WC_BIND_MW)
+    assert second != first and (second >> 8) == (first >> 8)
+    check_ok(write_via(a, b, second, 0, pattern(8, 5)),
+             ibv.IBV_WC_RDMA_WRITE)
+    before = bytes(b.buf)
+    wc = write_via(a, b, first, 0, b"oldgener", wr_id=2)
+    assert wc.status == ibv.IBV_WC_REM_ACCESS_ERR
+    assert bytes(b.buf) == before
+
+
+def test_window_range_inside_the_mr(pair, provider):
+    """An access outside the window but inside its MR: refused on ucx0 as
+    the IB spec says (mw-spec); rxe checks only the MR's range."""
+    a, b = pair(RC, side_b=BINDABLE)
+    mw = b.pd.mw(ibv.IBV_MW_TYPE_2)
+    rkey = bind2(b, mw, 64, off=128)
+    check_ok(write_via(a, b, rkey, 128 + 56, pattern(8, 6)),
+             ibv.IBV_WC_RDMA_WRITE)
+    before = bytes(b.buf)
+    wc = write_via(a, b, rkey, 128 + 60, b"straddle", wr_id=2)
+    if differs(provider, "mw-spec"):
+        assert wc.status == ibv.IBV_WC_REM_ACCESS_ERR
+        assert bytes(b.buf) == before
+        assert qp_state(a.qp) == ibv.IBV_QPS_ERR
+    else:
+        check_ok(wc, ibv.IBV_WC_RDMA_WRITE)
+
+
+def test_type2_dealloc_while_bound(pair):
+    """Deallocating a bound window closes it to remote access."""
+    a, b = pair(RC, side_b=BINDABLE)
+    mw = b.pd.mw(ibv.IBV_MW_TYPE_2)
+    rkey = bind2(b, mw, 64)
+    check_ok(write_via(a, b, rkey, 0, pattern(8, 7)), ibv.IBV_WC_RDMA_WRITE)
+    mw.close()
+    before = bytes(b.buf)
+    wc = write_via(a, b, rkey, 0, b"deadwind", wr_id=2)
+    assert wc.status == ibv.IBV_WC_REM_ACCESS_ERR
+    assert bytes(b.buf) == before
+
+
+def test_type2_bound_twice_fails(pair):
+    """A type 2 window must be invalidated before it is bound again."""
+    a, b = pair(RC, side_b=BINDABLE)
+    mw = b.pd.mw(ibv.IBV_MW_TYPE_2)
+    rkey = bind2(b, mw, 64)
+    b.qp.post_send(ibv.send_wr(
+        wr_id=9, opcode=ibv.IBV_WR_BIND_MW, send_flags=ibv.IBV_SEND_SIGNALED,
+        mw=mw, rkey=ibv.inc_rkey(rkey), bind_info=ibv.mw_bind_info(
+            mr=b.mr, addr=b.mr.addr, length=64, mw_access_flags=RW)))
+    wc = poll_cq(b.send_cq)[0]
+    assert wc.status == ibv.IBV_WC_MW_BIND_ERR, ibv.WCError(wc)
+    assert qp_state(b.qp) == ibv.IBV_QPS_ERR
+
+
+@pytest.mark.parametrize("case", ["no_mw_bind", "outside_mr",
+                                  "write_without_local_write"])
+def test_bind_refused_by_the_device(pair, case):
+    """Binds a NIC refuses: an MR without IBV_ACCESS_MW_BIND, a window not
+    inside its MR, remote write over an MR without LOCAL_WRITE.  The bind
+    completes with MW_BIND_ERR, the QP goes to ERR, the rkey opens
+    nothing."""
+    a, b = pair(RC, side_b=BINDABLE)
+    acc = {"no_mw_bind": MR_ALL,
+           "outside_mr": MR_ALL | ibv.IBV_ACCESS_MW_BIND,
+           "write_without_local_write":
+               ibv.IBV_ACCESS_REMOTE_READ | ibv.IBV_ACCESS_MW_BIND}[case]
+    buf = bytearray(256)
+    mr = b.pd.mr(buf, acc)
+    mw = b.pd.mw(ibv.IBV_MW_TYPE_2)
+    rkey = ibv.inc_rkey(mw.rkey)
+    length = 512 if case == "outside_mr" else 64
+    rights = (ibv.IBV_ACCESS_REMOTE_WRITE
+              if case == "write_without_local_write" else RW)
+    b.qp.post_send(ibv.send_wr(
+        wr_id=3, opcode=ibv.IBV_WR_BIND_MW, send_flags=ibv.IBV_SEND_SIGNALED,
+        mw=mw, rkey=rkey, bind_info=ibv.mw_bind_info(
+            mr=mr, addr=mr.addr, length=length, mw_access_flags=rights)))
+    wc = poll_cq(b.send_cq)[0]
+    assert wc.status == ibv.IBV_WC_MW_BIND_ERR, ibv.WCError(wc)
+    assert qp_state(b.qp) == ibv.IBV_QPS_ERR
+    assert bytes(buf) == bytes(256)
+
+
+def test_local_invalidate_of_an_mr_key_fails(pair):
+    """LOCAL_INV of a (not fast-registered) MR's key fails; the QP goes to
+    ERR."""
+    a, b = pair(RC, side_b=BINDABLE)
+    b.qp.post_send(ibv.send_wr(wr_id=4, opcode=ibv.IBV_WR_LOCAL_INV,
+                               send_flags=ibv.IBV_SEND_SIGNALED,
+                               invalidate_rkey=b.mr.rkey))
+    wc = poll_cq(b.send_cq)[0]
+    assert wc.status != ibv.IBV_WC_SUCCESS
+    assert qp_state(b.qp) == ibv.IBV_QPS_ERR
+
+
+def test_send_with_inv_of_a_bad_key(pair, provider):
+    """A SEND_WITH_INV naming an rkey that is no window of the receiver's
+    (the window's next generation): the receive and the SEND fail."""
+    a, b = pair(RC, side_b=BINDABLE)
+    mw = b.pd.mw(ibv.IBV_MW_TYPE_2)
+    rkey = bind2(b, mw, 64)
+    b.post_recv(wr_id=5, off=1024, length=64)
+    a.qp.post_send(a.send_wr(b, ibv.IBV_WR_SEND_WITH_INV, wr_id=8,
+                             invalidate_rkey=ibv.inc_rkey(rkey)))
+    swc = poll_cq(a.send_cq)[0]
+    rwc = poll_cq(b.recv_cq)[0]
+    assert swc.status != ibv.IBV_WC_SUCCESS
+    assert rwc.status != ibv.IBV_WC_SUCCESS
+    if differs(provider, "mw-spec"):
+        assert swc.status == ibv.IBV_WC_REM_INV_REQ_ERR
+        assert rwc.status == ibv.IBV_WC_REM_INV_REQ_ERR
