@@ -802,6 +802,7 @@ post_local(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr)
     if (s->inflight)
         return ENOMEM;          /* UCP still reads this slot */
     slot_start(q, s, wr);
+    q->next_psn = s->psn;       /* nothing goes on the wire: no PSN */
     s->carrier = CARRY_AM;
     s->done = 1;
     if (q->attr.qp_state == IBV_QPS_ERR || q->err_pending) {

@@ -65,6 +65,12 @@ struct fmr {
     struct fmr *next, *prev;   /* in fctx.mrs */
 };
 
+/* A memory window. */
+struct fmw {
+    struct ibv_mw mw;          /* what the program sees */
+    void *h;                   /* fabric MW handle */
+};
+
 /* A completion channel. */
 struct fcc {
     struct ibv_comp_channel cc; /* what the program sees (fd: an epoll fd) */
@@ -117,6 +123,7 @@ struct xwr {
     int sge_first;             /* its first entry in fqp.sg */
     int nsge;                  /* its entries */
     int inl;                   /* 1: its entries' addr are offsets in fqp.ib */
+    struct ibv_mw *mw;         /* BIND_MW: the program's window */
 };
 
 /* An address handle. */
@@ -241,6 +248,17 @@ fv_qp_of(struct ibv_qp *q)
 {
     return container_of(q, struct fqp, qp);
 }
+
+static inline struct fmw *
+fv_mw_of(struct ibv_mw *m)
+{
+    return container_of(m, struct fmw, mw);
+}
+
+/* The fabric's form of a BIND_MW WR's window and MR (w: a copy of the
+   program's WR); 0 or EINVAL for objects not of ucx0 (datapath.c). */
+int fv_bind_wr_in(struct pyrdma_send_wr *w, struct ibv_mw *mw,
+                  struct ibv_mr *mr);
 
 /* conversions between libibverbs' and the fabric's structs (convert.c) */
 void fv_ah_in(struct pyrdma_ah_attr *o, const struct ibv_ah_attr *a);

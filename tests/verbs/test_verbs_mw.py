@@ -316,3 +316,27 @@ def test_send_with_inv_of_a_bad_key(pair, provider):
     if differs(provider, "mw-spec"):
         assert swc.status == ibv.IBV_WC_REM_INV_REQ_ERR
         assert rwc.status == ibv.IBV_WC_REM_INV_REQ_ERR
+
+
+def test_requests_after_local_work_requests(pair):
+    """BIND_MW and LOCAL_INV go nowhere on the wire: the requests the same
+    QP posts after them (a WRITE, a SEND) arrive and complete."""
+    a, b = pair(RC, side_a=BINDABLE, side_b=BINDABLE)
+    mw = a.pd.mw(ibv.IBV_MW_TYPE_2)
+    key = bind2(a, mw, 64)
+    a.qp.post_send(ibv.send_wr(wr_id=2, opcode=ibv.IBV_WR_LOCAL_INV,
+                               send_flags=ibv.IBV_SEND_SIGNALED,
+                               invalidate_rkey=key))
+    check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_LOCAL_INV, 2)
+    mw1 = a.pd.mw(ibv.IBV_MW_TYPE_1)
+    a.qp.bind_mw(mw1, ibv.mw_bind_info(mr=a.mr, addr=a.mr.addr, length=64,
+                                       mw_access_flags=RW), wr_id=3)
+    check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_BIND_MW, 3)
+    data = pattern(8, 9)
+    check_ok(write_via(a, b, b.mr.rkey, 0, data, wr_id=4),
+             ibv.IBV_WC_RDMA_WRITE, 4)
+    assert bytes(b.buf[:8]) == data
+    b.post_recv(wr_id=5, off=1024, length=64)
+    a.qp.post_send(a.send_wr(b, ibv.IBV_WR_SEND, wr_id=6))
+    check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_SEND, 6)
+    check_ok(poll_cq(b.recv_cq)[0], ibv.IBV_WC_RECV, 5)
