@@ -127,7 +127,9 @@ type1(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     struct ibv_qp *qp = make_qp(ctx, pd, lid, 0);
     struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
     struct ibv_mw_bind b = {0};
+    const char *st;
     uint32_t old;
+    int rc;
     if (mw == NULL)
         DIE("ibv_alloc_mw");
     printf("mw1_fields=%d %d %d\n", mw->pd == pd, mw->context == ctx,
@@ -139,15 +141,17 @@ type1(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     b.bind_info.addr = (uintptr_t)buf + 1024;
     b.bind_info.length = 64;
     b.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    printf("bind1=%d %d %s\n", ibv_bind_mw(qp, mw, &b), mw->rkey != old,
-           status_of());
+    rc = ibv_bind_mw(qp, mw, &b);
+    st = status_of();
+    printf("bind1=%d %d %s\n", rc, mw->rkey != old, st);
     memcpy(buf, "window!", 8);
     printf("write_in=%s %s\n", write8(qp, mr, buf, mw->rkey,
                                       (uintptr_t)buf + 1024), buf + 1024);
     old = mw->rkey;
     if (ibv_bind_mw(qp, mw, &b))
         DIE("rebind");
-    printf("rebind=%s %d\n", status_of(), mw->rkey != old);
+    st = status_of();
+    printf("rebind=%s %d\n", st, mw->rkey != old);
     printf("write_old_key=%s\n", write8(qp, mr, buf, old,
                                         (uintptr_t)buf + 1024));
     if (ibv_destroy_qp(qp) || ibv_dealloc_mw(mw))
@@ -165,6 +169,7 @@ type2(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     struct ibv_sge sge = {(uintptr_t)buf + 2048, 64, mr->lkey};
     struct ibv_wc wc;
     uint32_t key;
+    int rc;
     if (mw == NULL)
         DIE("ibv_alloc_mw 2");
     key = ibv_inc_rkey(mw->rkey);
@@ -177,7 +182,8 @@ type2(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     wr.bind_mw.bind_info.addr = (uintptr_t)buf + 1024;
     wr.bind_mw.bind_info.length = 64;
     wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    printf("bind2=%d %s\n", ibv_post_send(qp, &wr, &bad), status_of());
+    rc = ibv_post_send(qp, &wr, &bad);
+    printf("bind2=%d %s\n", rc, status_of());
     memcpy(buf, "type 2!", 8);
     printf("write2=%s %s\n", write8(qp, mr, buf, key,
                                     (uintptr_t)buf + 1024), buf + 1024);
@@ -189,8 +195,8 @@ type2(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     qp = make_qp(ctx, pd, lid, 0);
     key = ibv_inc_rkey(key);
     wr.bind_mw.rkey = key;
-    printf("bind2_again=%d %s\n", ibv_post_send(qp, &wr, &bad),
-           status_of());
+    rc = ibv_post_send(qp, &wr, &bad);
+    printf("bind2_again=%d %s\n", rc, status_of());
     rwr.wr_id = 3;
     rwr.sg_list = &sge;
     rwr.num_sge = 1;
@@ -201,14 +207,13 @@ type2(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     wr.invalidate_rkey = key;
     if (ibv_post_recv(qp, &rwr, &rbad) || ibv_post_send(qp, &wr, &bad))
         DIE("send_with_inv");
-    while (poll_one(&wc) == 1) {
-        if (wc.wr_id == 3) {
+    for (rc = 0; rc < 2 && poll_one(&wc) == 1; rc++) {
+        if (wc.wr_id == 3)
             printf("recv_inv=%s %d %d\n", ibv_wc_status_str(wc.status),
                    (wc.wc_flags & IBV_WC_WITH_INV) != 0,
                    wc.invalidated_rkey == key);
-            break;
-        }
-        printf("send_inv=%s\n", ibv_wc_status_str(wc.status));
+        else
+            printf("send_inv=%s\n", ibv_wc_status_str(wc.status));
     }
     printf("write_invalidated=%s\n", write8(qp, mr, buf, key,
                                             (uintptr_t)buf + 1024));
@@ -228,7 +233,9 @@ wr_api(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
     struct ibv_mw_bind_info bi = {mr, (uintptr_t)buf + 1024, 64,
                                   IBV_ACCESS_REMOTE_WRITE};
+    const char *st;
     uint32_t key;
+    int rc;
     if (qx == NULL || mw == NULL)
         DIE("wr api");
     key = ibv_inc_rkey(mw->rkey);
@@ -236,8 +243,9 @@ wr_api(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     qx->wr_id = 5;
     qx->wr_flags = IBV_SEND_SIGNALED;
     ibv_wr_bind_mw(qx, mw, key, &bi);
-    printf("wr_bind=%d %s %d\n", ibv_wr_complete(qx), status_of(),
-           mw->rkey == key);
+    rc = ibv_wr_complete(qx);
+    st = status_of();
+    printf("wr_bind=%d %s %d\n", rc, st, mw->rkey == key);
     memcpy(buf, "wr api!", 8);
     printf("wr_write=%s %s\n", write8(qp, mr, buf, key,
                                       (uintptr_t)buf + 1024), buf + 1024);
@@ -245,7 +253,8 @@ wr_api(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     qx->wr_id = 6;
     qx->wr_flags = IBV_SEND_SIGNALED;
     ibv_wr_local_inv(qx, key);
-    printf("wr_local_inv=%d %s\n", ibv_wr_complete(qx), status_of());
+    rc = ibv_wr_complete(qx);
+    printf("wr_local_inv=%d %s\n", rc, status_of());
     printf("wr_write_after_inv=%s\n", write8(qp, mr, buf, key,
                                              (uintptr_t)buf + 1024));
     if (ibv_destroy_qp(qp) || ibv_dealloc_mw(mw))
@@ -264,6 +273,7 @@ bad_input(struct ibv_context *ctx, struct ibv_pd *pd, uint16_t lid)
     struct ibv_mw_bind b = {0};
     struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
     struct ibv_mw *mw2;
+    int rc;
     if (mw == NULL || pmr == NULL || pd2 == NULL)
         DIE("bad input");
     b.send_flags = IBV_SEND_SIGNALED;
@@ -271,14 +281,15 @@ bad_input(struct ibv_context *ctx, struct ibv_pd *pd, uint16_t lid)
     b.bind_info.addr = (uintptr_t)plain;
     b.bind_info.length = 64;
     b.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    printf("bind_no_mw_bind=%d %s\n", ibv_bind_mw(qp, mw, &b), status_of());
+    rc = ibv_bind_mw(qp, mw, &b);
+    printf("bind_no_mw_bind=%d %s\n", rc, status_of());
     mw2 = ibv_alloc_mw(pd2, IBV_MW_TYPE_2);
     if (mw2 == NULL)
         DIE("alloc mw2");
     printf("dealloc_pd_busy=%s\n", strerror(ibv_dealloc_pd(pd2)));
     errno = 0;
-    printf("alloc_type3=%d %s\n", ibv_alloc_mw(pd, (enum ibv_mw_type)3)
-           == NULL, strerror(errno));
+    rc = ibv_alloc_mw(pd, (enum ibv_mw_type)3) == NULL;
+    printf("alloc_type3=%d %s\n", rc, strerror(errno));
     if (ibv_dealloc_mw(mw2) || ibv_dealloc_pd(pd2) || ibv_destroy_qp(qp) ||
         ibv_dealloc_mw(mw) || ibv_dereg_mr(pmr))
         DIE("bad input teardown");
