@@ -1,7 +1,7 @@
-"""Memory windows (rxe and ucx0 alike): type 1 bound with QP.bind_mw(), type 2 bound with
-an IBV_WR_BIND_MW work request, remote access through the window's rkey
-only inside the window and with its rights, unbinding and invalidation
-(LOCAL_INV, SEND_WITH_INV)."""
+"""Memory windows, on rxe and ucx0 alike: type 1 bound with QP.bind_mw(),
+type 2 bound with an IBV_WR_BIND_MW work request, remote access through
+the window's rkey only inside the window and with its rights, unbinding
+and invalidation (LOCAL_INV, SEND_WITH_INV), binds a NIC refuses."""
 import pytest
 
 import rdma.ibverbs as ibv

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import rdma
 import rdma.ibverbs as ibv
 from verbs_fixtures import (MR_ALL, PORT, ah_attr_to, buffer_address,
-                            check_ok, differs, expect_no_completion,
+                            check_ok, expect_no_completion,
                             own_ah_attr, poll_cq, qp_state, run_py, to_init)
 
 pytest_plugins = ["verbs_fixtures"]
