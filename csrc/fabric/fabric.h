@@ -16,6 +16,8 @@
  *   mr.c    MRs, keys, alloc_mr memory and the key page
  *   mw.c    memory windows: alloc, bind, invalidate, the rkey check of
  *           a window (BIND_MW and LOCAL_INV are local WRs: req.c)
+ *   mcast.c UD multicast: attach/detach, the groups' registry, a
+ *           multicast AH's members
  *   adopt.c adopted user memory (reg_mr of the program's own pages)
  *   cq.c    CQs and completion channels
  *   qp.c    QP and SRQ objects and the QP state machine
@@ -224,6 +226,9 @@ extern struct fab_ucp U;
                                    never the target of the one-sided fast
                                    path (its index is >= SH_MR) */
 #define MAX_MW (1 << 16)        /* device_attr.max_mw */
+#define MAX_MCG 1024            /* device_attr.max_mcast_grp */
+#define MAX_MCG_QP 56           /* device_attr.max_mcast_qp_attach */
+#define MCAST_QPN 0xFFFFFFu     /* the QPN of a multicast SEND */
 #define SALT_TRIES 64
 #define GUARD_TAG 0x47415244ull /* epoll data of a listening socket (auth.c) */
 #define DEADLINE_UNSET 1        /* struct slot: the timer has not started */
@@ -666,6 +671,8 @@ struct uqp {
     int naked;             /* queued a NAK: its requests that carry an
                               ACK go through UCP (struct ring) */
     int destroyed;         /* being destroyed */
+    int mc_queued;         /* post_send queued multicast copies (UD):
+                              the outbox is to be drained */
 };
 
 /* A response waiting to be sent. */
@@ -683,8 +690,22 @@ struct obox {
 /* An address handle. */
 struct uah {
     struct upd *pd;        /* PD */
-    struct peer *peer;     /* resolved node */
+    struct peer *peer;     /* resolved node (NULL: multicast) */
     struct pyrdma_ah_attr attr; /* as created */
+    int mcast;             /* a multicast group's address (mcast.c) */
+    pthread_mutex_t mp_lock; /* multicast: guards the members below */
+    struct peer **mp;      /* the group's member nodes, as last looked */
+    int nmp;
+    int mp_valid;          /* mp is what the registry said at mp_mtime */
+    struct timespec mp_mtime; /* the registry folder's mtime then */
+};
+
+/* A multicast group this node's QPs are attached to (mcast.c). */
+struct mcg {
+    uint8_t gid[16];       /* its GID */
+    uint16_t lid;          /* its LID */
+    uint32_t nqp;          /* QPs attached (0: a free entry) */
+    uint32_t qpn[MAX_MCG_QP];
 };
 
 /* Memory UCP may still use after its owner went away. */
@@ -732,6 +753,9 @@ struct node {
     uint32_t nmw;          /* rows allocated */
     uint32_t mw_bound;     /* windows bound (0: nothing to unbind when an
                               MR or QP goes) */
+    struct mcg *mcg;       /* multicast groups (MAX_MCG entries) */
+    uint32_t nmcg;         /* entries used so far */
+    uint32_t mcg_total;    /* attachments (QP, group) */
     struct peer **peers;
     int npeers, cpeers;
     /* authentication and the listener's guard (see "authentication") */
@@ -951,6 +975,17 @@ int fab_bind_mw(void *qp, void *mw, uint64_t wr_id, unsigned int flags,
                 struct pyrdma_status *st);
 void fab_mw_rekeyed(void *mw, uint32_t rkey);
 
+/* mcast.c */
+const struct mcg *fab_mcg_of(const struct wire *h);
+int fab_attach_mcast(void *vq, const uint8_t gid[16], uint16_t lid,
+                     struct pyrdma_status *st);
+int fab_detach_mcast(void *vq, const uint8_t gid[16], uint16_t lid,
+                     struct pyrdma_status *st);
+void fab_mcast_qp_gone(struct uqp *q);
+void fab_mcast_node_end(void);
+int fab_ah_is_mcast(const struct pyrdma_ah_attr *a);
+void fab_mcast_members(struct uah *ah);
+
 /* cq.c */
 void fab_cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited);
 void fab_cc_push(struct ucc *cc, struct ucq *cq);
@@ -1009,6 +1044,7 @@ void fab_dack_unlist(struct uqp *q);
 void fab_queue_ack(struct uqp *q, const struct wire *h);
 void fab_queue_resp(struct uqp *q, const struct wire *h, int code,
                     const void *data, size_t dlen);
+int fab_queue_copy(ucp_ep_h ep, const uint8_t *buf, size_t len);
 void fab_drain(int all);
 void fab_drain_out(void);
 void fab_sq_advance(struct uqp *q);

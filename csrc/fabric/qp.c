@@ -480,6 +480,7 @@ fab_destroy_qp(void *vq, struct pyrdma_status *st)
     fab_sh_qp_sync(q);              /* no new one-sided op can start */
     N.qps[q->qpn & (MAX_QP - 1)] = NULL;
     fab_mw_unbind_qp(q);            /* its type 2 windows */
+    fab_mcast_qp_gone(q);           /* out of its multicast groups */
     fab_inmsg_list_free(q->inq);
     fab_inmsg_list_free(q->ooo);
     q->inq = q->inq_tail = q->ooo = NULL;

@@ -36,6 +36,18 @@ ob_new_ep(struct uqp *q, ucp_ep_h ep, size_t len)
     return o;
 }
 
+/* Queue a copy of the message at buf (struct wire + payload) to ep: a
+   multicast SEND's copy to one member node (mcast.c).  0 or -1. */
+int
+fab_queue_copy(ucp_ep_h ep, const uint8_t *buf, size_t len)
+{
+    struct obox *o = ob_new_ep(NULL, ep, len);
+    if (o == NULL)
+        return -1;
+    memcpy(o->buf, buf, len);
+    return 0;
+}
+
 static struct obox *
 ob_new(struct uqp *q, size_t len)
 {
@@ -258,7 +270,8 @@ fab_drain(int all)
                 }
                 if (o->qp != NULL && o->qp->ack_item == o)
                     o->qp->ack_item = NULL;
-                if (N.sh != NULL && ((struct wire *)o->buf)->op == R_ACK)
+                if (N.sh != NULL && ((struct wire *)o->buf)->op == R_ACK &&
+                    ((struct wire *)o->buf)->kind == AM_RESP)
                     N.sh->st_ack_msg++;
                 if (o->late && o->qp != NULL)
                     o->qp->alt = 1;     /* no reply took it: the next

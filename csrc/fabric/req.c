@@ -746,6 +746,35 @@ slot_arm(struct uqp *q, struct slot *s, const struct peer *peer)
     q->n_inflight++;
 }
 
+/* A UD SEND to a multicast group, slot s filled (N.lock held): a copy
+   to each member node of the group (mcast.c) through the outbox; the WR
+   completes now, as a UD WR once it is sent. */
+static void
+slot_mcast(struct uqp *q, struct slot *s, struct uah *ah)
+{
+    struct wire *h = (struct wire *)s->buf;
+    int i;
+    h->dst_qpn = MCAST_QPN;
+    h->flags |= F_MCAST;
+    if (ah->attr.is_global) {
+        memcpy(&h->raddr, ah->attr.grh.dgid, 8);
+        memcpy(&h->cmp, ah->attr.grh.dgid + 8, 8);
+    }
+    h->rkey = ah->attr.dlid;
+    pthread_mutex_lock(&ah->mp_lock);
+    for (i = 0; i < ah->nmp; i++) {
+        struct peer *p = ah->mp[i];
+        if (p->failed)
+            continue;
+        h->sid = p->tx_sid;
+        if (fab_queue_copy(p->ep, s->buf, s->len) == 0)
+            q->mc_queued = 1;
+    }
+    pthread_mutex_unlock(&ah->mp_lock);
+    s->done = 1;
+    s->status = IBV_WC_SUCCESS;
+}
+
 /* Slot s takes wr (N.lock held), for the slot carrier how: the request,
    or the WR's error completion (s->done) when it fails before it is sent;
    fast < 0: a one-sided attempt found the MR withdrawn. */
@@ -779,6 +808,11 @@ slot_fill(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
     status = slot_payload(q, s, wr, op, total, inline_data);
     if (status == 0)
         status = slot_header(q, s, wr, op, total, peer);
+    if (status == 0 && q->type == IBV_QPT_UD &&
+        ((struct uah *)wr->wr.ud.ah)->mcast) {
+        slot_mcast(q, s, wr->wr.ud.ah);
+        return;
+    }
     if (status == 0 && (peer == NULL || peer->failed))
         status = IBV_WC_RETRY_EXC_ERR;
     if (status) {
@@ -967,6 +1001,18 @@ map_targets(struct uqp *q, const struct pyrdma_send_wr *wr)
         fab_ring_make(p);
 }
 
+/* Before N.lock (peers may be made): the members of the multicast
+   groups wr's UD WRs go to. */
+static void
+mcast_members(struct uqp *q, const struct pyrdma_send_wr *wr)
+{
+    if (q->type != IBV_QPT_UD)
+        return;
+    for (; wr; wr = wr->next)
+        if (wr->wr.ud.ah != NULL && ((struct uah *)wr->wr.ud.ah)->mcast)
+            fab_mcast_members(wr->wr.ud.ah);
+}
+
 /* Post the WRs of the list at *wrp, one by one, until one is refused
    (N.lock held): 0, or the errno of the WR left at *wrp. */
 static int
@@ -1107,6 +1153,7 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
     struct peer *bell = NULL;
 
     map_targets(q, wr);
+    mcast_members(q, wr);
     pthread_mutex_lock(&q->post_lock);
     slots_settle(q, wr);
     LOCK();
@@ -1146,5 +1193,8 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
         fab_ring_bell(bell);
     if (signal)
         wake_progress();
+    if (__atomic_load_n(&q->mc_queued, __ATOMIC_RELAXED) &&
+        __atomic_exchange_n(&q->mc_queued, 0, __ATOMIC_ACQ_REL))
+        fab_drain(0);           /* multicast copies in the outbox */
     return rc;
 }

@@ -87,7 +87,8 @@ static const double rnr_ms[32] = {
     30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52,
 };
 
-/* Build the 40-byte GRH of a UD receive (IB: an IPv6-style header). */
+/* Build the 40-byte GRH of a UD receive (IB: an IPv6-style header); a
+   multicast SEND's DGID is its group's (when the sender gave it). */
 static void
 build_grh(uint8_t *g, const struct wire *h, size_t plen)
 {
@@ -103,6 +104,10 @@ build_grh(uint8_t *g, const struct wire *h, size_t plen)
     memcpy(g + 16, &sg, 8);
     memcpy(g + 24, N.gid, 8);
     memcpy(g + 32, &dg, 8);
+    if ((h->flags & F_MCAST) && (uint8_t)h->raddr == 0xff) {
+        memcpy(g + 24, &h->raddr, 8);   /* the GID's bytes, as sent */
+        memcpy(g + 32, &h->cmp, 8);
+    }
 }
 
 enum { RX_DONE, RX_HOLD };
@@ -511,6 +516,31 @@ ooo_drain(struct uqp *q)
     }
 }
 
+/* A multicast SEND (F_MCAST, UD): a copy for each QP of this node
+   attached to its group (mcast.c), each checked as a UD SEND to that QP
+   (state, Q_Key, a receive).  The sender must be authenticated. */
+static void
+rx_mcast(const struct wire *h, const uint8_t *pl, size_t plen)
+{
+    const struct mcg *g;
+    struct wire c;
+    uint32_t i;
+    if (!fab_auth_ok(h->src_guid, h->sid)) {
+        fab_rx_denied();
+        return;
+    }
+    g = fab_mcg_of(h);
+    for (i = 0; g != NULL && i < g->nqp; i++) {
+        struct uqp *q = qp_lookup(g->qpn[i]);
+        if (q == NULL || (q->attr.qp_state != IBV_QPS_RTR &&
+                          q->attr.qp_state != IBV_QPS_RTS))
+            continue;
+        c = *h;
+        c.dst_qpn = q->qpn;
+        rx_exec(q, &c, pl, plen, NULL);
+    }
+}
+
 void
 fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
            struct inmsg **rndv_msg)
@@ -524,6 +554,11 @@ fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
     if ((h->op == OP_SEND || h->op == OP_WRITE) && plen != h->len) {
         fab_rx_bad();
         return;                 /* malformed */
+    }
+    if (h->flags & F_MCAST) {
+        if (!rndv)
+            rx_mcast(h, pl, plen);
+        return;                 /* (a UD SEND fits one MTU: never rndv) */
     }
     if (q == NULL || q->type != h->qp_type) {
         /* no such QP: an RC requester learns it at once (hardware would

@@ -150,7 +150,6 @@ DIFFERENCES = {
     "mw-spec": "an access through a memory window must lie in the window "
                "and a SEND_WITH_INV receive has IBV_WC_WITH_INV (rxe: only "
                "in the MR under it; the kernel's flag value untranslated)",
-    "no-multicast": "multicast attach/detach is not supported (EOPNOTSUPP)",
     "unsupported-misc": "no SQD, SRQ resize",
     "unreachable-at-rtr": "modify(RTR) to an unknown address: EHOSTUNREACH",
     "ud-over-mtu": "a UD SEND longer than the MTU fails with LOC_LEN_ERR "
