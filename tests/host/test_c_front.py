@@ -367,6 +367,35 @@ def test_memory_windows_c(env, tmp_path):
     assert got == MW_EXPECTED
 
 
+MCAST_EXPECTED = {
+    "limits": "1 1 1",
+    "attach0": "0",
+    "attach1": "0",
+    "first": "1 1 1",           # each attached QP once, GRH DGID the group's
+    "detach1": "0",
+    "second": "1 0 1",
+    "attach_rc": "Invalid argument",
+    "attach_unicast_gid": "Invalid argument",
+    "attach_unicast_lid": "Invalid argument",
+    "detach_not_attached": "Invalid argument",
+}
+
+
+def test_multicast_c(env, tmp_path):
+    """tests/host/c_front_mcast.c, an unmodified libibverbs program: two UD
+    QPs attached to a group (ibv_attach_mcast) get a datagram sent to it,
+    with the group's GID as the GRH's DGID; after ibv_detach_mcast only the
+    other does; EINVAL for an RC QP, a unicast GID or LID, and detaching a
+    QP that is not attached; a QP destroyed while attached."""
+    exe = fh.build_c("c_front_mcast.c", tmp_path / "mcast",
+                     "infiniband/verbs.h", ("-Wall", "-Wextra", "-Werror"),
+                     ("-libverbs",))
+    res = run(on_fabric(exe), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert got == MCAST_EXPECTED
+
+
 def test_pyverbs(env):
     """rdma-core's pyverbs (Debian's python3-pyverbs, with Debian's own
     /usr/bin/python3) on ucx0: tests/host/c_front_pyverbs.py connects two
