@@ -965,7 +965,6 @@ int fab_mw_bind_wr(struct uqp *q, const struct pyrdma_send_wr *wr);
 int fab_mw_invalidate(struct uqp *q, uint32_t key, int remote);
 struct umr *fab_mw_resolve(const struct uqp *q, const struct umw *w,
                            unsigned need, uint64_t *raddr, uint64_t len);
-void fab_mw_unbind_mr(struct umr *mr);
 void fab_mw_unbind_qp(struct uqp *q);
 int fab_alloc_mw(void *pd, int type, void **out, uint32_t *rkey,
                  struct pyrdma_status *st);
@@ -981,7 +980,7 @@ int fab_attach_mcast(void *vq, const uint8_t gid[16], uint16_t lid,
                      struct pyrdma_status *st);
 int fab_detach_mcast(void *vq, const uint8_t gid[16], uint16_t lid,
                      struct pyrdma_status *st);
-void fab_mcast_qp_gone(struct uqp *q);
+int fab_mcast_qp_attached(const struct uqp *q);
 void fab_mcast_node_end(void);
 int fab_ah_is_mcast(const struct pyrdma_ah_attr *a);
 void fab_mcast_members(struct uah *ah);

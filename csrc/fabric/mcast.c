@@ -18,8 +18,8 @@
    delivers a copy to each of its QPs attached to the group whose Q_Key
    matches, with a GRH whose DGID is the group's: a QP that sent it gets
    it too when attached, as rxe's multicast does through the IP loopback.
-   A QP being destroyed is detached from its groups first, as the kernel
-   does for a user process. */
+   A QP attached to a group cannot be destroyed (EBUSY, as the kernel
+   says: detach it first). */
 #include "fabric.h"
 
 /* ------------------------------------------------------------------ */
@@ -218,15 +218,17 @@ fab_detach_mcast(void *vq, const uint8_t gid[16], uint16_t lid,
     return 0;
 }
 
-/* QP q is destroyed: out of every group (N.lock held); the groups left
-   empty leave the registry at once (a file unlinked: no lock needed). */
-void
-fab_mcast_qp_gone(struct uqp *q)
+/* How many groups q is attached to (N.lock held): destroy_qp refuses
+   such a QP with EBUSY, as the kernel does. */
+int
+fab_mcast_qp_attached(const struct uqp *q)
 {
     uint32_t i;
+    int n = 0;
     for (i = 0; N.mcg_total && i < N.nmcg; i++)
-        if (N.mcg[i].nqp && mcg_drop(&N.mcg[i], q->qpn))
-            reg_member(N.mcg[i].gid, N.mcg[i].lid, 0);
+        if (N.mcg[i].nqp && mcg_has(&N.mcg[i], q->qpn))
+            n++;
+    return n;
 }
 
 /* The node ends: it leaves every group's registry. */

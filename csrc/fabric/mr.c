@@ -1094,12 +1094,18 @@ fab_dereg_mr(void *vmr, struct pyrdma_status *st)
 {
     struct umr *mr = vmr;
     struct sh_mr *e = NULL;
-    (void)st;
+    LOCK();
+    if (mr->nmw > 0) {
+        /* as rxe (and the IB spec): not while windows are bound to it */
+        int n = mr->nmw;
+        UNLOCK();
+        return pyrdma_fail(st, EINVAL, "ibv_dereg_mr", "%d memory "
+                           "window(s) are bound to the MR", n);
+    }
+    UNLOCK();
     own_unwatch(mr);
     LOCK();
     N.mrs[mr->key >> 8] = NULL;
-    if (mr->nmw > 0)
-        fab_mw_unbind_mr(mr);   /* no access through them any more */
     if (mr->shared) {
         /* no new one-sided op can start; wait for those inside one */
         e = &N.sh->mr[mr->key >> 8];

@@ -25,8 +25,8 @@
     - an access checks the window's state, key, PD, QP (type 2), rights
       (and the QP's), and that it lies inside the window; the MR under it
       only has to still exist (its own remote rights do not matter);
-    - deregistering an MR, or destroying the QP of a type 2 window, unbinds
-      the windows on it: no access reaches memory through them after. */
+    - an MR with windows bound cannot be deregistered (EINVAL, as rxe);
+      destroying the QP of a type 2 window unbinds it. */
 #include "fabric.h"
 
 /* The window whose rkey is key, or NULL (N.lock held). */
@@ -165,16 +165,6 @@ fab_mw_invalidate(struct uqp *q, uint32_t key, int remote)
         return -1;
     mw_unbind(w);
     return 0;
-}
-
-/* MR mr is deregistered: the windows on it are unbound (N.lock held). */
-void
-fab_mw_unbind_mr(struct umr *mr)
-{
-    uint32_t i;
-    for (i = 0; mr->nmw > 0 && i < N.nmw; i++)
-        if (N.mws[i] != NULL && N.mws[i]->mr == mr)
-            mw_unbind(N.mws[i]);
 }
 
 /* QP q is destroyed: the type 2 windows bound to it are unbound (N.lock

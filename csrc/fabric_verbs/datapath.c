@@ -67,7 +67,7 @@ post_send_ud(struct fqp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 int
 fv_bind_wr_in(struct pyrdma_send_wr *w, struct ibv_mw *mw, struct ibv_mr *mr)
 {
-    if (mw == NULL || !fv_ours(mw->context))
+    if (mw == NULL || !fv_ours(mw->context) || fv_mw_of(mw)->h == NULL)
         return EINVAL;
     if (mr != NULL && (!fv_ours(mr->context) || mr->pd != mw->pd))
         return EINVAL;
@@ -154,6 +154,29 @@ fv_op_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 /* memory windows: context->ops of libibverbs' inline ibv_alloc_mw,
    ibv_dealloc_mw and ibv_bind_mw                                      */
 
+/* Put m in (or take it out of) its context's list of windows. */
+static void
+mw_link(struct fmw *m, int in)
+{
+    struct fctx *c = fv_ctx_of(m->mw.context);
+    pthread_mutex_lock(&c->mrs_lock);
+    if (in) {
+        m->prev = NULL;
+        m->next = c->mws;
+        if (c->mws != NULL)
+            c->mws->prev = m;
+        c->mws = m;
+    } else {
+        if (m->prev != NULL)
+            m->prev->next = m->next;
+        else if (c->mws == m)
+            c->mws = m->next;
+        if (m->next != NULL)
+            m->next->prev = m->prev;
+    }
+    pthread_mutex_unlock(&c->mrs_lock);
+}
+
 struct ibv_mw *
 fv_op_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
@@ -182,6 +205,7 @@ fv_op_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
     m->mw.handle = fv_new_handle();
     m->mw.type = type;
     fv_use(&fv_pd_of(pd)->users, 1);
+    mw_link(m, 1);
     return &m->mw;
 }
 
@@ -192,9 +216,17 @@ fv_op_dealloc_mw(struct ibv_mw *mw)
     struct fmw *m = fv_mw_of(mw);
     if (fv_stale(mw->context))
         return EINVAL;
+    if (m->h == NULL) {
+        /* revoked when its context was closed: only the struct is left */
+        free(m);
+        return 0;
+    }
+    mw_link(m, 0);
     memset(&st, 0, sizeof(st));
-    if (fv_prov->dealloc_mw(m->h, &st) < 0)
+    if (fv_prov->dealloc_mw(m->h, &st) < 0) {
+        mw_link(m, 1);
         return fv_failed(&st);
+    }
     fv_use(&fv_pd_of(mw->pd)->users, -1);
     free(m);
     return 0;

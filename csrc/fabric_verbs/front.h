@@ -45,9 +45,11 @@ struct fctx {
                                   (while any is, close leaves it open) */
     unsigned gen;              /* fv_gen when opened (another value: a
                                   child process inherited it by fork()) */
-    pthread_mutex_t mrs_lock;  /* guards mrs */
+    pthread_mutex_t mrs_lock;  /* guards mrs and mws */
     struct fmr *mrs;           /* its MRs not yet deregistered (closing it
                                   with objects left revokes them) */
+    struct fmw *mws;           /* its memory windows (revoked first: an MR
+                                  with windows bound stays registered) */
 };
 
 /* A protection domain. */
@@ -68,7 +70,9 @@ struct fmr {
 /* A memory window. */
 struct fmw {
     struct ibv_mw mw;          /* what the program sees */
-    void *h;                   /* fabric MW handle */
+    void *h;                   /* fabric MW handle (NULL: revoked when its
+                                  context was closed) */
+    struct fmw *next, *prev;   /* in fctx.mws */
 };
 
 /* A completion channel. */

@@ -147,9 +147,10 @@ DIFFERENCES = {
     "dead-peer-at-once": "with no ACK timer (timeout 0), a request to a "
                          "missing QP fails at once with RETRY_EXC_ERR (rxe: "
                          "waits forever)",
-    "mw-spec": "an access through a memory window must lie in the window "
-               "and a SEND_WITH_INV receive has IBV_WC_WITH_INV (rxe: only "
-               "in the MR under it; the kernel's flag value untranslated)",
+    "mw-spec": "an access through a memory window must lie in the window, "
+               "a SEND_WITH_INV receive has IBV_WC_WITH_INV, one that "
+               "fails to invalidate is NAKed (rxe: only in the MR under "
+               "it; the kernel's flag value untranslated; ACKed)",
     "unsupported-misc": "no SQD, SRQ resize",
     "unreachable-at-rtr": "modify(RTR) to an unknown address: EHOSTUNREACH",
     "ud-over-mtu": "a UD SEND longer than the MTU fails with LOC_LEN_ERR "
