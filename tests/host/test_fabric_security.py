@@ -48,7 +48,7 @@ RECORD = struct.Struct("<IiQQ40sQH6x2QI4x")
 AM_REQ, AM_RESP = 17, 18
 AM_CTL_HELLO, AM_CTL_CHALLENGE, AM_CTL_PROOF = 42, 43, 44
 HELLO_NONE, HELLO_NODE, HELLO_SHARED = 0, 1, 2
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 AM_CTL_RINGOPEN = 40
 #: struct ring (csrc/fabric/fabric.h): magic, version, pid, open, src and
 #: dst GUIDs, sleep, wcpu, head; the slots follow
@@ -357,6 +357,11 @@ def test_malformed_messages_are_dropped_and_counted(victim, rogue_bin):
              AM_RESP),
             (wire(kind=AM_RESP, op=R_ACK, **ok), b"x", AM_RESP),
             (wire(op=OP_SEND, **{**ok, "dst_qpn": 1 << 24}), b"", AM_REQ),
+            # F_INV (8) on a WRITE; F_MCAST (16) on RC, or UD not to 0xFFFFFF
+            (wire(op=OP_WRITE, flags=8, length=1, **ok), b"x", AM_REQ),
+            (wire(op=OP_SEND, flags=16, **ok), b"", AM_REQ),
+            (wire(op=OP_SEND, flags=16, qp_type=ibv.IBV_QPT_UD, **ok), b"",
+             AM_REQ),
         ]
         before = stats()
         for hdr, payload, am_id in bad:
