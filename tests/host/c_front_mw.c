@@ -4,8 +4,8 @@
    WRITE outside it, a rebind (the old rkey dies).  Type 2: IBV_WR_BIND_MW
    posted with ibv_post_send, SEND_WITH_INV (the receive's flag and rkey),
    ibv_wr_bind_mw and ibv_wr_local_inv (the ibv_wr_* API).  Bad input:
-   a bind to an MR without IBV_ACCESS_MW_BIND, ibv_dealloc_pd with a window
-   left, a type 3 window.  Prints key=value lines. */
+   a bind to an MR without IBV_ACCESS_MW_BIND, ibv_dereg_mr of an MR with
+   a window bound, ibv_dealloc_pd with a window left, a type 3 window.  Prints key=value lines. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -261,8 +261,9 @@ wr_api(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
         DIE("wr api teardown");
 }
 
-/* Bad input: a bind to an MR without IBV_ACCESS_MW_BIND, a PD with a
-   window left, a window type that does not exist. */
+/* Bad input: a bind to an MR without IBV_ACCESS_MW_BIND, an MR with a
+   window bound, a PD with a window left, a window type that does not
+   exist. */
 static void
 bad_input(struct ibv_context *ctx, struct ibv_pd *pd, uint16_t lid)
 {
@@ -273,6 +274,8 @@ bad_input(struct ibv_context *ctx, struct ibv_pd *pd, uint16_t lid)
     struct ibv_mw_bind b = {0};
     struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
     struct ibv_mw *mw2;
+    struct ibv_mr *pmr2;
+    const char *st;
     int rc;
     if (mw == NULL || pmr == NULL || pd2 == NULL)
         DIE("bad input");
@@ -283,6 +286,32 @@ bad_input(struct ibv_context *ctx, struct ibv_pd *pd, uint16_t lid)
     b.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
     rc = ibv_bind_mw(qp, mw, &b);
     printf("bind_no_mw_bind=%d %s\n", rc, status_of());
+    if (ibv_destroy_qp(qp))
+        DIE("destroy");
+    qp = make_qp(ctx, pd, lid, 0);
+    /* an MR with a window bound: ibv_dereg_mr is EINVAL until the window
+       is unbound (a bind of length 0) */
+    b.bind_info.mr = pmr;
+    b.bind_info.addr = (uintptr_t)plain;
+    b.bind_info.length = 64;
+    if (ibv_dealloc_mw(mw))
+        DIE("dealloc");
+    mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+    if (mw == NULL)
+        DIE("alloc");
+    pmr2 = ibv_reg_mr(pd, plain + 128, 64, ACC | IBV_ACCESS_MW_BIND);
+    if (pmr2 == NULL)
+        DIE("reg_mr");
+    b.bind_info.mr = pmr2;
+    b.bind_info.addr = (uintptr_t)plain + 128;
+    b.bind_info.length = 32;
+    rc = ibv_bind_mw(qp, mw, &b);
+    printf("bind_for_dereg=%d %s\n", rc, status_of());
+    printf("dereg_bound=%s\n", strerror(ibv_dereg_mr(pmr2)));
+    b.bind_info.length = 0;
+    rc = ibv_bind_mw(qp, mw, &b);
+    st = status_of();
+    printf("dereg_unbound=%d %s %d\n", rc, st, ibv_dereg_mr(pmr2));
     mw2 = ibv_alloc_mw(pd2, IBV_MW_TYPE_2);
     if (mw2 == NULL)
         DIE("alloc mw2");

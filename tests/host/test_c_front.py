@@ -345,6 +345,9 @@ MW_EXPECTED = {
     "wr_local_inv": "0 success",
     "wr_write_after_inv": "remote access error",
     "bind_no_mw_bind": "0 memory management operation error",  # MW_BIND_ERR
+    "bind_for_dereg": "0 success",
+    "dereg_bound": "Invalid argument",
+    "dereg_unbound": "0 success 0",
     "dealloc_pd_busy": "Device or resource busy",
     "alloc_type3": "1 Invalid argument",
 }
@@ -356,7 +359,8 @@ def test_memory_windows_c(env, tmp_path):
     2 (IBV_WR_BIND_MW by ibv_post_send, an access past the window refused,
     SEND_WITH_INV with IBV_WC_WITH_INV and the rkey), ibv_wr_bind_mw and
     ibv_wr_local_inv, a bind to an MR without IBV_ACCESS_MW_BIND
-    (MW_BIND_ERR), ibv_dealloc_pd with a window left (EBUSY), a type 3
+    (MW_BIND_ERR), ibv_dereg_mr of an MR with a window bound (EINVAL until
+    it is unbound), ibv_dealloc_pd with a window left (EBUSY), a type 3
     window (EINVAL)."""
     exe = fh.build_c("c_front_mw.c", tmp_path / "mw",
                      "infiniband/verbs.h", ("-Wall", "-Wextra", "-Werror"),

@@ -153,18 +153,19 @@ def test_attach_detach_argument_errors(pair_factory, ctx):
 
 
 def test_destroy_attached_qp(ctx):
-    """A QP attached to a group cannot be destroyed (EBUSY, as the kernel
-    says; the Python object is closed all the same, the QP stays until its
-    context goes); the group goes on for the others."""
+    """A QP detached from a group can be destroyed, and the group goes on
+    for the others.  (Destroying it while attached is EBUSY, as the kernel
+    says: tests/host/c_front_mcast.c checks that, since the Python object
+    is closed all the same and the QP it leaves behind would keep the CQs
+    busy here.)"""
     sides = [ud_side(ctx) for _ in range(3)]
     a, b, c = sides
     mgid, join = group_of(a)
     try:
         for s in (b, c):
             s.qp.attach_mcast(mgid, MLID)
-        with pytest.raises(rdma.SysError) as ei:
-            c.qp.close()
-        assert ei.value.errno == errno.EBUSY
+        c.qp.detach_mcast(mgid, MLID)
+        c.qp.close()
         b.post_recv(wr_id=1)
         send_to_group(a, mgid, b"after a destroy")
         check_got(b, b"after a destroy", mgid)

@@ -2,8 +2,6 @@
 type 2 bound with an IBV_WR_BIND_MW work request, remote access through
 the window's rkey only inside the window and with its rights, unbinding
 and invalidation (LOCAL_INV, SEND_WITH_INV), binds a NIC refuses."""
-import errno
-
 import pytest
 
 import rdma.ibverbs as ibv
@@ -344,30 +342,3 @@ def test_requests_after_local_work_requests(pair):
     check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_SEND, 6)
     check_ok(poll_cq(b.recv_cq)[0], ibv.IBV_WC_RECV, 5)
 
-
-def test_dereg_mr_with_a_window_bound(pair):
-    """An MR with a window bound cannot be deregistered (EINVAL, as rxe;
-    the Python object is closed all the same); the window still works."""
-    a, b = pair(RC, side_b=BINDABLE)
-    buf = bytearray(256)
-    mr = b.pd.mr(buf, MR_ALL | ibv.IBV_ACCESS_MW_BIND)
-    mw = b.pd.mw(ibv.IBV_MW_TYPE_2)
-    key = ibv.inc_rkey(mw.rkey)
-    b.qp.post_send(ibv.send_wr(
-        wr_id=1, opcode=ibv.IBV_WR_BIND_MW, send_flags=ibv.IBV_SEND_SIGNALED,
-        mw=mw, rkey=key, bind_info=ibv.mw_bind_info(
-            mr=mr, addr=mr.addr, length=64, mw_access_flags=RW)))
-    check_ok(poll_cq(b.send_cq)[0], ibv.IBV_WC_BIND_MW)
-    addr = mr.addr
-    with pytest.raises(ibv.SysError) as ei:
-        mr.close()
-    assert ei.value.errno == errno.EINVAL
-    a.buf[:8] = pattern(8, 10)
-    a.qp.post_send(a.send_wr(b, W, wr_id=3, remote_addr=addr, rkey=key))
-    check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_RDMA_WRITE, 3)
-    assert bytes(buf[:8]) == pattern(8, 10)
-    b.qp.post_send(ibv.send_wr(wr_id=2, opcode=ibv.IBV_WR_LOCAL_INV,
-                               send_flags=ibv.IBV_SEND_SIGNALED,
-                               invalidate_rkey=key))
-    check_ok(poll_cq(b.send_cq)[0], ibv.IBV_WC_LOCAL_INV)
-    mw.close()
