@@ -14,6 +14,10 @@
  *   auth.c  HELLO, sessions and the listener's guard
  *   ring.c  same-host request rings
  *   mr.c    MRs, keys, alloc_mr memory and the key page
+ *   mw.c    memory windows: alloc, bind, invalidate, the rkey check of
+ *           a window (BIND_MW and LOCAL_INV are local WRs: req.c)
+ *   mcast.c UD multicast: attach/detach, the groups' registry, a
+ *           multicast AH's members
  *   adopt.c adopted user memory (reg_mr of the program's own pages)
  *   cq.c    CQs and completion channels
  *   qp.c    QP and SRQ objects and the QP state machine
@@ -219,6 +223,15 @@ extern struct fab_ucp U;
 #define PORT_MTU IBV_MTU_4096
 #define MAX_MSG (1u << 31)
 #define MAX_MR_SIZE (1ull << 47)    /* device_attr.max_mr_size */
+#define MW_IDX0 (1u << 23)      /* key indexes from here on name memory
+                                   windows (mw.c), below it MRs: a
+                                   window's rkey is never an MR's, and
+                                   never the target of the one-sided fast
+                                   path (its index is >= SH_MR) */
+#define MAX_MW (1 << 16)        /* device_attr.max_mw */
+#define MAX_MCG 1024            /* device_attr.max_mcast_grp */
+#define MAX_MCG_QP 56           /* device_attr.max_mcast_qp_attach */
+#define MCAST_QPN 0xFFFFFFu     /* the QPN of a multicast SEND */
 #define SALT_TRIES 64
 #define GUARD_TAG 0x47415244ull /* epoll data of a listening socket (auth.c) */
 #define DEADLINE_UNSET 1        /* struct slot: the timer has not started */
@@ -488,6 +501,19 @@ struct umr {
     int gone;              /* the program unmapped, replaced or moved
                               (part of) it: nothing reaches it any more */
     struct umr *own_next;  /* the watched MRs (mr.c) */
+    int nmw;               /* memory windows bound to it (mw.c) */
+};
+
+/* A memory window (mw.c): a row of the window table, N.mws. */
+struct umw {
+    struct upd *pd;        /* PD it belongs to */
+    int type;              /* IBV_MW_TYPE_1 or IBV_MW_TYPE_2 */
+    uint32_t key;          /* its rkey now ((MW_IDX0 + row) << 8 | byte) */
+    int bound;             /* remote access through key reaches mr */
+    struct umr *mr;        /* bound: the MR under it */
+    struct uqp *qp;        /* bound, type 2: the only QP it serves */
+    uint64_t addr, len;    /* bound: the window, in mr's addresses */
+    unsigned access;       /* bound: the IBV_ACCESS_* it grants */
 };
 
 /* A completion channel. */
@@ -652,6 +678,8 @@ struct uqp {
     int naked;             /* queued a NAK: its requests that carry an
                               ACK go through UCP (struct ring) */
     int destroyed;         /* being destroyed */
+    int mc_queued;         /* post_send queued multicast copies (UD):
+                              the outbox is to be drained */
 };
 
 /* A response waiting to be sent. */
@@ -669,8 +697,22 @@ struct obox {
 /* An address handle. */
 struct uah {
     struct upd *pd;        /* PD */
-    struct peer *peer;     /* resolved node */
+    struct peer *peer;     /* resolved node (NULL: multicast) */
     struct pyrdma_ah_attr attr; /* as created */
+    int mcast;             /* a multicast group's address (mcast.c) */
+    pthread_mutex_t mp_lock; /* multicast: guards the members below */
+    struct peer **mp;      /* the group's member nodes, as last looked */
+    int nmp;
+    int mp_valid;          /* mp is what the registry said at mp_mtime */
+    struct timespec mp_mtime; /* the registry folder's mtime then */
+};
+
+/* A multicast group this node's QPs are attached to (mcast.c). */
+struct mcg {
+    uint8_t gid[16];       /* its GID */
+    uint16_t lid;          /* its LID */
+    uint32_t nqp;          /* QPs attached (0: a free entry) */
+    uint32_t qpn[MAX_MCG_QP];
 };
 
 /* Memory UCP may still use after its owner went away. */
@@ -712,6 +754,15 @@ struct node {
     struct umr **mrs;
     uint8_t *mr_gen;
     uint32_t nmr;
+    struct umw **mws;      /* memory windows (mw.c), row = key index -
+                              MW_IDX0 */
+    uint8_t *mw_gen;
+    uint32_t nmw;          /* rows allocated */
+    uint32_t mw_bound;     /* windows bound (0: nothing to unbind when an
+                              MR or QP goes) */
+    struct mcg *mcg;       /* multicast groups (MAX_MCG entries) */
+    uint32_t nmcg;         /* entries used so far */
+    uint32_t mcg_total;    /* attachments (QP, group) */
     struct peer **peers;
     int npeers, cpeers;
     /* authentication and the listener's guard (see "authentication") */
@@ -921,6 +972,32 @@ int fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
                struct pyrdma_status *st);
 int fab_dereg_mr(void *vmr, struct pyrdma_status *st);
 
+/* mw.c */
+struct umw *fab_mw_lookup(uint32_t key);
+int fab_mw_bind_wr(struct uqp *q, const struct pyrdma_send_wr *wr);
+int fab_mw_invalidate(struct uqp *q, uint32_t key, int remote);
+struct umr *fab_mw_resolve(const struct uqp *q, const struct umw *w,
+                           unsigned need, uint64_t *raddr, uint64_t len);
+void fab_mw_unbind_qp(struct uqp *q);
+int fab_alloc_mw(void *pd, int type, void **out, uint32_t *rkey,
+                 struct pyrdma_status *st);
+int fab_dealloc_mw(void *vmw, struct pyrdma_status *st);
+int fab_bind_mw(void *qp, void *mw, uint64_t wr_id, unsigned int flags,
+                const struct pyrdma_mw_bind_info *bi, uint32_t *rkey,
+                struct pyrdma_status *st);
+void fab_mw_rekeyed(void *mw, uint32_t rkey);
+
+/* mcast.c */
+const struct mcg *fab_mcg_of(const struct wire *h);
+int fab_attach_mcast(void *vq, const uint8_t gid[16], uint16_t lid,
+                     struct pyrdma_status *st);
+int fab_detach_mcast(void *vq, const uint8_t gid[16], uint16_t lid,
+                     struct pyrdma_status *st);
+int fab_mcast_qp_attached(const struct uqp *q);
+void fab_mcast_node_end(void);
+int fab_ah_is_mcast(const struct pyrdma_ah_attr *a);
+void fab_mcast_members(struct uah *ah);
+
 /* cq.c */
 void fab_cq_push(struct ucq *cq, const struct pyrdma_wc *wc, int solicited);
 void fab_cc_push(struct ucc *cc, struct ucq *cq);
@@ -979,6 +1056,7 @@ void fab_dack_unlist(struct uqp *q);
 void fab_queue_ack(struct uqp *q, const struct wire *h);
 void fab_queue_resp(struct uqp *q, const struct wire *h, int code,
                     const void *data, size_t dlen);
+int fab_queue_copy(ucp_ep_h ep, const uint8_t *buf, size_t len);
 void fab_drain(int all);
 void fab_drain_out(void);
 void fab_sq_advance(struct uqp *q);

@@ -306,7 +306,7 @@ mr_insert(struct umr *mr, struct pyrdma_mr_info *info,
         uint32_t nn = N.nmr ? N.nmr * 2 : 256;
         struct umr **m;
         uint8_t *g;
-        if (nn > (1u << 24)) {
+        if (nn > MW_IDX0) {    /* the indexes above are windows' */
             UNLOCK();
             return pyrdma_fail(st, ENOMEM, "ibv_reg_mr", "too many MRs");
         }
@@ -1104,7 +1104,15 @@ fab_dereg_mr(void *vmr, struct pyrdma_status *st)
 {
     struct umr *mr = vmr;
     struct sh_mr *e = NULL;
-    (void)st;
+    LOCK();
+    if (mr->nmw > 0) {
+        /* as rxe (and the IB spec): not while windows are bound to it */
+        int n = mr->nmw;
+        UNLOCK();
+        return pyrdma_fail(st, EINVAL, "ibv_dereg_mr", "%d memory "
+                           "window(s) are bound to the MR", n);
+    }
+    UNLOCK();
     own_unwatch(mr);
     LOCK();
     N.mrs[mr->key >> 8] = NULL;

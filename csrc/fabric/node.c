@@ -352,6 +352,7 @@ node_atexit(void)
     }
     if (N.sh != NULL)
         unlink(N.shfile);
+    fab_mcast_node_end();
     unlink(N.nodefile);
     unlink(N.lidfile);
 }

@@ -1,7 +1,7 @@
 /* ops.c - what provider.h sees: the device, context and port verbs,
-   async events, PDs, AHs, multicast (unsupported), the CM ops over
-   fab_cm_* and the ops table pyrdma_provider_ucx that points at every
-   verb of the fabric. */
+   async events, PDs, AHs, multicast, the CM ops over fab_cm_* and the
+   ops table pyrdma_provider_ucx that points at every verb of the
+   fabric. */
 #include "fabric.h"
 #include "../fabric_lib.h"
 
@@ -111,12 +111,18 @@ query_device(void *vc, struct pyrdma_device_attr *a, struct pyrdma_status *st)
     a->max_qp = MAX_QP - 2;
     a->max_qp_wr = MAX_WR;
     a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN |
-                          IBV_DEVICE_SHUTDOWN_PORT | IBV_DEVICE_SYS_IMAGE_GUID;
+                          IBV_DEVICE_SHUTDOWN_PORT | IBV_DEVICE_SYS_IMAGE_GUID |
+                          IBV_DEVICE_MEM_WINDOW |
+                          IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a->max_sge = MAX_SGE;
     a->max_sge_rd = MAX_SGE;
     a->max_cq = 1 << 16;
     a->max_cqe = MAX_CQE;
     a->max_mr = 1 << 20;
+    a->max_mw = MAX_MW;
+    a->max_mcast_grp = MAX_MCG;
+    a->max_mcast_qp_attach = MAX_MCG_QP;
+    a->max_total_mcast_qp_attach = MAX_MCG * MAX_MCG_QP;
     a->max_pd = 1 << 16;
     a->max_qp_rd_atom = MAX_RD_ATOM;
     a->max_res_rd_atom = MAX_RD_ATOM * (MAX_QP - 2);
@@ -241,17 +247,6 @@ dealloc_pd(void *pd, struct pyrdma_status *st)
     return 0;
 }
 
-static int
-attach_mcast(void *qp, const uint8_t gid[16], uint16_t lid,
-             struct pyrdma_status *st)
-{
-    (void)qp;
-    (void)gid;
-    (void)lid;
-    return pyrdma_fail(st, EOPNOTSUPP, "ibv_attach_mcast", "multicast is "
-                       "not supported by the ucx fabric");
-}
-
 /* ------------------------------------------------------------------ */
 /* AH                                                                  */
 
@@ -262,7 +257,19 @@ create_ah(void *pd, struct pyrdma_ah_attr *a, void **out,
     struct uah *ah = calloc(1, sizeof(*ah));
     if (ah == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");
-    if (fab_ah_resolve(a, &ah->peer, st, "ibv_create_ah") < 0) {
+    pthread_mutex_init(&ah->mp_lock, NULL);
+    if (fab_ah_is_mcast(a)) {
+        /* a group: its members are looked up when sending (mcast.c) */
+        if (a->port_num > 1 || (a->is_global && a->grh.sgid_index != 0)) {
+            free(ah);
+            return pyrdma_fail(st, EINVAL, "ibv_create_ah", "port %u, "
+                               "sgid_index %u: the fabric device has one "
+                               "port and one GID", a->port_num,
+                               a->grh.sgid_index);
+        }
+        ah->mcast = 1;
+    }
+    else if (fab_ah_resolve(a, &ah->peer, st, "ibv_create_ah") < 0) {
         free(ah);
         return -1;
     }
@@ -273,9 +280,12 @@ create_ah(void *pd, struct pyrdma_ah_attr *a, void **out,
 }
 
 static int
-destroy_ah(void *ah, struct pyrdma_status *st)
+destroy_ah(void *vah, struct pyrdma_status *st)
 {
+    struct uah *ah = vah;
     (void)st;
+    pthread_mutex_destroy(&ah->mp_lock);
+    free(ah->mp);
     free(ah);
     return 0;
 }
@@ -510,6 +520,10 @@ const struct pyrdma_provider pyrdma_provider_ucx = {
     .dereg_mr = fab_dereg_mr,
     .alloc_mr_mem = fab_alloc_mr_mem,
     .free_mr_mem = fab_free_mr_mem,
+    .alloc_mw = fab_alloc_mw,
+    .dealloc_mw = fab_dealloc_mw,
+    .bind_mw = fab_bind_mw,
+    .mw_rekeyed = fab_mw_rekeyed,
     .create_comp_channel = fab_create_comp_channel,
     .destroy_comp_channel = fab_destroy_comp_channel,
     .get_cq_event = fab_get_cq_event,
@@ -530,8 +544,8 @@ const struct pyrdma_provider pyrdma_provider_ucx = {
     .destroy_qp = fab_destroy_qp,
     .post_send = fab_post_send,
     .post_recv = fab_post_recv,
-    .attach_mcast = attach_mcast,
-    .detach_mcast = attach_mcast,
+    .attach_mcast = fab_attach_mcast,
+    .detach_mcast = fab_detach_mcast,
     .create_ah = create_ah,
     .destroy_ah = destroy_ah,
     .cm_create_channel = cm_create_channel,

@@ -473,12 +473,18 @@ fab_destroy_qp(void *vq, struct pyrdma_status *st)
     struct obox *o;
     uint32_t i;
     int busy = 0;
-    (void)st;
     pthread_mutex_lock(&q->post_lock);
     LOCK();
+    if ((busy = fab_mcast_qp_attached(q)) != 0) {
+        UNLOCK();
+        pthread_mutex_unlock(&q->post_lock);
+        return pyrdma_fail(st, EBUSY, "ibv_destroy_qp", "the QP is attached "
+                           "to %d multicast group(s): detach it first", busy);
+    }
     q->destroyed = 1;
     fab_sh_qp_sync(q);              /* no new one-sided op can start */
     N.qps[q->qpn & (MAX_QP - 1)] = NULL;
+    fab_mw_unbind_qp(q);            /* its type 2 windows */
     fab_inmsg_list_free(q->inq);
     fab_inmsg_list_free(q->ooo);
     q->inq = q->inq_tail = q->ooo = NULL;

@@ -36,6 +36,18 @@ ob_new_ep(struct uqp *q, ucp_ep_h ep, size_t len)
     return o;
 }
 
+/* Queue a copy of the message at buf (struct wire + payload) to ep: a
+   multicast SEND's copy to one member node (mcast.c).  0 or -1. */
+int
+fab_queue_copy(ucp_ep_h ep, const uint8_t *buf, size_t len)
+{
+    struct obox *o = ob_new_ep(NULL, ep, len);
+    if (o == NULL)
+        return -1;
+    memcpy(o->buf, buf, len);
+    return 0;
+}
+
 static struct obox *
 ob_new(struct uqp *q, size_t len)
 {
@@ -258,7 +270,8 @@ fab_drain(int all)
                 }
                 if (o->qp != NULL && o->qp->ack_item == o)
                     o->qp->ack_item = NULL;
-                if (N.sh != NULL && ((struct wire *)o->buf)->op == R_ACK)
+                if (N.sh != NULL && ((struct wire *)o->buf)->op == R_ACK &&
+                    ((struct wire *)o->buf)->kind == AM_RESP)
                     N.sh->st_ack_msg++;
                 if (o->late && o->qp != NULL)
                     o->qp->alt = 1;     /* no reply took it: the next
@@ -340,6 +353,9 @@ const int fab_wc_opcode_of[] = {
     [IBV_WR_RDMA_READ] = IBV_WC_RDMA_READ,
     [IBV_WR_ATOMIC_CMP_AND_SWP] = IBV_WC_COMP_SWAP,
     [IBV_WR_ATOMIC_FETCH_AND_ADD] = IBV_WC_FETCH_ADD,
+    [IBV_WR_LOCAL_INV] = IBV_WC_LOCAL_INV,
+    [IBV_WR_BIND_MW] = IBV_WC_BIND_MW,
+    [IBV_WR_SEND_WITH_INV] = IBV_WC_SEND,
 };
 
 /* Complete the done slots at the head of the SQ, in order. */
@@ -355,7 +371,7 @@ fab_sq_advance(struct uqp *q)
             memset(&wc, 0, sizeof(wc));
             wc.wr_id = s->wr_id;
             wc.status = s->status;
-            wc.opcode = (s->opcode >= 0 && s->opcode <= 6)
+            wc.opcode = (s->opcode >= 0 && s->opcode <= IBV_WR_SEND_WITH_INV)
                         ? fab_wc_opcode_of[s->opcode] : IBV_WC_SEND;
             wc.byte_len = s->byte_len;
             wc.qp_num = q->qpn;
@@ -425,6 +441,7 @@ fab_on_resp(const struct wire *h, const uint8_t *pl, size_t plen)
                 break;
             if (!s->done && (s->opcode == IBV_WR_SEND ||
                              s->opcode == IBV_WR_SEND_WITH_IMM ||
+                             s->opcode == IBV_WR_SEND_WITH_INV ||
                              s->opcode == IBV_WR_RDMA_WRITE ||
                              s->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
                 s->done = 1;

@@ -607,12 +607,13 @@ fast_op(struct uqp *q, uint32_t *byte_len, const struct pyrdma_send_wr *wr,
 }
 
 /* The WR's op (OP_*), or -1 for an opcode the fabric does not carry
-   (LOCAL_INV, BIND_MW, SEND_WITH_INV...). */
+   (the local BIND_MW and LOCAL_INV: post_local; TSO...). */
 static inline int
 op_of(const struct pyrdma_send_wr *wr)
 {
     switch (wr->opcode) {
-    case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM: return OP_SEND;
+    case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM: case IBV_WR_SEND_WITH_INV:
+        return OP_SEND;
     case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: return OP_WRITE;
     case IBV_WR_RDMA_READ: return OP_READ;
     case IBV_WR_ATOMIC_CMP_AND_SWP: return OP_CAS;
@@ -719,7 +720,8 @@ slot_header(const struct uqp *q, struct slot *s,
     h->op = (uint8_t)op;
     h->flags = (uint8_t)((imm ? F_IMM : 0) |
                          ((wr->send_flags & IBV_SEND_SOLICITED) ? F_SOLICITED
-                                                                : 0));
+                                                                : 0) |
+                         (wr->opcode == IBV_WR_SEND_WITH_INV ? F_INV : 0));
     h->rnr_retry = (uint8_t)q->attr.rnr_retry;
     h->src_qpn = q->qpn;
     h->psn = s->psn;
@@ -771,6 +773,35 @@ slot_arm(struct uqp *q, struct slot *s, const struct peer *peer)
     q->n_inflight++;
 }
 
+/* A UD SEND to a multicast group, slot s filled (N.lock held): a copy
+   to each member node of the group (mcast.c) through the outbox; the WR
+   completes now, as a UD WR once it is sent. */
+static void
+slot_mcast(struct uqp *q, struct slot *s, struct uah *ah)
+{
+    struct wire *h = (struct wire *)s->buf;
+    int i;
+    h->dst_qpn = MCAST_QPN;
+    h->flags |= F_MCAST;
+    if (ah->attr.is_global) {
+        memcpy(&h->raddr, ah->attr.grh.dgid, 8);
+        memcpy(&h->cmp, ah->attr.grh.dgid + 8, 8);
+    }
+    h->rkey = ah->attr.dlid;
+    pthread_mutex_lock(&ah->mp_lock);
+    for (i = 0; i < ah->nmp; i++) {
+        struct peer *p = ah->mp[i];
+        if (p->failed)
+            continue;
+        h->sid = p->tx_sid;
+        if (fab_queue_copy(p->ep, s->buf, s->len) == 0)
+            q->mc_queued = 1;
+    }
+    pthread_mutex_unlock(&ah->mp_lock);
+    s->done = 1;
+    s->status = IBV_WC_SUCCESS;
+}
+
 /* Slot s takes wr (N.lock held), for the slot carrier how: the request,
    or the WR's error completion (s->done) when it fails before it is sent;
    fast < 0: a one-sided attempt found the MR withdrawn; fast > 0: the
@@ -796,7 +827,8 @@ slot_fill(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
     }
     /* the transport table (seed 004): rxe fails these on the wire */
     if ((q->type == IBV_QPT_UC && op > OP_WRITE) ||
-        (q->type == IBV_QPT_UD && op != OP_SEND)) {
+        (q->type == IBV_QPT_UD && (op != OP_SEND ||
+                                   wr->opcode == IBV_WR_SEND_WITH_INV))) {
         fill_fail(q, s, IBV_WC_LOC_QP_OP_ERR);
         return;
     }
@@ -807,6 +839,11 @@ slot_fill(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
         status = slot_header(q, s, wr, op, total, peer);
     if (status == 0 && fast > 0)
         ((struct wire *)s->buf)->flags |= F_PLACED;
+    if (status == 0 && q->type == IBV_QPT_UD &&
+        ((struct uah *)wr->wr.ud.ah)->mcast) {
+        slot_mcast(q, s, wr->wr.ud.ah);
+        return;
+    }
     if (status == 0 && (peer == NULL || peer->failed))
         status = IBV_WC_RETRY_EXC_ERR;
     if (status) {
@@ -814,6 +851,39 @@ slot_fill(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr,
         return;
     }
     slot_arm(q, s, peer);
+}
+
+/* A local WR (BIND_MW, LOCAL_INV) of q in slot s (N.lock held): executed
+   now, in the order of posting (mw.c); the slot is done at once (its
+   completion follows those of the WRs before it: fab_sq_advance), sends
+   nothing, and a failure fails the QP as any WR's.  0 or an errno for a
+   post-time rejection. */
+static int
+post_local(struct uqp *q, struct slot *s, const struct pyrdma_send_wr *wr)
+{
+    int status;
+    if (wr->opcode == IBV_WR_BIND_MW && wr->bind_mw.mw == NULL)
+        return EINVAL;
+    if (s->inflight)
+        return ENOMEM;          /* UCP still reads this slot */
+    slot_start(q, s, wr);
+    q->next_psn = s->psn;       /* nothing goes on the wire: no PSN */
+    s->carrier = CARRY_AM;
+    s->done = 1;
+    if (q->attr.qp_state == IBV_QPS_ERR || q->err_pending) {
+        s->status = IBV_WC_WR_FLUSH_ERR;
+        return 0;
+    }
+    if (q->type == IBV_QPT_UD)
+        status = IBV_WC_LOC_QP_OP_ERR;
+    else if (wr->opcode == IBV_WR_BIND_MW)
+        status = fab_mw_bind_wr(q, wr);
+    else
+        status = fab_mw_invalidate(q, wr->invalidate_rkey, 0) < 0
+                 ? IBV_WC_LOC_QP_OP_ERR : 0;
+    if (status)
+        fill_fail(q, s, status);
+    return 0;
 }
 
 /* Post wr on q (N.lock held), in slot s unless its carrier is one-sided;
@@ -829,6 +899,10 @@ post_one(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     int inline_data = (wr->send_flags & IBV_SEND_INLINE) != 0;
     enum carrier how;
 
+    if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV) {
+        hold->rep_rkey = 0;     /* RC order: later WRs check it all */
+        return post_local(q, s, wr);
+    }
     for (i = 0; i < wr->num_sge; i++)
         total += wr->sg_list[i].length;
     rc = check_post_time(q, wr, op, total, inline_data);
@@ -963,6 +1037,18 @@ map_targets(struct uqp *q, const struct pyrdma_send_wr *wr)
     }
     if (p->sh != N.sh && __atomic_load_n(&p->ring_state, __ATOMIC_RELAXED) == 0)
         fab_ring_make(p);
+}
+
+/* Before N.lock (peers may be made): the members of the multicast
+   groups wr's UD WRs go to. */
+static void
+mcast_members(struct uqp *q, const struct pyrdma_send_wr *wr)
+{
+    if (q->type != IBV_QPT_UD)
+        return;
+    for (; wr; wr = wr->next)
+        if (wr->wr.ud.ah != NULL && ((struct uah *)wr->wr.ud.ah)->mcast)
+            fab_mcast_members(wr->wr.ud.ah);
 }
 
 /* Post the WRs of the list at *wrp, one by one, until one is refused
@@ -1105,6 +1191,7 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
     struct peer *bell = NULL;
 
     map_targets(q, wr);
+    mcast_members(q, wr);
     pthread_mutex_lock(&q->post_lock);
     slots_settle(q, wr);
     LOCK();
@@ -1144,5 +1231,8 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
         fab_ring_bell(bell);
     if (signal)
         wake_progress();
+    if (__atomic_load_n(&q->mc_queued, __ATOMIC_RELAXED) &&
+        __atomic_exchange_n(&q->mc_queued, 0, __ATOMIC_ACQ_REL))
+        fab_drain(0);           /* multicast copies in the outbox */
     return rc;
 }

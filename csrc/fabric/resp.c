@@ -87,7 +87,8 @@ static const double rnr_ms[32] = {
     30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52,
 };
 
-/* Build the 40-byte GRH of a UD receive (IB: an IPv6-style header). */
+/* Build the 40-byte GRH of a UD receive (IB: an IPv6-style header); a
+   multicast SEND's DGID is its group's (when the sender gave it). */
 static void
 build_grh(uint8_t *g, const struct wire *h, size_t plen)
 {
@@ -103,6 +104,10 @@ build_grh(uint8_t *g, const struct wire *h, size_t plen)
     memcpy(g + 16, &sg, 8);
     memcpy(g + 24, N.gid, 8);
     memcpy(g + 32, &dg, 8);
+    if ((h->flags & F_MCAST) && (uint8_t)h->raddr == 0xff) {
+        memcpy(g + 24, &h->raddr, 8);   /* the GID's bytes, as sent */
+        memcpy(g + 32, &h->cmp, 8);
+    }
 }
 
 enum { RX_DONE, RX_HOLD };
@@ -132,20 +137,33 @@ rx_access_err(struct uqp *q, const struct wire *h)
 }
 
 /* The MR an RDMA or atomic request may reach, checked as a NIC checks
-   it: rkey, PD, the access flags of the MR and the QP, bounds, alignment
-   of atomics, and memory the program still has (mr->gone).  *ok 0 if
-   the request fails them; NULL with *ok 1 for a zero-length one. */
+   it: rkey, PD, the access flags of the MR (or of the memory window the
+   rkey names: fab_mw_resolve) and the QP, bounds, alignment of atomics,
+   and memory the program still has (mr->gone).  *raddr: where in the MR
+   (a zero-based window's offset made an address).  *ok 0 if the request
+   fails them; NULL with *ok 1 for a zero-length one. */
 static struct umr *
-rx_check_rkey(const struct uqp *q, const struct wire *h, int *ok)
+rx_check_rkey(const struct uqp *q, const struct wire *h, int *ok,
+              uint64_t *raddr)
 {
     unsigned need = h->op == OP_WRITE ? IBV_ACCESS_REMOTE_WRITE :
                     h->op == OP_READ ? IBV_ACCESS_REMOTE_READ :
                     IBV_ACCESS_REMOTE_ATOMIC;
     uint64_t len = h->op >= OP_CAS ? 8 : h->len;
     struct umr *mr;
+    struct umw *w;
     *ok = 1;
+    *raddr = h->raddr;
     if (len == 0)
         return NULL;
+    if ((w = fab_mw_lookup(h->rkey)) != NULL) {
+        mr = fab_mw_resolve(q, w, need, raddr, len);
+        if (mr == NULL || !(q->attr.qp_access_flags & need) ||
+            (h->op >= OP_CAS && (*raddr & 7)) ||
+            __atomic_load_n(&mr->gone, __ATOMIC_RELAXED))
+            *ok = 0;
+        return mr;
+    }
     mr = mr_lookup(h->rkey);
     if (mr == NULL || mr->pd != q->pd || !(mr->access & need) ||
         !(q->attr.qp_access_flags & need) || !in_mr(mr, h->raddr, len) ||
@@ -159,7 +177,8 @@ rx_check_rkey(const struct uqp *q, const struct wire *h, int *ok)
    the unmapping hook sees the copy (fab_land_begin), into a buffer taken
    before (no allocation inside: see fab_land_begin), then sent. */
 static int
-rx_read_own(struct uqp *q, const struct wire *h, struct umr *mr)
+rx_read_own(struct uqp *q, const struct wire *h, struct umr *mr,
+            uint64_t raddr)
 {
     uint8_t small[4096], *buf = small;
     int ok;
@@ -167,7 +186,7 @@ rx_read_own(struct uqp *q, const struct wire *h, struct umr *mr)
         return rx_access_err(q, h);     /* (as a NIC out of resources) */
     ok = fab_land_begin(mr);
     if (ok) {
-        memcpy(buf, mr_at(mr, h->raddr), h->len);
+        memcpy(buf, mr_at(mr, raddr), h->len);
         fab_land_end(mr);
         fab_queue_resp(q, h, R_READ, buf, h->len);
     }
@@ -185,18 +204,18 @@ static int
 rx_execute(struct uqp *q, const struct wire *h, const uint8_t *pl)
 {
     struct umr *mr;
-    uint64_t *p, old;
+    uint64_t *p, old, raddr;
     int ok;
     if (h->op != OP_WRITE && h->op != OP_READ && h->op != OP_CAS &&
         h->op != OP_FAA)
         return RX_GO;
-    mr = rx_check_rkey(q, h, &ok);
+    mr = rx_check_rkey(q, h, &ok, &raddr);
     if (!ok)
         return rx_access_err(q, h);
     if (h->op == OP_READ && mr != NULL && mr->own)
-        return rx_read_own(q, h, mr);
+        return rx_read_own(q, h, mr, raddr);
     if (h->op == OP_READ) {
-        fab_queue_resp(q, h, R_READ, h->len ? mr_at(mr, h->raddr) : NULL,
+        fab_queue_resp(q, h, R_READ, h->len ? mr_at(mr, raddr) : NULL,
                        h->len);
         return RX_DONE;
     }
@@ -204,11 +223,11 @@ rx_execute(struct uqp *q, const struct wire *h, const uint8_t *pl)
         return rx_access_err(q, h);
     if (h->op == OP_WRITE) {
         if (h->len && !(h->flags & F_PLACED))
-            memcpy(mr_at(mr, h->raddr), pl, h->len);
+            memcpy(mr_at(mr, raddr), pl, h->len);
         fab_land_end(mr);
         return RX_GO;
     }
-    p = (uint64_t *)mr_at(mr, h->raddr);
+    p = (uint64_t *)mr_at(mr, raddr);
     if (h->op == OP_FAA)
         old = __atomic_fetch_add(p, h->cmp, __ATOMIC_SEQ_CST);
     else {
@@ -304,9 +323,9 @@ rx_complete_recv(struct uqp *q, const struct wire *h, struct rq *r,
     wc.wr_id = w->wr_id;
     wc.qp_num = q->qpn;
     wc.opcode = h->op == OP_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
-    if (h->flags & F_IMM) {
-        wc.wc_flags |= IBV_WC_WITH_IMM;
-        wc.imm_data = h->imm;
+    if (h->flags & (F_IMM | F_INV)) {
+        wc.wc_flags |= (h->flags & F_IMM) ? IBV_WC_WITH_IMM : IBV_WC_WITH_INV;
+        wc.imm_data = h->imm;   /* the immediate data, or the rkey */
     }
     for (i = 0; i < w->num_sge; i++)
         room += w->sge[i].length;
@@ -324,12 +343,16 @@ rx_complete_recv(struct uqp *q, const struct wire *h, struct rq *r,
     else
         wc.byte_len = h->len;
     fab_land_sges_end(land);
+    /* a SEND with invalidate: a window of q's it may invalidate (mw.c) */
+    if (!bad && (h->flags & F_INV) && fab_mw_invalidate(q, h->imm, 1) < 0)
+        bad = IBV_WC_REM_INV_REQ_ERR;
     if (bad) {
         wc.status = bad;
         wc.byte_len = 0;
         fab_cq_push(q->rcq, &wc, 0);
         if (q->type == IBV_QPT_RC)
-            rx_nak(q, h, bad == IBV_WC_LOC_LEN_ERR ? R_REM_INV : R_REM_OP);
+            rx_nak(q, h, bad == IBV_WC_LOC_LEN_ERR ||
+                         bad == IBV_WC_REM_INV_REQ_ERR ? R_REM_INV : R_REM_OP);
         fab_qp_enter_err(q);    /* UD too, as rxe and mlx5 do */
         return -1;
     }
@@ -493,6 +516,31 @@ ooo_drain(struct uqp *q)
     }
 }
 
+/* A multicast SEND (F_MCAST, UD): a copy for each QP of this node
+   attached to its group (mcast.c), each checked as a UD SEND to that QP
+   (state, Q_Key, a receive).  The sender must be authenticated. */
+static void
+rx_mcast(const struct wire *h, const uint8_t *pl, size_t plen)
+{
+    const struct mcg *g;
+    struct wire c;
+    uint32_t i;
+    if (!fab_auth_ok(h->src_guid, h->sid)) {
+        fab_rx_denied();
+        return;
+    }
+    g = fab_mcg_of(h);
+    for (i = 0; g != NULL && i < g->nqp; i++) {
+        struct uqp *q = qp_lookup(g->qpn[i]);
+        if (q == NULL || (q->attr.qp_state != IBV_QPS_RTR &&
+                          q->attr.qp_state != IBV_QPS_RTS))
+            continue;
+        c = *h;
+        c.dst_qpn = q->qpn;
+        rx_exec(q, &c, pl, plen, NULL);
+    }
+}
+
 void
 fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
            struct inmsg **rndv_msg)
@@ -509,6 +557,11 @@ fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
          (h->op != OP_WRITE || !(h->flags & F_IMM)))) {
         fab_rx_bad();
         return;                 /* malformed */
+    }
+    if (h->flags & F_MCAST) {
+        if (!rndv)
+            rx_mcast(h, pl, plen);
+        return;                 /* (a UD SEND fits one MTU: never rndv) */
     }
     if (q == NULL || q->type != h->qp_type) {
         /* no such QP: an RC requester learns it at once (hardware would

@@ -47,7 +47,13 @@ fab_msg_check(const struct wire *h, size_t plen)
 {
     if (h->kind == AM_REQ) {
         if (h->op > OP_FAA ||
-            (h->flags & ~(F_IMM | F_SOLICITED | F_ACK | F_PLACED)) ||
+            (h->flags & ~(F_IMM | F_SOLICITED | F_ACK | F_PLACED | F_INV |
+                          F_MCAST)) ||
+            ((h->flags & F_INV) && (h->op != OP_SEND || (h->flags & F_IMM) ||
+                                    h->qp_type == IBV_QPT_UD)) ||
+            ((h->flags & F_MCAST) && (h->op != OP_SEND ||
+                                      h->qp_type != IBV_QPT_UD ||
+                                      h->dst_qpn != MCAST_QPN)) ||
             (h->qp_type != IBV_QPT_RC && h->qp_type != IBV_QPT_UC &&
              h->qp_type != IBV_QPT_UD) || h->psn > 0xFFFFFF ||
             h->len > MAX_MSG || h->dst_qpn > 0xFFFFFF)

@@ -22,17 +22,22 @@
 enum { HELLO_NONE, HELLO_NODE, HELLO_SHARED };
 /* The version of the HELLO exchange (struct wire.qkey of AM_CTL_HELLO,
    CHALLENGE and PROOF); 2: challenge and proof (before: a HELLO alone);
-   3: F_PLACED */
+   3: F_PLACED; requests may carry F_INV and F_MCAST */
 #define WIRE_VERSION 3
 #define GRH_LEN 40              /* the GRH in front of a UD receive */
 
 /* REQ operations */
 enum { OP_SEND, OP_WRITE, OP_READ, OP_CAS, OP_FAA };
-/* REQ flags; F_PLACED: a WRITE with immediate data whose len bytes the
-   requester placed one-sided (req.c's fast_op) before sending it: no
-   payload follows, the responder checks the rkey and completes the
-   receive (WIRE_VERSION 3) */
-enum { F_IMM = 1, F_SOLICITED = 2, F_ACK = 4, F_PLACED = 8 };
+/* REQ flags */
+enum { F_IMM = 1, F_SOLICITED = 2, F_ACK = 4,
+       F_INV = 8,       /* a SEND with invalidate: imm holds the rkey */
+       F_MCAST = 16,    /* a UD SEND to a multicast group (mcast.c): the
+                           group's GID in raddr and cmp, its LID in rkey */
+       F_PLACED = 32 }; /* a WRITE with immediate data whose len bytes the
+                           requester placed one-sided (req.c's fast_op)
+                           before sending it: no payload follows, the
+                           responder checks the rkey and completes the
+                           receive */
 /* RESP codes */
 enum { R_ACK, R_READ, R_ATOMIC, R_RNR_WAIT, R_RNR_EXC, R_REM_ACCESS,
        R_REM_INV, R_REM_OP, R_NOQP };

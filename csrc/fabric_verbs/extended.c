@@ -242,17 +242,26 @@ static void
 x_bind_mw(struct ibv_qp_ex *qx, struct ibv_mw *mw, uint32_t rkey,
           const struct ibv_mw_bind_info *bi)
 {
-    (void)mw;
-    (void)rkey;
-    (void)bi;
-    x_unsupported(qx);
+    struct xwr *w = x_new(qx, IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW);
+    if (w == NULL)
+        return;
+    if (bi == NULL || fv_bind_wr_in(&w->wr, mw, bi->mr) != 0) {
+        qpx_of(qx)->xerr = EINVAL;
+        return;
+    }
+    w->wr.bind_mw.rkey = rkey;
+    w->wr.bind_mw.bind_info.addr = bi->addr;
+    w->wr.bind_mw.bind_info.length = bi->length;
+    w->wr.bind_mw.bind_info.mw_access_flags = bi->mw_access_flags;
+    w->mw = mw;
 }
 
 static void
 x_local_inv(struct ibv_qp_ex *qx, uint32_t rkey)
 {
-    (void)rkey;
-    x_unsupported(qx);
+    struct xwr *w = x_new(qx, IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV);
+    if (w != NULL)
+        w->wr.invalidate_rkey = rkey;
 }
 
 static void
@@ -305,8 +314,10 @@ x_send_imm(struct ibv_qp_ex *qx, __be32 imm)
 static void
 x_send_inv(struct ibv_qp_ex *qx, uint32_t rkey)
 {
-    (void)rkey;
-    x_unsupported(qx);
+    struct xwr *w = x_new(qx, IBV_WR_SEND_WITH_INV,
+                          IBV_QP_EX_WITH_SEND_WITH_INV);
+    if (w != NULL)
+        w->wr.invalidate_rkey = rkey;
 }
 
 static void
@@ -466,6 +477,10 @@ x_complete(struct ibv_qp_ex *qx)
         }
     }
     rc = fv_prov->post_send(q->h, &q->x[0].wr, &bad);
+    for (i = 0; i < q->nx; i++)     /* posted binds: the window's rkey */
+        if (q->x[i].mw != NULL &&
+            (rc == 0 || &q->x[i].wr != bad))
+            q->x[i].mw->rkey = q->x[i].wr.bind_mw.rkey;
     x_start(qx);
     return rc;
 }
@@ -476,7 +491,9 @@ x_complete(struct ibv_qp_ex *qx)
                     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | \
                     IBV_QP_EX_WITH_RDMA_READ | \
                     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
-                    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+                    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
+                    IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | \
+                    IBV_QP_EX_WITH_SEND_WITH_INV)
 
 static void
 qpx_init(struct fqp *q, uint64_t send_ops)
@@ -507,7 +524,7 @@ qpx_init(struct fqp *q, uint64_t send_ops)
 
 /* verbs_context.create_qp_ex: what ibv_create_qp does (PD, no creation
    flags), with the ibv_wr_* API for the send ops of X_SEND_OPS; the rest
-   (XRC, RSS, TSO, memory windows...) is EOPNOTSUPP. */
+   (XRC, RSS, TSO...) is EOPNOTSUPP. */
 struct ibv_qp *
 fv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
 {

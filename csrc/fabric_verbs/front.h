@@ -45,9 +45,11 @@ struct fctx {
                                   (while any is, close leaves it open) */
     unsigned gen;              /* fv_gen when opened (another value: a
                                   child process inherited it by fork()) */
-    pthread_mutex_t mrs_lock;  /* guards mrs */
+    pthread_mutex_t mrs_lock;  /* guards mrs and mws */
     struct fmr *mrs;           /* its MRs not yet deregistered (closing it
                                   with objects left revokes them) */
+    struct fmw *mws;           /* its memory windows (revoked first: an MR
+                                  with windows bound stays registered) */
 };
 
 /* A protection domain. */
@@ -63,6 +65,14 @@ struct fmr {
     void *h;                   /* fabric MR handle (NULL: revoked when its
                                   context was closed) */
     struct fmr *next, *prev;   /* in fctx.mrs */
+};
+
+/* A memory window. */
+struct fmw {
+    struct ibv_mw mw;          /* what the program sees */
+    void *h;                   /* fabric MW handle (NULL: revoked when its
+                                  context was closed) */
+    struct fmw *next, *prev;   /* in fctx.mws */
 };
 
 /* A completion channel. */
@@ -117,6 +127,7 @@ struct xwr {
     int sge_first;             /* its first entry in fqp.sg */
     int nsge;                  /* its entries */
     int inl;                   /* 1: its entries' addr are offsets in fqp.ib */
+    struct ibv_mw *mw;         /* BIND_MW: the program's window */
 };
 
 /* An address handle. */
@@ -243,6 +254,17 @@ fv_qp_of(struct ibv_qp *q)
 {
     return container_of(q, struct fqp, qp);
 }
+
+static inline struct fmw *
+fv_mw_of(struct ibv_mw *m)
+{
+    return container_of(m, struct fmw, mw);
+}
+
+/* The fabric's form of a BIND_MW WR's window and MR (w: a copy of the
+   program's WR); 0 or EINVAL for objects not of ucx0 (datapath.c). */
+int fv_bind_wr_in(struct pyrdma_send_wr *w, struct ibv_mw *mw,
+                  struct ibv_mr *mr);
 
 /* conversions between libibverbs' and the fabric's structs (convert.c) */
 void fv_ah_in(struct pyrdma_ah_attr *o, const struct ibv_ah_attr *a);

@@ -131,6 +131,17 @@ fv_revoke_mrs(struct fctx *c)
 {
     struct pyrdma_status st;
     struct fmr *m;
+    struct fmw *w;
+    pthread_mutex_lock(&c->mrs_lock);
+    w = c->mws;
+    c->mws = NULL;
+    pthread_mutex_unlock(&c->mrs_lock);
+    for (; w != NULL; w = w->next) {    /* windows first: they hold MRs */
+        if (fv_prov->dealloc_mw(w->h, &st) == 0) {
+            w->h = NULL;
+            fv_use(&fv_pd_of(w->mw.pd)->users, -1);
+        }
+    }
     pthread_mutex_lock(&c->mrs_lock);
     m = c->mrs;
     c->mrs = NULL;

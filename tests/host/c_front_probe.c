@@ -233,10 +233,10 @@ extended(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
         if (fm == NULL)
             DIE("ibv_reg_mr");
         qa.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-        qa.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+        qa.send_ops_flags = IBV_QP_EX_WITH_TSO;
         errno = 0;
         rc = ibv_create_qp_ex(ctx, &qa) == NULL;
-        printf("qp_ex_bind_mw=%d %s\n", rc, strerror(errno));
+        printf("qp_ex_tso=%d %s\n", rc, strerror(errno));
         qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND |
                             IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
         qa.cap.max_inline_data = 64;
@@ -388,10 +388,6 @@ main(void)
     printf("mr_fields=%d %d %d %d\n", mr->context == ctx, mr->pd == pd,
            mr->addr == buf, mr->length == 4096);
 
-    /* verbs the fabric lacks */
-    errno = 0;
-    rc = ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL;
-    printf("alloc_mw=%d %s\n", rc, strerror(errno));
     /* a parent domain is not supported */
     cqx.cqe = 4;
     cqx.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;

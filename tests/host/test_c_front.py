@@ -265,7 +265,6 @@ PROBE_EXPECTED = {
     "cq_event_nonblock": "-1 Resource temporarily unavailable",
     "destroy_busy_channel": "Device or resource busy",
     "mr_fields": "1 1 1 1",
-    "alloc_mw": "1 Operation not supported",
     "create_cq_ex_pd": "1 Operation not supported",
     "qp_fields": "1 1 1 1 1",
     "qp_to_qp_ex": "1 Operation not supported",
@@ -286,7 +285,7 @@ PROBE_EXPECTED = {
     # SENDs and their 2000 receives, each once, none failed
     "mt_poll": "4000 0 0 1",
     # the ibv_wr_* API (ibv_qp_to_qp_ex)
-    "qp_ex_bind_mw": "1 Operation not supported",
+    "qp_ex_tso": "1 Operation not supported",
     "qp_to_qp_ex_ops": "1",
     "wr_complete": "0",
     "wr_api_wc30": "success",               # the receive of the SEND
@@ -313,7 +312,7 @@ def test_probe_program(env, tmp_path):
     """tests/host/c_front_probe.c, compiled against libibverbs: public
     fields of the objects, O_NONBLOCK on the async and channel fds, poll()
     on a channel fd, ibv_get_cq_event's CQ and context, EOPNOTSUPP for
-    memory windows, parent domains and ibv_qp_to_qp_ex, a WR refused in
+    parent domains, TSO and ibv_qp_to_qp_ex, a WR refused in
     RESET, a loopback SEND by LID, a bad lkey's error completion,
     ibv_create_cq_ex (standard fields; timestamps EOPNOTSUPP) polled with
     ibv_start_poll/ibv_next_poll, ibv_create_qp_ex, two threads polling one
@@ -331,6 +330,81 @@ def test_probe_program(env, tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     got = dict(line.split("=", 1) for line in res.stdout.splitlines())
     assert got == PROBE_EXPECTED
+
+
+MW_EXPECTED = {
+    "caps": "1 1 1",
+    "mw1_fields": "1 1 1",
+    "bind1": "0 1 success",
+    "write_in": "success window!",
+    "rebind": "success 1",
+    "write_old_key": "remote access error",
+    "bind2": "0 success",
+    "write2": "success type 2!",
+    "write2_outside": "remote access error",
+    "bind2_again": "0 success",
+    "send_inv": "success",
+    "recv_inv": "success 1 1",
+    "write_invalidated": "remote access error",
+    "wr_bind": "0 success 1",
+    "wr_write": "success wr api!",
+    "wr_local_inv": "0 success",
+    "wr_write_after_inv": "remote access error",
+    "bind_no_mw_bind": "0 memory management operation error",  # MW_BIND_ERR
+    "bind_for_dereg": "0 success",
+    "dereg_bound": "Invalid argument",
+    "dereg_unbound": "0 success 0",
+    "dealloc_pd_busy": "Device or resource busy",
+    "alloc_type3": "1 Invalid argument",
+}
+
+
+def test_memory_windows_c(env, tmp_path):
+    """tests/host/c_front_mw.c, an unmodified libibverbs program: type 1
+    windows (ibv_alloc_mw, ibv_bind_mw, a rebind kills the old rkey), type
+    2 (IBV_WR_BIND_MW by ibv_post_send, an access past the window refused,
+    SEND_WITH_INV with IBV_WC_WITH_INV and the rkey), ibv_wr_bind_mw and
+    ibv_wr_local_inv, a bind to an MR without IBV_ACCESS_MW_BIND
+    (MW_BIND_ERR), ibv_dereg_mr of an MR with a window bound (EINVAL until
+    it is unbound), ibv_dealloc_pd with a window left (EBUSY), a type 3
+    window (EINVAL)."""
+    exe = fh.build_c("c_front_mw.c", tmp_path / "mw",
+                     "infiniband/verbs.h", ("-Wall", "-Wextra", "-Werror"),
+                     ("-libverbs",))
+    res = run(on_fabric(exe), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert got == MW_EXPECTED
+
+
+MCAST_EXPECTED = {
+    "limits": "1 1 1",
+    "attach0": "0",
+    "attach1": "0",
+    "first": "1 1 1",           # each attached QP once, GRH DGID the group's
+    "detach1": "0",
+    "second": "1 0 1",
+    "attach_rc": "Invalid argument",
+    "attach_unicast_gid": "Invalid argument",
+    "attach_unicast_lid": "Invalid argument",
+    "detach_not_attached": "Invalid argument",
+    "destroy_attached": "Device or resource busy",
+}
+
+
+def test_multicast_c(env, tmp_path):
+    """tests/host/c_front_mcast.c, an unmodified libibverbs program: two UD
+    QPs attached to a group (ibv_attach_mcast) get a datagram sent to it,
+    with the group's GID as the GRH's DGID; after ibv_detach_mcast only the
+    other does; EINVAL for an RC QP, a unicast GID or LID, and detaching a
+    QP that is not attached; EBUSY destroying a QP still attached."""
+    exe = fh.build_c("c_front_mcast.c", tmp_path / "mcast",
+                     "infiniband/verbs.h", ("-Wall", "-Wextra", "-Werror"),
+                     ("-libverbs",))
+    res = run(on_fabric(exe), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert got == MCAST_EXPECTED
 
 
 def test_pyverbs(env):

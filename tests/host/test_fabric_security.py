@@ -357,14 +357,19 @@ def test_malformed_messages_are_dropped_and_counted(victim, rogue_bin):
              AM_RESP),
             (wire(kind=AM_RESP, op=R_ACK, **ok), b"x", AM_RESP),
             (wire(op=OP_SEND, **{**ok, "dst_qpn": 1 << 24}), b"", AM_REQ),
-            # F_PLACED (8): only a WRITE with immediate data (F_IMM), RC,
+            # F_PLACED (32): only a WRITE with immediate data (F_IMM), RC,
             # without payload
-            (wire(op=OP_WRITE, flags=8 | 1, length=8, **ok), b"x" * 8,
+            (wire(op=OP_WRITE, flags=32 | 1, length=8, **ok), b"x" * 8,
              AM_REQ),
-            (wire(op=OP_WRITE, flags=8, length=8, **ok), b"", AM_REQ),
-            (wire(op=OP_SEND, flags=8 | 1, length=8, **ok), b"", AM_REQ),
-            (wire(op=OP_WRITE, flags=8 | 1, qp_type=ibv.IBV_QPT_UC,
+            (wire(op=OP_WRITE, flags=32, length=8, **ok), b"", AM_REQ),
+            (wire(op=OP_SEND, flags=32 | 1, length=8, **ok), b"", AM_REQ),
+            (wire(op=OP_WRITE, flags=32 | 1, qp_type=ibv.IBV_QPT_UC,
                   length=8, **ok), b"", AM_REQ),
+            # F_INV (8) on a WRITE; F_MCAST (16) on RC, or UD not to 0xFFFFFF
+            (wire(op=OP_WRITE, flags=8, length=1, **ok), b"x", AM_REQ),
+            (wire(op=OP_SEND, flags=16, **ok), b"", AM_REQ),
+            (wire(op=OP_SEND, flags=16, qp_type=ibv.IBV_QPT_UD, **ok), b"",
+             AM_REQ),
         ]
         before = stats()
         for hdr, payload, am_id in bad:

@@ -57,12 +57,7 @@ EXCEPTIONS = {
 # still to be built (issue #22): reported in the tier as skipped with
 # that reason, and failing the tier once they pass on ucx0 (take them out
 # of here then).  Matched by prefix of the test id.
-PENDING = {
-    "tests.test_mr.MWTest.":
-        "memory windows are not on ucx0 yet (issue #22 item 2)",
-    "tests.test_qpex.QpExTestCase.test_qp_ex_rc_bind_mw":
-        "memory windows are not on ucx0 yet (issue #22 item 2)",
-}
+PENDING: dict[str, str] = {}
 
 
 def pending(tid):

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import rdma
 import rdma.ibverbs as ibv
 from verbs_fixtures import (MR_ALL, PORT, ah_attr_to, buffer_address,
-                            check_ok, differs, expect_no_completion,
+                            check_ok, expect_no_completion,
                             own_ah_attr, poll_cq, qp_state, run_py, to_init)
 
 pytest_plugins = ["verbs_fixtures"]
@@ -253,14 +253,8 @@ def test_ah(ctx, end_port, gid_index):
 
 
 def test_mw(ctx, provider):
-    """ibv_alloc_mw type 1 (rxe has memory windows) / ibv_dealloc_mw."""
+    """ibv_alloc_mw type 1 and 2 / ibv_dealloc_mw."""
     with ctx.pd() as pd:
-        if differs(provider, "no-mw"):
-            for t in (ibv.IBV_MW_TYPE_1, ibv.IBV_MW_TYPE_2):
-                with pytest.raises(rdma.SysError) as ei:
-                    pd.mw(t)
-                assert ei.value.errno == errno.EOPNOTSUPP
-            return
         try:
             mw = pd.mw(ibv.IBV_MW_TYPE_1)
         except rdma.SysError as e:
@@ -494,8 +488,7 @@ def _build(end_port, provider):
     buf = bytearray(64)
     o["mr"] = o["pd"].mr(buf, LW)
     o["ah"] = o["pd"].ah(own_ah_attr(end_port))
-    if not differs(provider, "no-mw"):
-        o["mw"] = o["pd"].mw(ibv.IBV_MW_TYPE_1)
+    o["mw"] = o["pd"].mw(ibv.IBV_MW_TYPE_1)
     o["srq"].post_recv(ibv.recv_wr(wr_id=1, sg_list=o["mr"].sge(length=8)))
     to_init(o["qp"])                       # not RESET: something to tear down
     return o, buf
@@ -578,13 +571,6 @@ def test_resource_warning(end_port, provider, kind):
             "mr": lambda: pd.mr(buf, LW),
             "ah": lambda: pd.ah(own_ah_attr(end_port)),
             "mw": lambda: pd.mw(ibv.IBV_MW_TYPE_1)}
-        if kind == "mw" and differs(provider, "no-mw"):
-            with pytest.raises(rdma.SysError) as ei:
-                make[kind]()
-            assert ei.value.errno == errno.EOPNOTSUPP
-            pd.close()
-            cq.close()
-            return
         target = make[kind]()
         with pytest.warns(ResourceWarning):
             del target

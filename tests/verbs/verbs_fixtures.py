@@ -147,9 +147,11 @@ DIFFERENCES = {
     "dead-peer-at-once": "with no ACK timer (timeout 0), a request to a "
                          "missing QP fails at once with RETRY_EXC_ERR (rxe: "
                          "waits forever)",
-    "no-mw": "memory windows are not supported (EOPNOTSUPP)",
-    "no-multicast": "multicast attach/detach is not supported (EOPNOTSUPP)",
-    "unsupported-misc": "no SQD, SRQ resize, LOCAL_INV/BIND_MW/SEND_WITH_INV",
+    "mw-spec": "an access through a memory window must lie in the window, "
+               "a SEND_WITH_INV receive has IBV_WC_WITH_INV, one that "
+               "fails to invalidate is NAKed (rxe: only in the MR under "
+               "it; the kernel's flag value untranslated; ACKed)",
+    "unsupported-misc": "no SQD, SRQ resize",
     "unreachable-at-rtr": "modify(RTR) to an unknown address: EHOSTUNREACH",
     "ud-over-mtu": "a UD SEND longer than the MTU fails with LOC_LEN_ERR "
                    "(rxe: completes and is dropped on the wire)",
