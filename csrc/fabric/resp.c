@@ -541,6 +541,46 @@ rx_mcast(const struct wire *h, const uint8_t *pl, size_t plen)
     }
 }
 
+/* A request for a QP this node does not have (or of another type): an
+   RC requester of an authenticated session learns it at once (hardware
+   would let it time out); anything else is dropped. */
+static void
+rx_no_qp(const struct wire *h)
+{
+    int i;
+
+    if (!fab_auth_ok(h->src_guid, h->sid)) {
+        fab_rx_denied();
+        return;
+    }
+    if (h->qp_type != IBV_QPT_RC)
+        return;
+    for (i = 0; i < N.npeers; i++)
+        if (N.peers[i]->guid == h->src_guid && !N.peers[i]->failed &&
+            N.peers[i]->rx_sid == h->sid) {
+            struct uqp fake;
+            memset(&fake, 0, sizeof(fake));
+            fake.peer = N.peers[i];
+            fake.qpn = h->dst_qpn;
+            fab_queue_resp(&fake, h, R_NOQP, NULL, 0);
+            if (N.ob_tail != NULL && N.ob_tail->qp == &fake)
+                N.ob_tail->qp = NULL;
+            break;
+        }
+}
+
+/* Whether request h with plen bytes of payload is malformed: a SEND or
+   WRITE whose payload is not its length (none for F_PLACED), F_PLACED
+   on anything but a WRITE with immediate data. */
+static int
+rx_malformed(const struct wire *h, size_t plen)
+{
+    return ((h->op == OP_SEND || h->op == OP_WRITE) &&
+            plen != ((h->flags & F_PLACED) ? 0 : h->len)) ||
+           ((h->flags & F_PLACED) &&
+            (h->op != OP_WRITE || !(h->flags & F_IMM)));
+}
+
 void
 fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
            struct inmsg **rndv_msg)
@@ -551,10 +591,7 @@ fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
 
     if (N.sh != NULL)
         N.sh->st_am_req++;
-    if (((h->op == OP_SEND || h->op == OP_WRITE) &&
-         plen != ((h->flags & F_PLACED) ? 0 : h->len)) ||
-        ((h->flags & F_PLACED) &&
-         (h->op != OP_WRITE || !(h->flags & F_IMM)))) {
+    if (rx_malformed(h, plen)) {
         fab_rx_bad();
         return;                 /* malformed */
     }
@@ -564,27 +601,7 @@ fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
         return;                 /* (a UD SEND fits one MTU: never rndv) */
     }
     if (q == NULL || q->type != h->qp_type) {
-        /* no such QP: an RC requester learns it at once (hardware would
-           let it time out) */
-        int i;
-        if (!fab_auth_ok(h->src_guid, h->sid)) {
-            fab_rx_denied();
-            return;
-        }
-        if (h->qp_type != IBV_QPT_RC)
-            return;
-        for (i = 0; i < N.npeers; i++)
-            if (N.peers[i]->guid == h->src_guid && !N.peers[i]->failed &&
-                N.peers[i]->rx_sid == h->sid) {
-                struct uqp fake;
-                memset(&fake, 0, sizeof(fake));
-                fake.peer = N.peers[i];
-                fake.qpn = h->dst_qpn;
-                fab_queue_resp(&fake, h, R_NOQP, NULL, 0);
-                if (N.ob_tail != NULL && N.ob_tail->qp == &fake)
-                    N.ob_tail->qp = NULL;
-                break;
-            }
+        rx_no_qp(h);
         return;
     }
     /* the sender is who it says (its session), and an RC/UC QP takes
