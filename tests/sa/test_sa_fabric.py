@@ -26,6 +26,8 @@ from rdma.IBA import GID
 from fabric import ROOT, Fabric
 
 SA_NO_RECORDS = 0x0300
+#: x86-64 system call numbers (/proc/PID/syscall) of poll and ppoll.
+POLL, PPOLL = 7, 271
 
 
 @pytest.fixture(scope="module")
@@ -313,11 +315,18 @@ def test_ctrl_c_interrupts_a_wait(fabric):
                      text=True)
     try:
         assert p.stdout.readline().strip() == "waiting"
-        time.sleep(0.2)
         # The only child of coreutils timeout is the Python process.
         kids = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()
         assert len(kids) == 1
-        os.kill(int(kids[0]), signal.SIGINT)
+        kid = int(kids[0])
+        # Ready: its main thread blocked in recvfrom()'s poll (a SIGINT
+        # still in print() would be raised outside the try).
+        deadline = time.monotonic() + 60
+        while open(f"/proc/{kid}/syscall").read().split()[0] not in \
+                (str(POLL), str(PPOLL)):
+            assert time.monotonic() < deadline, "recvfrom() never waited"
+            time.sleep(0.01)
+        os.kill(kid, signal.SIGINT)
         out, err = p.communicate(timeout=5)
     finally:
         if p.poll() is None:
