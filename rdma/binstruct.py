@@ -32,9 +32,11 @@ from types import MemberDescriptorType, ModuleType
 from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterator,
                     List, Optional, TextIO, Tuple, Type, Union)
 
-#: The instance attribute that holds a table record's bits until its rows
-#: are first read (BinStruct._unpack_table).
+#: The instance attributes that hold where a table record's bits are (the
+#: table, and the record's offset in it) until its rows are first read
+#: (BinStruct._unpack_table).
 _UNDECODED = "_binstruct_undecoded"
+_UNDECODED_AT = "_binstruct_undecoded_at"
 
 __all__ = ["BinStruct", "BinFormat", "F", "U", "G", "S", "N", "R",
            "METHOD_NUMBERS"]
@@ -254,7 +256,7 @@ class BinStruct:
             if _UNDECODED not in d or name.startswith("__"):
                 raise AttributeError(f"{type(self).__name__!r} object has "
                                      f"no attribute {name!r}")
-            type(self).__dict__["_decode"](self, d.pop(_UNDECODED))
+            self._rows()
             return getattr(self, name)
 
     def __init_subclass__(cls, **kw: Any) -> None:
@@ -339,6 +341,7 @@ class BinStruct:
         """Set every row back to zero (nothing marked as set)."""
         d = self.__dict__
         d.pop(_UNDECODED, None)
+        d.pop(_UNDECODED_AT, None)
         for f in self.FIELDS:
             d[f.name] = _zero(f)
         d["_set"] = set()
@@ -428,7 +431,9 @@ class BinStruct:
         self._from_int(int.from_bytes(buf[offset:offset + n], "big"))
 
     def _from_int(self, v: int) -> None:
-        self.__dict__.pop(_UNDECODED, None)
+        d = self.__dict__
+        if _UNDECODED in d:
+            del d[_UNDECODED], d[_UNDECODED_AT]
         cls = type(self)
         fn = cls.__dict__.get("_decode")
         if fn is None:
@@ -509,6 +514,7 @@ class BinStruct:
         (the reference the tests compare the compiled one with)."""
         d = self.__dict__
         d.pop(_UNDECODED, None)
+        d.pop(_UNDECODED_AT, None)
         d["_set"] = set()
         iba = _iba()
         for name, shift, bits, count, kind, struct in self._plan:
@@ -577,19 +583,23 @@ class BinStruct:
             return [cls(data[o:o + take] + pad, 0) for o in offsets]
         if "_decode" not in cls.__dict__:
             cls._compile_decoder()
-        shift = 8 * (n - take)
-        new, put, from_bytes = cls.__new__, object.__setattr__, \
-            int.from_bytes
+        # Each record holds the table's (bytes, record length, shift) and
+        # its offset: two references, no copy, until it is decoded.
+        src = (bytes(data), take, 8 * (n - take))
+        new = cls.__new__
         out: List[BinStruct] = []
+        add = out.append
         last = len(data) - take        # the records past it are cut short
         for o in offsets:
             if o > last:
                 # too short: raises MADFormatError as cls(...) does
-                out.append(cls(data[o:o + take] + bytes(n - take), 0))
+                add(cls(data[o:o + take] + bytes(n - take), 0))
                 continue
             r = new(cls)
-            put(r, _UNDECODED, from_bytes(data[o:o + take], "big") << shift)
-            out.append(r)
+            d = r.__dict__
+            d[_UNDECODED] = src
+            d[_UNDECODED_AT] = o
+            add(r)
         return out
 
     @classmethod
@@ -611,7 +621,9 @@ class BinStruct:
         :meth:`_unpack_table` left them for later."""
         d = self.__dict__
         if _UNDECODED in d:
-            type(self).__dict__["_decode"](self, d.pop(_UNDECODED))
+            (data, take, shift), o = d.pop(_UNDECODED), d.pop(_UNDECODED_AT)
+            type(self).__dict__["_decode"](self, int.from_bytes(
+                data[o:o + take], "big") << shift)
         return d
 
     # -- encoding
