@@ -253,11 +253,12 @@ class BinStruct:
             # Only called for a name the instance does not have: a record
             # of a table (decode_table) decodes its rows on first use.
             d = self.__dict__
-            if _UNDECODED not in d or name.startswith("__"):
-                raise AttributeError(f"{type(self).__name__!r} object has "
-                                     f"no attribute {name!r}")
-            self._rows()
-            return getattr(self, name)
+            if not name.startswith("__"):
+                self._rows()
+                if name in d:       # (or decoded by another thread)
+                    return d[name]
+            raise AttributeError(f"{type(self).__name__!r} object has "
+                                 f"no attribute {name!r}")
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -433,7 +434,8 @@ class BinStruct:
     def _from_int(self, v: int) -> None:
         d = self.__dict__
         if _UNDECODED in d:
-            del d[_UNDECODED], d[_UNDECODED_AT]
+            d.pop(_UNDECODED, None)
+            d.pop(_UNDECODED_AT, None)
         cls = type(self)
         fn = cls.__dict__.get("_decode")
         if fn is None:
@@ -620,10 +622,16 @@ class BinStruct:
         """The instance's rows (its ``__dict__``), decoded first when
         :meth:`_unpack_table` left them for later."""
         d = self.__dict__
-        if _UNDECODED in d:
-            (data, take, shift), o = d.pop(_UNDECODED), d.pop(_UNDECODED_AT)
+        src, o = d.get(_UNDECODED), d.get(_UNDECODED_AT)
+        if src is not None and o is not None:
+            data, take, shift = src
             type(self).__dict__["_decode"](self, int.from_bytes(
                 data[o:o + take], "big") << shift)
+            # Dropped once the rows are in: another thread that reads the
+            # record meanwhile decodes it too (the same values) instead
+            # of finding neither.
+            d.pop(_UNDECODED, None)
+            d.pop(_UNDECODED_AT, None)
         return d
 
     # -- encoding

@@ -585,3 +585,37 @@ def test_table_record_cut_short_is_a_format_error():
     assert len(mad.decode_sa_reply(msg).records) == 2
     with pytest.raises(mad.MADFormatError):
         mad.decode_sa_reply(msg[:-(cls.LENGTH - need)])
+
+
+def test_table_records_read_from_several_threads():
+    """Threads reading the same fresh records at once each get the values:
+    one that finds the record being decoded by another decodes it too,
+    never an AttributeError for a row."""
+    import random
+    import sys
+    import threading
+    cls = mad.SAPathRecord
+    rnd = random.Random(9)
+    errors = []
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)     # switch threads as often as it can
+    try:
+        for _ in range(10):
+            raw = [rnd.randbytes(cls.LENGTH) for _ in range(1000)]
+            recs = mad.decode_sa_reply(_table(cls, raw)).records
+            want = [cls(r).SLID for r in raw]
+
+            def reader():
+                try:
+                    got = [r.SLID for r in recs]
+                    assert got == want
+                except Exception as e:      # noqa: BLE001 - reported below
+                    errors.append(repr(e))
+            threads = [threading.Thread(target=reader) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == []
