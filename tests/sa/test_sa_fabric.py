@@ -394,3 +394,15 @@ def test_send_arguments_are_range_checked(fabric):
                                                 "flow_label",
                                                 "traffic_class"]):
         assert field in ln, ln
+
+
+def test_session_fabric_outlives_a_slow_tier(fabric, worker):
+    """The session's fabrics and workers live as long as the whole tier
+    may take (CI's 90 minutes), not a test's 900 s: under load the tier
+    took 16 minutes and a fabric started by an early test was gone by
+    a late one.  Their processes are bounded by coreutils timeout with
+    that lifetime."""
+    assert fabric.lifetime >= 90 * 60
+    cmd = open(f"/proc/{worker.proc.pid}/cmdline").read().split("\0")
+    assert cmd[:3] == ["timeout", "-k", "5"], cmd
+    assert int(cmd[3]) >= 90 * 60, cmd
