@@ -251,7 +251,7 @@ class BinStruct:
     else:
         def __getattr__(self, name):
             # Only called for a name the instance does not have: a record
-            # of a table (decode_table) decodes its rows on first use.
+            # of a table (_unpack_table) decodes its rows on first use.
             d = self.__dict__
             if not name.startswith("__"):
                 self._rows()
@@ -573,10 +573,10 @@ class BinStruct:
         (*stride* smaller) reads zeros after its end.  The same records
         as ``cls(record_bytes)`` each; but a table can hold tens of
         thousands (every PathRecord of a subnet) of which a program often
-        reads a few rows, so a class built from a table keeps each
-        record's bits and decodes them on the first use of the record
-        (``__getattr__``; :meth:`_rows` for the methods that read the
-        rows directly)."""
+        reads a few rows, so a record of a class built from a table keeps
+        where its bits are (the table's bytes and its offset) and decodes
+        them on its first use (``__getattr__``; :meth:`_rows` for the
+        methods that read the rows directly)."""
         n = cls.MAD_LENGTH
         take = min(stride, n)
         offsets = range(0, len(data) - need + 1, stride)
