@@ -5,7 +5,7 @@ may use it.
 """
 from __future__ import annotations
 
-import ipaddress
+import sys as _sys
 from typing import Any, Dict, Optional, SupportsInt, Tuple, Type, cast
 
 __all__ = ["GID", "GUID", "GID_DEFAULT_PREFIX", "IB_DEFAULT_QP1_QKEY",
@@ -157,9 +157,14 @@ class GID(bytes):
             if not 0 <= value < 1 << 128:
                 raise ValueError(f"GID value out of range: {value:#x}")
             return bytes.__new__(cls, value.to_bytes(16, "big"))
-        if isinstance(value, ipaddress.IPv6Address):
+        # ipaddress is imported when first needed (it takes a millisecond
+        # of every command's start); a value cannot be an IPv6Address
+        # before it is.
+        ipa = _sys.modules.get("ipaddress")
+        if ipa is not None and isinstance(value, ipa.IPv6Address):
             return bytes.__new__(cls, value.packed)
         if isinstance(value, str):
+            import ipaddress
             try:
                 addr = ipaddress.IPv6Address(value.strip())
             except ipaddress.AddressValueError as e:
@@ -186,6 +191,7 @@ class GID(bytes):
         return int.from_bytes(self, "big")
 
     def __str__(self) -> str:
+        import ipaddress
         addr = ipaddress.IPv6Address(bytes(self))
         if addr.ipv4_mapped is not None:      # as inet_ntop prints it
             return f"::ffff:{addr.ipv4_mapped}"
@@ -256,7 +262,6 @@ class GUID(int):
 # rdma._mad and rdma.binstruct import GID/GUID from here at run time only,
 # so importing them last makes no cycle.)
 
-import sys as _sys  # noqa: E402
 
 #: Node types (NodeInfo.nodeType).
 NODE_CA = 1

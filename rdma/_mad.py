@@ -459,10 +459,7 @@ def decode_sa_reply(buf: Union[bytes, bytearray],
                     raise MADFormatError(
                         f"AttributeOffset {hdr.attributeOffset} is smaller "
                         f"than {cls.__name__} ({need} bytes)", reply=buf)
-                pad = bytes(max(0, cls.MAD_LENGTH - stride))
-                for off in range(0, len(data) - need + 1, stride):
-                    one = data[off:off + min(stride, cls.MAD_LENGTH)]
-                    records.append(cls(one + pad, 0))
+                records.extend(cls._unpack_table(data, stride, need))
         elif len(data) >= cls.MAD_LENGTH:
             records.append(cls(data, 0))
         else:

@@ -32,6 +32,12 @@ from types import MemberDescriptorType, ModuleType
 from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterator,
                     List, Optional, TextIO, Tuple, Type, Union)
 
+#: The instance attributes that hold where a table record's bits are (the
+#: table, and the record's offset in it) until its rows are first read
+#: (BinStruct._unpack_table).
+_UNDECODED = "_binstruct_undecoded"
+_UNDECODED_AT = "_binstruct_undecoded_at"
+
 __all__ = ["BinStruct", "BinFormat", "F", "U", "G", "S", "N", "R",
            "METHOD_NUMBERS"]
 
@@ -242,6 +248,17 @@ class BinStruct:
         # The rows of FIELDS are instance attributes made at run time
         # (zero(), unpack_from()): to a type checker each one is Any.
         def __getattr__(self, name: str) -> Any: ...
+    else:
+        def __getattr__(self, name):
+            # Only called for a name the instance does not have: a record
+            # of a table (_unpack_table) decodes its rows on first use.
+            d = self.__dict__
+            if not name.startswith("__"):
+                self._rows()
+                if name in d:       # (or decoded by another thread)
+                    return d[name]
+            raise AttributeError(f"{type(self).__name__!r} object has "
+                                 f"no attribute {name!r}")
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -324,6 +341,8 @@ class BinStruct:
     def zero(self) -> None:
         """Set every row back to zero (nothing marked as set)."""
         d = self.__dict__
+        d.pop(_UNDECODED, None)
+        d.pop(_UNDECODED_AT, None)
         for f in self.FIELDS:
             d[f.name] = _zero(f)
         d["_set"] = set()
@@ -338,8 +357,9 @@ class BinStruct:
                 return
             raise AttributeError(f"{type(self).__name__} has no field "
                                  f"{name!r}")
-        self.__dict__[name] = self._convert(f, value)
-        self.__dict__["_set"].add(name)
+        d = self._rows()
+        d[name] = self._convert(f, value)
+        d["_set"].add(name)
 
     def _convert(self, f: _Field, value: Any) -> Any:
         where = f"{type(self).__name__}.{f.name}"
@@ -412,6 +432,10 @@ class BinStruct:
         self._from_int(int.from_bytes(buf[offset:offset + n], "big"))
 
     def _from_int(self, v: int) -> None:
+        d = self.__dict__
+        if _UNDECODED in d:
+            d.pop(_UNDECODED, None)
+            d.pop(_UNDECODED_AT, None)
         cls = type(self)
         fn = cls.__dict__.get("_decode")
         if fn is None:
@@ -427,7 +451,8 @@ class BinStruct:
         class's ``_decode``."""
         iba = _iba()
         ns: Dict[str, Any] = {"GUID": iba.GUID, "GID": iba.GID,
-                              "_new": int.__new__, "_ba": bytearray}
+                              "_new": int.__new__, "_ba": bytearray,
+                              "_bnew": bytes.__new__}
         lines = ["def _decode(self, v):",
                  "    d = self.__dict__",
                  "    d['_set'] = set()"]
@@ -449,7 +474,9 @@ class BinStruct:
                 elif kind == "guid":
                     lines.append(f"    d[{key}] = _new(GUID, {x})")
                 elif kind == "gid":
-                    lines.append(f"    d[{key}] = GID({x})")
+                    # GID(int) checks its argument; x is 128 bits already
+                    lines.append(f"    d[{key}] = _bnew(GID, {x}.to_bytes("
+                                 f"16, 'big'))")
                 elif kind == "bytes":
                     lines.append(f"    d[{key}] = _ba({x}.to_bytes("
                                  f"{bits >> 3}, 'big'))")
@@ -469,7 +496,7 @@ class BinStruct:
             if kind == "guid":
                 one = f"_new(GUID, {one})"
             elif kind == "gid":
-                one = f"GID({one})"
+                one = f"_bnew(GID, {one}.to_bytes(16, 'big'))"
             if kind == "struct":
                 lines.append("    xs = []")
                 lines.append(f"    for k in T{i}:")
@@ -488,6 +515,8 @@ class BinStruct:
         """The table-walking decoder :meth:`_compile_decoder` compiles
         (the reference the tests compare the compiled one with)."""
         d = self.__dict__
+        d.pop(_UNDECODED, None)
+        d.pop(_UNDECODED_AT, None)
         d["_set"] = set()
         iba = _iba()
         for name, shift, bits, count, kind, struct in self._plan:
@@ -534,12 +563,83 @@ class BinStruct:
         obj.unpack_from(buf, offset)
         return obj
 
+    # -- tables: records decoded on first use
+
+    @classmethod
+    def _unpack_table(cls, data: bytes, stride: int,
+                      need: int) -> List["BinStruct"]:
+        """The records of a table: one every *stride* bytes of *data*
+        while *need* bytes are left; a record shorter than ``MAD_LENGTH``
+        (*stride* smaller) reads zeros after its end.  The same records
+        as ``cls(record_bytes)`` each; but a table can hold tens of
+        thousands (every PathRecord of a subnet) of which a program often
+        reads a few rows, so a record of a class built from a table keeps
+        where its bits are (the table's bytes and its offset) and decodes
+        them on its first use (``__getattr__``; :meth:`_rows` for the
+        methods that read the rows directly)."""
+        n = cls.MAD_LENGTH
+        take = min(stride, n)
+        offsets = range(0, len(data) - need + 1, stride)
+        if not cls._decodes_later():
+            pad = bytes(n - take)
+            return [cls(data[o:o + take] + pad, 0) for o in offsets]
+        if "_decode" not in cls.__dict__:
+            cls._compile_decoder()
+        # Each record holds the table's (bytes, record length, shift) and
+        # its offset: two references, no copy, until it is decoded.
+        src = (bytes(data), take, 8 * (n - take))
+        new = cls.__new__
+        out: List[BinStruct] = []
+        add = out.append
+        last = len(data) - take        # the records past it are cut short
+        for o in offsets:
+            if o > last:
+                # too short: raises MADFormatError as cls(...) does
+                add(cls(data[o:o + take] + bytes(n - take), 0))
+                continue
+            r = new(cls)
+            d = r.__dict__
+            d[_UNDECODED] = src
+            d[_UNDECODED_AT] = o
+            add(r)
+        return out
+
+    @classmethod
+    def _decodes_later(cls) -> bool:
+        """Whether the class's records may wait to be decoded: built from
+        a table, and decoded by this class's code (a python-rdma style
+        subclass with its own unpack_from, or a class attribute named
+        like a row, is decoded at once)."""
+        base = BinStruct
+        return (cls.__init__ is base.__init__ and
+                cls.unpack_from is base.unpack_from and
+                cls._from_int is base._from_int and
+                cls.__setattr__ is base.__setattr__ and
+                bool(cls._plan) and
+                not any(hasattr(cls, f.name) for f in cls.FIELDS))
+
+    def _rows(self) -> Dict[str, Any]:
+        """The instance's rows (its ``__dict__``), decoded first when
+        :meth:`_unpack_table` left them for later."""
+        d = self.__dict__
+        src, o = d.get(_UNDECODED), d.get(_UNDECODED_AT)
+        if src is not None and o is not None:
+            data, take, shift = src
+            type(self).__dict__["_decode"](self, int.from_bytes(
+                data[o:o + take], "big") << shift)
+            # Dropped once the rows are in: another thread that reads the
+            # record meanwhile decodes it too (the same values) instead
+            # of finding neither.
+            d.pop(_UNDECODED, None)
+            d.pop(_UNDECODED_AT, None)
+        return d
+
     # -- encoding
 
     def _to_int(self, shown: bool = False) -> int:
         """The structure as one int; ``shown``: rows left out (None)
         count as zero (for printing) instead of raising."""
-        d = self.__dict__
+        d = self._rows()
         acc = 0
         for name, shift, bits, count, kind, struct in self._plan:
             value = d[name]
@@ -609,10 +709,11 @@ class BinStruct:
         nested structure contributes the fields assigned in it; assigning
         a whole nested structure sets all of its components)."""
         mask = 0
-        s = self.__dict__["_set"]
+        d = self._rows()
+        s = d["_set"]
         for f in self.FIELDS:
             if f.kind == "struct" and f.count == 1:
-                sub = self.__dict__[f.name]
+                sub = d[f.name]
                 if sub is None:
                     continue
                 if f.name in s and not sub._set:
@@ -640,19 +741,21 @@ class BinStruct:
     # -- Python protocol
 
     def __iter__(self) -> Iterator[Tuple[str, Any]]:
+        d = self._rows()
         for f in self.FIELDS:
             if not f.reserved:
-                yield f.name, self.__dict__[f.name]
+                yield f.name, d[f.name]
 
     def to_dict(self) -> Dict[str, Any]:
         """The rows (reserved ones left out) as a JSON-friendly dict: GIDs
         as text, GUIDs as ints, byte strings as text, nested structures
         as dicts."""
         out: Dict[str, Any] = {}
+        d = self._rows()
         for f in self.FIELDS:
             if f.reserved:
                 continue
-            out[f.name] = _jsonable(f, self.__dict__[f.name])
+            out[f.name] = _jsonable(f, d[f.name])
         return out
 
     def __eq__(self, other: object) -> bool:
@@ -804,7 +907,7 @@ def _decoded_data(s: BinStruct, f: _Field) -> Any:
     """The value of row ``f`` for printing: the ``data`` of a format is
     shown as the attribute its ``attributeID`` names (python-rdma's
     printer does the same)."""
-    v = s.__dict__[f.name]
+    v = s._rows()[f.name]
     if f.name == "data" and isinstance(s, BinFormat):
         attr = _iba().ATTR_TO_STRUCT.get((type(s), s.attributeID))
         if attr is not None and attr.MAD_LENGTH <= len(v):

@@ -763,12 +763,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     """``python -m rdma.discovery [--lfdb] [--dr] [--sched S] [end_port]``:
     discover the subnet and print :func:`subnet_summary` as JSON (with
     the wall and CPU time ``load()`` took and the number of SMPs)."""
-    import argparse
     import json
     import time
-    ap = argparse.ArgumentParser(prog="python -m rdma.discovery",
-                                 description=(main.__doc__ or "").split(
-                                     "\n")[0])
+    from rdma.cli import Parser
+    ap = Parser(prog="python -m rdma.discovery",
+                description=(main.__doc__ or "").split("\n")[0])
     ap.add_argument("end_port", nargs="?", default=None)
     ap.add_argument("--lfdb", action="store_true",
                     help="also read SwitchInfo and the forwarding tables")

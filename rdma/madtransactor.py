@@ -33,7 +33,6 @@ when the path has them.
 """
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
@@ -364,8 +363,11 @@ class MADTransactor:
 
     def _redirected_path(self, path: Any, cpi: Any) -> Any:
         """A copy of ``path`` aimed where ClassPortInfo ``cpi`` says."""
-        new = path.copy() if hasattr(path, "copy") and \
-            not isinstance(path, dict) else copy.copy(path)
+        if hasattr(path, "copy") and not isinstance(path, dict):
+            new = path.copy()
+        else:
+            import copy
+            new = copy.copy(path)
         if cpi.redirectLID:
             new.DLID = cpi.redirectLID
         elif int(cpi.redirectGID):

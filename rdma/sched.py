@@ -36,11 +36,11 @@ from __future__ import annotations
 import collections
 import errno
 import heapq
-import inspect
 import itertools
 import struct
 import sys
 import time
+from types import GeneratorType
 from typing import (Any, Deque, Dict, Generator, List, Optional, Set,
                     Tuple)
 
@@ -426,7 +426,7 @@ class MADSchedule(MADTransactor):
             for w in work:
                 self.queue(w)
             return None
-        if not inspect.isgenerator(work):
+        if not isinstance(work, GeneratorType):
             raise TypeError(f"queue() takes a coroutine (a generator), not "
                             f"{type(work).__name__}")
         ctx = Context(work, False)
@@ -436,7 +436,7 @@ class MADSchedule(MADTransactor):
     def mqueue(self, works: Any) -> Context:
         """Start a generator of coroutines that all run in parallel; its
         context ends when the generator and every coroutine have."""
-        if not inspect.isgenerator(works):
+        if not isinstance(works, GeneratorType):
             raise TypeError(f"mqueue() takes a generator of coroutines, not "
                             f"{type(works).__name__}")
         ctx = Context(works, True)
@@ -524,7 +524,7 @@ class MADSchedule(MADTransactor):
             if work is None:
                 ctx._result, self.result = self.result, None
                 continue
-            if inspect.isgenerator(work):
+            if isinstance(work, GeneratorType):
                 if ctx._gengen:
                     child = Context(work, False, ctx)
                     ctx._result = child

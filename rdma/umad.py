@@ -14,7 +14,7 @@ decodes SA replies; the SA RPCs have python-rdma's names
 from __future__ import annotations
 
 import errno
-import random
+import os
 import time
 from typing import Any, Dict, List, Optional, Tuple, Type, Union
 
@@ -250,7 +250,7 @@ class UMAD(TimedSends, MADTransactor):
         # (class, version, rmpp, methods) -> agent id; agent id -> QP
         self._agents: Dict[Tuple[int, int, bool, Tuple[int, ...]], int] = {}
         self._agent_dqpn: Dict[int, int] = {}
-        self._tid = random.getrandbits(32)
+        self._tid = int.from_bytes(os.urandom(4), "big")
         self._sa_path: Optional[Any] = path
         self._pending: List[Any] = []
         if timeout_ms is not None:

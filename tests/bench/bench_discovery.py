@@ -29,7 +29,8 @@ it up per size.  Not a test: pytest does not collect it.  Run::
 
 Then SA GetTable of every PathRecord against ``saquery -p`` (all pairs
 of end ports: 1936 records at radix 8, 23104 at 16; ``--sa-radix ''``
-skips it).  It needs RMPP: rdma's ibsim shim that ``setup.py`` builds
+skips it), with ``--baseline`` the other copy's too, wall and CPU time
+of the processes.  It needs RMPP: rdma's ibsim shim that ``setup.py`` builds
 (the default, see ``tests/sa/fabric.py``; Debian's cuts RMPP answers to
 one MAD).
 """
@@ -172,33 +173,45 @@ print(json.dumps({"n": len(recs), "t": time.monotonic() - t0,
 def sa_size(radix, repeat, scratch):
     """GetTable of all PathRecords: ``saquery -p`` against
     ``UMAD.SubnAdmGetTable(SAPathRecord())`` (RMPP: needs a shim that
-    passes it)."""
+    passes it), and against the ``--baseline`` copy's when given (in
+    turn, in the same minutes).  One result per copy of ``rdma``."""
     tree = Tree(radix)
     topo = scratch / f"fattree{radix}"
     topo.write_text(tree.text())
     f = Fabric(topo, scratch / f"sa{radix}")
+    copies = ([("base", BASELINE)] if BASELINE is not None else []) + \
+        [("sched", None)]
     try:
         f.start()
         wait_active(f)
-        theirs, mine, mine_wall, n = [], [], [], None
+        theirs, theirs_cpu, n = [], [], None
+        mine = {name: ([], [], []) for name, _ in copies}
         for _ in range(repeat):
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), _children_cpu()
             out = f.run(["saquery", "-p"], CLIENT, timeout=600).stdout
             theirs.append(time.monotonic() - t0)
+            theirs_cpu.append(_children_cpu() - c0)
             got = out.count("PathRecord dump")
-            t0 = time.monotonic()
-            res = json.loads(f.run([sys.executable, "-c", SA_SCRIPT], CLIENT,
-                                   timeout=600).stdout)
-            mine_wall.append(time.monotonic() - t0)
-            mine.append(res["t"])
-            if res["n"] != got:
-                raise RuntimeError(f"saquery printed {got} PathRecords, "
-                                   f"we got {res['n']}")
+            for name, pythonpath in copies:
+                t0, c0 = time.monotonic(), _children_cpu()
+                res = json.loads(_run_with(f, [sys.executable, "-c",
+                                               SA_SCRIPT],
+                                           pythonpath).stdout)
+                inside, wall, cpu = mine[name]
+                wall.append(time.monotonic() - t0)
+                cpu.append(_children_cpu() - c0)
+                inside.append(res["t"])
+                if res["n"] != got:
+                    raise RuntimeError(f"saquery printed {got} PathRecords, "
+                                       f"{name} got {res['n']}")
             n = got
-        return {"radix": radix, "records": n,
-                "saquery": statistics.median(theirs),
-                "ours": statistics.median(mine),
-                "ours_start": statistics.median(mine_wall)}
+        return [{"radix": radix, "sched": name, "records": n,
+                 "saquery": statistics.median(theirs),
+                 "cpu_saquery": statistics.median(theirs_cpu),
+                 "ours": statistics.median(mine[name][0]),
+                 "ours_start": statistics.median(mine[name][1]),
+                 "cpu_ours_start": statistics.median(mine[name][2])}
+                for name, _ in copies]
     finally:
         f.close()
 
@@ -249,7 +262,8 @@ def main():
     ap.add_argument("--baseline", type=Path, default=None,
                     help="a directory holding another copy of the rdma "
                          "package (an older commit, its extension built): "
-                         "also time its default discovery, as 'base'")
+                         "also time its default discovery and its "
+                         "GetTable, as 'base'")
     ap.add_argument("--json", action="store_true",
                     help="also print one RESULT {json} line per size")
     ap.add_argument("--sa-radix", default="8,16",
@@ -292,19 +306,26 @@ def main():
                     print("RESULT " + json.dumps(res), flush=True)
         _print_growth(rows)
         if a.sa_radix:
-            print(f"\nGetTable of all PathRecords (wall seconds)\n"
-                  f"{'radix':>5} {'records':>8} {'saquery':>8} "
+            print(f"\nGetTable of all PathRecords (wall seconds, then CPU "
+                  f"seconds of the processes)\n"
+                  f"{'radix':>5} {'sched':>7} {'records':>8} {'saquery':>8} "
                   f"{'ours':>7} {'ours+start':>10} {'ratio':>6} "
-                  f"{'ratio+start':>11}")
+                  f"{'ratio+start':>11} | {'cpu saq':>8} {'cpu ours':>8} "
+                  f"{'ratio':>6}")
         for r in (int(x) for x in a.sa_radix.split(",") if x):
-            res = sa_size(r, a.repeat, Path(tmp))
-            t = res["saquery"]
-            print(f"{r:>5} {res['records']:>8} {t:>7.3f}s "
-                  f"{res['ours']:>6.3f}s {res['ours_start']:>9.3f}s "
-                  f"{res['ours'] / t:>6.2f} {res['ours_start'] / t:>11.2f}",
-                  flush=True)
-            if a.json:
-                print("RESULT " + json.dumps(res), flush=True)
+            for res in sa_size(r, a.repeat, Path(tmp)):
+                t = res["saquery"]
+                print(f"{r:>5} {res['sched']:>7} {res['records']:>8} "
+                      f"{t:>7.3f}s {res['ours']:>6.3f}s "
+                      f"{res['ours_start']:>9.3f}s "
+                      f"{res['ours'] / t:>6.2f} "
+                      f"{res['ours_start'] / t:>11.2f} | "
+                      f"{res['cpu_saquery']:>7.3f}s "
+                      f"{res['cpu_ours_start']:>7.3f}s "
+                      f"{res['cpu_ours_start'] / res['cpu_saquery']:>6.2f}",
+                      flush=True)
+                if a.json:
+                    print("RESULT " + json.dumps(res), flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -17,6 +17,15 @@ sys.path.insert(0, str(HERE))
 
 from fabric import NET_EXAMPLES, SHIM, Fabric  # noqa: E402
 
+#: How long the processes of a session's fabric may live (Fabric's
+#: ``lifetime``, enforced by coreutils timeout): the whole tier, not one
+#: test.  Fabric's default of 900 s is a test's; the tier took 16 minutes
+#: on the loaded 2-core machine, and a fabric started by an early test
+#: was killed under a late one ("no ibsim server ... Connection
+#: refused").  CI's limit for the whole suite is 90 minutes; nothing
+#: outlives a crashed run by more than that.
+SESSION_LIFETIME = 90 * 60
+
 #: The topologies: ibsim's shipped examples and our own.
 TOPOLOGIES = {
     "2sw4hca": NET_EXAMPLES / "net.2sw2path4hca",
@@ -52,7 +61,8 @@ def fabrics(tmp_path_factory):
         if key not in started:
             scratch = tmp_path_factory.mktemp(f"fabric-{name}-{int(sm)}")
             f = Fabric(TOPOLOGIES[name], scratch,
-                       sm_node="Hca1" if sm else None)
+                       sm_node="Hca1" if sm else None,
+                       lifetime=SESSION_LIFETIME)
             started[key] = f     # registered before start: always closed
             f.start()
         return started[key]

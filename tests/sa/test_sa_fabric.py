@@ -26,6 +26,8 @@ from rdma.IBA import GID
 from fabric import ROOT, Fabric
 
 SA_NO_RECORDS = 0x0300
+#: x86-64 system call numbers (/proc/PID/syscall) of poll and ppoll.
+POLL, PPOLL = 7, 271
 
 
 @pytest.fixture(scope="module")
@@ -313,11 +315,18 @@ def test_ctrl_c_interrupts_a_wait(fabric):
                      text=True)
     try:
         assert p.stdout.readline().strip() == "waiting"
-        time.sleep(0.2)
         # The only child of coreutils timeout is the Python process.
         kids = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()
         assert len(kids) == 1
-        os.kill(int(kids[0]), signal.SIGINT)
+        kid = int(kids[0])
+        # Ready: its main thread blocked in recvfrom()'s poll (a SIGINT
+        # still in print() would be raised outside the try).
+        deadline = time.monotonic() + 60
+        while open(f"/proc/{kid}/syscall").read().split()[0] not in \
+                (str(POLL), str(PPOLL)):
+            assert time.monotonic() < deadline, "recvfrom() never waited"
+            time.sleep(0.01)
+        os.kill(kid, signal.SIGINT)
         out, err = p.communicate(timeout=5)
     finally:
         if p.poll() is None:
@@ -385,3 +394,15 @@ def test_send_arguments_are_range_checked(fabric):
                                                 "flow_label",
                                                 "traffic_class"]):
         assert field in ln, ln
+
+
+def test_session_fabric_outlives_a_slow_tier(fabric, worker):
+    """The session's fabrics and workers live as long as the whole tier
+    may take (CI's 90 minutes), not a test's 900 s: under load the tier
+    took 16 minutes and a fabric started by an early test was gone by
+    a late one.  Their processes are bounded by coreutils timeout with
+    that lifetime."""
+    assert fabric.lifetime >= 90 * 60
+    cmd = open(f"/proc/{worker.proc.pid}/cmdline").read().split("\0")
+    assert cmd[:3] == ["timeout", "-k", "5"], cmd
+    assert int(cmd[3]) >= 90 * 60, cmd

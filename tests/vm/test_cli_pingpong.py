@@ -303,9 +303,13 @@ def test_peer_gone_after_exchange_times_out():
 
 def test_size_mismatch_is_a_validation_failure():
     """The server validates (-c) and gets 2048-byte messages where it
-    expects 4096: exit 3."""
+    expects 4096: exit 3.  The server's --timeout bounds its wait for
+    the client too, which starts once the server listens: it is the
+    per-process bound T, not a guess at how long the client takes to
+    start (20 s ran out under TCG; the server exits 3 as soon as the
+    first message is in, so a passing run takes no longer)."""
     port = free_port()
-    with server(ours("rc", port, "-c", "--timeout", "20"), port) as srv:
+    with server(ours("rc", port, "-c", "--timeout", str(T)), port) as srv:
         cli = run(ours("rc", port, "-s", "2048", "--timeout", "10",
                        "127.0.0.1"))
         rc, out, err = srv.finish()
