@@ -7,6 +7,14 @@ xml=$1
 shift
 root=$(cd "$(dirname "$0")/.." && pwd)
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so)"
+# Leak detection is off: CPython leaves its objects allocated at exit
+# (with PYTHONMALLOC=malloc LeakSanitizer would report them all), and in
+# a fabric process (gcc 12's libasan) LeakSanitizer's tracer dies with
+# SIGSEGV on a bogus dynamic-TLS range of one of the node's threads
+# unless LSAN_OPTIONS=use_tls=0.  A C verbs program under the front end
+# (LD_PRELOAD="$(gcc -print-file-name=libasan.so) <asan build>/rdma/
+# fabric/librdma_fabric_verbs.so") can be checked with
+# ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=use_tls=0.
 export ASAN_OPTIONS="detect_leaks=0:exitcode=99:abort_on_error=0:halt_on_error=1"
 export PYTHONMALLOC=malloc
 export PYTHONPATH="$root/build/variants/asan"

@@ -210,6 +210,8 @@ extern struct fab_ucp U;
 #define DEV_NAME "ucx0"
 #define QPN_IDX_BITS 14
 #define MAX_QP (1 << QPN_IDX_BITS)
+#define QP_WIN_MIN 1024    /* QP table rows new QPs take turns over, at
+                              least (qp.c qp_window) */
 #define MAX_WR 16384
 #define MAX_SGE 16
 #define MAX_INLINE 4096
@@ -751,6 +753,7 @@ struct node {
     struct uqp *qps[MAX_QP];
     uint16_t qp_gen[MAX_QP];
     uint32_t qp_next;
+    uint32_t qp_live;      /* QPs in N.qps */
     struct umr **mrs;
     uint8_t *mr_gen;
     uint32_t nmr;

@@ -107,13 +107,55 @@ fab_destroy_srq(void *vs, struct pyrdma_status *st)
 /* ------------------------------------------------------------------ */
 /* QP                                                                  */
 
+/* The QP table rows new QPs take turns over: QP_WIN_MIN, doubled while
+   it is not twice the live QPs (and two reserved rows), at most MAX_QP.
+   Taking turns over all MAX_QP rows touched a new row of N.qps, N.qp_gen
+   and the key page's sh_qp per QP created until all 16384 were touched
+   (some 700 KiB per process, and N.qp_hi at its top for every scan of
+   the table); now the rows touched follow the most QPs alive at once. */
+static uint32_t
+qp_window(void)
+{
+    uint32_t w = QP_WIN_MIN;
+    while (w < MAX_QP && w < 2 * (N.qp_live + 2))
+        w <<= 1;
+    return w;
+}
+
+/* Give q a free row of the QP table and its QPN: the row after the last
+   one given within the window (a row's QPN comes back only after
+   1024 turns of the window).  N.lock held.  0, or -1 if the table is
+   full. */
+static int
+qp_index_take(struct uqp *q)
+{
+    uint32_t w = qp_window(), start = N.qp_next, i, idx = 0;
+    if (start < 2 || start >= w)
+        start = 2;
+    for (i = 0; i < w - 2; i++) {
+        idx = 2 + (start - 2 + i) % (w - 2);
+        if (N.qps[idx] == NULL)
+            break;
+    }
+    if (i == w - 2)
+        return -1;
+    N.qp_next = idx + 1;
+    if (idx + 1 > N.qp_hi)
+        N.qp_hi = idx + 1;
+    N.qp_live++;
+    N.qp_gen[idx] = (uint16_t)((N.qp_gen[idx] + 1) & 0x3ff);
+    q->qpn = ((uint32_t)N.qp_gen[idx] << QPN_IDX_BITS) | idx;
+    N.qps[idx] = q;
+    return 0;
+}
+
 int
 fab_create_qp(void *vpd, struct pyrdma_qp_init_attr *a, void **out,
               uint32_t *qpn, struct pyrdma_status *st)
 {
     struct uqp *q;
     struct pyrdma_qp_cap *c = &a->cap;
-    uint32_t n, i, idx;
+    uint32_t n, i;
 
     if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC &&
         a->qp_type != IBV_QPT_UD)
@@ -165,22 +207,11 @@ fab_create_qp(void *vpd, struct pyrdma_qp_init_attr *a, void **out,
     q->attr.path_mtu = PORT_MTU;
     q->attr.port_num = 1;
     LOCK();
-    for (i = 0; i < MAX_QP; i++) {
-        idx = (N.qp_next + i) & (MAX_QP - 1);
-        if (idx >= 2 && N.qps[idx] == NULL)
-            break;
-    }
-    if (i == MAX_QP) {
+    if (qp_index_take(q) < 0) {
         UNLOCK();
         pyrdma_fail(st, ENOMEM, "ibv_create_qp", "too many QPs");
         goto fail;
     }
-    N.qp_next = idx + 1;
-    if (idx + 1 > N.qp_hi)
-        N.qp_hi = idx + 1;
-    N.qp_gen[idx] = (uint16_t)((N.qp_gen[idx] + 1) & 0x3ff);
-    q->qpn = ((uint32_t)N.qp_gen[idx] << QPN_IDX_BITS) | idx;
-    N.qps[idx] = q;
     UNLOCK();
     *out = q;
     *qpn = q->qpn;
@@ -484,6 +515,7 @@ fab_destroy_qp(void *vq, struct pyrdma_status *st)
     q->destroyed = 1;
     fab_sh_qp_sync(q);              /* no new one-sided op can start */
     N.qps[q->qpn & (MAX_QP - 1)] = NULL;
+    N.qp_live--;
     fab_mw_unbind_qp(q);            /* its type 2 windows */
     fab_inmsg_list_free(q->inq);
     fab_inmsg_list_free(q->ooo);
