@@ -389,8 +389,9 @@ def test_connect_disconnect_loop_fds_flat(provider, addr, port):
 
 
 def test_multicast(provider, addr):
-    """UD multicast: MULTICAST_JOIN with the group's ah_attr (global, an
-    MGID, an MLID), qp_num 0xFFFFFF and RDMA_UDP_QKEY; a datagram sent to
+    """UD multicast: MULTICAST_JOIN with the group's ah_attr (global; an
+    MGID and MLID on ucx0, the IPv4-mapped group on RoCE), qp_num
+    0xFFFFFF and RDMA_UDP_QKEY; a datagram sent to
     the group from one ID's QP arrives at a second ID's QP (attached when
     its join's event was read); after leaving, the QPs close."""
     group = ("239.1.2.3", 0)
@@ -409,8 +410,12 @@ def test_multicast(provider, addr):
             cid.join_multicast(group)
             ev = ch.wait_event(cid, E.MULTICAST_JOIN)
             assert ev.ah_attr is not None and ev.ah_attr.is_global
-            assert ev.ah_attr.grh.dgid[0] == 0xff
-            assert 0xC000 <= ev.ah_attr.dlid < 0xFFFF
+            if provider == "ucx":   # an IB port: MGID ff12:4001:..., MLID
+                assert ev.ah_attr.grh.dgid[0] == 0xff
+                assert 0xC000 <= ev.ah_attr.dlid < 0xFFFF
+            else:   # RoCE: the group's IPv4 address, mapped into a GID
+                assert bytes(ev.ah_attr.grh.dgid)[-4:] == bytes(
+                    [239, 1, 2, 3])
             assert ev.qp_num == 0xFFFFFF
             assert ev.qkey == cm.RDMA_UDP_QKEY
             evs.append(ev)
