@@ -442,7 +442,7 @@ def test_multicast(provider, addr):
 
 
 def test_multicast_id_closed_while_joined(provider, addr):
-    """Closing a joined ID leaves the group: its QP is detached (it
+    """Closing a joined ID leaves its groups: its QP is detached (it
     could not be destroyed while attached) and the ID closes cleanly."""
     with cm.EventChannel(provider) as ch:
         cid = ch.create_id(cm.RDMA_PS_UDP)
@@ -451,6 +451,14 @@ def test_multicast_id_closed_while_joined(provider, addr):
         qp = cid.create_qp(ibv.IBV_QPT_UD)
         cid.join_multicast(("239.1.2.4", 0))
         ch.wait_event(cid, E.MULTICAST_JOIN)
+        if provider == "ucx":
+            # IPv6 groups: the IPoIB mapping with the UDP port space's
+            # signature, and an MGID given as the address taken as it is
+            for group, mgid in ((("ff0e::1:2", 0), "ff12:6001:ffff::1:2"),
+                                (("ff12:a01b::7", 0), "ff12:a01b::7")):
+                cid.join_multicast(group)
+                ev = ch.wait_event(cid, E.MULTICAST_JOIN)
+                assert str(ev.ah_attr.grh.dgid) == mgid
         cid.close()
         assert qp.closed
 
