@@ -107,7 +107,10 @@ struct fab_cm_event {
     uint8_t retry_count, rnr_retry_count, srq;
     uint32_t qp_num;           /* the peer's QP */
     uint32_t qkey;             /* UD: its Q_Key */
-    struct pyrdma_ah_attr ah_attr; /* UD (ESTABLISHED): how to reach it */
+    struct pyrdma_ah_attr ah_attr; /* UD (ESTABLISHED): how to reach it;
+                                  MULTICAST_JOIN: the group */
+    void *mc_context;          /* MULTICAST_JOIN/_ERROR: the context
+                                  fab_cm_join_multicast was given */
 };
 
 /* The route of an ID (struct rdma_route and the ID's addresses). */
@@ -208,6 +211,26 @@ int fab_cm_init_qp_attr(struct fab_cm_id *id, struct pyrdma_qp_attr *attr,
    is what connect and accept send when their qp_num is 0. */
 int fab_cm_set_qp(struct fab_cm_id *id, uint32_t qp_num,
                   struct pyrdma_status *st);
+
+/* Multicast (UD IDs, bound or resolved to an address of this host):
+   join the group of IP address addr (IPv4 224.0.0.0/4 or IPv6 ff00::/8),
+   named on the fabric by an MGID and MLID made from it as the kernel's
+   rdma_cm makes them for an IB port: IPv4 a.b.c.d gives
+   ff12:401b:ffff::<a & 15>.b.c.d (ff12:4001:... in the UDP port space),
+   IPv6 ff12:601b:ffff:<its last 10 bytes> (601b -> 6001 for UDP), an
+   IPv6 address that is an MGID already (ff1x:a01b::) itself; the MLID is
+   0xc000 plus a hash of the MGID (0xc000..0xfffe).  The ID's QP (the one
+   fab_cm_set_qp named) is attached to it, unless flags has
+   FAB_CM_MC_SENDONLY; then MULTICAST_JOIN, with ah_attr (global, dgid the
+   MGID, dlid the MLID), qp_num 0xffffff and qkey FAB_CM_UDP_QKEY; or
+   MULTICAST_ERROR if the QP cannot be attached.  Both carry context in
+   mc_context.  Leave detaches the QP (EADDRNOTAVAIL if id did not join
+   addr); destroying the ID leaves its groups. */
+#define FAB_CM_MC_SENDONLY 1          /* RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER */
+int fab_cm_join_multicast(struct fab_cm_id *id, const struct sockaddr *addr,
+                          int flags, void *context, struct pyrdma_status *st);
+int fab_cm_leave_multicast(struct fab_cm_id *id, const struct sockaddr *addr,
+                           struct pyrdma_status *st);
 
 /* The event's name ("RDMA_CM_EVENT_ESTABLISHED"...), as rdma_event_str. */
 const char *fab_cm_event_str(int event);

@@ -226,6 +226,17 @@ class EventChannel:
     def _event(self, t: Tuple[Any, ...]) -> CMEvent:
         (ev, status, raw, lraw, data, rr, idep, fc, retry, rnr, srq,
          qpn, qkey, ah) = t
+        e = self._make_event(ev, status, raw, lraw, data, rr, idep, fc,
+                             retry, rnr, srq, qpn, qkey, ah)
+        if e.id is not None and e.event in (CMEventType.MULTICAST_JOIN,
+                                            CMEventType.MULTICAST_ERROR):
+            e.id._joined(e)
+        return e
+
+    def _make_event(self, ev: int, status: int, raw: Any, lraw: Any,
+                    data: bytes, rr: int, idep: int, fc: int, retry: int,
+                    rnr: int, srq: int, qpn: int, qkey: int,
+                    ah: Optional[ibv.ah_attr]) -> CMEvent:
         return CMEvent(
             event=_event_type(ev), status=status,
             id=self._wrap(raw) if raw is not None else None,
@@ -311,6 +322,10 @@ class CMID:
         self.pd: Optional[ibv.PD] = None
         self.cq: Optional[ibv.CQ] = None
         self._owned: List[Any] = []
+        # multicast: the groups asked for (join order), and those joined
+        # with the QP attached to them (address -> (MGID, MLID))
+        self._joining: Deque[Optional[str]] = deque()
+        self._attached: Dict[Optional[str], Tuple[GID, int]] = {}
 
     def __enter__(self) -> "CMID":
         return self
@@ -332,12 +347,15 @@ class CMID:
         return int(self._raw.ps)
 
     def _close_resources(self) -> None:
+        for key in list(self._attached):
+            self._detach(key)   # an attached QP cannot be destroyed
         for o in reversed(self._owned):
             o.close()
         self._owned.clear()
 
     def close(self) -> None:
-        """Destroy the ID (``rdma_destroy_id``) and what create_qp made."""
+        """Destroy the ID (``rdma_destroy_id``) and what create_qp made;
+        the ID's QP leaves its multicast groups first."""
         self._close_resources()
         self._raw.close()
         self.channel._ids.pop(self._raw, None)
@@ -510,10 +528,40 @@ class CMID:
         self._raw.disconnect()
 
     def join_multicast(self, addr: Address) -> None:
-        self._raw.join_multicast(_numeric(addr))
+        """Join the multicast group of IP address ``addr`` (a UD ID,
+        bound or resolved; ``rdma_join_multicast``).  When its
+        ``MULTICAST_JOIN`` event is read, the ID's QP (:meth:`create_qp`)
+        is attached to the group the event names (``ah_attr``), as
+        librdmacm attaches the QP it made; :meth:`leave_multicast` and
+        :meth:`close` detach it."""
+        a = _numeric(addr)
+        self._raw.join_multicast(a)
+        self._joining.append(a[0])
 
     def leave_multicast(self, addr: Address) -> None:
-        self._raw.leave_multicast(_numeric(addr))
+        """Leave the group (``rdma_leave_multicast``), detaching the
+        ID's QP first."""
+        a = _numeric(addr)
+        self._detach(a[0])
+        self._raw.leave_multicast(a)
+
+    def _joined(self, ev: CMEvent) -> None:
+        """A join's event was read: attach the QP (MULTICAST_JOIN)."""
+        if not self._joining:
+            return
+        key = self._joining.popleft()
+        if (ev.event != CMEventType.MULTICAST_JOIN or ev.ah_attr is None
+                or self.qp is None or self.qp.closed
+                or self.qp.qp_type != ibv.IBV_QPT_UD):
+            return
+        gid, lid = ev.ah_attr.grh.dgid, ev.ah_attr.dlid
+        self.qp.attach_mcast(gid, lid)
+        self._attached[key] = (gid, lid)
+
+    def _detach(self, key: Optional[str]) -> None:
+        g = self._attached.pop(key, None)
+        if g is not None and self.qp is not None and not self.qp.closed:
+            self.qp.detach_mcast(*g)
 
     # -- the usual sequences, synchronous
     def resolve(self, dst: Address, src: Optional[Address] = None,

@@ -392,6 +392,7 @@ cm_tell_peer(struct fab_cm_id *id)
 EXPORT int
 fab_cm_destroy_id(struct fab_cm_id *id, struct pyrdma_status *st)
 {
+    struct cm_mc *mc;
     (void)st;
     CM_LOCK();
     cm_tell_peer(id);
@@ -399,7 +400,10 @@ fab_cm_destroy_id(struct fab_cm_id *id, struct pyrdma_status *st)
     drop_events(id);
     id->ch->nids--;
     cm_unclaim(id);
+    mc = id->mc;
+    id->mc = NULL;
     CM_UNLOCK();
+    cm_mc_leave_all(mc);       /* its groups, without cm_lock */
     free(id);
     return 0;
 }

@@ -43,6 +43,16 @@ struct fab_cm_channel {
     int nids;               /* IDs on it */
 };
 
+/* A multicast group an ID joined (cm_mcast.c). */
+struct cm_mc {
+    struct cm_mc *next;
+    struct sockaddr_storage addr; /* the group's IP address, as given */
+    uint8_t mgid[16];       /* its MGID and MLID */
+    uint16_t mlid;
+    uint32_t qpn;           /* the QP attached to it, 0: none (no QP,
+                               or a send-only join) */
+};
+
 struct fab_cm_id {
     struct fab_cm_channel *ch;
     void *context;
@@ -63,6 +73,7 @@ struct fab_cm_id {
     int claim_fd;           /* the port claim (-1: none) */
     char claim[300];        /* its path */
     uint64_t timewait_at;   /* TIMEWAIT_EXIT due (ns), 0: none */
+    struct cm_mc *mc;       /* multicast groups joined */
     struct fab_cm_id *hnext; /* hash chain */
 };
 
@@ -98,6 +109,9 @@ void cm_send(struct fab_cm_id *id, int op, struct cmout *o);
 struct cmout *cm_out_new(uint64_t guid, int op);
 void cm_out_post(struct cmout *o);
 void cm_wake(void);
+
+/* cm_mcast.c */
+void cm_mc_leave_all(struct cm_mc *list);
 
 /* cm_addr.c */
 int cm_addr_local(uint32_t ip);

@@ -105,7 +105,13 @@ fab_cm_resolve_addr(struct fab_cm_id *id, const struct sockaddr *src,
         return -1;
     }
     id->dst = *d;
-    if (cm_resolve_ip(d->sin_addr.s_addr, &ns, &sip) < 0) {
+    if (IN_MULTICAST(ntohl(d->sin_addr.s_addr))) {
+        /* a group (to join): this host's node, as the kernel binds the
+           ID to the device of the source address or the default route */
+        ns = N.netns;
+        sip = N.ip ? N.ip : htonl(INADDR_LOOPBACK);
+    }
+    else if (cm_resolve_ip(d->sin_addr.s_addr, &ns, &sip) < 0) {
         cm_event_post(cm_event(id, FAB_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH));
         CM_UNLOCK();
         return 0;

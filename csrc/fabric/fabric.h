@@ -997,6 +997,8 @@ int fab_attach_mcast(void *vq, const uint8_t gid[16], uint16_t lid,
 int fab_detach_mcast(void *vq, const uint8_t gid[16], uint16_t lid,
                      struct pyrdma_status *st);
 int fab_mcast_qp_attached(const struct uqp *q);
+int fab_mcast_qpn(uint32_t qpn, const uint8_t gid[16], uint16_t lid,
+                  int attach, struct pyrdma_status *st);
 void fab_mcast_node_end(void);
 int fab_ah_is_mcast(const struct pyrdma_ah_attr *a);
 void fab_mcast_members(struct uah *ah);

@@ -350,3 +350,40 @@ fab_mcast_members(struct uah *ah)
     pthread_mutex_unlock(&ah->mp_lock);
     free(old);
 }
+
+/* ------------------------------------------------------------------ */
+/* the connection manager's joins (cm_mcast.c): a QP by its number     */
+
+/* Attach (attach 1) or detach (0) the QP numbered qpn of this node to
+   the group, looked up and changed under one hold of N.lock (the QP
+   may be destroyed meanwhile by another thread): 0, or -1 with *st. */
+int
+fab_mcast_qpn(uint32_t qpn, const uint8_t gid[16], uint16_t lid,
+              int attach, struct pyrdma_status *st)
+{
+    const char *func = attach ? "rdma_join_multicast"
+                              : "rdma_leave_multicast";
+    struct mcg *g;
+    struct uqp *q;
+    int rc = 0, edge = 0;
+
+    LOCK();
+    q = qp_lookup(qpn);
+    if (q == NULL || mcast_args(q, gid, lid, st, func) < 0) {
+        UNLOCK();
+        return q == NULL ? pyrdma_fail(st, ENOENT, func, "QP 0x%x is "
+                                       "gone", qpn) : -1;
+    }
+    if (attach)
+        rc = mcg_attach(q, gid, lid, &edge);
+    else if ((g = mcg_find(gid, lid)) != NULL && mcg_has(g, qpn))
+        edge = mcg_drop(g, qpn);
+    UNLOCK();
+    if (rc)
+        return pyrdma_fail(st, rc, func, "%s", "too many multicast groups "
+                           "or attachments (max_mcast_grp, "
+                           "max_mcast_qp_attach)");
+    if (edge)
+        reg_member(gid, lid, attach);
+    return 0;
+}

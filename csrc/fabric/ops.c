@@ -500,6 +500,20 @@ cm_query(void *id, struct pyrdma_cm_info *info, struct pyrdma_status *st)
     return 0;
 }
 
+static int
+cm_join_multicast(void *id, const struct sockaddr *addr,
+                  struct pyrdma_status *st)
+{
+    return fab_cm_join_multicast(id, addr, 0, NULL, st);
+}
+
+static int
+cm_leave_multicast(void *id, const struct sockaddr *addr,
+                   struct pyrdma_status *st)
+{
+    return fab_cm_leave_multicast(id, addr, st);
+}
+
 const struct pyrdma_provider pyrdma_provider_ucx = {
     .name = "ucx",
     .library = "libucp.so.0",
@@ -564,5 +578,6 @@ const struct pyrdma_provider pyrdma_provider_ucx = {
     .cm_disconnect = cm_disconnect,
     .cm_init_qp_attr = cm_init_qp_attr,
     .cm_query = cm_query,
-    /* no multicast on the fabric yet: the EOPNOTSUPP stubs */
+    .cm_join_multicast = cm_join_multicast,
+    .cm_leave_multicast = cm_leave_multicast,
 };

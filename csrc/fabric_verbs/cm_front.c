@@ -498,6 +498,16 @@ event_fill(struct fev *e, struct fid *f, struct fab_cm_event *h)
         e->ev.listen_id = &((struct fid *)fab_cm_id_context(h->listen_id))->id;
     e->ev.event = (enum rdma_cm_event_type)h->event;
     e->ev.status = h->status;
+    if (h->event == FAB_CM_EVENT_MULTICAST_JOIN ||
+        h->event == FAB_CM_EVENT_MULTICAST_ERROR) {
+        /* librdmacm gives the join's context as the private data */
+        e->ev.param.ud.private_data = h->mc_context;
+        e->ev.param.ud.private_data_len = 0;
+        e->ev.param.ud.qp_num = h->qp_num;
+        e->ev.param.ud.qkey = h->qkey;
+        fv_ah_out(&e->ev.param.ud.ah_attr, &h->ah_attr);
+        return;
+    }
     if (f->id.qp_type == IBV_QPT_UD) {
         e->ev.param.ud.private_data = h->private_data_len ? h->private_data
                                                            : NULL;

@@ -451,16 +451,27 @@ rdma_free_devices(struct ibv_context **list)
     free(list);
 }
 
+/* A failed multicast call: -1 with errno. */
+static int
+mc_fail(const struct pyrdma_status *st)
+{
+    fv_failed(st);
+    return -1;
+}
+
 EXPORT int
 rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr,
                     void *context)
 {
     CM_REAL(int, rdma_join_multicast, (struct rdma_cm_id *,
                                        struct sockaddr *, void *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, addr, context) : -1;
-    errno = ENOSYS;     /* the fabric has no multicast (yet) */
-    return -1;
+    if (fab_cm_join_multicast(f->h, addr, 0, context, &st) < 0)
+        return mc_fail(&st);
+    return 0;
 }
 
 EXPORT int
@@ -471,10 +482,30 @@ rdma_join_multicast_ex(struct rdma_cm_id *id,
     CM_REAL(int, rdma_join_multicast_ex, (struct rdma_cm_id *,
                                           struct rdma_cm_join_mc_attr_ex *,
                                           void *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
+    uint32_t flags;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, mc_join_attr, context) : -1;
-    errno = ENOSYS;
-    return -1;
+    if (mc_join_attr == NULL ||
+        !(mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) ||
+        (mc_join_attr->comp_mask & ~(uint32_t)(RDMA_CM_JOIN_MC_ATTR_ADDRESS |
+                                               RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS))) {
+        errno = EINVAL;
+        return -1;
+    }
+    flags = (mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS)
+        ? mc_join_attr->join_flags : RDMA_MC_JOIN_FLAG_FULLMEMBER;
+    if (flags != RDMA_MC_JOIN_FLAG_FULLMEMBER &&
+        flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER) {
+        errno = EINVAL;         /* a join state the fabric has no use for */
+        return -1;
+    }
+    if (fab_cm_join_multicast(f->h, mc_join_attr->addr,
+                              flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+                              ? FAB_CM_MC_SENDONLY : 0, context, &st) < 0)
+        return mc_fail(&st);
+    return 0;
 }
 
 EXPORT int
@@ -482,10 +513,13 @@ rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
     CM_REAL(int, rdma_leave_multicast, (struct rdma_cm_id *,
                                         struct sockaddr *));
+    struct fid *f = container_of(id, struct fid, id);
+    struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, addr) : -1;
-    errno = ENOSYS;
-    return -1;
+    if (fab_cm_leave_multicast(f->h, addr, &st) < 0)
+        return mc_fail(&st);
+    return 0;
 }
 
 EXPORT int

@@ -20,6 +20,10 @@
      bind PORT [PORT]                bind (and listen on) each PORT
      limits ADDR PORT                connect/accept/reject with private
                                      data over the limits (needs a server)
+     mcast GROUP                     join and leave multicast GROUP on a
+                                     UD ID bound to 127.0.0.1 with a QP,
+                                     after the calls that must fail; print
+                                     the JOIN's address (MCAST line)
    Every wait is bounded (10 s); stdout is line-buffered. */
 #include <errno.h>
 #include <poll.h>
@@ -257,6 +261,103 @@ bind_ports(int n, char **ports)
     return 0;
 }
 
+/* A UD ID bound to 127.0.0.1 (ps: its port space), or NULL. */
+static struct rdma_cm_id *
+mc_id(enum rdma_port_space ps, int bind)
+{
+    struct rdma_cm_id *id;
+    struct sockaddr_in sin;
+    addr_of(&sin, "127.0.0.1", "0");
+    if (rdma_create_id(ch, &id, NULL, ps) != 0)
+        return say_err("rdma_create_id"), NULL;
+    if (bind && rdma_bind_addr(id, (struct sockaddr *)&sin) != 0)
+        return say_err("rdma_bind_addr"), NULL;
+    return id;
+}
+
+/* Join g on id with context &ctx, print the JOIN's address; 0 if it came. */
+static int
+mc_join(struct rdma_cm_id *id, struct sockaddr *g)
+{
+    static int ctx;
+    struct rdma_cm_event *e;
+    char gid[64];
+    int rc;
+    if (rdma_join_multicast(id, g, &ctx) != 0)
+        return say_err("rdma_join_multicast"), -1;
+    if ((e = next_event()) == NULL)
+        return -1;
+    inet_ntop(AF_INET6, e->param.ud.ah_attr.grh.dgid.raw, gid, sizeof(gid));
+    printf("MCAST dgid=%s dlid=0x%x global=%d qp_num=0x%x qkey=0x%x "
+           "ctx=%d\n", gid, e->param.ud.ah_attr.dlid,
+           e->param.ud.ah_attr.is_global, e->param.ud.qp_num,
+           e->param.ud.qkey, e->param.ud.private_data == (void *)&ctx);
+    rc = e->event == RDMA_CM_EVENT_MULTICAST_JOIN ? 0 : -1;
+    rdma_ack_cm_event(e);
+    return rc;
+}
+
+static int
+mcast(const char *group)
+{
+    struct sockaddr_in g, not_g;
+    struct rdma_cm_join_mc_attr_ex ex;
+    struct ibv_qp_init_attr qa;
+    struct rdma_cm_id *tcp = mc_id(RDMA_PS_TCP, 1), *unbound = mc_id(
+        RDMA_PS_UDP, 0), *id = mc_id(RDMA_PS_UDP, 1);
+    struct ibv_qp *qp;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+
+    if (tcp == NULL || unbound == NULL || id == NULL)
+        return 1;
+    pd = ibv_alloc_pd(id->verbs);
+    cq = ibv_create_cq(id->verbs, 4, NULL, NULL, 0);
+    if (pd == NULL || cq == NULL)
+        return say_err("ibv_create_cq"), 1;
+    addr_of(&g, group, "0");
+    addr_of(&not_g, "10.1.2.3", "0");
+    if (rdma_join_multicast(tcp, (struct sockaddr *)&g, NULL) != 0)
+        say_err("rdma_join_multicast(tcp)");
+    if (rdma_join_multicast(unbound, (struct sockaddr *)&g, NULL) != 0)
+        say_err("rdma_join_multicast(unbound)");
+    if (rdma_join_multicast(id, (struct sockaddr *)&not_g, NULL) != 0)
+        say_err("rdma_join_multicast(unicast)");
+    memset(&ex, 0, sizeof(ex));
+    ex.comp_mask = RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+    if (rdma_join_multicast_ex(id, &ex, NULL) != 0)
+        say_err("rdma_join_multicast_ex(no address)");
+    if (rdma_leave_multicast(id, (struct sockaddr *)&g) != 0)
+        say_err("rdma_leave_multicast(not joined)");
+    memset(&qa, 0, sizeof(qa));
+    qa.qp_type = IBV_QPT_UD;
+    qa.cap.max_send_wr = qa.cap.max_recv_wr = 1;
+    qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+    qa.send_cq = qa.recv_cq = cq;
+    if (rdma_create_qp(id, pd, &qa) != 0)
+        return say_err("rdma_create_qp"), 1;
+    qp = id->qp;
+    if (mc_join(id, (struct sockaddr *)&g) != 0)
+        return 1;
+    if (rdma_leave_multicast(id, (struct sockaddr *)&g) == 0)
+        printf("OK rdma_leave_multicast\n");
+    if (rdma_leave_multicast(id, (struct sockaddr *)&g) != 0)
+        say_err("rdma_leave_multicast(again)");
+    if (mc_join(id, (struct sockaddr *)&g) != 0)
+        return 1;
+    errno = ibv_destroy_qp(qp);
+    if (errno != 0)
+        say_err("ibv_destroy_qp(attached)");
+    id->qp = NULL;              /* rdma_destroy_id leaves the group */
+    if (rdma_destroy_id(id) == 0 && ibv_destroy_qp(qp) == 0)
+        printf("OK ibv_destroy_qp\n");
+    ibv_destroy_cq(cq);
+    ibv_dealloc_pd(pd);
+    rdma_destroy_id(tcp);
+    rdma_destroy_id(unbound);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -270,6 +371,8 @@ main(int argc, char **argv)
         return client(argv[2], argv[3], argc > 4 ? argv[4] : "");
     if (argc >= 4 && strcmp(argv[1], "limits") == 0)
         return limits(argv[2], argv[3]);
+    if (argc >= 3 && strcmp(argv[1], "mcast") == 0)
+        return mcast(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "resolve") == 0)
         return resolve(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "bind") == 0)

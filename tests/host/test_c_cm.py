@@ -11,8 +11,9 @@ events and errors: ADDR_ERROR for an address with no node, REJECTED
 data) for a reject, EADDRINUSE, private data over the IB CM's limits
 (EINVAL), UNREACHABLE when the peer dies mid-handshake, DISCONNECTED on
 both sides and TIMEWAIT_EXIT, and a hostile peer's malformed CM
-messages (dropped and counted, the node goes on).  mckey (multicast) is
-not here: the fabric has no multicast yet.  Every process is bounded by a
+messages (dropped and counted, the node goes on); ``mckey`` (multicast:
+rdma_join_multicast and its errors, the group's MGID, leaving, and a
+destroyed ID's groups through the probe).  Every process is bounded by a
 timeout and killed at the end.
 """
 import os
@@ -31,7 +32,7 @@ import fabric_helpers as fh
 
 T = 60          # seconds for any one process
 CM_TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client",
-            "cmtime")
+            "cmtime", "mckey")
 SHM = {"UCX_TLS": "shm,self"}
 TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
 PS_TCP, PS_UDP = 0x0106, 0x0111
@@ -63,7 +64,8 @@ def env(tmp_path):
 def probe(tmp_path_factory):
     return fh.build_c("c_cm_probe.c",
                       tmp_path_factory.mktemp("cm") / "c_cm_probe",
-                      "rdma/rdma_cma.h", ("-O1", "-Wall"), ("-lrdmacm",))
+                      "rdma/rdma_cma.h", ("-O1", "-Wall"),
+                      ("-lrdmacm", "-libverbs"))
 
 
 def on_fabric(*cmd):
@@ -154,6 +156,60 @@ def test_udaddy(env, tls):
                        env, ps=PS_UDP))
     for out in (srv, cli):
         assert "data transfers complete" in out and "return status 0" in out
+
+
+def mcast_members(env) -> list:
+    """The fabric's multicast registry: a file per (group, member node)
+    (csrc/fabric/mcast.c)."""
+    d = Path(env["RDMA_UCX_DIR"]) / "mcast"
+    return sorted(os.listdir(d)) if d.is_dir() else []
+
+
+@pytest.mark.parametrize("tls,extra", [("shm", []), ("tcp", []),
+                                       ("shm", ["-o"])],
+                         ids=["shm", "tcp", "shm-sendonly"])
+def test_mckey(env, tls, extra):
+    """mckey's receiver joins 239.1.1.1 (its QP is attached: the node
+    is in the group's registry), then the sender joins (-o: as a
+    send-only member, through rdma_join_multicast_ex, its QP not
+    attached) and sends ten datagrams to the group; the receiver gets
+    them all.  Both leave: the registry is empty after."""
+    env.update(SHM if tls == "shm" else TCP)
+    common = ["-m", "239.1.1.1", "-b", "127.0.0.1"]
+    srv, cli = ok(fh.pair(on_fabric("mckey", *common),
+                          on_fabric("mckey", *common, "-s", *extra), 0, env,
+                          timeout=T, ready=lambda _p: mcast_members(env)))
+    mgid = "joined dgid: ff12:4001:ffff::f01:101 mlid 0x"
+    for out in (srv, cli):
+        assert mgid in out, out
+        assert "data transfers complete" in out and "return status 0" in out
+    assert "receiving data transfers" in srv, srv
+    assert mcast_members(env) == []
+
+
+def test_multicast_join_errors_and_leave(env, probe):
+    """rdma_join_multicast: EINVAL on a TCP ID, an unbound ID, a unicast
+    address and an _ex without an address; leaving a group not joined:
+    EADDRNOTAVAIL.  A join gives MULTICAST_JOIN with the IPoIB-mapped
+    MGID (the rdma_cm's signature for the UDP port space), an MLID from
+    0xc000, qp_num 0xffffff, RDMA_UDP_QKEY and the join's context; an
+    attached QP cannot be destroyed (EBUSY) until its ID is."""
+    res = run([probe, "mcast", "224.5.6.7"], env)
+    out = res.stdout
+    assert res.returncode == 0, out + res.stderr
+    for call in ("(tcp)", "(unbound)", "(unicast)", "_ex(no address)"):
+        assert f"ERR rdma_join_multicast{call} 22" in out, out
+    assert "ERR rdma_leave_multicast(not joined) 99" in out, out
+    m = re.findall(r"^MCAST dgid=(\S+) dlid=0x([0-9a-f]+) global=1 "
+                   r"qp_num=0xffffff qkey=0x1234567 ctx=1$", out, re.M)
+    assert len(m) == 2 and m[0] == m[1], out
+    assert m[0][0] == "ff12:4001:ffff::5:607", out
+    assert 0xC000 <= int(m[0][1], 16) < 0xFFFF
+    assert "OK rdma_leave_multicast" in out
+    assert "ERR rdma_leave_multicast(again) 99" in out, out
+    assert "ERR ibv_destroy_qp(attached) 16" in out, out
+    assert "OK ibv_destroy_qp" in out, out
+    assert mcast_members(env) == []
 
 
 @pytest.mark.parametrize("tls", ["shm", "tcp"])

@@ -25,7 +25,7 @@ import rdma.aio
 import rdma.cm as cm
 import rdma.ibverbs as ibv
 from rdma.path import IBPath
-from verbs_fixtures import MR_ALL, differs, pattern, poll_cq
+from verbs_fixtures import MR_ALL, pattern, poll_cq
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ADDRS = {"verbs": "192.0.2.1", "ucx": "127.0.0.1"}
@@ -389,26 +389,78 @@ def test_connect_disconnect_loop_fds_flat(provider, addr, port):
 
 
 def test_multicast(provider, addr):
-    """UD multicast: MULTICAST_JOIN with the group's ah_attr and Q_Key;
-    the fabric's CM does not join groups yet (EOPNOTSUPP naming the
-    call)."""
+    """UD multicast: MULTICAST_JOIN with the group's ah_attr (global; an
+    MGID and MLID on ucx0, the IPv4-mapped group on RoCE), qp_num
+    0xFFFFFF and RDMA_UDP_QKEY; a datagram sent to
+    the group from one ID's QP arrives at a second ID's QP (attached when
+    its join's event was read); after leaving, the QPs close."""
     group = ("239.1.2.3", 0)
     with cm.EventChannel(provider) as ch:
+        ids, evs = [], []
+        for _ in range(2):
+            cid = ch.create_id(cm.RDMA_PS_UDP)
+            cid.resolve_addr(group, src=(addr, 0))
+            ch.wait_event(cid, E.ADDR_RESOLVED)
+            cid.create_qp(ibv.IBV_QPT_UD)
+            ids.append(cid)
+        tx, rx = ids
+        rmr = rx.pd.mr(bytearray(4096), MR_ALL)
+        rx.qp.post_recv(ibv.recv_wr(wr_id=1, sg_list=rmr.sge(2048)))
+        for cid in ids:
+            cid.join_multicast(group)
+            ev = ch.wait_event(cid, E.MULTICAST_JOIN)
+            assert ev.ah_attr is not None and ev.ah_attr.is_global
+            if provider == "ucx":   # an IB port: MGID ff12:4001:..., MLID
+                assert ev.ah_attr.grh.dgid[0] == 0xff
+                assert 0xC000 <= ev.ah_attr.dlid < 0xFFFF
+            else:   # RoCE: the group's IPv4 address, mapped into a GID
+                assert bytes(ev.ah_attr.grh.dgid)[-4:] == bytes(
+                    [239, 1, 2, 3])
+            assert ev.qp_num == 0xFFFFFF
+            assert ev.qkey == cm.RDMA_UDP_QKEY
+            evs.append(ev)
+        assert evs[0].ah_attr.grh.dgid == evs[1].ah_attr.grh.dgid
+        ah = tx.pd.ah(evs[0].ah_attr)
+        data = pattern(100, 5)
+        smr = tx.pd.mr(bytearray(data), MR_ALL)
+        tx.qp.post_send(ibv.send_wr(
+            wr_id=2, opcode=ibv.IBV_WR_SEND, sg_list=smr.sge(),
+            send_flags=ibv.IBV_SEND_SIGNALED, ah=ah,
+            remote_qpn=0xFFFFFF, remote_qkey=evs[0].qkey))
+        poll_cq(tx.cq, 1)
+        wc, = poll_cq(rx.cq, 1)
+        assert wc.status == ibv.IBV_WC_SUCCESS
+        assert wc.src_qp == tx.qp.qp_num
+        assert bytes(rmr.buf[40:140]) == data
+        ah.close()
+        for cid in ids:
+            cid.leave_multicast(group)
+        with pytest.raises(rdma.SysError):
+            rx.leave_multicast(group)   # not joined any more
+        for cid in ids:
+            cid.close()
+
+
+def test_multicast_id_closed_while_joined(provider, addr):
+    """Closing a joined ID leaves its groups: its QP is detached (it
+    could not be destroyed while attached) and the ID closes cleanly."""
+    with cm.EventChannel(provider) as ch:
         cid = ch.create_id(cm.RDMA_PS_UDP)
-        if differs(provider, "no-cm-multicast"):
-            with pytest.raises(rdma.SysError) as ei:
-                cid.join_multicast(group)
-            assert ei.value.errno == errno.EOPNOTSUPP
-            assert "rdma_join_multicast" in str(ei.value)
-            return
-        cid.resolve_addr(group, src=(addr, 0))
+        cid.resolve_addr(("239.1.2.4", 0), src=(addr, 0))
         ch.wait_event(cid, E.ADDR_RESOLVED)
-        cid.create_qp(ibv.IBV_QPT_UD)
-        cid.join_multicast(group)
-        ev = ch.wait_event(cid, E.MULTICAST_JOIN)
-        assert ev.ah_attr is not None and ev.ah_attr.is_global
-        assert ev.qp_num == 0xFFFFFF
-        cid.leave_multicast(group)
+        qp = cid.create_qp(ibv.IBV_QPT_UD)
+        cid.join_multicast(("239.1.2.4", 0))
+        ch.wait_event(cid, E.MULTICAST_JOIN)
+        if provider == "ucx":
+            # IPv6 groups: the IPoIB mapping with the UDP port space's
+            # signature, and an MGID given as the address taken as it is
+            for group, mgid in ((("ff0e::1:2", 0), "ff12:6001:ffff::1:2"),
+                                (("ff12:a01b::7", 0), "ff12:a01b::7")):
+                cid.join_multicast(group)
+                ev = ch.wait_event(cid, E.MULTICAST_JOIN)
+                assert str(ev.ah_attr.grh.dgid) == mgid
+        cid.close()
+        assert qp.closed
 
 
 def test_peer_process_dies_after_connecting(provider, addr, port, tmp_path):

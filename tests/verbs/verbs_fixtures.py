@@ -152,9 +152,6 @@ DIFFERENCES = {
                "fails to invalidate is NAKed (rxe: only in the MR under "
                "it; the kernel's flag value untranslated; ACKed)",
     "unsupported-misc": "no SQD, SRQ resize",
-    "no-cm-multicast": "the CM does not join multicast groups "
-                       "(rdma_join_multicast: EOPNOTSUPP; UD QPs attach "
-                       "to groups with attach_mcast)",
     "unreachable-at-rtr": "modify(RTR) to an unknown address: EHOSTUNREACH",
     "ud-over-mtu": "a UD SEND longer than the MTU fails with LOC_LEN_ERR "
                    "(rxe: completes and is dropped on the wire)",
