@@ -49,6 +49,8 @@ struct vqp_dqp {
     uint32_t seq_head;       /* index of the oldest in seq */
     uint32_t seq_n;          /* how many */
     uint32_t rx_posted;      /* internal receive WRs posted */
+    uint32_t rx_owed;        /* of them consumed, to repost after the
+                                batch of completions */
     int rx_trailer;          /* the next receive is a trailer */
     uint32_t rx_seq;         /* dqplb: the fragment that trailer is for */
     uint32_t rx_len;         /* spray: the length trailer received */
@@ -91,6 +93,7 @@ typedef struct {
     struct vqp_rxent *rx;    /* window entries, by sequence number */
     uint32_t rx_next;        /* the next sequence number in order */
     uint32_t rx_bytes;       /* bytes of the message being received */
+    int rx_owed;             /* a data QP has receive WRs to repost */
     uint64_t *rwr;           /* ring (cap): the user's receive wr_ids */
     uint32_t rwr_head, rwr_n;
     uint32_t *note_len;      /* ring (cap): messages that arrived before */
@@ -119,6 +122,8 @@ struct pyrdma_VCQ {
     uint32_t nreg, capreg, last;
     struct pyrdma_wc *out;   /* ring of virtual completions to report */
     uint32_t out_head, out_n, out_cap;
+    struct pyrdma_wc *dst;   /* during pyrdma_vcq_poll(): its array, */
+    uint32_t dst_n, dst_room; /* filled so far, and room in it */
 };
 
 /* vqp_data.c: the data path. */

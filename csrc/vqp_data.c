@@ -42,24 +42,64 @@ msg_at(pyrdma_VQP *q, uint32_t serial)
 
 /* ---- virtual completions ---- */
 
-/* Queue a virtual completion on the VirtualCQ; 0 or ENOMEM. */
-static int
-emit(pyrdma_VCQ *c, const struct pyrdma_wc *wc)
+/* Whether the next virtual completion goes straight into the array of
+   the pyrdma_vcq_poll() under way (none wait in the ring, room left). */
+static inline int
+emit_direct(const pyrdma_VCQ *c)
 {
+    return c->out_n == 0 && c->dst_n < c->dst_room;
+}
+
+/* Where the next virtual completion goes, zeroed: the poller's array, or
+   the VirtualCQ's ring (a power of two); the caller fills it, then
+   emit_done().  NULL when out of memory. */
+static struct pyrdma_wc *
+emit_slot(pyrdma_VCQ *c)
+{
+    struct pyrdma_wc *e;
+
+    if (emit_direct(c)) {
+        e = &c->dst[c->dst_n];
+        memset(e, 0, sizeof(*e));
+        return e;
+    }
     if (c->out_n == c->out_cap) {
         uint32_t ncap = c->out_cap ? c->out_cap * 2 : 256, i;
         struct pyrdma_wc *n = malloc(sizeof(*n) * ncap);
         if (n == NULL)
-            return ENOMEM;
+            return NULL;
         for (i = 0; i < c->out_n; i++)
-            n[i] = c->out[(c->out_head + i) % c->out_cap];
+            n[i] = c->out[(c->out_head + i) & (c->out_cap - 1)];
         free(c->out);
         c->out = n;
         c->out_head = 0;
         c->out_cap = ncap;
     }
-    c->out[(c->out_head + c->out_n) % c->out_cap] = *wc;
-    c->out_n++;
+    e = &c->out[(c->out_head + c->out_n) & (c->out_cap - 1)];
+    memset(e, 0, sizeof(*e));
+    return e;
+}
+
+/* Count the entry emit_slot() gave. */
+static inline void
+emit_done(pyrdma_VCQ *c)
+{
+    if (emit_direct(c))
+        c->dst_n++;
+    else
+        c->out_n++;
+}
+
+/* Queue a virtual completion on the VirtualCQ; 0 or ENOMEM. */
+static int
+emit(pyrdma_VCQ *c, const struct pyrdma_wc *wc)
+{
+    struct pyrdma_wc *e = emit_slot(c);
+
+    if (e == NULL)
+        return ENOMEM;
+    *e = *wc;
+    emit_done(c);
     return 0;
 }
 
@@ -86,19 +126,19 @@ harvest(pyrdma_VQP *q)
 {
     while (q->head != q->serial_next) {
         struct vqp_msg *m = msg_at(q, q->head);
-        struct pyrdma_wc wc;
+        struct pyrdma_wc *wc;
 
         if (!m->closed || m->done < m->posted)
             return;
-        memset(&wc, 0, sizeof(wc));
-        wc.wr_id = m->wr_id;
-        wc.status = m->status;
-        wc.opcode = WC_RDMA_WRITE;
-        wc.byte_len = m->length;
-        wc.vendor_err = m->vendor_err;
-        wc.qp_num = m->status ? m->err_qpn : q->q[0].qpn;
-        if (emit(q->vcq, &wc) != 0)
+        if ((wc = emit_slot(q->vcq)) == NULL)
             return;         /* out of memory: reported on a later poll */
+        wc->wr_id = m->wr_id;
+        wc->status = m->status;
+        wc->opcode = WC_RDMA_WRITE;
+        wc->byte_len = m->length;
+        wc->vendor_err = m->vendor_err;
+        wc->qp_num = m->status ? m->err_qpn : q->q[0].qpn;
+        emit_done(q->vcq);
         q->head++;
     }
 }
@@ -160,12 +200,13 @@ choose_qp(pyrdma_VQP *q, uint32_t k)
     int pick = -1;
 
     if (q->choose == VQP_ROUND_ROBIN) {
+        uint32_t j = q->rr;
         for (i = 0; i < q->n; i++) {
-            uint32_t j = (q->rr + i) % q->n;
             if (q->q[j].out + k <= q->depth) {
-                q->rr = (j + 1) % q->n;
+                q->rr = j + 1 == q->n ? 0 : j + 1;
                 return (int)j;
             }
+            j = j + 1 == q->n ? 0 : j + 1;
         }
         return -1;
     }
@@ -236,28 +277,28 @@ note_posted(pyrdma_VQP *q, struct vqp_msg *m, uint32_t i, uint32_t k,
     d->out += k;
     m->posted += k;
     if (fragment && q->mode == VQP_DQPLB) {
-        d->seq[(d->seq_head + d->seq_n) % q->depth] = seq;
+        uint32_t at = d->seq_head + d->seq_n;
+        d->seq[at >= q->depth ? at - q->depth : at] = seq;
         d->seq_n++;
     }
 }
 
-/* Post the next fragment of m (serial s) on data QP i, with its trailer
-   when trailer is set; 0 or -1 (error state entered). */
+/* Post the next fragment of m (serial s), whose s/g list is sg[nsg], on
+   data QP i, with its trailer when trailer is set; 0 or -1 (error state
+   entered). */
 static int
-post_frag(pyrdma_VQP *q, struct vqp_msg *m, uint32_t s, uint32_t i,
-          int trailer)
+post_frag_sg(pyrdma_VQP *q, struct vqp_msg *m, uint32_t s, uint32_t i,
+             int trailer, struct pyrdma_sge *sg, int nsg)
 {
     struct pyrdma_send_wr wr[2], *bad = NULL;
     uint64_t off = (uint64_t)m->next_frag * q->fragment;
-    uint32_t len = m->length - (uint32_t)off, seq = q->seq_next;
+    uint32_t seq = q->seq_next;
     int last = m->next_frag + 1 == m->nfrags, rc;
 
-    if (len > q->fragment)
-        len = q->fragment;
     memset(&wr[0], 0, sizeof(wr[0]));
     wr[0].wr_id = ((uint64_t)(s & 0x7fffffff) << 32) | m->next_frag;
-    wr[0].sg_list = q->tmp;
-    wr[0].num_sge = cut_sges(q, m, len);
+    wr[0].sg_list = sg;
+    wr[0].num_sge = nsg;
     wr[0].send_flags = PYRDMA_SEND_SIGNALED;
     wr[0].wr.rdma.remote_addr = m->remote_addr + off;
     wr[0].wr.rdma.rkey = m->rkey;
@@ -291,6 +332,19 @@ post_frag(pyrdma_VQP *q, struct vqp_msg *m, uint32_t s, uint32_t i,
              "%#x) failed: %s", m->next_frag - 1,
              (unsigned long long)m->wr_id, i, q->q[i].qpn, strerror(rc));
     return -1;
+}
+
+/* Post the next fragment of m (serial s), cut from its s/g list. */
+static int
+post_frag(pyrdma_VQP *q, struct vqp_msg *m, uint32_t s, uint32_t i,
+          int trailer)
+{
+    uint64_t off = (uint64_t)m->next_frag * q->fragment;
+    uint32_t len = m->length - (uint32_t)off;
+
+    if (len > q->fragment)
+        len = q->fragment;
+    return post_frag_sg(q, m, s, i, trailer, q->tmp, cut_sges(q, m, len));
 }
 
 /* Post what fragments of m (serial s) fit; return 1 when all are
@@ -432,13 +486,62 @@ enqueue_send(pyrdma_VQP *q, const struct pyrdma_send_wr *w)
     q->serial_next++;
 }
 
+/* The fast path of a message of at most one fragment when nothing waits
+   to be posted before it: post it 1:1 from the user's s/g list (no
+   cutting, no copy of the list).  0 when it does not apply (the caller
+   enqueues it), 1 when taken (posted, or failed into the error state as
+   post_frags() would). */
+static int
+post_whole(pyrdma_VQP *q, const struct pyrdma_send_wr *w)
+{
+    int trailer = q->mode == VQP_DQPLB &&
+                  w->opcode == PYRDMA_WR_RDMA_WRITE_WITH_IMM, i, k;
+    uint32_t total = 0, s;
+    struct vqp_msg *m;
+
+    if (q->err || q->post_at != q->serial_next)
+        return 0;
+    for (k = 0; k < w->num_sge; k++) {
+        if (w->sg_list[k].length == 0)
+            return 0;       /* cut_sges() drops empty entries */
+        total += w->sg_list[k].length;
+        if (total > q->fragment)
+            return 0;
+    }
+    if ((q->mode == VQP_DQPLB && window_full(q)) ||
+        (i = choose_qp(q, trailer ? 2 : 1)) < 0)
+        return 0;
+    s = q->serial_next++;
+    m = msg_at(q, s);
+    m->wr_id = w->wr_id;
+    m->remote_addr = w->wr.rdma.remote_addr;
+    m->rkey = w->wr.rdma.rkey;
+    m->opcode = w->opcode;
+    m->imm = w->imm_data;
+    m->length = total;
+    m->nfrags = 1;
+    m->next_frag = 0;
+    m->posted = m->done = 0;
+    m->nsge = 0;
+    m->closed = 0;
+    m->status = WC_SUCCESS;
+    m->vendor_err = m->err_qpn = 0;
+    if (post_frag_sg(q, m, s, (uint32_t)i, trailer, w->sg_list,
+                     w->num_sge) == 0) {
+        q->post_at++;
+        if (q->mode == VQP_DQPLB || m->opcode == PYRDMA_WR_RDMA_WRITE)
+            m->closed = 1;
+    }
+    return 1;
+}
+
 int
 pyrdma_vqp_send(pyrdma_VQP *q, struct pyrdma_send_wr *wr,
                 struct pyrdma_send_wr **bad, char *why, size_t len)
 {
     struct pyrdma_send_wr *w;
     uint32_t n = 0;
-    int rc;
+    int rc, slow = 0;
 
     why[0] = '\0';
     if (!q->connected) {
@@ -460,8 +563,12 @@ pyrdma_vqp_send(pyrdma_VQP *q, struct pyrdma_send_wr *wr,
         }
     }
     for (w = wr; w != NULL; w = w->next)
-        enqueue_send(q, w);
-    progress(q);
+        if (!post_whole(q, w)) {
+            enqueue_send(q, w);
+            slow = 1;
+        }
+    if (slow || q->err)
+        progress(q);
     return 0;
 }
 
@@ -499,20 +606,53 @@ pyrdma_vqp_recv(pyrdma_VQP *q, struct pyrdma_recv_wr *wr,
 
 /* ---- receiving ---- */
 
+/* Internal receive WRs are posted as chains of up to this many (one
+   provider call each). */
+#define VQP_RX_CHAIN 32
+
 int
 pyrdma_vqp_post_rx(pyrdma_VQP *q, uint32_t i, uint32_t n)
 {
-    struct pyrdma_recv_wr wr, *bad = NULL;
+    struct pyrdma_recv_wr wr[VQP_RX_CHAIN], *bad;
+    uint32_t k, m;
     int rc;
 
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = VQP_RECV_TAG | i;
-    for (; n > 0; n--) {
-        if ((rc = q->o.prov->post_recv(q->q[i].h, &wr, &bad)) != 0)
+    while (n > 0) {
+        m = n < VQP_RX_CHAIN ? n : VQP_RX_CHAIN;
+        for (k = 0; k < m; k++) {
+            wr[k].wr_id = VQP_RECV_TAG | i;
+            wr[k].next = k + 1 < m ? &wr[k + 1] : NULL;
+            wr[k].sg_list = NULL;
+            wr[k].num_sge = 0;
+        }
+        bad = NULL;
+        rc = q->o.prov->post_recv(q->q[i].h, wr, &bad);
+        k = rc == 0 ? m : bad != NULL ? (uint32_t)(bad - wr) : 0;
+        q->q[i].rx_posted += k;
+        if (rc != 0)
             return rc;
-        q->q[i].rx_posted++;
+        n -= m;
     }
     return 0;
+}
+
+/* Repost the receive WRs the data QPs' completions consumed in this batch
+   (on_recv() counts them), as one chain per data QP. */
+static void
+repost_owed(pyrdma_VQP *q)
+{
+    uint32_t i, owed;
+    int rc;
+
+    q->rx_owed = 0;
+    for (i = 0; i < q->n && !q->err; i++) {
+        if ((owed = q->q[i].rx_owed) == 0)
+            continue;
+        q->q[i].rx_owed = 0;
+        if ((rc = pyrdma_vqp_post_rx(q, i, owed)) != 0)
+            vqp_fail(q, "reposting a receive on data QP %u (qpn %#x) "
+                     "failed: %s", i, q->q[i].qpn, strerror(rc));
+    }
 }
 
 /* A WRITE_WITH_IMM message arrived whole: complete a virtual receive WR
@@ -592,7 +732,6 @@ static void
 on_recv(pyrdma_VQP *q, uint32_t i, const struct pyrdma_wc *wc)
 {
     struct vqp_dqp *d = &q->q[i];
-    int rc;
 
     if (d->rx_posted == 0)
         return;             /* stale: left by an earlier QP of that number */
@@ -604,11 +743,8 @@ on_recv(pyrdma_VQP *q, uint32_t i, const struct pyrdma_wc *wc)
                  "%d", i, d->qpn, wc->status);
         return;
     }
-    if ((rc = pyrdma_vqp_post_rx(q, i, 1)) != 0) {
-        vqp_fail(q, "reposting a receive on data QP %u (qpn %#x) failed: "
-                 "%s", i, d->qpn, strerror(rc));
-        return;
-    }
+    d->rx_owed++;           /* reposted after the batch: repost_owed() */
+    q->rx_owed = 1;
     if (q->mode == VQP_DQPLB)
         rx_dqplb(q, i, wc);
     else if (!d->rx_trailer) {      /* spray: the length, then the imm */
@@ -635,7 +771,7 @@ on_send(pyrdma_VQP *q, uint32_t i, const struct pyrdma_wc *wc)
         return;             /* stale: left by an earlier QP of that number */
     d->out--;
     if (frag != VQP_TRAILER && q->mode == VQP_DQPLB && d->seq_n) {
-        d->seq_head = (d->seq_head + 1) % q->depth;
+        d->seq_head = d->seq_head + 1 == q->depth ? 0 : d->seq_head + 1;
         d->seq_n--;
     }
     if (s - q->head >= q->serial_next - q->head)
@@ -701,8 +837,11 @@ dispatch_batch(pyrdma_VCQ *c, const struct pyrdma_wc *wc, int n)
         if (k == nt)
             touched[nt++] = q;
     }
-    for (k = 0; k < nt; k++)
+    for (k = 0; k < nt; k++) {
+        if (touched[k]->rx_owed)
+            repost_owed(touched[k]);
         progress(touched[k]);
+    }
 }
 
 int
@@ -715,7 +854,7 @@ pyrdma_vcq_poll(pyrdma_VCQ *c, int n, struct pyrdma_wc *out)
         int r;
         while (got < n && c->out_n) {
             out[got++] = c->out[c->out_head];
-            c->out_head = (c->out_head + 1) % c->out_cap;
+            c->out_head = (c->out_head + 1) & (c->out_cap - 1);
             c->out_n--;
         }
         if (got >= n)
@@ -723,7 +862,14 @@ pyrdma_vcq_poll(pyrdma_VCQ *c, int n, struct pyrdma_wc *out)
         r = c->o.prov->poll_cq(c->o.h, 32, wc);
         if (r < 0)
             return got ? got : r;
+        /* virtual completions made now go straight to out (in order:
+           the ring is empty, and used once out is full) */
+        c->dst = out + got;
+        c->dst_n = 0;
+        c->dst_room = (uint32_t)(n - got);
         dispatch_batch(c, wc, r);
+        got += (int)c->dst_n;
+        c->dst_room = c->dst_n = 0;
         if (r == 0 && c->out_n == 0)
             return got;
     }

@@ -255,6 +255,8 @@ def main(argv=None) -> int:
     p.add_argument("--fragments", action="store_true",
                    help="also measure against the fragment size")
     p.add_argument("--no-small", action="store_true")
+    p.add_argument("--no-large", action="store_true",
+                   help="only the small-message table")
     p.add_argument("--json", default=None)
     p.add_argument("--cpu", action="store_true",
                    help="rates over the process's CPU time, not the wall "
@@ -278,7 +280,8 @@ def main(argv=None) -> int:
             count_loop(ca, cb, pda, pdb, src, dst, args)
             return 0
         print(f"{ep} -> {epb}: both ends in one process, two Contexts")
-        large(ca, cb, pda, pdb, src, dst, args, out)
+        if not args.no_large:
+            large(ca, cb, pda, pdb, src, dst, args, out)
         if not args.no_small:
             small(ca, cb, pda, pdb, src, dst, args, out)
         if args.fragments:

@@ -515,3 +515,90 @@ def test_one_gib_message(vpair, mode):
     rwc, = b.poll(1, peer=a, timeout=600)
     assert (rwc.status, rwc.byte_len, rwc.imm_data) == (0, size, 3)
     assert bytes(b.mr.buf) == bytes(a.mr.buf)
+
+
+# --------------------------------------------------------------------------
+# the small-message paths: one fragment posted 1:1, completions written
+# straight into the poller's array, receives reposted in batches
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_fragment_and_cut_messages_interleave_in_order(vpair, mode):
+    """Messages of at most one fragment (posted 1:1 when nothing waits
+    before them: several s/g entries, an empty entry, zero bytes) and
+    messages cut into many fragments, in one chain and one by one with
+    the data QPs' queues full: every byte lands and the completions come
+    in posting order on both sides, through poll(n=1), poll() and
+    poll_into() of a small array."""
+    frag = 256
+    a, b = vpair(2, mode, size=1 << 16, fragment=frag, max_msgs=4)
+    fill(a.mr, 1 << 16, 5)
+    plan = []   # (length, nsge, imm)
+    for i in range(48):
+        length = [frag, 1, 3000, 0, 64, frag * 9 + 5][i % 6]
+        plan.append((length, 1 + i % 3 if length >= 3 else 1,
+                     None if i % 4 == 1 else i + 100))
+    offs, o = [], 0
+    for length, _, _ in plan:
+        offs.append(o)
+        o += length
+    wrs = [a.write(b, length, wr_id=i, imm=imm, off=offs[i],
+                   remote_off=offs[i], nsge=nsge)
+           for i, (length, nsge, imm) in enumerate(plan)]
+    # an empty s/g entry in a one-fragment message
+    wrs[4].sg_list = [a.mr.sge(0, off=offs[4]), a.mr.sge(64, off=offs[4])]
+    n_imm = sum(imm is not None for _, _, imm in plan)
+    b.vqp.post_recv([ibv.recv_wr(wr_id=5000 + i) for i in range(n_imm)])
+    a.vqp.post_send(wrs[:24])
+    for w in wrs[24:]:
+        a.vqp.post_send(w)
+    got = []
+    small = ibv.WCArray(3)
+    deadline = time.monotonic() + 60
+    while len(got) < len(plan):
+        if len(got) % 3 == 0:
+            got += a.vcq.poll(1)
+        elif len(got) % 3 == 1:
+            got += a.vcq.poll()
+        else:
+            got += [small[k] for k in range(a.vcq.poll_into(small))]
+        b.extra += b.vcq.poll()
+        assert time.monotonic() < deadline, got
+    assert [w.wr_id for w in got] == list(range(len(plan)))
+    assert [w.byte_len for w in got] == [p[0] for p in plan]
+    assert all(w.status == ibv.IBV_WC_SUCCESS for w in got)
+    rwcs = b.poll(n_imm, peer=a)
+    assert [(w.wr_id, w.imm_data, w.byte_len) for w in rwcs] == [
+        (5000 + k, imm, length) for k, (length, imm) in
+        enumerate((p[0], p[2]) for p in plan if p[2] is not None)]
+    assert bytes(b.mr.buf[:o]) == bytes(a.mr.buf[:o])
+    assert a.vqp.error is None and b.vqp.error is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_receives_reposted_in_batches(vpair, mode):
+    """Far more WRITE_WITH_IMM messages than receive WRs a data QP holds,
+    the receiver polled only now and then (its consumed receives are
+    reposted as one chain per poll): all arrive, in order."""
+    a, b = vpair(2, mode, size=1 << 16, fragment=4096, max_msgs=3,
+                 max_wr=512)
+    fill(a.mr, 1 << 16, 9)
+    count = 400
+    b.vqp.post_recv([ibv.recv_wr(wr_id=i) for i in range(count)])
+    done, posted, rwcs, turn = [], 0, [], 0
+    deadline = time.monotonic() + 60
+    while len(done) < count:
+        while posted < count and posted - len(done) < 24:
+            a.vqp.post_send(a.write(b, 8 + posted % 100, wr_id=posted,
+                                    imm=posted, off=posted * 8,
+                                    remote_off=posted * 8))
+            posted += 1
+        done += a.vcq.poll()
+        turn += 1
+        if turn % 5 == 0:
+            rwcs += b.vcq.poll()
+        assert time.monotonic() < deadline, (len(done), len(rwcs))
+    rwcs += b.poll(count - len(rwcs), peer=a) if len(rwcs) < count else []
+    assert [w.wr_id for w in done] == list(range(count))
+    assert [(w.wr_id, w.imm_data, w.byte_len) for w in rwcs] == [
+        (i, i, 8 + i % 100) for i in range(count)]
+    assert all(w.status == ibv.IBV_WC_SUCCESS for w in done + rwcs)
