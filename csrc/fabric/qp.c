@@ -64,23 +64,59 @@ fab_create_srq(void *pd, struct pyrdma_srq_attr *a, void *ctxp, void **out,
     return 0;
 }
 
+/* Resize s's receive queue to max_wr (N.lock held): the posted receives
+   move to the new ring in order.  0, or -1 with st set. */
+static int
+srq_resize(struct usrq *s, uint32_t max_wr, struct pyrdma_status *st)
+{
+    struct rq n;
+    uint32_t i, posted = s->rq.tail - s->rq.head;
+    if (max_wr < 1 || max_wr > MAX_WR)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "max_wr %u (limit "
+                           "%d)", max_wr, MAX_WR);
+    if (max_wr < posted)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "max_wr %u is "
+                           "below the %u receives posted", max_wr, posted);
+    if (fab_rq_init(&n, max_wr, s->rq.max_sge) < 0)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    for (i = 0; i < posted; i++) {
+        struct rwqe *from = &s->rq.w[(s->rq.head + i) & s->rq.mask];
+        struct rwqe *to = &n.w[i & n.mask];
+        to->wr_id = from->wr_id;
+        to->num_sge = from->num_sge;
+        memcpy(to->sge, from->sge, sizeof(*to->sge) * (size_t)from->num_sge);
+    }
+    n.tail = posted;
+    fab_rq_free(&s->rq);
+    s->rq = n;
+    return 0;
+}
+
 int
 fab_modify_srq(void *vs, struct pyrdma_srq_attr *a, int mask,
                struct pyrdma_status *st)
 {
     struct usrq *s = vs;
-    if (mask & PYRDMA_SRQ_MAX_WR)
-        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "resizing an SRQ "
-                           "is not supported by the ucx fabric");
-    if (mask & PYRDMA_SRQ_LIMIT) {
-        if (a->srq_limit > s->rq.max_wr)
-            return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "srq_limit %u "
-                               "> max_wr %u", a->srq_limit, s->rq.max_wr);
-        LOCK();
+    uint32_t max_wr;
+    int rc = 0;
+    if (mask & ~(PYRDMA_SRQ_MAX_WR | PYRDMA_SRQ_LIMIT))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "unknown mask bits "
+                           "%#x", (unsigned)mask);
+    LOCK();
+    max_wr = (mask & PYRDMA_SRQ_MAX_WR) ? a->max_wr : s->rq.max_wr;
+    if ((mask & PYRDMA_SRQ_MAX_WR) && s->limit && max_wr < s->limit &&
+        !(mask & PYRDMA_SRQ_LIMIT))
+        rc = pyrdma_fail(st, EINVAL, "ibv_modify_srq", "max_wr %u is below "
+                         "the srq_limit %u", max_wr, s->limit);
+    else if ((mask & PYRDMA_SRQ_LIMIT) && a->srq_limit > max_wr)
+        rc = pyrdma_fail(st, EINVAL, "ibv_modify_srq", "srq_limit %u > "
+                         "max_wr %u", a->srq_limit, max_wr);
+    else if (mask & PYRDMA_SRQ_MAX_WR)
+        rc = srq_resize(s, max_wr, st);
+    if (rc == 0 && (mask & PYRDMA_SRQ_LIMIT))
         s->limit = a->srq_limit;
-        UNLOCK();
-    }
-    return 0;
+    UNLOCK();
+    return rc;
 }
 
 int

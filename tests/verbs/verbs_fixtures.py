@@ -151,7 +151,7 @@ DIFFERENCES = {
                "a SEND_WITH_INV receive has IBV_WC_WITH_INV, one that "
                "fails to invalidate is NAKed (rxe: only in the MR under "
                "it; the kernel's flag value untranslated; ACKed)",
-    "unsupported-misc": "no SQD, SRQ resize",
+    "unsupported-misc": "no SQD",
     "no-cm-multicast": "the CM does not join multicast groups "
                        "(rdma_join_multicast: EOPNOTSUPP; UD QPs attach "
                        "to groups with attach_mcast)",
