@@ -971,6 +971,9 @@ int fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
                void **out, struct pyrdma_mr_info *info,
                struct pyrdma_status *st);
 int fab_dereg_mr(void *vmr, struct pyrdma_status *st);
+int fab_rereg_mr(void *vmr, int flags, void *pd, void *addr, size_t length,
+                 unsigned int access, struct pyrdma_mr_info *info,
+                 struct pyrdma_status *st);
 
 /* mw.c */
 struct umw *fab_mw_lookup(uint32_t key);

@@ -152,6 +152,8 @@ DIFFERENCES = {
                "fails to invalidate is NAKed (rxe: only in the MR under "
                "it; the kernel's flag value untranslated; ACKed)",
     "unsupported-misc": "no SQD",
+    "rereg-mr": "ibv_rereg_mr changes an MR's PD, access and range "
+                "(rxe: EOPNOTSUPP / EINVAL, its provider has no rereg_mr)",
     "no-cm-multicast": "the CM does not join multicast groups "
                        "(rdma_join_multicast: EOPNOTSUPP; UD QPs attach "
                        "to groups with attach_mcast)",
