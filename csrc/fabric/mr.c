@@ -24,7 +24,8 @@ fab_sh_qp_sync(struct uqp *q)
         return;
     e = &N.sh->qp[q->qpn & (MAX_QP - 1)];
     ok = !q->destroyed && q->type == IBV_QPT_RC && q->peer != NULL &&
-         (q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS);
+         (q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS ||
+          q->attr.qp_state == IBV_QPS_SQD);
     if (!ok) {
         if (__atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == q->qpn)
             __atomic_store_n(&e->qpn, 0, __ATOMIC_SEQ_CST);

@@ -37,6 +37,22 @@ fab_qp_flush_to_err(struct uqp *q)
     fab_qp_enter_err(q);
 }
 
+/* A QP in SQD whose send queue is draining: once no send WR is
+   outstanding, it is drained (query_qp's sq_draining drops) and, if
+   the program asked (en_sqd_async_notify), IBV_EVENT_SQ_DRAINED is
+   raised.  N.lock held. */
+void
+fab_sq_drained(struct uqp *q)
+{
+    if (q->attr.qp_state != IBV_QPS_SQD || !q->attr.sq_draining ||
+        q->sq_head != q->sq_tail)
+        return;
+    q->attr.sq_draining = 0;
+    if (q->attr.en_sqd_async_notify)
+        fab_ctx_event(q->pd->ctx, IBV_EVENT_SQ_DRAINED, PYRDMA_EV_QP,
+                      q->qp_context);
+}
+
 /* ------------------------------------------------------------------ */
 /* SRQ                                                                 */
 
@@ -238,6 +254,28 @@ fail:
 
 /* The IBA modify_qp table: required and optional attributes. */
 #define M(x) PYRDMA_QP_##x
+/* From SQD (the IBA's table, as the kernel has it): back to RTS with
+   what RTS -> RTS may change, or to SQD again changing what a drained
+   send queue allows (no new address: the QP keeps its peer). */
+static int
+sqd_table(int ud, int rc, int next, int *opt)
+{
+    if (next == IBV_QPS_RTS) {
+        *opt = M(CUR_STATE) | (ud ? M(QKEY) : M(ACCESS_FLAGS) |
+                               M(ALT_PATH) | M(PATH_MIG_STATE) |
+                               (rc ? M(MIN_RNR_TIMER) : 0));
+        return 1;
+    }
+    if (next != IBV_QPS_SQD)
+        return 0;
+    *opt = M(PKEY_INDEX) | (ud ? M(QKEY) : M(ACCESS_FLAGS) |
+                            (rc ? M(MIN_RNR_TIMER) | M(TIMEOUT) |
+                             M(RETRY_CNT) | M(RNR_RETRY) |
+                             M(MAX_QP_RD_ATOMIC) | M(MAX_DEST_RD_ATOMIC)
+                             : 0));
+    return 1;
+}
+
 static int
 qp_table(int type, int cur, int next, int *req, int *opt)
 {
@@ -273,6 +311,11 @@ qp_table(int type, int cur, int next, int *req, int *opt)
                                (rc ? M(MIN_RNR_TIMER) : 0));
         return 1;
     case IBV_QPS_RTS:
+        if (next == IBV_QPS_SQD) {
+            *opt = M(EN_SQD_ASYNC_NOTIFY);
+            return 1;
+        }
+        /* fall through */
     case IBV_QPS_SQE:
         if (next != IBV_QPS_RTS)
             return 0;
@@ -280,6 +323,8 @@ qp_table(int type, int cur, int next, int *req, int *opt)
                                M(PATH_MIG_STATE) |
                                (rc ? M(MIN_RNR_TIMER) : 0));
         return 1;
+    case IBV_QPS_SQD:
+        return sqd_table(ud, rc, next, opt);
     case IBV_QPS_ERR:
         return 0;
     default:
@@ -319,9 +364,6 @@ check_transition(const struct uqp *q, const struct pyrdma_qp_attr *a,
     if ((mask & M(CUR_STATE)) && a->cur_qp_state != cur)
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "cur_qp_state %d but "
                            "the QP is in state %d", a->cur_qp_state, cur);
-    if (next == IBV_QPS_SQD)
-        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "SQD is not supported "
-                           "by the ucx fabric");
     if (!qp_table(q->type, cur, next, &req, &opt))
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "illegal transition "
                            "%d -> %d", cur, next);
@@ -380,6 +422,8 @@ static void
 apply_attrs(struct uqp *q, const struct pyrdma_qp_attr *a, int mask,
             struct peer *peer)
 {
+    if (mask & M(EN_SQD_ASYNC_NOTIFY))
+        q->attr.en_sqd_async_notify = a->en_sqd_async_notify != 0;
     if (mask & M(ACCESS_FLAGS))
         q->attr.qp_access_flags = a->qp_access_flags;
     if (mask & M(PKEY_INDEX))
@@ -438,9 +482,14 @@ enter_state(struct uqp *q, int next)
         fab_sq_advance(q);
     }
     else {
+        int was = q->attr.qp_state;
         q->attr.qp_state = next;
         if (next == IBV_QPS_RTS)
             q->err_pending = 0;
+        q->attr.sq_draining = next == IBV_QPS_SQD &&
+                              (was != IBV_QPS_SQD || q->attr.sq_draining);
+        if (next == IBV_QPS_SQD)
+            fab_sq_drained(q);
     }
     fab_sh_qp_sync(q);
 }
