@@ -1064,6 +1064,7 @@ void fab_drain(int all);
 void fab_drain_out(void);
 void fab_sq_advance(struct uqp *q);
 void fab_sq_drained(struct uqp *q);
+void fab_cq_clean(struct ucq *cq, uint32_t qpn, int sends_only);
 void fab_sq_fail(struct uqp *q, uint32_t i, int status);
 void fab_sq_fail_outstanding(struct uqp *q, int status);
 void fab_on_resp(const struct wire *h, const uint8_t *pl, size_t plen);

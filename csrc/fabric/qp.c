@@ -337,6 +337,11 @@ static void
 qp_reset(struct uqp *q)
 {
     q->sq_head = q->sq_tail;
+    /* its completions leave the CQs (not an SRQ's receives: their WRs
+       are gone from the SRQ) */
+    fab_cq_clean(q->scq, q->qpn, q->srq != NULL);
+    if (q->rcq != q->scq)
+        fab_cq_clean(q->rcq, q->qpn, q->srq != NULL);
     q->err_pending = 0;
     q->epoch++;
     q->rx_seen = q->alt = 0;

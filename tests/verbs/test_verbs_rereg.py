@@ -194,3 +194,34 @@ def test_rereg_access_alloc_mr(pair, provider):
         del mem
     finally:
         mr.close()
+
+
+def test_rereg_with_window_bound(pair, provider):
+    """An MR with a memory window bound to it is not re-registered
+    (EINVAL, as dereg_mr; the IB spec): the window still works; once it
+    is unbound the rereg goes through."""
+    a, b = pair(RC, side_b={"access": MR_ALL | ibv.IBV_ACCESS_MW_BIND})
+    mw = b.pd.mw(ibv.IBV_MW_TYPE_1)
+    try:
+        acc = LW | ibv.IBV_ACCESS_REMOTE_READ | ibv.IBV_ACCESS_MW_BIND
+        rkey = b.qp.bind_mw(mw, ibv.mw_bind_info(
+            mr=b.mr, addr=b.mr.addr, length=256,
+            mw_access_flags=ibv.IBV_ACCESS_REMOTE_WRITE))
+        check_ok(poll_cq(b.send_cq)[0], ibv.IBV_WC_BIND_MW)
+        if refused(provider, b.mr, CH_ACC, access=acc):
+            return
+        keys = (b.mr.lkey, b.mr.rkey, b.mr.access)
+        with pytest.raises(rdma.SysError) as ei:
+            b.mr.rereg(CH_ACC, access=acc)
+        assert ei.value.errno == errno.EINVAL
+        assert (b.mr.lkey, b.mr.rkey, b.mr.access) == keys
+        check_ok(remote(a, b, W, 16, pattern(16, 8), rkey=rkey),
+                 ibv.IBV_WC_RDMA_WRITE)
+        assert bytes(b.buf[16:32]) == pattern(16, 8)
+        b.qp.bind_mw(mw, ibv.mw_bind_info(mr=b.mr, addr=b.mr.addr,
+                                          length=0, mw_access_flags=0))
+        check_ok(poll_cq(b.send_cq)[0], ibv.IBV_WC_BIND_MW)
+        b.mr.rereg(CH_ACC, access=acc)
+        assert b.mr.access == acc
+    finally:
+        mw.close()

@@ -155,6 +155,8 @@ DIFFERENCES = {
                         "(rxe: held until SQD -> RTS)",
     "rereg-mr": "ibv_rereg_mr changes an MR's PD, access and range "
                 "(rxe: EOPNOTSUPP / EINVAL, its provider has no rereg_mr)",
+    "reset-cleans-cq": "a QP's move to RESET takes its completions out "
+                       "of its CQs, as mlx4/mlx5 do (rxe: they stay)",
     "no-cm-multicast": "the CM does not join multicast groups "
                        "(rdma_join_multicast: EOPNOTSUPP; UD QPs attach "
                        "to groups with attach_mcast)",
