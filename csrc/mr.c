@@ -352,7 +352,129 @@ mr_traverse(PyObject *op, visitproc visit, void *arg)
     return pyrdma_obj_traverse(op, visit, arg);
 }
 
+/* MR.rereg's arguments, checked against the MR: the new PD (a PD of the
+   MR's context) and the new buffer's export (writable if the access lets
+   the device write).  0, or -1 with an exception. */
+static int
+rereg_args(pyrdma_MR *mr, int flags, PyObject *pdobj, PyObject *buf,
+           unsigned int access, Py_buffer *nv)
+{
+    pyrdma_obj *old_pd = (pyrdma_obj *)mr->o.parents[0];
+    int bflags = PyBUF_SIMPLE;
+    if (access & (PYRDMA_ACCESS_LOCAL_WRITE | PYRDMA_ACCESS_REMOTE_WRITE |
+                  PYRDMA_ACCESS_REMOTE_ATOMIC))
+        bflags |= PyBUF_WRITABLE;
+    if (flags & PYRDMA_REREG_PD) {
+        pyrdma_obj *pd = (pyrdma_obj *)pdobj;
+        if (!PyObject_TypeCheck(pdobj, mr->o.state->PDType)) {
+            PyErr_SetString(PyExc_TypeError, "MR.rereg(): "
+                            "IBV_REREG_MR_CHANGE_PD needs pd, a PD");
+            return -1;
+        }
+        if (!pyrdma_obj_check(pd))
+            return -1;
+        if (pd->parents[0] != old_pd->parents[0]) {
+            PyErr_SetString(PyExc_ValueError, "MR.rereg(): the new PD is "
+                            "of another Context");
+            return -1;
+        }
+    }
+    if (!(flags & PYRDMA_REREG_TRANSLATION)) {
+        if ((bflags & PyBUF_WRITABLE) && mr->view.readonly) {
+            PyErr_Format(PyExc_TypeError, "MR.rereg(): access 0x%x lets "
+                         "the device write, but the buffer is read-only",
+                         access);
+            return -1;
+        }
+        return 0;
+    }
+    if (mr->owned != NULL) {
+        PyErr_SetString(PyExc_ValueError, "MR.rereg(): an MR made by "
+                        "PD.alloc_mr() keeps its memory (no "
+                        "IBV_REREG_MR_CHANGE_TRANSLATION)");
+        return -1;
+    }
+    if (buf == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "MR.rereg(): "
+                        "IBV_REREG_MR_CHANGE_TRANSLATION needs buf");
+        return -1;
+    }
+    if (PyObject_GetBuffer(buf, nv, bflags) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_BufferError) ||
+            PyErr_ExceptionMatches(PyExc_ValueError))
+            buffer_refused(buf, access, bflags);
+        return -1;
+    }
+    return 0;
+}
+
+/* MR.rereg(flags, pd=None, buf=None, access=0): ibv_rereg_mr. */
+static PyObject *
+mr_rereg(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"flags", "pd", "buf", "access", NULL};
+    pyrdma_MR *mr = (pyrdma_MR *)op;
+    struct pyrdma_uint fl = {"MR.rereg", "flags", INT32_MAX, 0};
+    struct pyrdma_uint acc = {"MR.rereg", "access", UINT32_MAX, 0};
+    PyObject *pdobj = Py_None, *buf = Py_None;
+    struct pyrdma_status st = {0};
+    struct pyrdma_mr_info info;
+    Py_buffer nv = {0};
+    unsigned int access;
+    int flags;
+    void *pdh = NULL, *addr = NULL;
+    size_t len = 0;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OOO&:rereg", kwlist,
+                                     pyrdma_uint_conv, &fl, &pdobj, &buf,
+                                     pyrdma_uint_conv, &acc))
+        return NULL;
+    flags = (int)fl.v;
+    access = (flags & PYRDMA_REREG_ACCESS) ? (unsigned int)acc.v
+                                           : mr->access;
+    if (!pyrdma_obj_check(&mr->o))
+        return NULL;
+    if (flags == 0 || (flags & ~PYRDMA_REREG_ALL)) {
+        PyErr_Format(PyExc_ValueError, "MR.rereg(): flags 0x%x (the "
+                     "IBV_REREG_MR_CHANGE_* bits)", (unsigned)flags);
+        return NULL;
+    }
+    if (access & (PYRDMA_ACCESS_REMOTE_WRITE | PYRDMA_ACCESS_REMOTE_ATOMIC))
+        access |= PYRDMA_ACCESS_LOCAL_WRITE;      /* as PD.mr */
+    if (rereg_args(mr, flags, pdobj, buf, access, &nv) < 0)
+        return NULL;
+    if (flags & PYRDMA_REREG_PD)
+        pdh = ((pyrdma_obj *)pdobj)->h;
+    if (flags & PYRDMA_REREG_TRANSLATION) {
+        addr = nv.buf;
+        len = (size_t)nv.len;
+    }
+    if (mr->o.prov->rereg_mr(mr->o.h, flags, pdh, addr, len, access, &info,
+                             &st) < 0) {
+        if (flags & PYRDMA_REREG_TRANSLATION)
+            PyBuffer_Release(&nv);
+        return pyrdma_raise_status(mr->o.state, &st);
+    }
+    if (flags & PYRDMA_REREG_TRANSLATION) {
+        mr_release(&mr->o);
+        mr->view = nv;
+        mr->have_view = 1;
+    }
+    if (flags & PYRDMA_REREG_PD)
+        pyrdma_obj_relink(&mr->o, 0, (pyrdma_obj *)pdobj);
+    mr->access = access;
+    mr->info = info;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef mr_methods[] = {
+    {"rereg", (PyCFunction)(void (*)(void))mr_rereg,
+     METH_VARARGS | METH_KEYWORDS,
+     "rereg($self, /, flags, pd=None, buf=None, access=0)\n--\n\n"
+     "Re-register (ibv_rereg_mr): flags is IBV_REREG_MR_CHANGE_PD (to pd, "
+     "a PD of the same Context), _TRANSLATION (to the buffer buf) and/or "
+     "_ACCESS (to access).  lkey and rkey may change; on an error the MR "
+     "is as it was."},
     {"sge", (PyCFunction)(void (*)(void))mr_sge, METH_VARARGS | METH_KEYWORDS,
      "sge($self, /, length=None, off=0)\n--\n\nAn ibv.sge covering length "
      "bytes (default: to the end) from offset off of the region."},

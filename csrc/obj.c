@@ -94,6 +94,14 @@ pyrdma_obj_link(pyrdma_obj *child, int slot, pyrdma_obj *parent)
     head->prev = l;
 }
 
+/* Move child from its parent in slot to parent (MR.rereg's new PD). */
+void
+pyrdma_obj_relink(pyrdma_obj *child, int slot, pyrdma_obj *parent)
+{
+    list_unlink(&child->links[slot]);
+    pyrdma_obj_link(child, slot, parent);
+}
+
 /* Leave every parent's list (the strong references stay until dealloc). */
 static void
 unlink_all(pyrdma_obj *o)

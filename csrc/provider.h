@@ -226,6 +226,11 @@ struct pyrdma_srq_attr {
     uint32_t srq_limit;      /* low watermark for IBV_EVENT_SRQ_LIMIT_REACHED */
 };
 enum { PYRDMA_SRQ_MAX_WR = 1 << 0, PYRDMA_SRQ_LIMIT = 1 << 1 };
+/* ibv_rereg_mr's flags (IBV_REREG_MR_CHANGE_*) */
+enum {
+    PYRDMA_REREG_TRANSLATION = 1 << 0, PYRDMA_REREG_PD = 1 << 1,
+    PYRDMA_REREG_ACCESS = 1 << 2, PYRDMA_REREG_ALL = 7,
+};
 
 /* What the element of an async event is. */
 enum { PYRDMA_EV_NONE, PYRDMA_EV_QP, PYRDMA_EV_CQ, PYRDMA_EV_SRQ,
@@ -367,6 +372,12 @@ struct pyrdma_provider {
                   void **mr, struct pyrdma_mr_info *info,
                   struct pyrdma_status *st);
     int (*dereg_mr)(void *mr, struct pyrdma_status *st);
+    /* Re-register (ibv_rereg_mr): flags IBV_REREG_MR_CHANGE_*; pd, addr
+       and length, access only where flags name them.  The new keys in
+       *info.  On an error the MR is as it was. */
+    int (*rereg_mr)(void *mr, int flags, void *pd, void *addr, size_t length,
+                    unsigned int access, struct pyrdma_mr_info *info,
+                    struct pyrdma_status *st);
     /* Memory for PD.alloc_mr (optional; NULL: the object model mmaps it):
        length bytes, page aligned and zeroed, at *mem.  free_mr_mem(cookie)
        releases it once no MR and no buffer view uses it any more. */

@@ -72,6 +72,16 @@ no_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
 }
 
 static int
+no_rereg_mr(void *mr, int flags, void *pd, void *addr, size_t length,
+            unsigned int access, struct pyrdma_mr_info *info,
+            struct pyrdma_status *st)
+{
+    (void)mr, (void)flags, (void)pd, (void)addr, (void)length;
+    (void)access, (void)info;
+    return unsupported(st, "ibv_rereg_mr");
+}
+
+static int
 no_alloc_mw(void *pd, int type, void **mw, uint32_t *rkey,
             struct pyrdma_status *st)
 {
@@ -190,6 +200,7 @@ pyrdma_provider_fill(struct pyrdma_provider *out,
     FILL(get_async_event, no_get_async_event);
     FILL(alloc_pd, no_alloc_pd);
     FILL(reg_mr, no_reg_mr);
+    FILL(rereg_mr, no_rereg_mr);
     FILL(alloc_mw, no_alloc_mw);
     FILL(dealloc_mw, no_dealloc_mw);
     FILL(bind_mw, no_bind_mw);

@@ -52,6 +52,8 @@ static struct {
     struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length,
                              int access);
     int (*dereg_mr)(struct ibv_mr *mr);
+    int (*rereg_mr)(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
+                    void *addr, size_t length, int access);
     struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *ctx);
     int (*destroy_comp_channel)(struct ibv_comp_channel *cc);
     int (*get_cq_event)(struct ibv_comp_channel *cc, struct ibv_cq **cq,
@@ -151,6 +153,12 @@ _Static_assert((int)PYRDMA_QP_ALT_PATH == (int)IBV_QP_ALT_PATH, "PYRDMA_QP_ALT_P
 _Static_assert((int)PYRDMA_QP_PATH_MIG_STATE == (int)IBV_QP_PATH_MIG_STATE, "PYRDMA_QP_PATH_MIG_STATE");
 _Static_assert((int)PYRDMA_SRQ_MAX_WR == (int)IBV_SRQ_MAX_WR, "PYRDMA_SRQ_MAX_WR");
 _Static_assert((int)PYRDMA_SRQ_LIMIT == (int)IBV_SRQ_LIMIT, "PYRDMA_SRQ_LIMIT");
+_Static_assert((int)PYRDMA_REREG_TRANSLATION ==
+               (int)IBV_REREG_MR_CHANGE_TRANSLATION, "PYRDMA_REREG_*");
+_Static_assert((int)PYRDMA_REREG_PD == (int)IBV_REREG_MR_CHANGE_PD,
+               "PYRDMA_REREG_PD");
+_Static_assert((int)PYRDMA_REREG_ACCESS == (int)IBV_REREG_MR_CHANGE_ACCESS,
+               "PYRDMA_REREG_ACCESS");
 _Static_assert((int)PYRDMA_WR_RDMA_WRITE == (int)IBV_WR_RDMA_WRITE, "PYRDMA_WR_RDMA_WRITE");
 _Static_assert((int)PYRDMA_WR_RDMA_WRITE_WITH_IMM == (int)IBV_WR_RDMA_WRITE_WITH_IMM, "PYRDMA_WR_RDMA_WRITE_WITH_IMM");
 _Static_assert((int)PYRDMA_WR_SEND == (int)IBV_WR_SEND, "PYRDMA_WR_SEND");
@@ -197,6 +205,7 @@ load(struct pyrdma_status *st)
     V.dealloc_pd = ibv_dealloc_pd;
     V.reg_mr = ibv_reg_mr;
     V.dereg_mr = ibv_dereg_mr;
+    V.rereg_mr = ibv_rereg_mr;
     V.create_comp_channel = ibv_create_comp_channel;
     V.destroy_comp_channel = ibv_destroy_comp_channel;
     V.get_cq_event = ibv_get_cq_event;
@@ -249,6 +258,7 @@ static const struct pyrdma_dlsym verbs_syms[] = {
     SYM(dealloc_pd, "ibv_dealloc_pd"),
     SYM(reg_mr, "ibv_reg_mr"),
     SYM(dereg_mr, "ibv_dereg_mr"),
+    SYM(rereg_mr, "ibv_rereg_mr"),
     SYM(create_comp_channel, "ibv_create_comp_channel"),
     SYM(destroy_comp_channel, "ibv_destroy_comp_channel"),
     SYM(get_cq_event, "ibv_get_cq_event"),
@@ -577,6 +587,24 @@ dereg_mr(void *mr, struct pyrdma_status *st)
 {
     int rc = V.dereg_mr(mr);
     return rc ? fail_errno(st, rc, "ibv_dereg_mr") : 0;
+}
+
+/* libibverbs returns an IBV_REREG_MR_ERR_* code and sets errno (the
+   MR stays as it was for ERR_INPUT and ERR_CMD). */
+static int
+rereg_mr(void *mr, int flags, void *pd, void *addr, size_t length,
+         unsigned int access, struct pyrdma_mr_info *info,
+         struct pyrdma_status *st)
+{
+    struct ibv_mr *m = mr;
+    int rc;
+    errno = 0;
+    rc = V.rereg_mr(m, flags, pd, addr, length, (int)access);
+    if (rc != 0)
+        return fail_errno(st, errno ? errno : EINVAL, "ibv_rereg_mr");
+    info->lkey = m->lkey;
+    info->rkey = m->rkey;
+    return 0;
 }
 
 static int
@@ -1345,6 +1373,7 @@ const struct pyrdma_provider pyrdma_provider_verbs = {
     .dealloc_pd = dealloc_pd,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
+    .rereg_mr = rereg_mr,
     .alloc_mw = alloc_mw,
     .dealloc_mw = dealloc_mw,
     .bind_mw = bind_mw,

@@ -262,6 +262,7 @@ void pyrdma_obj_setup(pyrdma_obj *o, const struct pyrdma_objkind *kind,
                       const struct pyrdma_provider *prov, pyrdma_state *st);
 /* Make parent the slot-th parent of child (strong ref + list link). */
 void pyrdma_obj_link(pyrdma_obj *child, int slot, pyrdma_obj *parent);
+void pyrdma_obj_relink(pyrdma_obj *child, int slot, pyrdma_obj *parent);
 /* Close o and its children; return 0 or -1 with an exception set. */
 int pyrdma_obj_close(pyrdma_obj *o);
 /* Return 1 if o is open, else 0 with ValueError set. */

@@ -251,6 +251,31 @@ fab_resize_cq(void *vcq, int cqe, int *actual, struct pyrdma_status *st)
     return 0;
 }
 
+/* Take the completions of QP qpn out of cq, keeping the others in
+   order (a QP's move to RESET, as mlx4 and mlx5 purge its CQ entries:
+   the flushes of its last life are not seen in the next); with
+   sends_only, its receive completions stay (an SRQ's: their WRs are gone
+   from the SRQ).  N.lock held (no producer). */
+void
+fab_cq_clean(struct ucq *cq, uint32_t qpn, int sends_only)
+{
+    uint32_t from, to;
+    if (cq == NULL)
+        return;
+    take_lock(cq);              /* no consumer */
+    for (from = to = cq->head; from != cq->tail; from++) {
+        struct pyrdma_wc *w = &cq->ring[from & cq->mask];
+        if (w->qp_num == qpn &&
+            !(sends_only && (w->opcode & IBV_WC_RECV)))
+            continue;
+        if (from != to)
+            cq->ring[to & cq->mask] = *w;
+        to++;
+    }
+    __atomic_store_n(&cq->tail, to, __ATOMIC_RELEASE);
+    take_unlock(cq);
+}
+
 int
 fab_req_notify_cq(void *vcq, int solicited_only)
 {

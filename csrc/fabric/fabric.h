@@ -974,6 +974,9 @@ int fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
                void **out, struct pyrdma_mr_info *info,
                struct pyrdma_status *st);
 int fab_dereg_mr(void *vmr, struct pyrdma_status *st);
+int fab_rereg_mr(void *vmr, int flags, void *pd, void *addr, size_t length,
+                 unsigned int access, struct pyrdma_mr_info *info,
+                 struct pyrdma_status *st);
 
 /* mw.c */
 struct umw *fab_mw_lookup(uint32_t key);
@@ -1065,6 +1068,8 @@ int fab_queue_copy(ucp_ep_h ep, const uint8_t *buf, size_t len);
 void fab_drain(int all);
 void fab_drain_out(void);
 void fab_sq_advance(struct uqp *q);
+void fab_sq_drained(struct uqp *q);
+void fab_cq_clean(struct ucq *cq, uint32_t qpn, int sends_only);
 void fab_sq_fail(struct uqp *q, uint32_t i, int status);
 void fab_sq_fail_outstanding(struct uqp *q, int status);
 void fab_on_resp(const struct wire *h, const uint8_t *pl, size_t plen);

@@ -24,7 +24,8 @@ fab_sh_qp_sync(struct uqp *q)
         return;
     e = &N.sh->qp[q->qpn & (MAX_QP - 1)];
     ok = !q->destroyed && q->type == IBV_QPT_RC && q->peer != NULL &&
-         (q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS);
+         (q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS ||
+          q->attr.qp_state == IBV_QPS_SQD);
     if (!ok) {
         if (__atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == q->qpn)
             __atomic_store_n(&e->qpn, 0, __ATOMIC_SEQ_CST);
@@ -1039,17 +1040,37 @@ own_unwatch(struct umr *mr)
     pthread_mutex_unlock(&own_lock);
 }
 
-int
-fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
-           void **out, struct pyrdma_mr_info *info,
-           struct pyrdma_status *st)
+/* Make mr (in the key table, N.lock not held) reachable by the fast
+   paths: adopt its memory where that is on, publish it in the key page,
+   watch the program's own memory under it for unmapping. */
+static void
+mr_publish(struct umr *mr)
 {
-    struct umr *mr;
+    pthread_mutex_lock(&fab_adopt_lock);
+    fab_adopt_check(mr->addr, mr->len);
+    if (fab_adopt_enabled() && N.sh != NULL && (mr->key >> 8) < SH_MR &&
+        (mr->access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                       IBV_ACCESS_REMOTE_ATOMIC)))
+        fab_mem_adopt(mr->addr, mr->len);
+    LOCK();
+    sh_mr_publish(mr);
+    UNLOCK();
+    pthread_mutex_unlock(&fab_adopt_lock);
+    if (mr->umem == NULL && mr->len > 0)
+        own_watch(mr);
+}
+
+/* Check reg_mr's access flags and the memory under [addr, addr+length)
+   as the kernel does when it pins it.  0, or -1 with st set. */
+static int
+mr_check_new(const char *fn, void *addr, size_t length, unsigned int access,
+             struct pyrdma_status *st)
+{
     const char *what;
     uintptr_t bad;
     if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
         !(access & IBV_ACCESS_LOCAL_WRITE))
-        return pyrdma_fail(st, EINVAL, "ibv_reg_mr", "remote write or atomic "
+        return pyrdma_fail(st, EINVAL, fn, "remote write or atomic "
                            "access needs IBV_ACCESS_LOCAL_WRITE");
     /* the pages a NIC would pin, pinned as the kernel would (write
        access: writable pages only) */
@@ -1060,9 +1081,20 @@ fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
                                 IBV_ACCESS_REMOTE_ATOMIC |
                                 IBV_ACCESS_MW_BIND)) != 0,
                      &bad, &what) < 0)
-        return pyrdma_fail(st, EFAULT, "ibv_reg_mr", "the memory at %#lx "
+        return pyrdma_fail(st, EFAULT, fn, "the memory at %#lx "
                            "(of %#lx, %zu bytes) is %s", (unsigned long)bad,
                            (unsigned long)(uintptr_t)addr, length, what);
+    return 0;
+}
+
+int
+fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
+           void **out, struct pyrdma_mr_info *info,
+           struct pyrdma_status *st)
+{
+    struct umr *mr;
+    if (mr_check_new("ibv_reg_mr", addr, length, access, st) < 0)
+        return -1;
     mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return pyrdma_fail(st, ENOMEM, "calloc", "");
@@ -1074,52 +1106,30 @@ fab_reg_mr(void *pd, void *addr, size_t length, unsigned int access,
         free(mr);
         return -1;
     }
-    if (fab_adopt_enabled() && N.sh != NULL && (mr->key >> 8) < SH_MR &&
-        (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                   IBV_ACCESS_REMOTE_ATOMIC))) {
-        pthread_mutex_lock(&fab_adopt_lock);
-        fab_adopt_check(mr->addr, mr->len);
-        fab_mem_adopt(mr->addr, mr->len);
-        LOCK();
-        sh_mr_publish(mr);
-        UNLOCK();
-        pthread_mutex_unlock(&fab_adopt_lock);
-    }
-    else {
-        pthread_mutex_lock(&fab_adopt_lock);
-        fab_adopt_check(mr->addr, mr->len);
-        LOCK();
-        sh_mr_publish(mr);
-        UNLOCK();
-        pthread_mutex_unlock(&fab_adopt_lock);
-    }
-    if (mr->umem == NULL && length > 0)
-        own_watch(mr);
+    mr_publish(mr);
     *out = mr;
     return 0;
 }
 
-int
-fab_dereg_mr(void *vmr, struct pyrdma_status *st)
+/* Take mr out of the fast paths (its key page entry, the unmapping
+   watch, adopted memory's use count) and wait for the one-sided
+   initiators inside an op on it; mr stays in the key table, and the
+   active-message path goes on seeing it (N.lock not held).  With drop,
+   it leaves the key table first (dereg_mr). */
+static void
+mr_withdraw(struct umr *mr, int drop)
 {
-    struct umr *mr = vmr;
     struct sh_mr *e = NULL;
-    LOCK();
-    if (mr->nmw > 0) {
-        /* as rxe (and the IB spec): not while windows are bound to it */
-        int n = mr->nmw;
-        UNLOCK();
-        return pyrdma_fail(st, EINVAL, "ibv_dereg_mr", "%d memory "
-                           "window(s) are bound to the MR", n);
-    }
-    UNLOCK();
     own_unwatch(mr);
     LOCK();
-    N.mrs[mr->key >> 8] = NULL;
+    mr->own = 0;
+    if (drop)
+        N.mrs[mr->key >> 8] = NULL;
     if (mr->shared) {
         /* no new one-sided op can start; wait for those inside one */
         e = &N.sh->mr[mr->key >> 8];
         __atomic_store_n(&e->key, 0, __ATOMIC_SEQ_CST);
+        mr->shared = 0;
     }
     UNLOCK();
     if (e != NULL && fab_sh_quiesce(&e->inflight)) {
@@ -1143,6 +1153,78 @@ fab_dereg_mr(void *vmr, struct pyrdma_status *st)
             fab_mem_unadopt(u);
         pthread_mutex_unlock(&fab_adopt_lock);
     }
+    mr->umem = NULL;
+}
+
+/* Windows bound to mr: as rxe (and the IB spec), neither dereg_mr nor
+   rereg_mr while there are.  0, or -1 with st set. */
+static int
+mr_check_unbound(struct umr *mr, const char *fn, struct pyrdma_status *st)
+{
+    int n;
+    LOCK();
+    n = mr->nmw;
+    UNLOCK();
+    if (n > 0)
+        return pyrdma_fail(st, EINVAL, fn, "%d memory window(s) are bound "
+                           "to the MR", n);
+    return 0;
+}
+
+int
+fab_dereg_mr(void *vmr, struct pyrdma_status *st)
+{
+    struct umr *mr = vmr;
+    if (mr_check_unbound(mr, "ibv_dereg_mr", st) < 0)
+        return -1;
+    mr_withdraw(mr, 1);
     free(mr);
+    return 0;
+}
+
+/* rereg_mr's flags (IBV_REREG_MR_CHANGE_*) */
+enum { RR_TRANSLATION = 1, RR_PD = 2, RR_ACCESS = 4 };
+
+/* Re-register mr as the IB spec has it (deregister, register again,
+   keep what did not change): a new PD, new access flags, a new range.
+   The keys stay unless the range changes; then they take the next
+   generation, and a peer's rkey of the old range fails (REM_ACCESS_ERR)
+   instead of reaching the new one.  On an error mr stays as it was. */
+int
+fab_rereg_mr(void *vmr, int flags, void *pd, void *addr, size_t length,
+             unsigned int access, struct pyrdma_mr_info *info,
+             struct pyrdma_status *st)
+{
+    struct umr *mr = vmr;
+    const char *fn = "ibv_rereg_mr";
+    uint32_t idx = mr->key >> 8;
+    if (flags == 0 || (flags & ~(RR_TRANSLATION | RR_PD | RR_ACCESS)))
+        return pyrdma_fail(st, EINVAL, fn, "flags %#x", (unsigned)flags);
+    if ((flags & RR_PD) && pd == NULL)
+        return pyrdma_fail(st, EINVAL, fn, "no PD");
+    if (!(flags & RR_TRANSLATION)) {
+        addr = mr->addr;
+        length = mr->len;
+    }
+    if (!(flags & RR_ACCESS))
+        access = mr->access;
+    if (mr_check_unbound(mr, fn, st) < 0 ||
+        mr_check_new(fn, addr, length, access, st) < 0)
+        return -1;
+    mr_withdraw(mr, 0);
+    LOCK();
+    if (flags & RR_PD)
+        mr->pd = pd;
+    mr->access = access;
+    if (flags & RR_TRANSLATION) {
+        mr->addr = addr;
+        mr->len = length;
+        mr->gone = 0;
+        N.mr_gen[idx]++;
+        mr->key = (idx << 8) | N.mr_gen[idx];
+    }
+    UNLOCK();
+    mr_publish(mr);
+    info->lkey = info->rkey = mr->key;
     return 0;
 }

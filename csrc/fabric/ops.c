@@ -532,6 +532,7 @@ const struct pyrdma_provider pyrdma_provider_ucx = {
     .dealloc_pd = dealloc_pd,
     .reg_mr = fab_reg_mr,
     .dereg_mr = fab_dereg_mr,
+    .rereg_mr = fab_rereg_mr,
     .alloc_mr_mem = fab_alloc_mr_mem,
     .free_mr_mem = fab_free_mr_mem,
     .alloc_mw = fab_alloc_mw,

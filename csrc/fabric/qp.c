@@ -37,6 +37,22 @@ fab_qp_flush_to_err(struct uqp *q)
     fab_qp_enter_err(q);
 }
 
+/* A QP in SQD whose send queue is draining: once no send WR is
+   outstanding, it is drained (query_qp's sq_draining drops) and, if
+   the program asked (en_sqd_async_notify), IBV_EVENT_SQ_DRAINED is
+   raised.  N.lock held. */
+void
+fab_sq_drained(struct uqp *q)
+{
+    if (q->attr.qp_state != IBV_QPS_SQD || !q->attr.sq_draining ||
+        q->sq_head != q->sq_tail)
+        return;
+    q->attr.sq_draining = 0;
+    if (q->attr.en_sqd_async_notify)
+        fab_ctx_event(q->pd->ctx, IBV_EVENT_SQ_DRAINED, PYRDMA_EV_QP,
+                      q->qp_context);
+}
+
 /* ------------------------------------------------------------------ */
 /* SRQ                                                                 */
 
@@ -64,23 +80,59 @@ fab_create_srq(void *pd, struct pyrdma_srq_attr *a, void *ctxp, void **out,
     return 0;
 }
 
+/* Resize s's receive queue to max_wr (N.lock held): the posted receives
+   move to the new ring in order.  0, or -1 with st set. */
+static int
+srq_resize(struct usrq *s, uint32_t max_wr, struct pyrdma_status *st)
+{
+    struct rq n;
+    uint32_t i, posted = s->rq.tail - s->rq.head;
+    if (max_wr < 1 || max_wr > MAX_WR)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "max_wr %u (limit "
+                           "%d)", max_wr, MAX_WR);
+    if (max_wr < posted)
+        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "max_wr %u is "
+                           "below the %u receives posted", max_wr, posted);
+    if (fab_rq_init(&n, max_wr, s->rq.max_sge) < 0)
+        return pyrdma_fail(st, ENOMEM, "calloc", "");
+    for (i = 0; i < posted; i++) {
+        struct rwqe *from = &s->rq.w[(s->rq.head + i) & s->rq.mask];
+        struct rwqe *to = &n.w[i & n.mask];
+        to->wr_id = from->wr_id;
+        to->num_sge = from->num_sge;
+        memcpy(to->sge, from->sge, sizeof(*to->sge) * (size_t)from->num_sge);
+    }
+    n.tail = posted;
+    fab_rq_free(&s->rq);
+    s->rq = n;
+    return 0;
+}
+
 int
 fab_modify_srq(void *vs, struct pyrdma_srq_attr *a, int mask,
                struct pyrdma_status *st)
 {
     struct usrq *s = vs;
-    if (mask & PYRDMA_SRQ_MAX_WR)
-        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "resizing an SRQ "
-                           "is not supported by the ucx fabric");
-    if (mask & PYRDMA_SRQ_LIMIT) {
-        if (a->srq_limit > s->rq.max_wr)
-            return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "srq_limit %u "
-                               "> max_wr %u", a->srq_limit, s->rq.max_wr);
-        LOCK();
+    uint32_t max_wr;
+    int rc = 0;
+    if (mask & ~(PYRDMA_SRQ_MAX_WR | PYRDMA_SRQ_LIMIT))
+        return pyrdma_fail(st, EINVAL, "ibv_modify_srq", "unknown mask bits "
+                           "%#x", (unsigned)mask);
+    LOCK();
+    max_wr = (mask & PYRDMA_SRQ_MAX_WR) ? a->max_wr : s->rq.max_wr;
+    if ((mask & PYRDMA_SRQ_MAX_WR) && s->limit && max_wr < s->limit &&
+        !(mask & PYRDMA_SRQ_LIMIT))
+        rc = pyrdma_fail(st, EINVAL, "ibv_modify_srq", "max_wr %u is below "
+                         "the srq_limit %u", max_wr, s->limit);
+    else if ((mask & PYRDMA_SRQ_LIMIT) && a->srq_limit > max_wr)
+        rc = pyrdma_fail(st, EINVAL, "ibv_modify_srq", "srq_limit %u > "
+                         "max_wr %u", a->srq_limit, max_wr);
+    else if (mask & PYRDMA_SRQ_MAX_WR)
+        rc = srq_resize(s, max_wr, st);
+    if (rc == 0 && (mask & PYRDMA_SRQ_LIMIT))
         s->limit = a->srq_limit;
-        UNLOCK();
-    }
-    return 0;
+    UNLOCK();
+    return rc;
 }
 
 int
@@ -233,6 +285,28 @@ fail:
 
 /* The IBA modify_qp table: required and optional attributes. */
 #define M(x) PYRDMA_QP_##x
+/* From SQD (the IBA's table, as the kernel has it): back to RTS with
+   what RTS -> RTS may change, or to SQD again changing what a drained
+   send queue allows (no new address: the QP keeps its peer). */
+static int
+sqd_table(int ud, int rc, int next, int *opt)
+{
+    if (next == IBV_QPS_RTS) {
+        *opt = M(CUR_STATE) | (ud ? M(QKEY) : M(ACCESS_FLAGS) |
+                               M(ALT_PATH) | M(PATH_MIG_STATE) |
+                               (rc ? M(MIN_RNR_TIMER) : 0));
+        return 1;
+    }
+    if (next != IBV_QPS_SQD)
+        return 0;
+    *opt = M(PKEY_INDEX) | (ud ? M(QKEY) : M(ACCESS_FLAGS) |
+                            (rc ? M(MIN_RNR_TIMER) | M(TIMEOUT) |
+                             M(RETRY_CNT) | M(RNR_RETRY) |
+                             M(MAX_QP_RD_ATOMIC) | M(MAX_DEST_RD_ATOMIC)
+                             : 0));
+    return 1;
+}
+
 static int
 qp_table(int type, int cur, int next, int *req, int *opt)
 {
@@ -268,6 +342,11 @@ qp_table(int type, int cur, int next, int *req, int *opt)
                                (rc ? M(MIN_RNR_TIMER) : 0));
         return 1;
     case IBV_QPS_RTS:
+        if (next == IBV_QPS_SQD) {
+            *opt = M(EN_SQD_ASYNC_NOTIFY);
+            return 1;
+        }
+        /* fall through */
     case IBV_QPS_SQE:
         if (next != IBV_QPS_RTS)
             return 0;
@@ -275,6 +354,8 @@ qp_table(int type, int cur, int next, int *req, int *opt)
                                M(PATH_MIG_STATE) |
                                (rc ? M(MIN_RNR_TIMER) : 0));
         return 1;
+    case IBV_QPS_SQD:
+        return sqd_table(ud, rc, next, opt);
     case IBV_QPS_ERR:
         return 0;
     default:
@@ -287,6 +368,11 @@ static void
 qp_reset(struct uqp *q)
 {
     q->sq_head = q->sq_tail;
+    /* its completions leave the CQs (not an SRQ's receives: their WRs
+       are gone from the SRQ) */
+    fab_cq_clean(q->scq, q->qpn, q->srq != NULL);
+    if (q->rcq != q->scq)
+        fab_cq_clean(q->rcq, q->qpn, q->srq != NULL);
     q->err_pending = 0;
     q->epoch++;
     q->rx_seen = q->alt = 0;
@@ -314,9 +400,6 @@ check_transition(const struct uqp *q, const struct pyrdma_qp_attr *a,
     if ((mask & M(CUR_STATE)) && a->cur_qp_state != cur)
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "cur_qp_state %d but "
                            "the QP is in state %d", a->cur_qp_state, cur);
-    if (next == IBV_QPS_SQD)
-        return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "SQD is not supported "
-                           "by the ucx fabric");
     if (!qp_table(q->type, cur, next, &req, &opt))
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "illegal transition "
                            "%d -> %d", cur, next);
@@ -375,6 +458,8 @@ static void
 apply_attrs(struct uqp *q, const struct pyrdma_qp_attr *a, int mask,
             struct peer *peer)
 {
+    if (mask & M(EN_SQD_ASYNC_NOTIFY))
+        q->attr.en_sqd_async_notify = a->en_sqd_async_notify != 0;
     if (mask & M(ACCESS_FLAGS))
         q->attr.qp_access_flags = a->qp_access_flags;
     if (mask & M(PKEY_INDEX))
@@ -433,9 +518,14 @@ enter_state(struct uqp *q, int next)
         fab_sq_advance(q);
     }
     else {
+        int was = q->attr.qp_state;
         q->attr.qp_state = next;
         if (next == IBV_QPS_RTS)
             q->err_pending = 0;
+        q->attr.sq_draining = next == IBV_QPS_SQD &&
+                              (was != IBV_QPS_SQD || q->attr.sq_draining);
+        if (next == IBV_QPS_SQD)
+            fab_sq_drained(q);
     }
     fab_sh_qp_sync(q);
 }

@@ -381,6 +381,8 @@ fab_sq_advance(struct uqp *q)
             fab_qp_enter_err(q);
         q->sq_head++;
     }
+    if (q->attr.sq_draining)
+        fab_sq_drained(q);
 }
 
 /* Fail slot i with status; every later WR flushes. */

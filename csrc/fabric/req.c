@@ -1196,7 +1196,7 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
     slots_settle(q, wr);
     LOCK();
     if (q->attr.qp_state == IBV_QPS_RESET || q->attr.qp_state == IBV_QPS_INIT
-        || q->attr.qp_state == IBV_QPS_RTR) {
+        || q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_SQD) {
         UNLOCK();
         pthread_mutex_unlock(&q->post_lock);
         *bad = wr;

@@ -411,7 +411,8 @@ fab_inq_run(struct uqp *q)
         if (!m->ready)
             return;
         if (m->lost || (q->attr.qp_state != IBV_QPS_RTR &&
-                        q->attr.qp_state != IBV_QPS_RTS))
+                        q->attr.qp_state != IBV_QPS_RTS &&
+                        q->attr.qp_state != IBV_QPS_SQD))
             rc = RX_DONE;       /* dropped */
         else
             rc = rx_exec(q, h, m->data + sizeof(*h), m->len - sizeof(*h), m);
@@ -533,7 +534,8 @@ rx_mcast(const struct wire *h, const uint8_t *pl, size_t plen)
     for (i = 0; g != NULL && i < g->nqp; i++) {
         struct uqp *q = qp_lookup(g->qpn[i]);
         if (q == NULL || (q->attr.qp_state != IBV_QPS_RTR &&
-                          q->attr.qp_state != IBV_QPS_RTS))
+                          q->attr.qp_state != IBV_QPS_RTS &&
+                          q->attr.qp_state != IBV_QPS_SQD))
             continue;
         c = *h;
         c.dst_qpn = q->qpn;
@@ -613,7 +615,8 @@ fab_on_req(const struct wire *h, const uint8_t *pl, size_t plen, int rndv,
         fab_rx_denied();
         return;
     }
-    ok = q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS;
+    ok = q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_RTS ||
+         q->attr.qp_state == IBV_QPS_SQD;
     if (ok && q->type != IBV_QPT_UD && q->attr.dest_qp_num != h->src_qpn)
         ok = 0;
     if (!ok) {

@@ -228,6 +228,48 @@ ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
     return NULL;
 }
 
+/* ibv_rereg_mr on ucx0: libibverbs' own checks of the arguments
+   (IBV_REREG_MR_ERR_INPUT), then the fabric's (IBV_REREG_MR_ERR_CMD, the
+   MR as it was); the MR's fields follow what changed. */
+static int
+rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+         size_t length, int access)
+{
+    struct fmr *m = container_of(mr, struct fmr, mr);
+    struct pyrdma_status st;
+    struct pyrdma_mr_info info;
+    unsigned int acc = (unsigned int)access &
+                       ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+    if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+        ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) &&
+         (addr == NULL || length == 0)) ||
+        (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) ||
+        ((flags & IBV_REREG_MR_CHANGE_PD) &&
+         (pd == NULL || pd->context != mr->context)) || m->h == NULL) {
+        errno = EINVAL;
+        return IBV_REREG_MR_ERR_INPUT;
+    }
+    if (fv_prov->rereg_mr(m->h, flags,
+                          (flags & IBV_REREG_MR_CHANGE_PD) ?
+                          fv_pd_of(pd)->h : NULL, addr, length, acc, &info,
+                          &st) < 0) {
+        errno = st.err ? st.err : EINVAL;
+        return IBV_REREG_MR_ERR_CMD;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+        mr->addr = addr;
+        mr->length = length;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_PD) {
+        fv_use(&fv_pd_of(pd)->users, 1);
+        fv_use(&fv_pd_of(mr->pd)->users, -1);
+        mr->pd = pd;
+    }
+    mr->lkey = info.lkey;
+    mr->rkey = info.rkey;
+    return 0;
+}
+
 EXPORT int
 ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
              size_t length, int access)
@@ -236,8 +278,7 @@ ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
             (struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int),
             mr->context, (mr, flags, pd, addr, length, access),
             IBV_REREG_MR_ERR_INPUT);
-    errno = EOPNOTSUPP;
-    return IBV_REREG_MR_ERR_INPUT;     /* the old MR stays valid */
+    return rereg_mr(mr, flags, pd, addr, length, access);
 }
 
 EXPORT int

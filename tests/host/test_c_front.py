@@ -377,6 +377,42 @@ def test_memory_windows_c(env, tmp_path):
     assert got == MW_EXPECTED
 
 
+REREG_EXPECTED = {
+    "write_before": "success",
+    "access": "0 1",                    # keys kept, as rxe keeps them
+    "write_denied": "remote access error before!",
+    "access_back": "0 success",
+    "translation": "0 1 1 1",           # new keys for a new range
+    "write_new": "success newrng",
+    "write_old_key": "remote access error oldrng!",
+    "pd": "0 1",
+    "write_old_pd": "remote access error pd-one",
+    "dealloc_new_pd": "Device or resource busy",
+    "pd_back": "0 1 0",
+    "bad_flags": "-1 Invalid argument",
+    "access_without_flag": "-1 Invalid argument",
+    "no_range": "-1 Invalid argument",
+    "no_flags": "-4 Invalid argument 1",
+}
+
+
+def test_rereg_mr_c(env, tmp_path):
+    """tests/host/c_front_rereg.c, an unmodified libibverbs program:
+    ibv_rereg_mr with a new access (keys kept, a WRITE no longer granted
+    is REM_ACCESS_ERR and lands nowhere), a new range (new keys; the old
+    rkey reaches neither range), a new PD (mr->pd follows, the old PD's QP
+    is refused, the new PD is busy while the MR is in it); libibverbs'
+    input errors (IBV_REREG_MR_ERR_INPUT) and the device's
+    (IBV_REREG_MR_ERR_CMD)."""
+    exe = fh.build_c("c_front_rereg.c", tmp_path / "rereg",
+                     "infiniband/verbs.h", ("-Wall", "-Wextra", "-Werror"),
+                     ("-libverbs",))
+    res = run(on_fabric(exe), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert got == REREG_EXPECTED
+
+
 MCAST_EXPECTED = {
     "limits": "1 1 1",
     "attach0": "0",

@@ -34,6 +34,54 @@ def test_srq_create_query_modify(ctx):
             srq.modify("limit")
 
 
+def test_srq_resize_keeps_posted_receives(ctx):
+    """ibv_modify_srq(IBV_SRQ_MAX_WR): the receives posted before a resize
+    complete after it, in order, with their buffers; the grown SRQ takes
+    as many more as its new depth; a depth below the receives posted, or
+    above the device's max_srq_wr, is EINVAL and changes nothing."""
+    recv = Side(ctx, RC, use_srq=True, max_recv_wr=8)
+    send = Side(ctx, RC, max_send_wr=64)
+    try:
+        connect(send, recv)
+        srq = recv.srq
+        depth = srq.query().max_wr
+        for i in range(4):
+            srq.post_recv(ibv.recv_wr(wr_id=200 + i,
+                                      sg_list=recv.mr.sge(length=64,
+                                                          off=64 * i)))
+        with pytest.raises(rdma.SysError) as ei:
+            srq.modify(None, 2)                # 4 receives are posted
+        assert ei.value.errno == errno.EINVAL
+        assert srq.query().max_wr == depth
+        limit = ctx.query_device().max_srq_wr
+        with pytest.raises(rdma.SysError) as ei:
+            srq.modify(None, limit + 1)
+        assert ei.value.errno == errno.EINVAL
+        srq.modify(None, 40)
+        assert srq.query().max_wr >= 40
+        for i in range(4, 36):                 # 36 posted: beyond 8
+            srq.post_recv(ibv.recv_wr(wr_id=200 + i,
+                                      sg_list=recv.mr.sge(length=64,
+                                                          off=64 * (i % 8))))
+        send.buf[:20] = pattern(20, 3)
+        for i in range(36):
+            send.qp.post_send(send.send_wr(recv, wr_id=i, length=20))
+            if i % 8 == 7:
+                for w in poll_cq(send.send_cq, 8):
+                    check_ok(w)
+        for w in poll_cq(send.send_cq, 4):
+            check_ok(w)
+        wcs = poll_cq(recv.recv_cq, 36)
+        assert [w.wr_id for w in wcs] == [200 + i for i in range(36)]
+        for w in wcs:
+            check_ok(w, ibv.IBV_WC_RECV)
+            assert w.byte_len == 20
+        assert bytes(recv.buf[64:84]) == pattern(20, 3)
+    finally:
+        send.close()
+        recv.close()
+
+
 @pytest.mark.parametrize("transport", ["RC", "UC", "UD"])
 def test_srq_shared_by_two_qps(ctx, transport):
     """ibv_post_srq_recv: one SRQ feeds two QPs; wc.qp_num tells which QP

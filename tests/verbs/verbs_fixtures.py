@@ -151,7 +151,12 @@ DIFFERENCES = {
                "a SEND_WITH_INV receive has IBV_WC_WITH_INV, one that "
                "fails to invalidate is NAKed (rxe: only in the MR under "
                "it; the kernel's flag value untranslated; ACKed)",
-    "unsupported-misc": "no SQD, SRQ resize",
+    "unsupported-misc": "a send WR posted in SQD is refused with EINVAL "
+                        "(rxe: held until SQD -> RTS)",
+    "rereg-mr": "ibv_rereg_mr changes an MR's PD, access and range "
+                "(rxe: EOPNOTSUPP / EINVAL, its provider has no rereg_mr)",
+    "reset-cleans-cq": "a QP's move to RESET takes its completions out "
+                       "of its CQs, as mlx4/mlx5 do (rxe: they stay)",
     "unreachable-at-rtr": "modify(RTR) to an unknown address: EHOSTUNREACH",
     "ud-over-mtu": "a UD SEND longer than the MTU fails with LOC_LEN_ERR "
                    "(rxe: completes and is dropped on the wire)",
