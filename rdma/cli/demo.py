@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import struct
 import time
-from typing import Any
+from typing import List
 
 import rdma
 import rdma.ibverbs as ibv
 import rdma.path
 import rdma.vtools
 from rdma.IBA import GID_TYPE_ROCE_V2
-from rdma.cli._common import add_provider
+from rdma.cli._common import Subparsers, add_provider
 
 __all__ = ["add_parser", "demo"]
 
@@ -29,7 +29,7 @@ _ACCESS = (ibv.IBV_ACCESS_LOCAL_WRITE | ibv.IBV_ACCESS_REMOTE_WRITE |
            ibv.IBV_ACCESS_REMOTE_READ | ibv.IBV_ACCESS_REMOTE_ATOMIC)
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``demo`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)
@@ -37,7 +37,7 @@ def add_parser(subparsers: Any, name: str,
     return p
 
 
-def _list(devices) -> None:
+def _list(devices: rdma.devices.DemandList[rdma.devices.Device]) -> None:
     print(f"Found {len(devices)} RDMA device(s):")
     for d in devices:
         print(f"  {d.name:<10} provider={d.provider:<6} "
@@ -52,7 +52,8 @@ def _list(devices) -> None:
                     print(f"      GID[{i}] {g}{v2}")
 
 
-def _path_to(end_port, qp) -> rdma.path.IBPath:
+def _path_to(end_port: rdma.devices.EndPort,
+             qp: ibv.QP) -> rdma.path.IBPath:
     """A path from end_port to qp on the same port (a loopback
     connection, made exactly as between two machines)."""
     gid = None
@@ -65,7 +66,7 @@ def _path_to(end_port, qp) -> rdma.path.IBPath:
     return rdma.path.resolve_path(None, path)
 
 
-def _wait(poller, n: int, what: str):
+def _wait(poller: rdma.vtools.CQPoller, n: int, what: str) -> List[ibv.wc]:
     wcs = []
     for wc in poller.iterwc(count=n, timeout=10):
         if wc.status != ibv.IBV_WC_SUCCESS:
@@ -166,8 +167,9 @@ def demo(args: argparse.Namespace) -> int:
             got = 0
             while got < 4:          # ping sent+received, pong sent+received
                 n = cq.poll_into(arr)
-                if n and arr.first_error() is not None:
-                    raise ibv.WCError(arr[arr.first_error()], msg="ping-pong")
+                bad = arr.first_error() if n else None
+                if bad is not None:
+                    raise ibv.WCError(arr[bad], msg="ping-pong")
                 for i in range(n):
                     if arr.wr_id(i) == 11:
                         qb.post_send(pong)

@@ -9,12 +9,12 @@ values each process has of its own (node GUID, LID, GID).
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import rdma
 import rdma.ibverbs as ibv
-from rdma.IBA import GUID, GID_TYPE_ROCE_V2
-from rdma.cli._common import add_provider
+from rdma.IBA import GID, GUID, GID_TYPE_ROCE_V2
+from rdma.cli._common import Subparsers, add_provider
 
 __all__ = ["add_parser", "devinfo"]
 
@@ -35,7 +35,7 @@ _SPEED = {1: "2.5 Gbps", 2: "5.0 Gbps", 4: "10.0 Gbps", 8: "10.0 Gbps",
 _VL = {1: "1", 2: "2", 3: "4", 4: "8", 5: "15"}
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``devinfo`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)
@@ -103,7 +103,7 @@ def _flag_names(prefix: str, value: int) -> List[str]:
             for b in range(32) if value & (1 << b)]
 
 
-def _gid_text(gid, gid_type: int) -> str:
+def _gid_text(gid: GID, gid_type: int) -> str:
     if gid_type == GID_TYPE_ROCE_V2:
         return str(gid)
     raw = bytes(gid)

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, List
+from typing import List
 
 from rdma.cli._ibopts import CmdError
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "validate_subnet"]
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``validate-subnet`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)
