@@ -17,8 +17,8 @@ import pytest
 import rdma
 import rdma.ibverbs as ibv
 from verbs_fixtures import (GRH_LEN, MR_ALL, TRANSPORTS, differs, poll_cq,
-                            expect_no_completion, check_ok, qp_state,
-                            to_init, to_rtr, to_rts, wait_for)
+                            expect_no_completion, check_ok, connect_pair,
+                            qp_state, wait_for)
 
 pytest_plugins = ["verbs_fixtures"]
 
@@ -174,10 +174,7 @@ def test_qp_recovers_through_reset(pair_factory):
     for s in (a, b):
         s.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RESET))
         assert qp_state(s.qp) == ibv.IBV_QPS_RESET
-    for me, peer in ((a, b), (b, a)):
-        to_init(me.qp)
-        to_rtr(me.qp, remote_qpn=peer.qpn, dgid=peer.gid, rq_psn=100)
-        to_rts(me.qp, sq_psn=100)
+    connect_pair(a, b, a_psn=100, b_psn=100)
     a.buf[:8] = b"recoverd"
     a.qp.post_send(a.send_wr(b, W, wr_id=2))
     check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_RDMA_WRITE, 2)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import rdma.ibverbs as ibv
-from verbs_fixtures import (Side, connect, check_ok, differs, poll_cq,
+from verbs_fixtures import (Side, connect_pair, check_ok, differs, poll_cq,
                             qp_state, run_py, wait_for)
 
 pytest_plugins = ["verbs_fixtures"]
@@ -32,7 +32,7 @@ def evpair(ctx):
     b.recv_cq.close()
     b.recv_cq = b.pd.cq(16, cc)
     b.qp = b.pd.qp(RC, 16, b.send_cq, 16, b.recv_cq)
-    connect(a, b)
+    connect_pair(a, b)
     yield cc, a, b
     a.close()
     b.close()
@@ -222,7 +222,7 @@ def test_two_cqs_one_channel(ctx):
             cq1, cq2 = b.pd.cq(8, cc), b.pd.cq(8, cc)
             b.qp.close()
             b.qp = b.pd.qp(RC, 8, cq1, 8, cq2)
-            connect(a, b)
+            connect_pair(a, b)
             cq1.req_notify_cq()
             cq2.req_notify_cq()
             b.post_recv(wr_id=1)
@@ -246,7 +246,7 @@ SCRIPT_PRELUDE = f"""
 import os, sys, time
 sys.path.insert(0, {str(HERE)!r})
 import rdma, rdma.ibverbs as ibv
-from verbs_fixtures import Side, connect, open_end_port
+from verbs_fixtures import Side, connect_pair, open_end_port
 ctx = rdma.get_verbs(open_end_port(os.environ["TEST_PROVIDER"]))
 cc = ctx.comp_channel()
 cq = ctx.cq(8, cc)
@@ -294,7 +294,7 @@ def test_unacked_events_acked_on_close(provider):
         "b = Side(ctx, ibv.IBV_QPT_RC)\n"
         "b.qp.close()\n"
         "b.qp = b.pd.qp(ibv.IBV_QPT_RC, 4, b.send_cq, 4, cq)\n"
-        "connect(a, b)\n"
+        "connect_pair(a, b)\n"
         "b.post_recv(wr_id=1)\n"
         "a.qp.post_send(a.send_wr(b))\n"
         "assert cc.get_cq_event(timeout=20) is cq\n"
@@ -342,7 +342,7 @@ def test_async_event_is_per_context(end_port, ctx, ctx2):
     recv = Side(ctx2, RC, use_srq=True)
     snd = Side(ctx, RC)
     try:
-        connect(snd, recv)
+        connect_pair(snd, recv)
         recv.post_recv(wr_id=1)
         recv.post_recv(wr_id=2)
         recv.srq.modify(ibv.srq_attr(srq_limit=2))
@@ -403,7 +403,7 @@ def test_cq_overflow_event(ctx):
     a = Side(ctx, RC, cqe=4, max_send_wr=64)
     b = Side(ctx, RC)
     try:
-        connect(a, b)
+        connect_pair(a, b)
         n = a.send_cq.cqe + 8
         a.qp.post_send([a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=i)
                         for i in range(n)])
@@ -440,7 +440,7 @@ def test_recv_cq_overrun_moves_qp_to_error(ctx, provider):
     try:
         n = b.recv_cq.cqe + 8          # rxe may round the CQ up
         assert n <= 64, b.recv_cq.cqe
-        connect(a, b)
+        connect_pair(a, b)
         for i in range(n):
             b.post_recv(wr_id=i, off=0, length=64)
         a.qp.post_send([a.send_wr(b, wr_id=i) for i in range(n)])
@@ -466,7 +466,7 @@ def test_send_cq_overrun_qp_state(ctx, provider):
     a = Side(ctx, RC, cqe=4, max_send_wr=64)
     b = Side(ctx, RC)
     try:
-        connect(a, b)
+        connect_pair(a, b)
         n = a.send_cq.cqe + 8
         a.qp.post_send([a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=i)
                         for i in range(n)])

@@ -6,7 +6,7 @@ import pytest
 
 import rdma
 import rdma.ibverbs as ibv
-from verbs_fixtures import (GRH_LEN, Side, connect, check_ok, poll_cq,
+from verbs_fixtures import (GRH_LEN, Side, connect_pair, check_ok, poll_cq,
                             expect_no_completion, pattern, qp_state)
 
 pytest_plugins = ["verbs_fixtures"]
@@ -44,19 +44,15 @@ def test_srq_shared_by_two_qps(ctx, transport):
     qp2 = recv.pd.qp(t, 4, recv.send_cq, 4, recv.recv_cq, srq=recv.srq)
     s1, s2 = Side(ctx, t), Side(ctx, t)
     try:
-        connect(s1, recv)
+        connect_pair(s1, recv)
 
         class Shim:            # the receive side as seen through qp2
             pass
         r2 = Shim()
         r2.qp, r2.gid, r2.mr, r2.buf = qp2, recv.gid, recv.mr, recv.buf
-        r2.qp_type = t
+        r2.qp_type, r2.lid = t, recv.lid
         r2.qpn = qp2.qp_num
-        from verbs_fixtures import to_init, to_rtr, to_rts
-        for me, peer in ((s2, r2), (r2, s2)):
-            to_init(me.qp)
-            to_rtr(me.qp, remote_qpn=peer.qpn, dgid=peer.gid)
-            to_rts(me.qp)
+        connect_pair(s2, r2)
         extra = GRH_LEN if t == UD else 0
         rb = ibv.RecvBatch([ibv.recv_wr(wr_id=100 + i,
                                         sg_list=recv.mr.sge(length=128, off=128 * i))
@@ -96,7 +92,7 @@ def test_post_recv_on_srq_qp_is_rejected(ctx):
     s = Side(ctx, RC, use_srq=True)
     peer = Side(ctx, RC)
     try:
-        connect(s, peer)
+        connect_pair(s, peer)
         with pytest.raises((rdma.SysError, ValueError)) as ei:
             s.qp.post_recv(ibv.recv_wr(wr_id=1, sg_list=s.mr.sge(length=8)))
         if isinstance(ei.value, rdma.SysError):
@@ -112,7 +108,7 @@ def test_srq_limit_event(ctx):
     recv = Side(ctx, RC, use_srq=True)
     snd = Side(ctx, RC)
     try:
-        connect(snd, recv)
+        connect_pair(snd, recv)
         for i in range(4):
             recv.post_recv(wr_id=i, off=64 * i, length=64)
         recv.srq.modify(ibv.srq_attr(srq_limit=3))
@@ -155,7 +151,7 @@ def test_srq_receives_survive_qp_error(ctx):
     recv = Side(ctx, RC, use_srq=True)
     snd = Side(ctx, RC)
     try:
-        connect(snd, recv)
+        connect_pair(snd, recv)
         recv.post_recv(wr_id=7, length=64)
         qp2 = recv.pd.qp(RC, 2, recv.send_cq, 2, recv.recv_cq, srq=recv.srq)
         from verbs_fixtures import to_init

@@ -23,6 +23,7 @@ import rdma.vtools
 from rdma import IBA
 from rdma.path import IBPath
 from conftest import TWO_HOST, run
+from verbs_fixtures import connect_pair
 
 GIDX = int(os.environ.get("RDMA_TESTVM_GID_INDEX", "1"))
 PEER = Path(__file__).parent / "peers" / "nocm_side.py"
@@ -181,15 +182,7 @@ def test_wc_error_handling(end_port, ctx):
         cq = pd.cq(16)
         qa = pd.qp(ibv.IBV_QPT_RC, 4, cq, 4, cq)
         qb = pd.qp(ibv.IBV_QPT_RC, 4, cq, 4, cq)
-        pa = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid,
-                                                 dqpn=qb.qp_num, retries=1))
-        pb = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid,
-                                                 dqpn=qa.qp_num))
-        rdma.path.fill_path(qa, pa)
-        rdma.path.fill_path(qb, pb)
-        pb.dqpsn, pa.dqpsn = pa.sqpsn, pb.sqpsn
-        qa.establish(pa)
-        qb.establish(pb, ibv.IBV_ACCESS_REMOTE_WRITE)
+        connect_pair(qa, qb, end_port, dgid=gid, retries=1)
         buf = bytearray(64)
         mr = pd.mr(buf, ibv.IBV_ACCESS_LOCAL_WRITE)   # no remote write
         qa.post_send(ibv.send_wr(wr_id=9, opcode=ibv.IBV_WR_RDMA_WRITE,
@@ -286,15 +279,7 @@ def test_asyncio_ping_pong_no_busy_loop(end_port, ctx):
         cqa, cqb = ctx.cq(16, cca), ctx.cq(16, ccb)
         qa = pd.qp(ibv.IBV_QPT_RC, 8, cqa, 8, cqa)
         qb = pd.qp(ibv.IBV_QPT_RC, 8, cqb, 8, cqb)
-        pa = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid,
-                                                 dqpn=qb.qp_num))
-        pb = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid,
-                                                 dqpn=qa.qp_num))
-        rdma.path.fill_path(qa, pa)
-        rdma.path.fill_path(qb, pb)
-        pb.dqpsn, pa.dqpsn = pa.sqpsn, pb.sqpsn
-        qa.establish(pa)
-        qb.establish(pb)
+        connect_pair(qa, qb, end_port, dgid=gid, access_b=0)
         bufa = rdma.vtools.BufferPool(pd, 8, 64)
         bufb = rdma.vtools.BufferPool(pd, 8, 64)
         bufa.post_recvs(qa, 4)
