@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+import rdma
 from host_helpers import ROOT, run_py
 
 settings = pytest.importorskip("rdma.fabric.settings")
@@ -26,6 +27,9 @@ try:
 except FileNotFoundError as e:     # the fabric library was not built
     pytest.skip(str(e), allow_module_level=True)
 NAMES = [s.name for s in TABLE]
+#: Where the rdma package this test imported lives (this tree, or a build
+#: variant such as build/variants/asan): the subprocesses use the same.
+RDMA_PATH = os.path.dirname(os.path.dirname(rdma.__file__))
 
 # Open ucx0 (a node starts) and report the outcome as one line.
 OPEN = """
@@ -47,13 +51,13 @@ def _env(**extra: str) -> dict:
 
 def _open(**extra: str) -> subprocess.CompletedProcess:
     r = run_py("import os; os.environ['RDMA_PROVIDER'] = 'ucx'\n" + OPEN,
-               pythonpath=ROOT, env=_env(**extra))
+               pythonpath=RDMA_PATH, env=_env(**extra))
     assert r.returncode == 0, r.stderr
     return r
 
 
 def _config(*args: str, **extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
+    env = dict(os.environ, PYTHONPATH=RDMA_PATH, **extra)
     return subprocess.run([sys.executable, "-P", "-m", "rdma.fabric",
                            "config", *args], env=env, capture_output=True,
                           text=True, timeout=60)
