@@ -111,11 +111,13 @@ def demo(args: argparse.Namespace) -> int:
         qb.post_recv(ibv.recv_wr(wr_id=1, sg_list=bmr.sge(64, 0)))
         abuf[:17] = b"hello over RDMA!!"
         qa.post_send(ibv.send_wr(wr_id=2, opcode=ibv.IBV_WR_SEND_WITH_IMM,
-                                 imm_data=0x1234, send_flags=ibv.IBV_SEND_SIGNALED,
+                                 imm_data=0x1234,
+                                 send_flags=ibv.IBV_SEND_SIGNALED,
                                  sg_list=amr.sge(17, 0)))
         wcs = {w.wr_id: w for w in _wait(poller, 2, "SEND")}
         assert bytes(bbuf[:17]) == b"hello over RDMA!!"
-        print(f"  SEND: {wcs[1].byte_len} bytes, imm_data {wcs[1].imm_data:#x}: "
+        print(f"  SEND: {wcs[1].byte_len} bytes, imm_data "
+              f"{wcs[1].imm_data:#x}: "
               f"{bytes(bbuf[:17]).decode()!r}")
 
         # RDMA WRITE then READ back.
@@ -136,7 +138,8 @@ def demo(args: argparse.Namespace) -> int:
 
         # Atomic fetch-and-add on an 8-byte counter.
         struct.pack_into("<Q", bbuf, 3000, 41)
-        qa.post_send(ibv.send_wr(wr_id=5, opcode=ibv.IBV_WR_ATOMIC_FETCH_AND_ADD,
+        qa.post_send(ibv.send_wr(wr_id=5,
+                                 opcode=ibv.IBV_WR_ATOMIC_FETCH_AND_ADD,
                                  send_flags=ibv.IBV_SEND_SIGNALED,
                                  sg_list=amr.sge(8, 3008),
                                  remote_addr=bmr.addr + 3000, rkey=bmr.rkey,

@@ -51,7 +51,8 @@ def _paragraphs(text: str) -> List[str]:
 def _page(title: str, name: str, summary: str, version: str,
           synopsis: str,
           sections: List[Tuple[str, List[str]]]) -> str:
-    out = [f'.TH {_esc(title.upper())} 1 "" "{_SOURCE.format(version=version)}"'
+    out = [f'.TH {_esc(title.upper())} 1 "" '
+           f'"{_SOURCE.format(version=version)}"'
            f' "{_MANUAL}"',
            ".nh",                       # no hyphenation of option names
            ".ad l",

@@ -257,7 +257,7 @@ def _kill(proc: "subprocess.Popen[str]") -> None:
         pass
 
 
-# -- the report ----------------------------------------------------------------
+# -- the report -------------------------------------------------------------
 
 def _first_line(text: Optional[str]) -> str:
     if not text:
