@@ -30,7 +30,8 @@ def main(args):
             continue
         failed = t["failures"] + t["errors"]
         passed = t["tests"] - failed - t["skipped"]
-        print(f"{name}: {passed} passed, {failed} failed, {t['skipped']} skipped")
+        print(f"{name}: {passed} passed, {failed} failed, {t['skipped']} "
+              "skipped")
         total["passed"] += passed
         total["failed"] += failed
         total["skipped"] += t["skipped"]

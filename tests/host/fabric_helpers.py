@@ -432,7 +432,8 @@ def peer_main(role: str) -> int:
                        "imm": wc.imm_data, "byte_len": wc.byte_len,
                        "data": bytes(s.buf[off:off + wc.byte_len]).hex()})
             elif cmd["op"] == "dump":
-                _emit({"data": bytes(s.buf[cmd["off"]:cmd["off"] + cmd["len"]]).hex()})
+                _emit({"data": bytes(
+                    s.buf[cmd["off"]:cmd["off"] + cmd["len"]]).hex()})
             else:
                 break
         ctx.close()

@@ -23,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture
 def evpair(ctx):
-    """(cc, a, b): RC pair; b's receive CQ is bound to completion channel cc."""
+    """(cc, a, b): RC pair; b's receive CQ is bound to completion channel
+    cc."""
     cc = ctx.comp_channel()
     a = Side(ctx, RC)
     b = Side(ctx, RC)
@@ -40,7 +41,8 @@ def evpair(ctx):
 
 
 def test_comp_channel_fileno(ctx):
-    """ibv_create_comp_channel: fileno() is a real, non-blocking-pollable fd."""
+    """ibv_create_comp_channel: fileno() is a real, non-blocking-pollable
+    fd."""
     with ctx.comp_channel() as cc:
         fd = cc.fileno()
         assert isinstance(fd, int) and fd >= 0
@@ -119,7 +121,8 @@ def test_get_cq_event_releases_gil(evpair):
     b.recv_cq.req_notify_cq()
     b.post_recv(wr_id=1)
     out = []
-    t = threading.Thread(target=lambda: out.append(cc.get_cq_event(timeout=20)))
+    t = threading.Thread(
+        target=lambda: out.append(cc.get_cq_event(timeout=20)))
     t.start()
     time.sleep(0.05)          # let the thread block (not a readiness wait)
     n = 0
@@ -318,7 +321,8 @@ def test_closing_cq_wakes_no_one_badly(evpair):
     b.post_recv(wr_id=1)
     a.qp.post_send(a.send_wr(b))
     check_ok(poll_cq(a.send_cq)[0])
-    wait_for(lambda: select.select([cc.fileno()], [], [], 0)[0], what="event fd")
+    wait_for(lambda: select.select([cc.fileno()], [], [], 0)[0],
+             what="event fd")
     b.qp.close()
     b.recv_cq.close()
     r = cc.get_cq_event(timeout=0.2)
@@ -359,7 +363,8 @@ def test_async_event_is_per_context(end_port, ctx, ctx2):
 def test_get_async_event_releases_gil(ctx):
     """A thread blocked in get_async_event does not block the main thread."""
     out = []
-    t = threading.Thread(target=lambda: out.append(ctx.get_async_event(timeout=1.0)))
+    t = threading.Thread(
+        target=lambda: out.append(ctx.get_async_event(timeout=1.0)))
     t0 = time.monotonic()
     t.start()
     n = 0

@@ -1,5 +1,5 @@
-"""Shared receive queues on every provider: create/query/modify, receives consumed by
-several QPs, UD over an SRQ, RecvBatch, the limit event."""
+"""Shared receive queues on every provider: create/query/modify, receives
+consumed by several QPs, UD over an SRQ, RecvBatch, the limit event."""
 import errno
 
 import pytest
@@ -55,7 +55,8 @@ def test_srq_shared_by_two_qps(ctx, transport):
         connect_pair(s2, r2)
         extra = GRH_LEN if t == UD else 0
         rb = ibv.RecvBatch([ibv.recv_wr(wr_id=100 + i,
-                                        sg_list=recv.mr.sge(length=128, off=128 * i))
+                                        sg_list=recv.mr.sge(length=128,
+                                                            off=128 * i))
                             for i in range(6)])
         recv.srq.post_recv(rb)
         d1, d2 = pattern(30, 1), pattern(30, 2)

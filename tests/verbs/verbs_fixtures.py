@@ -62,7 +62,8 @@ TRANSPORTS = {"RC": ibv.IBV_QPT_RC, "UC": ibv.IBV_QPT_UC, "UD": ibv.IBV_QPT_UD}
 
 __all__ = [
     "DEVICE", "GID_INDEX", "GID_INDEXES", "gid_index", "open_end_port",
-    "DIFFERENCES", "differs", "TWO_HOST", "HOST1_DEVICE", "HOST2_DEVICE", "PORT",
+    "DIFFERENCES", "differs", "TWO_HOST", "HOST1_DEVICE", "HOST2_DEVICE",
+    "PORT",
     "QKEY", "GRH_LEN", "REMOTE_ALL", "MR_ALL", "TRANSPORTS", "Side",
     "poll_cq", "expect_no_completion", "wait_for", "ah_attr_to", "to_init",
     "to_rtr", "to_rts", "connect_qp", "connect_to_peer", "connect_pair",
@@ -105,7 +106,8 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
         if v:
             return v
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout} s waiting for "
+                                 f"{what}")
         time.sleep(0.01)
 
 
@@ -284,11 +286,13 @@ class Side:
                 other.gid, sgid_index=self.gid_index))
         return self._ahs[key]
 
-    def post_recv(self, wr_id: int = 0, off: int = 0, length: int | None = None):
+    def post_recv(self, wr_id: int = 0, off: int = 0,
+                  length: int | None = None):
         """Post one receive of buf[off:off+length] (to the SRQ if any)."""
         if length is None:
             length = len(self.buf) - off
-        wr = ibv.recv_wr(wr_id=wr_id, sg_list=self.mr.sge(length=length, off=off))
+        wr = ibv.recv_wr(wr_id=wr_id,
+                         sg_list=self.mr.sge(length=length, off=off))
         (self.srq or self.qp).post_recv(wr)
         return wr
 
@@ -530,7 +534,8 @@ def exercise(seed: int = 0, rounds: int = 3, provider: str = "verbs") -> None:
                                              send_flags=ibv.IBV_SEND_SIGNALED
                                              | ibv.IBV_SEND_INLINE)
                                    for i in range(4)])
-            b.qp.post_recv(ibv.RecvBatch([ibv.recv_wr(wr_id=i, sg_list=b.mr.sge(
+            b.qp.post_recv(ibv.RecvBatch([ibv.recv_wr(wr_id=i,
+                                                      sg_list=b.mr.sge(
                 length=64, off=64 * i)) for i in range(4)]))
             a.qp.post_send(batch)
             arr = ibv.WCArray(8)

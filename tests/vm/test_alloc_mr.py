@@ -28,7 +28,8 @@ def test_alloc_mr_on_verbs(end_port, ctx):
         src.buf[:6] = b"rxe!!!"
         qa.post_send(ibv.send_wr(opcode=ibv.IBV_WR_RDMA_WRITE,
                                  send_flags=ibv.IBV_SEND_SIGNALED,
-                                 sg_list=src.sge(6), remote_addr=dst.addr + 4100,
+                                 sg_list=src.sge(6),
+                                 remote_addr=dst.addr + 4100,
                                  rkey=dst.rkey))
         wcs = list(rdma.vtools.CQPoller(cq).iterwc(count=1, timeout=20))
         assert wcs and wcs[0].status == ibv.IBV_WC_SUCCESS

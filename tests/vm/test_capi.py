@@ -35,7 +35,8 @@ def test_cython_write_loop(fastloop, end_port, ctx):
         src = bytearray(b"cython!!" + bytes(56))
         dst = bytearray(64)
         smr = pd.mr(src, ibv.IBV_ACCESS_LOCAL_WRITE)
-        dmr = pd.mr(dst, ibv.IBV_ACCESS_LOCAL_WRITE | ibv.IBV_ACCESS_REMOTE_WRITE)
+        dmr = pd.mr(dst,
+                    ibv.IBV_ACCESS_LOCAL_WRITE | ibv.IBV_ACCESS_REMOTE_WRITE)
         n = fastloop.write_loop(qa, cq, smr, dmr.addr + 16, dmr.rkey, 200, 16)
         assert n == 200
         assert bytes(dst[16:24]) == b"cython!!" and dst[:16] == bytes(16)

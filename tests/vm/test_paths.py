@@ -83,7 +83,8 @@ def test_ud_qp_setup_and_response_path(end_port, ctx):
                 cpool.finish_wcs(client, wc)
         assert not poller.timedout
         assert data == b"Hello message!"
-        assert request.wc_flags & ibv.IBV_WC_GRH and request.src_qp == client.qp_num
+        assert (request.wc_flags & ibv.IBV_WC_GRH and
+                request.src_qp == client.qp_num)
         assert request_path.SGID == gid and request_path.sqpn == client.qp_num
         # Reply on the reversed path.
         reply_path = request_path.reverse()
@@ -263,7 +264,8 @@ def test_memory_registrations(ctx):
         with pytest.raises(ValueError):
             mr.sge(length=250, off=10)
         m = mmap.mmap(-1, 256)
-        mr2 = pd.mr(m, ibv.IBV_ACCESS_REMOTE_WRITE | ibv.IBV_ACCESS_LOCAL_WRITE)
+        mr2 = pd.mr(m,
+                    ibv.IBV_ACCESS_REMOTE_WRITE | ibv.IBV_ACCESS_LOCAL_WRITE)
         with pytest.raises(BufferError):
             m.close()                         # the MR pins it
         mr2.close()
@@ -302,7 +304,8 @@ def test_asyncio_ping_pong_no_busy_loop(end_port, ctx):
                     if not (first and n == rounds):
                         i = pool.pop()
                         pool.copy_to(b"%d" % (val + 1), i)
-                        qp.post_send(pool.make_send_wr(i, len(b"%d" % (val + 1))))
+                        qp.post_send(pool.make_send_wr(i,
+                                                       len(b"%d" % (val + 1))))
                 else:
                     pool.finish_wcs(qp, wc)
             return n
