@@ -47,6 +47,7 @@ SOURCES = [
     "csrc/errors.c",
     "csrc/status.c",
     "csrc/dlload.c",
+    "csrc/settings.c",
     "csrc/obj.c",
     "csrc/structs.c",
     "csrc/context.c",
@@ -81,14 +82,16 @@ if os.environ.get("RDMA_WERROR", "") not in ("", "0"):
 
 # The standalone libraries: (name, sources, extra link arguments).
 FABRIC_LIB = ("librdma_fabric.so",
-              ["csrc/status.c", "csrc/dlload.c", "csrc/fabric_lib.c"]
+              ["csrc/status.c", "csrc/dlload.c", "csrc/settings.c",
+               "csrc/fabric_lib.c"]
               + FABRIC_SOURCES,
               ["-ldl", "-lpthread"])
 FRONT_LIB = ("librdma_fabric_verbs.so",
              ["csrc/fabric_verbs/device.c", "csrc/fabric_verbs/objects.c",
               "csrc/fabric_verbs/datapath.c", "csrc/fabric_verbs/extended.c",
               "csrc/fabric_verbs/convert.c", "csrc/fabric_verbs/cm_front.c",
-              "csrc/fabric_verbs/cm_front_ep.c"],
+              "csrc/fabric_verbs/cm_front_ep.c", "csrc/status.c",
+              "csrc/settings.c"],
              ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
               "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
               "-ldl", "-lpthread"])
@@ -99,6 +102,7 @@ UMAD2SIM_LIB = ("librdma_umad2sim.so",
                     "preload", "link", "sysfs", "agents", "io", "rmpp")],
                 ["-ldl", "-lpthread"])
 LIB_DEPENDS = (["csrc/provider.h", "csrc/dlload.h", "csrc/fabric_lib.h",
+                "csrc/settings.h",
                 "rdma/include/pyrdma.h"] + FABRIC_HEADERS)
 
 
@@ -161,7 +165,7 @@ setup(
             sources=SOURCES,
             depends=["csrc/rdma.h", "csrc/vqp.h", "csrc/provider.h",
                      "csrc/constants.inc",
-                     "csrc/errors.h", "csrc/dlload.h",
+                     "csrc/errors.h", "csrc/dlload.h", "csrc/settings.h",
                      "rdma/include/pyrdma.h"] + FABRIC_HEADERS,
             include_dirs=["rdma/include"],
             define_macros=macros,
@@ -171,11 +175,12 @@ setup(
         ),
         Extension(
             "rdma._umad",
-            # errors.c, status.c and dlload.c are shared with rdma._ibverbs
+            # errors.c, status.c, dlload.c and settings.c are shared with
+            # rdma._ibverbs
             sources=["csrc/umad.c", "csrc/errors.c", "csrc/status.c",
-                     "csrc/dlload.c"],
+                     "csrc/dlload.c", "csrc/settings.c"],
             depends=["csrc/errors.h", "csrc/provider.h", "csrc/dlload.h",
-                     "rdma/include/pyrdma.h"],
+                     "csrc/settings.h", "rdma/include/pyrdma.h"],
             include_dirs=["rdma/include"],
             extra_compile_args=cflags,
             extra_link_args=ldflags,

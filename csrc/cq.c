@@ -257,13 +257,11 @@ pyrdma_cq_new(pyrdma_Context *ctx, PyObject *args, PyObject *kw)
     return (PyObject *)cq;
 }
 
-/* Poll up to n (n < 0: all available) completions into a new list.
-   METH_FASTCALL: this is the hot path of Python polling loops. */
-/* Append n completions wc[] to list as ibv.wc objects of type tp (the
-   CQ's and the VirtualCQ's poll()); return 0, or -1 with an exception. */
-int
-pyrdma_wc_append(PyTypeObject *tp, PyObject *list,
-                 const struct pyrdma_wc *wc, int n)
+/* Append n completions wc[] to list as ibv.wc objects of type tp;
+   return 0, or -1 with an exception. */
+static int
+wc_append(PyTypeObject *tp, PyObject *list, const struct pyrdma_wc *wc,
+          int n)
 {
     int i;
     for (i = 0; i < n; i++) {
@@ -277,15 +275,45 @@ pyrdma_wc_append(PyTypeObject *tp, PyObject *list,
     return 0;
 }
 
+PyObject *
+pyrdma_poll_list(pyrdma_obj *o, pyrdma_poll_fn poll, void *arg,
+                 Py_ssize_t n)
+{
+    struct pyrdma_wc wc[32];
+    PyObject *list = PyList_New(0);
+
+    if (list == NULL)
+        return NULL;
+    while (n != 0) {
+        int want = (n < 0 || n > 32) ? 32 : (int)n, got;
+        got = poll(arg, want, wc);
+        if (got < 0) {
+            Py_DECREF(list);
+            return pyrdma_raise_sys(o->state, -got, "ibv_poll_cq", "");
+        }
+        if (wc_append(o->state->wc, list, wc, got) < 0) {
+            /* The completions already polled are lost with the list:
+               only memory exhaustion gets here. */
+            Py_DECREF(list);
+            return NULL;
+        }
+        if (n > 0)
+            n -= got;
+        if (got < want)
+            break;
+    }
+    return list;
+}
+
+/* Poll up to n (n < 0: all available) completions into a new list.
+   METH_FASTCALL: this is the hot path of Python polling loops. */
 static PyObject *
 cq_poll(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         PyObject *kwnames)
 {
     pyrdma_CQ *cq = (pyrdma_CQ *)op;
-    struct pyrdma_wc wc[32];
     Py_ssize_t n = -1;
-    PyObject *list, *nobj = NULL;
-    PyTypeObject *wctype;
+    PyObject *nobj = NULL;
 
     if (nargs > 1 || (kwnames && (nargs + PyTuple_GET_SIZE(kwnames) > 1))) {
         PyErr_SetString(PyExc_TypeError, "poll() takes at most 1 argument");
@@ -310,29 +338,7 @@ cq_poll(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     }
     if (!pyrdma_obj_check(&cq->o))
         return NULL;
-    list = PyList_New(0);
-    if (list == NULL)
-        return NULL;
-    wctype = cq->o.state->wc;
-    while (n != 0) {
-        int want = (n < 0 || n > 32) ? 32 : (int)n, got;
-        got = cq->o.prov->poll_cq(cq->o.h, want, wc);
-        if (got < 0) {
-            Py_DECREF(list);
-            return pyrdma_raise_sys(cq->o.state, -got, "ibv_poll_cq", "");
-        }
-        if (pyrdma_wc_append(wctype, list, wc, got) < 0) {
-            /* The completions already polled are lost with the list:
-               only memory exhaustion gets here. */
-            Py_DECREF(list);
-            return NULL;
-        }
-        if (n > 0)
-            n -= got;
-        if (got < want)
-            break;
-    }
-    return list;
+    return pyrdma_poll_list(&cq->o, cq->o.prov->poll_cq, cq->o.h, n);
 }
 
 static PyObject *

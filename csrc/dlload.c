@@ -6,13 +6,14 @@
 
 #include "dlload.h"
 
-/* The file to load: $lib->env when set and not empty, else the soname. */
+/* The file to load: its setting's variable when set and not empty, else
+   the setting's default (the soname). */
 static const char *
 library_file(const struct pyrdma_dllib *lib)
 {
-    const char *file = lib->env != NULL ? getenv(lib->env) : NULL;
+    const char *file = pyrdma_setting_env(lib->setting);
 
-    return file != NULL && file[0] != '\0' ? file : lib->soname;
+    return file != NULL ? file : pyrdma_settings_table[lib->setting].dflt;
 }
 
 /* Resolve every symbol of syms from dl; return 0, or -1 with *st naming

@@ -11,13 +11,13 @@
  */
 
 #include "provider.h"
+#include "settings.h"
 
 /* A library to load. */
 struct pyrdma_dllib {
-    const char *env;      /* variable naming another file to load instead,
-                             e.g. "RDMA_UMAD_LIBRARY" (unset or empty: the
-                             default) */
-    const char *soname;   /* the default file, e.g. "libibumad.so.3" */
+    int setting;          /* the setting (settings.h) naming the file,
+                             e.g. PYRDMA_SET_UMAD_LIBRARY: its default is
+                             the soname, e.g. "libibumad.so.3" */
     const char *package;  /* what ships it, for the message when it is
                              missing: "libibumad3 (rdma-core)" */
     const char *name;     /* the library in "has no symbol" messages, e.g.

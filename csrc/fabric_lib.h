@@ -5,6 +5,7 @@
 #define PYRDMA_FABRIC_LIB_H
 
 #include "provider.h"
+#include "settings.h"
 
 /* Version of this interface (bumped when struct pyrdma_provider changes). */
 #define PYRDMA_FABRIC_LIB_VERSION 1
@@ -234,5 +235,17 @@ int fab_cm_leave_multicast(struct fab_cm_id *id, const struct sockaddr *addr,
 
 /* The event's name ("RDMA_CM_EVENT_ESTABLISHED"...), as rdma_event_str. */
 const char *fab_cm_event_str(int event);
+
+/* The table of settings (settings.h), *n rows; for `python -m rdma.fabric
+   config` (rdma/fabric/settings.py reads it with ctypes). */
+const struct pyrdma_setting *pyrdma_fabric_settings(int *n);
+
+/* Check text as the value of setting id (pyrdma_setting_parse): 0, or -1
+   with the message in err. */
+int pyrdma_fabric_setting_check(int id, const char *text, char *err,
+                                size_t errlen);
+
+/* The setting whose name is closest to name, or NULL. */
+const char *pyrdma_fabric_setting_closest(const char *name);
 
 #endif /* PYRDMA_FABRIC_LIB_H */

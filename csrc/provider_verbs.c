@@ -233,8 +233,7 @@ load(struct pyrdma_status *st)
 
 /* libibverbs, loaded by load(). */
 static const struct pyrdma_dllib libibverbs = {
-    .env = "RDMA_IBVERBS_LIBRARY",
-    .soname = "libibverbs.so.1",
+    .setting = PYRDMA_SET_IBVERBS_LIBRARY,
     .package = "libibverbs1 (rdma-core)",
     .name = "libibverbs",
     .too_old = "rdma-core too old?",

@@ -319,8 +319,6 @@ int pyrdma_wait_fd(pyrdma_obj *o, const int *fdp, double *timeout);
 int pyrdma_structs_init(PyObject *module, pyrdma_state *st);
 /* Return a new struct object of type tp holding a copy of the C struct. */
 PyObject *pyrdma_struct_new(PyTypeObject *tp, const void *cstruct, size_t size);
-int pyrdma_wc_append(PyTypeObject *tp, PyObject *list,
-                     const struct pyrdma_wc *wc, int n);
 /* Copy nested struct objects into o's data; return the data or NULL. */
 void *pyrdma_struct_sync(PyObject *o);
 /* The data of a struct object (no sync). */
@@ -353,6 +351,14 @@ int pyrdma_vcq_capi_poll(PyObject *vcq, int n, struct pyrdma_wc *wc);
 PyObject *pyrdma_pd_new(pyrdma_Context *ctx);
 PyObject *pyrdma_cq_new(pyrdma_Context *ctx, PyObject *args, PyObject *kw);
 PyObject *pyrdma_cc_new(pyrdma_Context *ctx);
+/* Poll completions of a CQ or VirtualCQ (cq.c): poll(arg, n, wc) returns
+   how many of at most n it wrote to wc[], or -errno. */
+typedef int (*pyrdma_poll_fn)(void *arg, int n, struct pyrdma_wc *wc);
+/* A list of ibv.wc of up to n completions (n < 0: all there are), polled
+   32 at a time; NULL with SysError("ibv_poll_cq") for o when poll fails,
+   or with MemoryError. */
+PyObject *pyrdma_poll_list(pyrdma_obj *o, pyrdma_poll_fn poll, void *arg,
+                           Py_ssize_t n);
 /* Find the live child of kind rank among o's descendants whose pointer is
    ptr; return a borrowed reference or NULL. */
 pyrdma_obj *pyrdma_find_child(pyrdma_obj *o, void *ptr, int depth);

@@ -98,8 +98,7 @@ raise_sys(umad_state *st, int err, const char *func, const char *msg)
 
 /* libibumad, loaded by load(). */
 static const struct pyrdma_dllib libibumad = {
-    .env = "RDMA_UMAD_LIBRARY",
-    .soname = "libibumad.so.3",
+    .setting = PYRDMA_SET_UMAD_LIBRARY,
     .package = "libibumad3 (rdma-core)",
     .name = "libibumad",
     .too_old = "rdma-core too old?",

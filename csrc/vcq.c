@@ -62,39 +62,26 @@ pyrdma_pd_virtual_cq(PyObject *op, PyObject *args, PyObject *kw)
     return (PyObject *)c;
 }
 
+/* pyrdma_vcq_poll as a pyrdma_poll_fn. */
+static int
+vcq_poll_fn(void *c, int n, struct pyrdma_wc *wc)
+{
+    return pyrdma_vcq_poll(c, n, wc);
+}
+
 /* poll(n=-1): a list of ibv.wc, one per virtual WR completed. */
 static PyObject *
 vcq_poll(PyObject *op, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"n", NULL};
     pyrdma_VCQ *c = (pyrdma_VCQ *)op;
-    struct pyrdma_wc wc[32];
     Py_ssize_t n = -1;
-    PyObject *list;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:poll", kwlist, &n))
         return NULL;
     if (!pyrdma_obj_check(&c->o))
         return NULL;
-    if ((list = PyList_New(0)) == NULL)
-        return NULL;
-    while (n != 0) {
-        int want = (n < 0 || n > 32) ? 32 : (int)n, got;
-        got = pyrdma_vcq_poll(c, want, wc);
-        if (got < 0) {
-            Py_DECREF(list);
-            return pyrdma_raise_sys(c->o.state, -got, "ibv_poll_cq", "");
-        }
-        if (pyrdma_wc_append(c->o.state->wc, list, wc, got) < 0) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        if (n > 0)
-            n -= got;
-        if (got < want)
-            break;
-    }
-    return list;
+    return pyrdma_poll_list(&c->o, vcq_poll_fn, c, n);
 }
 
 /* poll_into(wcs, n=None): fill a WCArray; return how many. */

@@ -8,10 +8,10 @@ Each tier's line ends with how long the tier took.  ``--times FILE``
 names the marks ``.ci/run`` writes, one ``NAME SECONDS`` line (seconds
 since the epoch) when each step starts and ``end`` when the last one
 has ended: a step lasts until the next mark.  A tier with no mark
-shows the time its report gives (pytest writes one), if any.  Then a ``time per step``
-table lists every marked step (those without a report too, such as
-building the variants) and the total, so that a slow tier shows up
-before it makes the suite outgrow CI's limit.
+shows the time its report gives (pytest writes one), if any.  Then a
+``time per step`` table lists every marked step (those without a report
+too, such as building the variants) and the total, so that a slow tier
+shows up before it makes the suite outgrow CI's limit.
 """
 import sys
 import xml.etree.ElementTree as ET

@@ -43,7 +43,8 @@ def build(name: str, quiet: bool = True) -> Path:
     cmd = [sys.executable, "setup.py", "-q", "build_ext",
            "--build-lib", str(out),
            "--build-temp", str(ROOT / "build" / f"temp-{name}"), "--force"]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
+                         text=True)
     if res.returncode != 0:
         raise RuntimeError(f"building variant {name} failed:\n"
                            f"{res.stdout}\n{res.stderr}")

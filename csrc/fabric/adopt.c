@@ -46,12 +46,7 @@ static int is_attach(uintptr_t s, size_t len, int shmid);
 int
 fab_adopt_enabled(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("RDMA_UCX_ADOPT");
-        on = !(e != NULL && strcmp(e, "0") == 0);
-    }
-    return on;
+    return (int)FAB_SET_NUM(UCX_ADOPT);
 }
 
 /* 1 if this process has a kernel RDMA device open (/dev/infiniband/
@@ -88,7 +83,7 @@ uverbs_open(void)
 static int
 debug_wp(const char *what)
 {
-    const char *e = getenv("RDMA_UCX_DEBUG_ADOPT_WP");
+    const char *e = FAB_SET_TEXT(UCX_DEBUG_ADOPT_WP);
     return e != NULL && strcmp(e, what) == 0;
 }
 

@@ -148,6 +148,7 @@
 #include <infiniband/verbs.h>   /* enum values only: no libibverbs call */
 #include <ucp/api/ucp.h>
 #include "../provider.h"
+#include "../settings.h"
 
 /* ------------------------------------------------------------------ */
 /* libucp, loaded with dlopen (fab_load, node.c)                      */
@@ -239,6 +240,12 @@ extern struct fab_ucp U;
 #define DEADLINE_UNSET 1        /* struct slot: the timer has not started */
 
 #include "wire.h"
+
+/* A setting of the node (settings.h), read when it started: its number
+   (flag, size, choice) and the environment's text (NULL: unset). */
+#define FAB_SET_NUM(id) (N.set.num[PYRDMA_SET_##id])
+#define FAB_SET_TEXT(id) ((const char *)N.set.text[PYRDMA_SET_##id])
+#define FAB_SET_DEFAULT(id) (pyrdma_settings_table[PYRDMA_SET_##id].dflt)
 
 /* ------------------------------------------------------------------ */
 /* the key page: what a same-host initiator checks before a one-sided op */
@@ -736,6 +743,7 @@ struct node {
     int efd, epfd, stopfd;
     pthread_t thr;
     volatile int stop;
+    struct pyrdma_settings set; /* read once when the node starts */
     uint64_t guid;         /* host order */
     uint16_t lid;
     uint8_t gid[16];

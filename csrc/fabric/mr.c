@@ -118,9 +118,8 @@ yama_scope(void)
 int
 fab_cma_policy(void)
 {
-    const char *e = getenv("RDMA_UCX_CMA");
-    int off = e != NULL && strcmp(e, "0") == 0;
-    int on = e != NULL && strcmp(e, "1") == 0;
+    int off = FAB_SET_NUM(UCX_CMA) == 1;    /* auto|0|1 */
+    int on = FAB_SET_NUM(UCX_CMA) == 2;
 
     N.yama = yama_scope();
     N.cma_in = !off && (N.yama == 0 || (N.yama == 1 && on));
@@ -153,13 +152,11 @@ fab_cma_ptracer(void)
 static int
 cma_allowed(void)
 {
-    const char *e = getenv("RDMA_UCX_CMA");
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];
 
-    N.cma_out = e == NULL || strcmp(e, "0") != 0;
-    e = getenv("RDMA_UCX_DEBUG_CMA_STOP");
-    fab_cma_debug_stop = e != NULL && strcmp(e, "1") == 0;
+    N.cma_out = FAB_SET_NUM(UCX_CMA) != 1;   /* not "0" */
+    fab_cma_debug_stop = (int)FAB_SET_NUM(UCX_DEBUG_CMA_STOP);
     /* as an initiator: does this process pass a target's dumpable flag? */
     memset(d, 0, sizeof(d));
     N.cma_cap = syscall(SYS_capget, &h, d) != 0 ||
@@ -168,9 +165,8 @@ cma_allowed(void)
     /* below these sizes the request ring is faster while the target runs
        (measured: a copy is a system call; with CAP_SYS_PTRACE, two more) */
     N.cma_min = N.cma_cap ? CMA_MIN_CAP : CMA_MIN_DEFAULT;
-    e = getenv("RDMA_UCX_CMA_MIN");
-    if (e != NULL && *e != '\0')
-        N.cma_min = strtoull(e, NULL, 0);
+    if (FAB_SET_TEXT(UCX_CMA_MIN) != NULL)
+        N.cma_min = FAB_SET_NUM(UCX_CMA_MIN);
     if (!N.cma_out || !N.cma_in)
         return 0;
     return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1;

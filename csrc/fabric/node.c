@@ -23,8 +23,7 @@ int fab_forked_from_node;
 /* libucp, loaded with dlopen                                         */
 
 static const struct pyrdma_dllib libucp = {
-    .env = "RDMA_UCX_LIBRARY",
-    .soname = "libucp.so.0",
+    .setting = PYRDMA_SET_UCX_LIBRARY,
     .package = "libucx0 (UCX)",
     .name = NULL,               /* the file loaded */
     .too_old = "UCX too old? 1.13 or later is needed",
@@ -526,9 +525,9 @@ node_files_init(void)
 static int
 pick_dir(struct pyrdma_status *st)
 {
-    const char *d = getenv("RDMA_UCX_DIR");
+    const char *d = FAB_SET_TEXT(UCX_DIR);
     struct stat sb;
-    if (d != NULL && d[0])
+    if (d != NULL)
         snprintf(N.dir, sizeof(N.dir), "%s", d);
     else
         snprintf(N.dir, sizeof(N.dir), "/dev/shm/rdma-ucx-%u",
@@ -572,9 +571,12 @@ node_fresh(struct pyrdma_status *st)
         memcpy(&N, &fresh, sizeof(N));
         fab_forked_from_node = 1;
     }
+    if (pyrdma_settings_read(&N.set, "fabric", st) < 0)
+        return -1;
+    pyrdma_settings_warn_unknown();
     if (fab_forked_from_node && !fab_tls_shm())
         return pyrdma_fail(st, EOPNOTSUPP, "ucp_init", FORK_TCP_MSG
-                           " (UCX_TLS=%s)", getenv("UCX_TLS"));
+                           " (UCX_TLS=%s)", FAB_SET_TEXT(UCX_TLS));
     N.stopfd = N.efd = N.epfd = -1;
     node_files_init();
     fab_auth_init();
@@ -587,13 +589,13 @@ node_fresh(struct pyrdma_status *st)
 static int
 node_auth(struct pyrdma_status *st)
 {
-    const char *sec = getenv("RDMA_UCX_SECRET");
+    const char *sec = FAB_SET_TEXT(UCX_SECRET);
     if (pick_dir(st) < 0)
         return -1;
     if (fab_random_bytes(N.secret, sizeof(N.secret)) < 0)
         return pyrdma_fail(st, errno ? errno : EIO, "read", "/dev/urandom: "
                            "no random bytes for the node's key");
-    N.have_shared = sec != NULL && sec[0] != '\0';
+    N.have_shared = sec != NULL;
     if (N.have_shared)
         fab_secret_key(sec, N.shared);
     if (access(N.dir, W_OK) != 0)
@@ -612,8 +614,9 @@ ucp_configure(ucp_config_t *cfg)
        progress thread): a spinlock held by a preempted thread makes the
        other spin for a whole time slice on a small machine (ms round
        trips); a mutex sleeps instead.  UCX_USE_MT_MUTEX=n overrides. */
-    if (getenv("UCX_USE_MT_MUTEX") == NULL)
-        U.config_modify(cfg, "USE_MT_MUTEX", "y");
+    if (FAB_SET_TEXT(UCX_USE_MT_MUTEX) == NULL)
+        U.config_modify(cfg, "USE_MT_MUTEX",
+                        FAB_SET_DEFAULT(UCX_USE_MT_MUTEX));
     /* Messages up to 256 KiB go eagerly (UCX's "auto" threshold picks its
        rendezvous protocol lower, from 64 KiB over tcp): a responder here
        is usually a progress thread asleep in epoll, not a busy poller, and
@@ -622,8 +625,8 @@ ucp_configure(ucp_config_t *cfg)
        eager is as fast or faster at every size).  Above that a rendezvous
        spares the receiver a whole message in its buffers (1 MiB over
        tcp is faster with it).  UCX_RNDV_THRESH overrides. */
-    if (getenv("UCX_RNDV_THRESH") == NULL)
-        U.config_modify(cfg, "RNDV_THRESH", "256K");
+    if (FAB_SET_TEXT(UCX_RNDV_THRESH) == NULL)
+        U.config_modify(cfg, "RNDV_THRESH", FAB_SET_DEFAULT(UCX_RNDV_THRESH));
     /* Transports: shared memory and TCP, which the fabric is built and
        tested on.  Left to itself UCX also picks its verbs transports on
        any RDMA device of the machine; on Soft-RoCE (rxe) those break the
@@ -631,9 +634,10 @@ ucp_configure(ucp_config_t *cfg)
        UCX_TLS overrides.  UCX's cma transport (in "shm") reaches a
        peer's memory by cross-memory attach: under Yama it is used only
        where the fabric's own is (fab_cma_policy). */
-    if (getenv("UCX_TLS") == NULL)
+    if (FAB_SET_TEXT(UCX_TLS) == NULL)
         U.config_modify(cfg, "TLS", fab_cma_policy() || N.yama == 0
-                                    ? "shm,self,tcp" : "sysv,posix,self,tcp");
+                        ? FAB_SET_DEFAULT(UCX_TLS)
+                        : "sysv,posix,self,tcp");
     else
         fab_cma_policy();
     /* alloc_mr memory: SysV shared memory (made mode 0600 there), else
@@ -712,8 +716,8 @@ node_ucp_worker(struct pyrdma_status *st)
 static int
 node_listener(struct pyrdma_status *st)
 {
-    const char *ipstr = getenv("RDMA_UCX_ADDR");
-    int asked = ipstr != NULL && ipstr[0] != '\0';
+    const char *ipstr = FAB_SET_TEXT(UCX_ADDR);
+    int asked = ipstr != NULL;
     ucp_listener_params_t lp;
     ucp_listener_attr_t la;
     struct sockaddr_in sin;

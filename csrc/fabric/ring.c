@@ -233,8 +233,7 @@ ctl_send(struct peer *p, int kind)
 static int
 ring_allowed(void)
 {
-    const char *no = getenv("RDMA_UCX_NO_RING");
-    if (no != NULL && no[0] != '\0' && strcmp(no, "0") != 0)
+    if (FAB_SET_NUM(UCX_NO_RING))
         return 0;
     return fab_tls_shm();
 }
@@ -244,7 +243,7 @@ ring_allowed(void)
 int
 fab_tls_shm(void)
 {
-    const char *tls = getenv("UCX_TLS");
+    const char *tls = FAB_SET_TEXT(UCX_TLS);
     int shm;
     if (tls == NULL || tls[0] == '\0')
         return 1;

@@ -63,8 +63,12 @@ fv_debug(const char *fmt, ...)
     static int on = -1;
     va_list ap;
     if (on < 0) {
-        const char *e = getenv("RDMA_FABRIC_VERBS_DEBUG");
-        on = e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
+        const char *e = pyrdma_setting_env(PYRDMA_SET_FABRIC_VERBS_DEBUG);
+        unsigned long long v = 1;
+        char err[128];
+        on = e != NULL &&       /* a value that is no flag is on, too */
+             (pyrdma_setting_parse(PYRDMA_SET_FABRIC_VERBS_DEBUG, e, &v, err,
+                                   sizeof(err)) < 0 || v != 0);
     }
     if (!on)
         return;

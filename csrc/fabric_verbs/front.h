@@ -24,6 +24,7 @@
 #include <infiniband/verbs.h>
 
 #include "fabric_lib.h"
+#include "settings.h"
 
 /* verbs.h wraps these in macros; here they are the functions themselves */
 #undef ibv_reg_mr

@@ -151,7 +151,9 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest=argparse.SUPPRESS,
                          default=argparse.SUPPRESS, nargs=0, help=help)
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser,
+                 namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
         import rdma
         print(f"{parser.prog} {rdma.__version__}")
         parser.exit()
@@ -215,7 +217,8 @@ def _main(argv: List[str]) -> int:
 def _run(args: argparse.Namespace, func: Any) -> int:
     from rdma._errors import RDMAError
     try:
-        return func(args)
+        status: int = func(args)
+        return status
     except RDMAError as e:
         print(f"ibtool {args.command}: {e}", file=sys.stderr)
         return 1

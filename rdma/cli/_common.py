@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Optional
+from typing import Optional, TypeAlias
 
-__all__ = ["add_provider", "check_end_port_name"]
+__all__ = ["Subparsers", "add_provider", "check_end_port_name"]
+
+#: What each command's ``add_parser`` is given: ``ibtool``'s sub-parsers.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def add_provider(p: argparse.ArgumentParser) -> None:

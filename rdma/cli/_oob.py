@@ -20,9 +20,14 @@ import os
 import socket
 import sys
 import time
-from typing import Any, Callable, List, NamedTuple, Optional
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, List, NamedTuple,
+                    Optional, Tuple)
 
 from rdma._errors import RDMAError
+
+if TYPE_CHECKING:
+    from rdma.devices import EndPort
+    from rdma.path import IBPath
 
 __all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_VALIDATION",
            "EXIT_TIMEOUT", "CLIError", "PeerError", "OOBTimeout",
@@ -259,7 +264,7 @@ class Dest(NamedTuple):
 # -- devices, GIDs and paths --------------------------------------------------
 
 def open_end_port(device: Optional[str], ib_port: Optional[int],
-                  provider: Optional[str]):
+                  provider: Optional[str]) -> EndPort:
     """The end port named by ``-d``/``-i`` (default: the first active port,
     or port *ib_port* of the first device)."""
     import rdma
@@ -282,7 +287,7 @@ def open_end_port(device: Optional[str], ib_port: Optional[int],
     return rdma.get_end_port(f"{device}/{ib_port or 1}", provider=provider)
 
 
-def pick_gid_index(end_port, requested: Optional[int]) -> int:
+def pick_gid_index(end_port: EndPort, requested: Optional[int]) -> int:
     """The source GID index: *requested* (checked), else on RoCE the first
     IPv4-mapped RoCE v2 GID (then any non-zero one), else -1 (no GID, as
     the C tools without ``-g``)."""
@@ -310,15 +315,15 @@ def pick_gid_index(end_port, requested: Optional[int]) -> int:
     raise RDMAError(f"{end_port} has no GID")
 
 
-def local_gid(end_port, gid_index: int) -> bytes:
+def local_gid(end_port: EndPort, gid_index: int) -> bytes:
     """The 16 bytes of GID *gid_index* (zeros for -1)."""
     return bytes(end_port.gids[gid_index]) if gid_index >= 0 else bytes(16)
 
 
-def connect_path(end_port, qp_type: int, remote: Dest, my_psn: int, *,
+def connect_path(end_port: EndPort, qp_type: int, remote: Dest, my_psn: int, *,
                  gid_index: int, mtu: Optional[int] = None, sl: int = 0,
                  rd_atomic: int = 1, remote_gid: Optional[bytes] = None,
-                 qkey: Optional[int] = None):
+                 qkey: Optional[int] = None) -> IBPath:
     """The :class:`rdma.path.IBPath` from this end port to *remote* with the
     exact QPN and PSNs exchanged: ready for ``qp.modify_to_rtr/rts`` and
     ``pd.ah``.  A GRH is used when the remote GID's interface id is not 0
@@ -366,7 +371,8 @@ class _Intermixed(argparse.ArgumentParser):
 
     _busy = False
 
-    def parse_known_args(self, args=None, namespace=None):
+    def parse_known_args(self, args: Optional[Iterable[str]] = None,
+                         namespace: Any = None) -> Tuple[Any, List[str]]:
         if self._busy:
             return super().parse_known_args(args, namespace)
         self._busy = True

@@ -21,14 +21,15 @@ value is a file; they never run Python.
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Iterable, List, Optional
 
-from rdma.cli._argspec import Command, Option, commands, top_parser
+from rdma.cli._argspec import (Command, Option, Positional, commands,
+                              top_parser)
 
 __all__ = ["bash_script", "zsh_script", "main"]
 
 
-def _words(items) -> str:
+def _words(items: Iterable[str]) -> str:
     return " ".join(items)
 
 
@@ -170,7 +171,7 @@ def _zsh_option(o: Option) -> str:
     return f"'{excl}'{flags}'{rest}'" if excl else f"'{flags}{rest}'"
 
 
-def _zsh_positional(i: int, p) -> str:
+def _zsh_positional(i: int, p: Positional) -> str:
     action = ""
     if p.choices:
         action = "(" + " ".join(p.choices) + ")"

@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import struct
 import time
-from typing import Any
+from typing import List
 
 import rdma
 import rdma.ibverbs as ibv
 import rdma.path
 import rdma.vtools
 from rdma.IBA import GID_TYPE_ROCE_V2
-from rdma.cli._common import add_provider
+from rdma.cli._common import Subparsers, add_provider
 
 __all__ = ["add_parser", "demo"]
 
@@ -29,7 +29,7 @@ _ACCESS = (ibv.IBV_ACCESS_LOCAL_WRITE | ibv.IBV_ACCESS_REMOTE_WRITE |
            ibv.IBV_ACCESS_REMOTE_READ | ibv.IBV_ACCESS_REMOTE_ATOMIC)
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``demo`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)
@@ -37,7 +37,7 @@ def add_parser(subparsers: Any, name: str,
     return p
 
 
-def _list(devices) -> None:
+def _list(devices: rdma.devices.DemandList[rdma.devices.Device]) -> None:
     print(f"Found {len(devices)} RDMA device(s):")
     for d in devices:
         print(f"  {d.name:<10} provider={d.provider:<6} "
@@ -52,7 +52,8 @@ def _list(devices) -> None:
                     print(f"      GID[{i}] {g}{v2}")
 
 
-def _path_to(end_port, qp) -> rdma.path.IBPath:
+def _path_to(end_port: rdma.devices.EndPort,
+             qp: ibv.QP) -> rdma.path.IBPath:
     """A path from end_port to qp on the same port (a loopback
     connection, made exactly as between two machines)."""
     gid = None
@@ -65,7 +66,7 @@ def _path_to(end_port, qp) -> rdma.path.IBPath:
     return rdma.path.resolve_path(None, path)
 
 
-def _wait(poller, n: int, what: str):
+def _wait(poller: rdma.vtools.CQPoller, n: int, what: str) -> List[ibv.wc]:
     wcs = []
     for wc in poller.iterwc(count=n, timeout=10):
         if wc.status != ibv.IBV_WC_SUCCESS:
@@ -110,11 +111,13 @@ def demo(args: argparse.Namespace) -> int:
         qb.post_recv(ibv.recv_wr(wr_id=1, sg_list=bmr.sge(64, 0)))
         abuf[:17] = b"hello over RDMA!!"
         qa.post_send(ibv.send_wr(wr_id=2, opcode=ibv.IBV_WR_SEND_WITH_IMM,
-                                 imm_data=0x1234, send_flags=ibv.IBV_SEND_SIGNALED,
+                                 imm_data=0x1234,
+                                 send_flags=ibv.IBV_SEND_SIGNALED,
                                  sg_list=amr.sge(17, 0)))
         wcs = {w.wr_id: w for w in _wait(poller, 2, "SEND")}
         assert bytes(bbuf[:17]) == b"hello over RDMA!!"
-        print(f"  SEND: {wcs[1].byte_len} bytes, imm_data {wcs[1].imm_data:#x}: "
+        print(f"  SEND: {wcs[1].byte_len} bytes, imm_data "
+              f"{wcs[1].imm_data:#x}: "
               f"{bytes(bbuf[:17]).decode()!r}")
 
         # RDMA WRITE then READ back.
@@ -135,7 +138,8 @@ def demo(args: argparse.Namespace) -> int:
 
         # Atomic fetch-and-add on an 8-byte counter.
         struct.pack_into("<Q", bbuf, 3000, 41)
-        qa.post_send(ibv.send_wr(wr_id=5, opcode=ibv.IBV_WR_ATOMIC_FETCH_AND_ADD,
+        qa.post_send(ibv.send_wr(wr_id=5,
+                                 opcode=ibv.IBV_WR_ATOMIC_FETCH_AND_ADD,
                                  send_flags=ibv.IBV_SEND_SIGNALED,
                                  sg_list=amr.sge(8, 3008),
                                  remote_addr=bmr.addr + 3000, rkey=bmr.rkey,
@@ -166,8 +170,9 @@ def demo(args: argparse.Namespace) -> int:
             got = 0
             while got < 4:          # ping sent+received, pong sent+received
                 n = cq.poll_into(arr)
-                if n and arr.first_error() is not None:
-                    raise ibv.WCError(arr[arr.first_error()], msg="ping-pong")
+                bad = arr.first_error() if n else None
+                if bad is not None:
+                    raise ibv.WCError(arr[bad], msg="ping-pong")
                 for i in range(n):
                     if arr.wr_id(i) == 11:
                         qb.post_send(pong)

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from rdma.cli._common import add_provider
+from rdma.cli._common import Subparsers, add_provider
 
 __all__ = ["add_parser", "devices"]
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``devices`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)

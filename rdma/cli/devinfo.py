@@ -9,12 +9,12 @@ values each process has of its own (node GUID, LID, GID).
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import rdma
 import rdma.ibverbs as ibv
-from rdma.IBA import GUID, GID_TYPE_ROCE_V2
-from rdma.cli._common import add_provider
+from rdma.IBA import GID, GUID, GID_TYPE_ROCE_V2
+from rdma.cli._common import Subparsers, add_provider
 
 __all__ = ["add_parser", "devinfo"]
 
@@ -35,7 +35,7 @@ _SPEED = {1: "2.5 Gbps", 2: "5.0 Gbps", 4: "10.0 Gbps", 8: "10.0 Gbps",
 _VL = {1: "1", 2: "2", 3: "4", 4: "8", 5: "15"}
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``devinfo`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)
@@ -103,7 +103,7 @@ def _flag_names(prefix: str, value: int) -> List[str]:
             for b in range(32) if value & (1 << b)]
 
 
-def _gid_text(gid, gid_type: int) -> str:
+def _gid_text(gid: GID, gid_type: int) -> str:
     if gid_type == GID_TYPE_ROCE_V2:
         return str(gid)
     raw = bytes(gid)
@@ -117,7 +117,9 @@ def _print_device(dev: rdma.Device, port_filter: int, verbose: bool) -> int:
         if port_filter and port_filter > a.phys_port_cnt:
             raise ValueError(f"device {dev.name} has no port {port_filter}")
         out(f"hca_id:\t{dev.name}")
-        out(_line(1, "transport", f"{_TRANSPORT.get(dev.transport_type, 'invalid transport')} ({dev.transport_type})"))
+        out(_line(1, "transport",
+                  f"{_TRANSPORT.get(dev.transport_type, 'invalid transport')} "
+                  f"({dev.transport_type})"))
         if a.fw_ver:
             out(_line(1, "fw_ver", a.fw_ver))
         out(_line(1, "node_guid", GUID(a.node_guid)))
@@ -139,7 +141,8 @@ def _print_device(dev: rdma.Device, port_filter: int, verbose: bool) -> int:
                       "max_res_rd_atom", "max_qp_init_rd_atom",
                       "max_ee_init_rd_atom"):
                 out(_line(1, f, getattr(a, f)))
-            out(_line(1, "atomic_cap", f"{_ATOMIC.get(a.atomic_cap, 'invalid atomic capability')} ({a.atomic_cap})"))
+            cap = _ATOMIC.get(a.atomic_cap, "invalid atomic capability")
+            out(_line(1, "atomic_cap", f"{cap} ({a.atomic_cap})"))
             for f in ("max_ee", "max_rdd", "max_mw", "max_raw_ipv6_qp",
                       "max_raw_ethy_qp", "max_mcast_grp",
                       "max_mcast_qp_attach", "max_total_mcast_qp_attach",
@@ -161,18 +164,26 @@ def _print_device(dev: rdma.Device, port_filter: int, verbose: bool) -> int:
                 continue
             p = ctx.query_port(port)
             out(f"\t\tport:\t{port}")
-            out(_line(3, "state", f"{_PORT_STATE.get(p.state, 'invalid state')} ({p.state})"))
-            out(_line(3, "max_mtu", f"{_MTU.get(p.max_mtu, 'invalid MTU')} ({p.max_mtu})"))
-            out(_line(3, "active_mtu", f"{_MTU.get(p.active_mtu, 'invalid MTU')} ({p.active_mtu})"))
+            out(_line(3, "state",
+                      f"{_PORT_STATE.get(p.state, 'invalid state')} "
+                      f"({p.state})"))
+            out(_line(3, "max_mtu",
+                      f"{_MTU.get(p.max_mtu, 'invalid MTU')} ({p.max_mtu})"))
+            out(_line(3, "active_mtu",
+                      f"{_MTU.get(p.active_mtu, 'invalid MTU')} "
+                      f"({p.active_mtu})"))
             out(_line(3, "sm_lid", p.sm_lid))
             out(_line(3, "port_lid", p.lid))
             out(_line(3, "port_lmc", f"0x{p.lmc:02x}"))
-            out(_line(3, "link_layer", _LINK_LAYER.get(p.link_layer, "Unknown")))
+            out(_line(3, "link_layer",
+                      _LINK_LAYER.get(p.link_layer, "Unknown")))
             if verbose:
                 out(_line(3, "max_msg_sz", f"0x{p.max_msg_sz:x}"))
                 out(_line(3, "port_cap_flags", f"0x{p.port_cap_flags:08x}"))
                 out(_line(3, "port_cap_flags2", f"0x{p.port_cap_flags2:04x}"))
-                out(_line(3, "max_vl_num", f"{_VL.get(p.max_vl_num, 'invalid value')} ({p.max_vl_num})"))
+                out(_line(3, "max_vl_num",
+                          f"{_VL.get(p.max_vl_num, 'invalid value')} "
+                          f"({p.max_vl_num})"))
                 out(_line(3, "bad_pkey_cntr", f"0x{p.bad_pkey_cntr:x}"))
                 out(_line(3, "qkey_viol_cntr", f"0x{p.qkey_viol_cntr:x}"))
                 out(_line(3, "sm_sl", p.sm_sl))
@@ -180,18 +191,26 @@ def _print_device(dev: rdma.Device, port_filter: int, verbose: bool) -> int:
                 out(_line(3, "gid_tbl_len", p.gid_tbl_len))
                 out(_line(3, "subnet_timeout", p.subnet_timeout))
                 out(_line(3, "init_type_reply", p.init_type_reply))
-                out(_line(3, "active_width", f"{_WIDTH.get(p.active_width, 'invalid width')}X ({p.active_width})"))
-                out(_line(3, "active_speed", f"{_SPEED.get(p.active_speed, 'invalid speed')} ({p.active_speed})"))
+                out(_line(3, "active_width",
+                          f"{_WIDTH.get(p.active_width, 'invalid width')}X "
+                          f"({p.active_width})"))
+                out(_line(3, "active_speed",
+                          f"{_SPEED.get(p.active_speed, 'invalid speed')} "
+                          f"({p.active_speed})"))
                 if dev.transport_type == 0 and p.link_layer != 2:
-                    out(_line(3, "phys_state", f"{_PHYS_STATE.get(p.phys_state, 'invalid physical state')} ({p.phys_state})"))
+                    phys = _PHYS_STATE.get(p.phys_state,
+                                           "invalid physical state")
+                    out(_line(3, "phys_state", f"{phys} ({p.phys_state})"))
                 for i in range(p.gid_tbl_len):
                     e = ctx.query_gid_ex(port, i)
                     if not e.gid.guid:     # ibv_devinfo skips null GIDs
                         continue
                     suffix = ""
                     if p.link_layer == 2:
-                        suffix = ", RoCE v2" if e.gid_type == GID_TYPE_ROCE_V2 else ", RoCE v1"
-                    out(_line(3, f"GID[{i:3d}]", _gid_text(e.gid, e.gid_type) + suffix))
+                        suffix = (", RoCE v2" if e.gid_type == GID_TYPE_ROCE_V2
+                                  else ", RoCE v1")
+                    out(_line(3, f"GID[{i:3d}]",
+                              _gid_text(e.gid, e.gid_type) + suffix))
             out("")
     return 0
 

@@ -8,16 +8,16 @@ infiniband-diags' ``ibaddr`` prints them.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from rdma.cli._ibopts import (add_query_options, get_end_port,
                               open_umad, smp_get, smp_path, target_words,
                               transactor)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "ibaddr"]
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``ibaddr`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)

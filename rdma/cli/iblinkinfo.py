@@ -25,6 +25,7 @@ from rdma.cli._ibopts import (CmdError, add_device_options,
                               add_node_name_map, add_sa_option,
                               get_end_port, load_node_name_map, node_name,
                               parse_target)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "iblinkinfo", "port_line", "link_text"]
 
@@ -32,7 +33,7 @@ __all__ = ["add_parser", "iblinkinfo", "port_line", "link_text"]
 _CAP_EXT_SPEEDS = 1 << 14
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``iblinkinfo`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)
@@ -60,7 +61,8 @@ def add_parser(subparsers: Any, name: str,
 
 
 def _pick(table: Any, v: int) -> str:
-    return dict(table).get(v, f"undefined ({v})")
+    text: str = dict(table).get(v, f"undefined ({v})")
+    return text
 
 
 def _width(v: int) -> str:

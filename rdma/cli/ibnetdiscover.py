@@ -27,12 +27,13 @@ from rdma import IBA
 from rdma.cli._ibopts import (add_device_options, add_node_name_map,
                               add_sa_option, get_end_port,
                               load_node_name_map, node_name)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "discover", "topology_lines", "ibnetdiscover",
            "ibswitches", "ibhosts", "ibrouters", "ibnodes"]
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``ibnetdiscover``, or one of its aliases in ``ibtool``'s
     table (``ibswitches``, ``ibhosts``, ``ibrouters``, ``ibnodes``: the

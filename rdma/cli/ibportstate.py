@@ -31,6 +31,7 @@ from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
                               add_target_options, get_end_port, smp_get,
                               smp_path)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "ibportstate", "state_lines", "parse_ops",
            "apply_ops"]
@@ -62,7 +63,7 @@ _PORT_STATES = {"down": 1, "arm": 3, "active": 4}
 _PLACEHOLDER_LID = 0x1234
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``ibportstate`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)

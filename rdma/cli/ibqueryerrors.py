@@ -23,6 +23,7 @@ from rdma import IBA
 from rdma.cli._ibopts import (CmdError, add_device_options,
                               add_node_name_map, add_sa_option,
                               get_end_port, load_node_name_map, node_name)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "ibqueryerrors", "ERROR_COUNTERS", "port_errors"]
 
@@ -31,7 +32,7 @@ ERROR_COUNTERS = IBA.PC_ERROR_COUNTERS
 _ALL_PORT_SELECT = 0x100      # ClassPortInfo:CapabilityMask bit (PerfMgt)
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``ibqueryerrors`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)
@@ -116,7 +117,10 @@ def ibqueryerrors(args: argparse.Namespace) -> int:
             selects: List[Tuple[str, int, int, int]] = []
             nguid = int(node.ninf.nodeGUID)
             if is_switch:
-                lid = node.ports[0].LID
+                port0 = node.ports[0] if node.ports else None
+                if port0 is None or port0.LID is None:
+                    continue        # not reached: a discovered switch
+                lid: int = port0.LID
                 path = _pm_path(end_port, lid)
                 try:
                     cpi = umad.PerformanceGet(IBA.MADClassPortInfo, path)
@@ -129,9 +133,10 @@ def ibqueryerrors(args: argparse.Namespace) -> int:
                             for i in range(1, node.ninf.numPorts + 1)]
             else:
                 for port, i in node.iterports():
-                    if i and port.LID and sbn.topology.get(port) is not None:
-                        selects.append((str(i), i, port.LID,
-                                        int(port.portGUID)))
+                    plid, pguid = port.LID, port.portGUID
+                    if (i and plid and pguid is not None and
+                            sbn.topology.get(port) is not None):
+                        selects.append((str(i), i, plid, int(pguid)))
             for label, sel, lid, guid in selects:
                 path = _pm_path(end_port, lid)
                 try:

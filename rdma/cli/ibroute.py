@@ -28,12 +28,13 @@ from rdma.cli._ibopts import (CmdError, add_device_options,
                               add_target_options, any_lid, get_end_port,
                               load_node_name_map, node_name, smp_get,
                               smp_path, transactor, unicast_lid)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "ibroute", "dump_fts", "mcast_range",
            "mcast_line"]
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``ibroute``, ``dump_lfts`` or ``dump_mfts`` (*name*) to
     ``ibtool``."""
@@ -59,7 +60,7 @@ def add_parser(subparsers: Any, name: str,
     return p
 
 
-def _add_dump_parser(subparsers: Any, name: str,
+def _add_dump_parser(subparsers: Subparsers, name: str,
                      help: str) -> argparse.ArgumentParser:
     mcast = {"dump_lfts": False, "dump_mfts": True}[name]
     p = subparsers.add_parser(name, help=help)
@@ -324,7 +325,9 @@ def dump_fts(args: argparse.Namespace) -> int:
         cache: Dict[int, str] = {}
         failed = 0
         for sw in list(sbn.iterswitches()):
-            path = sbn.paths.get(sw.ports[0]) if sw.ports else None
+            port0 = sw.ports[0] if sw.ports else None
+            path = (sbn.paths.get(port0) if port0 is not None and
+                    sbn.paths is not None else None)
             if path is None:
                 continue
             try:

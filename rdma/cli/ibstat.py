@@ -14,9 +14,10 @@ shim, :mod:`rdma.simnet`).
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from rdma.cli._ibopts import CmdError
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "ibstat", "format_ca", "format_port"]
 
@@ -28,7 +29,7 @@ PHYS_STATES = ("No state change", "Sleep", "Polling", "Disabled",
                "PhyTest")
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``ibstat`` to ``ibtool``'s subparsers."""
     p = subparsers.add_parser(
@@ -46,7 +47,7 @@ def add_parser(subparsers: Any, name: str,
     return p
 
 
-def _name(table: tuple, value: int) -> str:
+def _name(table: Tuple[str, ...], value: int) -> str:
     return table[value] if 0 <= value < len(table) else "???"
 
 
@@ -82,7 +83,7 @@ def format_ca(ca: Dict[str, Any], ports: bool = True) -> List[str]:
 
 def _cas(names: List[str]) -> List[Dict[str, Any]]:
     from rdma import _umad
-    return [_umad.get_ca(n) for n in names]
+    return [dict(_umad.get_ca(n)) for n in names]
 
 
 def _ca_names() -> List[str]:

@@ -16,17 +16,19 @@ infiniband-diags does.
 from __future__ import annotations
 
 import argparse
-from typing import Any, List, Tuple
+from types import ModuleType
+from typing import Any, Generator, List, Tuple
 
 from rdma.cli._ibopts import (CmdError, add_device_options,
                               add_node_name_map, add_sa_option, any_lid,
                               get_end_port, load_node_name_map, node_name,
                               unicast_lid)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "ibtracert", "trace", "mcast_trace", "TraceError"]
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``ibtracert`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)
@@ -198,7 +200,7 @@ def _ingress(sbn: Any, slid: int, dlid: int, at: Any = None) -> Any:
     return None
 
 
-def _subnet():
+def _subnet() -> ModuleType:
     import rdma.subnet
     return rdma.subnet
 
@@ -207,9 +209,10 @@ class _MNode:
     """A node of the multicast tree walk (``ibtracert -m``)."""
 
     def __init__(self, node: Any, port: Any, up: Any, egress: int,
-                 upport: int):
+                 upport: int) -> None:
         self.node, self.port, self.up = node, port, up
         self.egress, self.upport = egress, upport
+        self.shown_port = 0     # the port number shown for the root
 
 
 def mcast_trace(sbn: Any, mft_entry: Any, slid: int, dlid: int,
@@ -440,7 +443,8 @@ def _lid_of_guid(sbn: Any, guid: int, what: str) -> int:
     if port is None or not port.LID:
         raise CmdError(f"{what} port GUID 0x{guid:016x} is not in the "
                        f"subnet")
-    return port.LID
+    lid: int = port.LID
+    return lid
 
 
 def _mft_entry(sched: Any, sbn: Any, sw: Any, mlid: int) -> Any:
@@ -457,7 +461,7 @@ def _mft_entry(sched: Any, sbn: Any, sw: Any, mlid: int) -> Any:
 
     import rdma.subnet
 
-    def one(pos: int):
+    def one(pos: int) -> Generator[Any, Any, None]:
         inf = yield sched.SubnGet(
             IBA.SMPMulticastForwardingTable, path,
             rdma.subnet.mft_attribute_modifier(idx // 32, pos))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from rdma.cli._argspec import Command, Option, commands, top_parser
 
@@ -49,8 +49,10 @@ def _paragraphs(text: str) -> List[str]:
 
 
 def _page(title: str, name: str, summary: str, version: str,
-          synopsis: str, sections: List[tuple]) -> str:
-    out = [f'.TH {_esc(title.upper())} 1 "" "{_SOURCE.format(version=version)}"'
+          synopsis: str,
+          sections: List[Tuple[str, List[str]]]) -> str:
+    out = [f'.TH {_esc(title.upper())} 1 "" '
+           f'"{_SOURCE.format(version=version)}"'
            f' "{_MANUAL}"',
            ".nh",                       # no hyphenation of option names
            ".ad l",

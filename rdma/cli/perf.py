@@ -61,11 +61,16 @@ import socket
 import struct
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from rdma.cli import _oob, _vperf
 from rdma.cli._oob import (Deadline, OOBTimeout, PeerError, ValidationError,
                            CLIError)
+from rdma.cli._common import Subparsers
+
+if TYPE_CHECKING:
+    import rdma.ibverbs as ibv_t
+    from rdma.devices import EndPort
 
 __all__ = ["add_parser", "perf", "TESTS"]
 
@@ -83,7 +88,7 @@ LAT_FIELDS = ["test", "mode", "bytes", "iterations", "t_min_us", "t_max_us",
 _LINE = "-" * 87
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``perf`` to the ``rdma`` command's subparsers."""
     p = subparsers.add_parser(
@@ -156,14 +161,14 @@ def add_parser(subparsers: Any, name: str,
     return _oob.intermixed(p)
 
 
-def perf(args: argparse.Namespace) -> int:
+def perf(args: Any) -> int:
     """Run ``ibtool perf``; return the exit status."""
     return _oob.run_command("perf", _run, args)
 
 
 # -- parameters ---------------------------------------------------------------
 
-def _sizes(args: argparse.Namespace) -> List[int]:
+def _sizes(args: Any) -> List[int]:
     if args.test == "atomic":
         if args.size not in (None, 8):
             raise ValueError("-s: atomics are 8 bytes")
@@ -354,7 +359,9 @@ class _Side:
     there) and ``S`` (what we send or write from, where reads and atomic
     results land)."""
 
-    def __init__(self, ctx, end_port, args, max_size: int, gidx: int):
+    def __init__(self, ctx: ibv_t.Context, end_port: EndPort,
+                 args: Any, max_size: int,
+                 gidx: int) -> None:
         import rdma.ibverbs as ibv
         self.ibv = ibv
         self.end_port = end_port
@@ -428,7 +435,7 @@ class _Side:
     # -- work requests ---------------------------------------------------
 
     def wr(self, test: str, size: int, signaled: bool, atomic: str = "",
-           wr_id: int = 2):
+           wr_id: int = 2) -> Any:
         ibv = self.ibv
         flags = ibv.IBV_SEND_SIGNALED if signaled else 0
         if test == "write":
@@ -500,7 +507,7 @@ class _Idle:
                              f"gone?")
 
 
-def _bw_client(side: _Side, args, size: int, beat: _Beat) -> Dict[str, Any]:
+def _bw_client(side: _Side, args: Any, size: int, beat: _Beat) -> Dict[str, Any]:
     ibv = side.ibv
     iters = args.iters
     # at least two batches in flight, so that the queue never runs dry
@@ -559,7 +566,7 @@ def _bw_stats(args, size: int, iters: int, t0: float, t1: float,
             "msg_rate_mpps": iters / elapsed / 1e6}
 
 
-def _vbw_client(side: "_Side", args, size: int, beat: _Beat,
+def _vbw_client(side: "_Side", args: Any, size: int, beat: _Beat,
                 single: Dict[str, Any]) -> Dict[str, Any]:
     """The VirtualQP's run of *size* after the single QP's (*single*, its
     row): one row with both."""
@@ -576,7 +583,7 @@ def _vbw_client(side: "_Side", args, size: int, beat: _Beat,
     return row
 
 
-def _send_bw_server(side: _Side, args, iters: int) -> None:
+def _send_bw_server(side: _Side, args: Any, iters: int) -> None:
     """Count *iters* receives, keeping the receive queue full."""
     cq, wcs = side.rcq, side.wcs
     got = 0
@@ -597,7 +604,7 @@ def _send_bw_server(side: _Side, args, iters: int) -> None:
             outstanding = side.rx_depth
 
 
-def _lat_stats(args, size: int, times_ns: List[int], half: bool
+def _lat_stats(args: Any, size: int, times_ns: List[int], half: bool
                ) -> Dict[str, Any]:
     div = 2000.0 if half else 1000.0
     t = sorted(x / div for x in times_ns)
@@ -627,7 +634,7 @@ def _drain(side: _Side) -> None:
         side.check_wcs(n)
 
 
-def _wait_one(side: _Side, cq, idle: _Idle) -> None:
+def _wait_one(side: _Side, cq: ibv_t.CQ, idle: _Idle) -> None:
     wcs = side.wcs
     while True:
         n = cq.poll_into(wcs, 1)
@@ -638,7 +645,7 @@ def _wait_one(side: _Side, cq, idle: _Idle) -> None:
         idle.idle()
 
 
-def _lat_run(side: _Side, args, size: int, client: bool,
+def _lat_run(side: _Side, args: Any, size: int, client: bool,
              beat: Optional[_Beat]) -> Optional[Dict[str, Any]]:
     """One latency test; the client returns its row."""
     ibv = side.ibv
@@ -698,7 +705,7 @@ def _lat_run(side: _Side, args, size: int, client: bool,
 
 # -- checks -------------------------------------------------------------------
 
-def _prepare(side: _Side, args, size: int, client: bool) -> None:
+def _prepare(side: _Side, args: Any, size: int, client: bool) -> None:
     """Fill our source region with the pattern, clear the target region."""
     a, s = side.a0, side.s0
     side.buf[a:a + max(size, 8)] = bytes(max(size, 8))
@@ -710,7 +717,7 @@ def _prepare(side: _Side, args, size: int, client: bool) -> None:
         side.buf[s:s + 8] = bytes(8)
 
 
-def _verify(side: _Side, args, size: int, client: bool) -> Optional[str]:
+def _verify(side: _Side, args: Any, size: int, client: bool) -> Optional[str]:
     """With -c: what went wrong on this side, or None."""
     if not args.check:
         return None
@@ -745,7 +752,7 @@ def _verify(side: _Side, args, size: int, client: bool) -> Optional[str]:
 
 # -- output -------------------------------------------------------------------
 
-def _header(args, end_port, side: _Side, mtu: int, role: str) -> None:
+def _header(args: Any, end_port: EndPort, side: _Side, mtu: int, role: str) -> None:
     from rdma import IBA
     title = f"{_TITLES[args.test]} {'BW' if args.mode == 'bw' else 'Latency'}"
     title += " Test"
@@ -799,14 +806,14 @@ def _text_row(row: Dict[str, Any]) -> str:
 
 
 class _Output:
-    def __init__(self, args, role: str):
+    def __init__(self, args: Any, role: str) -> None:
         self.args, self.role = args, role
         self.rows: List[Dict[str, Any]] = []
         self.fields = (LAT_FIELDS if args.mode != "bw" else
                        _vperf.VBW_FIELDS if args.qps else BW_FIELDS)
         self.meta: Dict[str, Any] = {}
 
-    def start(self, end_port, side, mtu) -> None:
+    def start(self, end_port: EndPort, side: _Side, mtu: int) -> None:
         from rdma import IBA
         self.meta = {"test": self.args.test, "mode": self.args.mode,
                      "role": self.role, "device": str(end_port),
@@ -841,7 +848,7 @@ class _Output:
 
 # -- main ---------------------------------------------------------------------
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: Any) -> int:
     import rdma
     if args.mode is None:
         args.mode = "bw"
@@ -874,7 +881,9 @@ def _run(args: argparse.Namespace) -> int:
         return _server(ctx, end_port, args, conn, gidx, mtu)
 
 
-def _client(ctx, end_port, args, conn, sizes, gidx, mtu, enabled) -> int:
+def _client(ctx: ibv_t.Context, end_port: EndPort, args: Any,
+            conn: socket.socket, sizes: List[int], gidx: int, mtu: int,
+            enabled: bool) -> int:
     with conn:
         chan = _Channel(conn, args.timeout)
         side = _Side(ctx, end_port, args, max(sizes), gidx)
@@ -898,6 +907,7 @@ def _client(ctx, end_port, args, conn, sizes, gidx, mtu, enabled) -> int:
                 _prepare(side, args, size, True)
                 chan.send(cmd="run", size=size)
                 chan.recv("the server to be ready", "go")
+                row: Optional[Dict[str, Any]]
                 if args.mode == "bw":
                     row = _bw_client(side, args, size, beat)
                     if side.vside is not None:
@@ -913,6 +923,7 @@ def _client(ctx, end_port, args, conn, sizes, gidx, mtu, enabled) -> int:
                     failure = ValidationError(problem)
                     chan.send(cmd="error", msg=problem, code=3)
                     break
+                assert row is not None      # a client's run has its row
                 out.row(row)
         finally:
             bar.close()
@@ -924,7 +935,8 @@ def _client(ctx, end_port, args, conn, sizes, gidx, mtu, enabled) -> int:
     return 0
 
 
-def _server(ctx, end_port, args, conn, gidx, mtu) -> int:
+def _server(ctx: ibv_t.Context, end_port: EndPort, args: Any,
+            conn: socket.socket, gidx: int, mtu: int) -> int:
     with conn:
         chan = _Channel(conn, args.timeout)
         hello = chan.recv("the client's hello", "hello")

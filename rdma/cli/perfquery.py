@@ -14,12 +14,13 @@ from rdma.cli import _ibfmt
 from rdma.cli._ibopts import (CmdError, add_device_options,
                               add_timeout_option, get_end_port, gmp_path,
                               open_umad, smp_get, target_words)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "perfquery", "counters_lines", "counters_ext_lines",
            "aggregate"]
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``perfquery`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)

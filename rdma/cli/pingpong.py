@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Optional
 from rdma.cli import _oob
 from rdma.cli._oob import (Deadline, Dest, DEST_LEN, OOBTimeout, PeerError,
                            ValidationError)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "pingpong", "MODES"]
 
@@ -57,7 +58,7 @@ PAGE = 4096
 DONE = b"done\0"
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``pingpong`` to the ``rdma`` command's subparsers."""
     p = subparsers.add_parser(
@@ -179,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
             qp.modify_to_init(init, 0)
         recv_wr = ibv.recv_wr(wr_id=RECV_WRID,
                               sg_list=mr.sge(size + extra, 0))
-        target = shared if srq else qps[0]
+        target = qps[0] if shared is None else shared   # SRQ: the SRQ
         target.post_recv(ibv.RecvBatch([recv_wr] * args.rx_depth))
         if args.events:
             cq.req_notify_cq()
@@ -284,7 +285,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- the mode check ------------------------------------------------------------
+# -- the mode check -----------------------------------------------------------
 #
 # The C tools' exchange carries no mode: an rc server and a ud client
 # connect, and both wait out the whole --timeout for messages that never
@@ -359,8 +360,10 @@ class _Loop:
     """The completion loop of the C tools, with the fast APIs: prepared
     SendBatch/RecvBatch and poll_into a WCArray."""
 
-    def __init__(self, args, ibv, cq, cc, qps, batches, target, recv_wr,
-                 buf, extra, server):
+    def __init__(self, args: argparse.Namespace, ibv: Any, cq: Any, cc: Any,
+                 qps: List[Any], batches: List[Any], target: Any,
+                 recv_wr: Any, buf: bytearray, extra: int,
+                 server: bool) -> None:
         self.args, self.ibv, self.cq, self.cc = args, ibv, cq, cc
         self.qps, self.batches, self.target = qps, batches, target
         self.buf, self.extra, self.server = buf, extra, server

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from rdma.cli._ibopts import (CmdError, add_node_name_map, get_end_port,
                               load_node_name_map, node_name)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "saquery", "QUERIES"]
 
@@ -65,7 +66,7 @@ def _epilog() -> str:
     return "\n".join(lines)
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``saquery`` to the ``ibtool`` command's subparsers."""
     p = subparsers.add_parser(
@@ -230,7 +231,8 @@ class _Session:
         if text[:1].isalpha():
             for rec in self.nodes():
                 if node_desc(rec) == text:
-                    return rec.LID
+                    lid: int = rec.LID
+                    return lid
             raise CmdError(f"no node is named {text!r}")
         try:
             v = int(text, 0)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, List
 
 from rdma.cli._ibopts import CmdError
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "set_nodedesc", "SYSFS"]
 
@@ -23,7 +24,7 @@ __all__ = ["add_parser", "set_nodedesc", "SYSFS"]
 SYSFS = Path("/sys/class/infiniband")
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``set_nodedesc`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)

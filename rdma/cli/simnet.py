@@ -20,13 +20,14 @@ import signal
 import subprocess
 import sys
 from typing import Any, Dict
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "simnet"]
 
 _ACTIONS = ("up", "down", "status", "env", "shell")
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``simnet`` to ``ibtool``."""
     from rdma.simnet import DEFAULT_TOPOLOGY

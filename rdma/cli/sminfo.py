@@ -8,11 +8,11 @@ infiniband-diags' ``sminfo`` prints it.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from rdma.cli._ibopts import (CmdError, add_query_options, get_end_port,
                               open_umad, smp_get, smp_path, target_words,
                               transactor)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "sminfo"]
 
@@ -20,7 +20,7 @@ SM_STATES = {0: "SMINFO_NOTACT", 1: "SMINFO_DISCOVER", 2: "SMINFO_STANDBY",
              3: "SMINFO_MASTER"}
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``sminfo`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)

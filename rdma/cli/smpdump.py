@@ -14,11 +14,12 @@ has its direction bit, 0x8000, set).
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List
+from typing import Dict, List
 
 from rdma.binstruct import BinStruct, F
 from rdma.cli._ibopts import (CmdError, add_device_options,
                               add_target_options, get_end_port, smp_path)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "smpdump", "raw_attribute", "hex_lines"]
 
@@ -48,7 +49,7 @@ def hex_lines(data: bytes) -> List[str]:
     return [" ".join(words[i:i + 8]) for i in range(0, len(words), 8)]
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``smpdump`` to ``ibtool``."""
     p = subparsers.add_parser(name, help=help)

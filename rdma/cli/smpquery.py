@@ -25,6 +25,7 @@ from rdma.cli._ibopts import (CmdError, add_device_options,
                               add_target_options, get_end_port,
                               load_node_name_map, smp_get, smp_path,
                               transactor)
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "smpquery", "format_fields"]
 
@@ -63,7 +64,7 @@ def _nodedesc(nd: Any) -> List[str]:
 
 #: operation -> (attribute name in rdma.IBA, header title, formatter,
 #: whether the attribute modifier is a port number)
-_OPS: Dict[str, Tuple[str, str, Callable[[Any], List[str]], bool]] = {
+_OPS: Dict[str, Tuple[str, str, Callable[..., List[str]], bool]] = {
     "nodeinfo": ("SMPNodeInfo", "Node info", _nodeinfo, False),
     "nodedesc": ("SMPNodeDescription", "Node Description", _nodedesc,
                  False),
@@ -169,7 +170,7 @@ _TABLES = {"pkeys": _pkeys, "sl2vl": _sl2vl, "vlarb": _vlarb,
            "guids": _guids}
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``smpquery`` to ``ibtool``'s subparsers."""
     p = subparsers.add_parser(

@@ -37,11 +37,12 @@ import textwrap
 import time
 import xml.etree.ElementTree as ET
 from typing import Any, Dict, List, Optional, Tuple
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "validate", "run_suite", "read_junit", "format_table"]
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``validate`` to the ``rdma`` command's subparsers."""
     p = subparsers.add_parser(
@@ -199,11 +200,13 @@ def run_suite(pytest_args: List[str], timeout: float,
                                 env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
+        assert proc.stdout is not None      # stdout=PIPE
+        stdout = proc.stdout
         out: List[str] = []
         deadline = time.monotonic() + timeout
         import selectors
         sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
+        sel.register(stdout, selectors.EVENT_READ)
         timed_out = False
         try:
             while True:
@@ -213,14 +216,14 @@ def run_suite(pytest_args: List[str], timeout: float,
                     break
                 if not sel.select(min(left, 1.0)):
                     if proc.poll() is not None:
-                        rest = proc.stdout.read()
+                        rest = stdout.read()
                         if rest:
                             out.append(rest)
                             if show_output:
                                 sys.stdout.write(rest)
                         break
                     continue
-                line = proc.stdout.readline()
+                line = stdout.readline()
                 if not line:
                     break
                 out.append(line)
@@ -244,7 +247,7 @@ def run_suite(pytest_args: List[str], timeout: float,
         return rc, "".join(out)
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: "subprocess.Popen[str]") -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -255,7 +258,7 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-# -- the report ----------------------------------------------------------------
+# -- the report -------------------------------------------------------------
 
 def _first_line(text: Optional[str]) -> str:
     if not text:
@@ -476,7 +479,8 @@ def validate(args: argparse.Namespace) -> int:
             print(json.dumps(result))
         else:
             _print_result(result, rows, output)
-        return result["exit_status"]
+        status: int = result["exit_status"]
+        return status
     finally:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Dict, List
+from typing import Dict, List
 
 from rdma.cli._ibopts import CmdError
+from rdma.cli._common import Subparsers
 
 __all__ = ["add_parser", "validate_subnet"]
 
@@ -36,7 +37,7 @@ DESCRIPTION = (
     "child process; -v shows pytest's own output.")
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``validate-subnet`` to ``ibtool``."""
     p = subparsers.add_parser(

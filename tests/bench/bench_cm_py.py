@@ -10,8 +10,8 @@ tests/bench/bench_cm_py.py --provider verbs``).
    ``cmtime -c N`` (N connections set up side by side, each step for all
    of them at once; its rate is N over the sum of its step totals) and
    ``ucmatose -c N -C 0`` (wall clock, process start included), on the
-   same device (ucx0 through ``python -m rdma.fabric exec``).  The issue's goal:
-   rdma.cm at least 0.8x the C tool.
+   same device (ucx0 through ``python -m rdma.fabric exec``).  The issue's
+   goal: rdma.cm at least 0.8x the C tool.
 2. The data path of a CM-connected RC QP next to a hand-connected one
    (IBPath-less ``modify`` to RTS, as tests/verbs does) on the same
    device: 8-byte RDMA WRITE message rate and 64 KiB RDMA WRITE

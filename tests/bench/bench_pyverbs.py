@@ -171,7 +171,8 @@ def run(mode, api, seconds, size=None, device=None, gid_index=None):
         bring_up(a, b, gid, gid_index)
         bring_up(b, a, gid, gid_index)
         if mode == "write-rate":
-            ops, el = stream(a, b, e.IBV_WR_RDMA_WRITE, size, DEPTH, api, seconds)
+            ops, el = stream(a, b, e.IBV_WR_RDMA_WRITE, size, DEPTH, api,
+                             seconds)
         elif mode == "send-rate":
             ops, el = stream(a, b, e.IBV_WR_SEND, size, DEPTH, api, seconds)
         elif mode == "write-bw":
@@ -188,8 +189,10 @@ def run(mode, api, seconds, size=None, device=None, gid_index=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description="pyverbs hot-path benchmark")
     ap.add_argument("modes", nargs="*",
-                    default=["write-rate", "send-rate", "pingpong", "write-bw"])
-    ap.add_argument("--api", action="append", help="reuse, new (default: both)")
+                    default=["write-rate", "send-rate", "pingpong",
+                             "write-bw"])
+    ap.add_argument("--api", action="append",
+                    help="reuse, new (default: both)")
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--size", type=int)
     ap.add_argument("-d", "--device")

@@ -124,7 +124,8 @@ def role(which: str, test: str, iters: int) -> None:
                        sg_list=s.mr.sge(length=size),
                        remote_addr=peer["addr"] + (size if size > 8 else 0),
                        rkey=peer["rkey"],
-                       send_flags=(ibv.IBV_SEND_SIGNALED if i == batch - 1 else 0))
+                       send_flags=(ibv.IBV_SEND_SIGNALED if i == batch - 1
+                                   else 0))
            for i in range(batch)]
     sb = ibv.SendBatch(wrs)
     print(json.dumps({"ready": 1}), flush=True)
@@ -173,7 +174,8 @@ def _spawn(which, test, iters, env):
 
 
 def run_python(test: str, iters: int, env: dict) -> dict:
-    srv, cli = _spawn("server", test, iters, env), _spawn("client", test, iters, env)
+    srv, cli = (_spawn("server", test, iters, env),
+                _spawn("client", test, iters, env))
     try:
         i_s, i_c = srv.stdout.readline(), cli.stdout.readline()
         srv.stdin.write(i_c)
@@ -220,7 +222,8 @@ def run_perftest(test: str, size: int, iters: int, env: dict) -> dict:
     args = ["-t", test, "-s", str(size), "-n", str(iters), "-w", str(WARMUP),
             "-p", str(port)]
     srv = subprocess.Popen(["ucx_perftest", *args], env=e,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL,
                            preexec_fn=_pin("server"))
     time.sleep(0.3)
     try:
@@ -233,8 +236,8 @@ def run_perftest(test: str, size: int, iters: int, env: dict) -> dict:
     for line in out.splitlines():
         if line.strip().startswith("Final:"):
             nums = [float(x) for x in re.findall(r"[-\d.]+", line)]
-            # iterations, typical lat, avg lat, overall lat, avg bw, overall bw,
-            # avg msgrate, overall msgrate
+            # iterations, typical lat, avg lat, overall lat, avg bw,
+            # overall bw, avg msgrate, overall msgrate
             return {"lat_us": nums[2], "mb_s": nums[5] * 1.048576,
                     "msg_s": nums[7]}
     raise RuntimeError(f"no result from ucx_perftest:\n{out}")

@@ -252,11 +252,13 @@ def run(mode: str, api: str, seconds: float, size: int | None = None,
         bring_up(a, b, gid, gid_index)
         bring_up(b, a, gid, gid_index)
         if mode == "write-rate":
-            ops, el = stream(a, b, ibv.IBV_WR_RDMA_WRITE, size, DEPTH, api, seconds)
+            ops, el = stream(a, b, ibv.IBV_WR_RDMA_WRITE, size, DEPTH, api,
+                             seconds)
         elif mode == "send-rate":
             ops, el = stream(a, b, ibv.IBV_WR_SEND, size, DEPTH, api, seconds)
         elif mode == "write-bw":
-            ops, el = stream(a, b, ibv.IBV_WR_RDMA_WRITE, size, 16, api, seconds)
+            ops, el = stream(a, b, ibv.IBV_WR_RDMA_WRITE, size, 16, api,
+                             seconds)
         elif mode == "pingpong":
             ops, el = pingpong(a, b, size, api, seconds)
         else:
@@ -269,7 +271,8 @@ def run(mode: str, api: str, seconds: float, size: int | None = None,
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="rdma verbs hot-path benchmark")
     ap.add_argument("modes", nargs="*",
-                    default=["write-rate", "send-rate", "pingpong", "write-bw"])
+                    default=["write-rate", "send-rate", "pingpong",
+                             "write-bw"])
     ap.add_argument("--api", action="append",
                     help="reuse, new, batch (default: all)")
     ap.add_argument("--seconds", type=float, default=1.0)

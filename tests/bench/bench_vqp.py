@@ -130,7 +130,8 @@ def run1(ep, size: int, depth: int, seconds: float, src, dst,
         n = ep.poll_into(wcs)
         if n:
             if wcs.first_error() is not None:
-                raise RuntimeError(f"completion error: {wcs[wcs.first_error()]}")
+                raise RuntimeError("completion error: "
+                                   f"{wcs[wcs.first_error()]}")
             done += n
             now = clock()
             if now < end:

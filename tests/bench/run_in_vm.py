@@ -71,7 +71,8 @@ def c_loop(binary: Path, seconds: float) -> list[dict]:
     out = []
     for mode in ("write-rate", "send-rate", "pingpong", "write-bw"):
         try:
-            res = subprocess.run(pinned([binary, mode, seconds]), capture_output=True,
+            res = subprocess.run(pinned([binary, mode, seconds]),
+                                 capture_output=True,
                                  text=True, timeout=60 + 10 * seconds)
         except subprocess.TimeoutExpired:
             log(f"C loop {mode} timed out")
@@ -107,7 +108,8 @@ def client_server(server_cmd, client_cmd, timeout=120):
     _port[0] += 1
     port = str(_port[0])
     srv = subprocess.Popen(server_cmd + ["-p", port],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
     try:
         deadline = time.monotonic() + 30
         while not _listening(int(port)):
@@ -136,7 +138,8 @@ def client_server(server_cmd, client_cmd, timeout=120):
 def _perftest_row(out: str, size: int):
     for line in out.splitlines():
         f = line.split()
-        if len(f) >= 4 and f[0] == str(size) and re.fullmatch(r"[\d.]+", f[-1]):
+        if (len(f) >= 4 and f[0] == str(size) and
+                re.fullmatch(r"[\d.]+", f[-1])):
             return [float(x) for x in f]
     return None
 
@@ -147,7 +150,8 @@ def pingpong_pair(dev: str, gidx: str) -> list[dict]:
     out = []
     # ibv_rc_pingpong: round trip per iteration, 8 B
     common = ["-d", dev, "-g", gidx, "-s", "8", "-n", "20000"]
-    s = client_server(["ibv_rc_pingpong"] + common, ["ibv_rc_pingpong"] + common)
+    s = client_server(["ibv_rc_pingpong"] + common,
+                      ["ibv_rc_pingpong"] + common)
     m = s and re.search(r"= ([\d.]+) usec/iter", s)
     if m:
         out.append({"impl": "ibv_rc_pingpong", "mode": "pingpong", "api": "-",
@@ -157,7 +161,8 @@ def pingpong_pair(dev: str, gidx: str) -> list[dict]:
     s = client_server(ours + common, ours + common)
     m = s and re.search(r"= ([\d.]+) usec/iter", s)
     if m:
-        out.append({"impl": "ibtool pingpong rc", "mode": "pingpong", "api": "-",
+        out.append({"impl": "ibtool pingpong rc", "mode": "pingpong",
+                    "api": "-",
                     "usec": float(m.group(1))})
     return out
 
@@ -170,7 +175,8 @@ def c_tools(dev: str, gidx: str) -> list[dict]:
     s = client_server(["ib_send_lat"] + common, ["ib_send_lat"] + common)
     row = s and _perftest_row(s, 8)
     if row:
-        out.append({"impl": "ib_send_lat", "mode": "pingpong", "api": "2 x t_typical",
+        out.append({"impl": "ib_send_lat", "mode": "pingpong",
+                    "api": "2 x t_typical",
                     "usec": 2 * row[4]})
     # ib_write_bw: 8 B message rate, 64 KiB bandwidth
     for size, n, mode in ((8, 30000, "write-rate"), (65536, 1500, "write-bw")):
@@ -190,7 +196,8 @@ def guest(args) -> int:
     os.environ.update(env)
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
     binary = tmp / "verbs_loop"
-    subprocess.run(["gcc", "-O2", "-o", str(binary), str(HERE / "c" / "verbs_loop.c"),
+    subprocess.run(["gcc", "-O2", "-o", str(binary),
+                    str(HERE / "c" / "verbs_loop.c"),
                     "-libverbs"], check=True)
     results: list[dict] = []
 
@@ -213,9 +220,11 @@ def guest(args) -> int:
         log(f"round {rep + 1}/{args.reps}: C loop, rdma, pyverbs")
         add(c_loop(binary, args.seconds), "interleaved", rep)
         add(run_results(pinned([VENV_PY, HERE / "bench_verbs.py",
-                                "--seconds", sec]), 900, env), "interleaved", rep)
+                                "--seconds", sec]), 900, env),
+            "interleaved", rep)
         add(run_results(pinned([DEBIAN_PY, HERE / "bench_pyverbs.py",
-                                "--seconds", sec]), 900, env), "interleaved", rep)
+                                "--seconds", sec]), 900, env),
+            "interleaved", rep)
         if not args.no_tools:
             add(pingpong_pair(dev, gidx), "interleaved", rep)
     refs("after")
@@ -236,7 +245,8 @@ METRIC = {"write-rate": ("mops", "Mops/s", True),
           "send-rate": ("mops", "Mops/s", True),
           "pingpong": ("usec", "usec/round trip", False),
           "write-bw": ("mib_s", "MiB/s", True)}
-TITLE = {"write-rate": "8 B RDMA WRITE message rate (signaled, <=64 in flight)",
+TITLE = {"write-rate": "8 B RDMA WRITE message rate (signaled, <=64 in "
+                        "flight)",
          "send-rate": "8 B SEND message rate (signaled, <=64 in flight)",
          "pingpong": "RC SEND/RECV ping-pong, 8 B",
          "write-bw": "64 KiB RDMA WRITE bandwidth (<=16 in flight)"}
@@ -287,7 +297,8 @@ def render(results, reps) -> str:
             return "n/a"
         return f"{v:.4f}" if key == "mops" else f"{v:.1f}"
 
-    lines = [f"# rdma vs C vs pyverbs on rxe0 (Soft-RoCE, TCG VM), medians of {reps}",
+    lines = ["# rdma vs C vs pyverbs on rxe0 (Soft-RoCE, TCG VM), medians of "
+             f"{reps}",
              ""]
     for mode, (key, unit, higher) in METRIC.items():
         c_all = _median(results, "c-loop", mode)
@@ -311,25 +322,32 @@ def render(results, reps) -> str:
                 vp = ""
                 if impl == "rdma":
                     r = _round_ratio(results, mode, (impl, api),
-                                     ("pyverbs", "reuse" if api == "batch" else api))
+                                     ("pyverbs",
+                                      "reuse" if api == "batch" else api))
                     vp = "n/a" if r is None else f"{r:.2f}x"
                 lines.append(f"| {impl} | {api} | {fmt(v, key)} | "
-                             f"{'n/a' if vc is None else f'{vc:.2f}x'} | {vp} |")
+                             f"{'n/a' if vc is None else f'{vc:.2f}x'} | {vp} "
+                             "|")
         for impl in ("ibv_rc_pingpong", "ibtool pingpong rc", "ib_send_lat",
                      "ib_write_bw"):
-            rows = [r for r in results if r["impl"] == impl and r["mode"] == mode]
+            rows = [r for r in results if r["impl"] == impl
+                    and r["mode"] == mode]
             if rows:
                 v = _median(results, impl, mode)
-                vc = (v / c_all if higher else c_all / v) if (c_all and v) else None
+                vc = ((v / c_all if higher else c_all / v)
+                      if (c_all and v) else None)
                 lines.append(f"| {impl} (2 processes) | {rows[0]['api']} | "
                              f"{fmt(v, key)} | "
                              f"{'n/a' if vc is None else f'{vc:.2f}x'} | |")
-        vc = _pair_ratio(results, mode, "ibtool pingpong rc", "ibv_rc_pingpong")
+        vc = _pair_ratio(results, mode, "ibtool pingpong rc",
+                         "ibv_rc_pingpong")
         if vc is not None:
-            lines.append(f"| ibtool pingpong rc vs ibv_rc_pingpong (2 processes,"
+            lines.append("| ibtool pingpong rc vs ibv_rc_pingpong (2 "
+                         "processes,"
                          f" run back to back) | - | | {vc:.2f}x | |")
         lines.append("")
-    lines += ["Ratios are 'how many times as good' (>1 better): rate and bandwidth "
+    lines += ["Ratios are 'how many times as good' (>1 better): rate and "
+              "bandwidth "
               "divide ours by theirs, latency theirs by ours; for rdma and "
               "pyverbs they are medians of per-round ratios (each round runs "
               "the C loop, rdma and pyverbs back to back), for the C tools "
@@ -337,7 +355,8 @@ def render(results, reps) -> str:
               "The two-process ping-pong ratio is the median over the runs "
               "(before, each round, after) of ibv_rc_pingpong's time over "
               "ours, measured back to back. "
-              "Goals: latency and bandwidth within 10% of C (>= 0.90x), message "
+              "Goals: latency and bandwidth within 10% of C (>= 0.90x), "
+              "message "
               "rate >= 3x pyverbs."]
     return "\n".join(lines)
 

@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "verbs_test.h"
+
 #define BUF (64u << 20)
 #define NTHR 2
 
@@ -64,26 +66,6 @@ writer(void *arg)
     return NULL;
 }
 
-/* 1 if the mapping holding p is a SysV segment (adopted) */
-static int
-sysv(const volatile void *p)
-{
-    char line[512];
-    int r = 0;
-    FILE *f = fopen("/proc/self/maps", "r");
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
-            lo <= (unsigned long)p && (unsigned long)p < hi) {
-            r = strstr(line, "/SYSV") != NULL;
-            break;
-        }
-    }
-    if (f != NULL)
-        fclose(f);
-    return r;
-}
-
 static void
 ms(int n)
 {
@@ -123,12 +105,12 @@ main(void)
     mr = ibv_reg_mr(pd, (void *)buf, BUF, acc);
     if (mr == NULL)
         return perror("ibv_reg_mr"), 2;
-    if (!sysv(buf))
+    if (!in_sysv_segment(buf))
         return fprintf(stderr, "not adopted\n"), 3;
     ms(50);
     if (ibv_dereg_mr(mr) != 0)
         return perror("ibv_dereg_mr"), 2;
-    if (sysv(buf))
+    if (in_sysv_segment(buf))
         return fprintf(stderr, "not given back\n"), 3;
     ms(20);
     mr = ibv_reg_mr(pd, (void *)buf, BUF, acc);

@@ -15,7 +15,7 @@
 
 #include <infiniband/verbs.h>
 
-#define DIE(what) do { perror(what); exit(2); } while (0)
+#include "verbs_test.h"
 
 static int
 poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
@@ -29,42 +29,6 @@ poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
             usleep(100);
     }
     return 0;
-}
-
-/* RESET -> RTS, connected to itself by LID; 0 or an errno. */
-static int
-connect_self(struct ibv_qp *qp, uint16_t lid, int access)
-{
-    struct ibv_qp_attr attr = {0};
-    int rc;
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.qp_access_flags = access;
-    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-                            IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-        return rc;
-    memset(&attr, 0, sizeof(attr));
-    attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = IBV_MTU_1024;
-    attr.dest_qp_num = qp->qp_num;
-    attr.max_dest_rd_atomic = 1;
-    attr.min_rnr_timer = 12;
-    attr.ah_attr.dlid = lid;
-    attr.ah_attr.port_num = 1;
-    if ((rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV |
-                            IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                            IBV_QP_MIN_RNR_TIMER)))
-        return rc;
-    memset(&attr, 0, sizeof(attr));
-    attr.qp_state = IBV_QPS_RTS;
-    attr.timeout = 14;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = 7;
-    attr.max_rd_atomic = 1;
-    return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT |
-                         IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 /* Two threads poll one CQ at once while the main thread posts to it and
@@ -124,7 +88,7 @@ mt_poll(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     qa.cap.max_send_wr = qa.cap.max_recv_wr = MT_N;
     qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
     qp = ibv_create_qp(pd, &qa);
-    if (qp == NULL || connect_self(qp, lid, 0))
+    if (qp == NULL || connect_rc(qp, qp->qp_num, lid, 0, 7))
         DIE("mt qp");
     rwr.sg_list = &sge;
     rwr.num_sge = 1;
@@ -192,7 +156,7 @@ extended(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
     qp = ibv_create_qp_ex(ctx, &qa);
     if (qp == NULL)
         DIE("ibv_create_qp_ex");
-    if (connect_self(qp, lid, 0))
+    if (connect_rc(qp, qp->qp_num, lid, 0, 7))
         DIE("connect_self");
     rwr.wr_id = 21;
     rwr.sg_list = &sge;
@@ -247,7 +211,7 @@ extended(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
         qx = ibv_qp_to_qp_ex(qp);
         printf("qp_to_qp_ex_ops=%d\n", qx != NULL &&
                ibv_qp_to_qp_ex(qp) == qx && &qx->qp_base == qp);
-        if (qx == NULL || connect_self(qp, lid, acc))
+        if (qx == NULL || connect_rc(qp, qp->qp_num, lid, acc, 7))
             DIE("connect_self");
         memcpy(m, "written by wr_*", 16);
         *counter = 40;
@@ -425,7 +389,7 @@ main(void)
     printf("post_send_reset=%d\n", rc != 0 && bad == &wr);
 
     /* connect the QP to itself, by LID */
-    if ((rc = connect_self(qp, port.lid, 0)))
+    if ((rc = connect_rc(qp, qp->qp_num, port.lid, 0, 7)))
         DIE("connect_self");
     printf("qp_state_rts=%d\n", qp->state == IBV_QPS_RTS);
 

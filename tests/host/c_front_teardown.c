@@ -17,7 +17,8 @@
 
 #include <infiniband/verbs.h>
 
-#define DIE(what) do { perror(what); exit(2); } while (0)
+#include "verbs_test.h"
+
 
 static struct ibv_device *
 find(struct ibv_device **list, const char *name)
@@ -107,43 +108,6 @@ unmapped_before_dereg(struct ibv_device *dev)
     printf(" %s\n", err(ibv_close_device(ctx)));
 }
 
-/* RESET -> RTS, connected to QP number dqpn at LID lid; 0 or an errno. */
-static int
-connect_to(struct ibv_qp *qp, uint32_t dqpn, uint16_t lid)
-{
-    struct ibv_qp_attr a;
-    int rc;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    if ((rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-                            IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-        return rc;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = dqpn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.dlid = lid;
-    a.ah_attr.port_num = 1;
-    if ((rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
-                            IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                            IBV_QP_MIN_RNR_TIMER)))
-        return rc;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 1;
-    a.rnr_retry = 1;
-    a.max_rd_atomic = 1;
-    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-                         IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
 /* One side's context, PD, CQ and RC QP. */
 struct side {
     struct ibv_context *ctx;
@@ -190,8 +154,8 @@ write_after_close(struct ibv_device *dev)
                           IBV_ACCESS_LOCAL_WRITE |
                           IBV_ACCESS_REMOTE_WRITE)) == NULL ||
         (wmr = ibv_reg_mr(w.pd, src, sizeof(src), 0)) == NULL ||
-        connect_to(t.qp, w.qp->qp_num, pa.lid) ||
-        connect_to(w.qp, t.qp->qp_num, pa.lid))
+        connect_rc(t.qp, w.qp->qp_num, pa.lid, IBV_ACCESS_REMOTE_WRITE, 1) ||
+        connect_rc(w.qp, t.qp->qp_num, pa.lid, IBV_ACCESS_REMOTE_WRITE, 1))
         DIE("connect");
     printf("close_with_mr=%s\n", err(ibv_close_device(t.ctx)));
     memset(src, 0x66, sizeof(src));

@@ -18,8 +18,7 @@ import numpy as np
 
 import rdma
 import rdma.ibverbs as ibv
-from fabric_helpers import (check_ok, node_stats, poll_cq, to_init, to_rtr,
-                            to_rts)
+from fabric_helpers import check_ok, connect_to_peer, node_stats, poll_cq
 
 
 def emit(obj):
@@ -50,10 +49,7 @@ def main(role, size):
     emit({"gid": str(ep.gids[0]), "lid": ep.lid, "qpn": qp.qp_num,
           "addr": mr.addr, "rkey": mr.rkey})
     peer = read()
-    to_init(qp)
-    to_rtr(qp, remote_qpn=peer["qpn"], dgid=rdma.IBA.GID(peer["gid"]),
-           dlid=peer["lid"])
-    to_rts(qp)
+    connect_to_peer(qp, peer)
     if role == "target":
         view = mr.buf
         emit({"ready": True})

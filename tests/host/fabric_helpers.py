@@ -33,7 +33,8 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve()
                        .parent.parent / "verbs"))
 from verbs_fixtures import (GRH_LEN, MR_ALL, PORT, QKEY,  # noqa: E402,F401
                             REMOTE_ALL, TRANSPORTS, Side, ah_attr_to,
-                            check_ok, connect, expect_no_completion,
+                            check_ok, connect_pair, connect_qp,
+                            connect_to_peer, expect_no_completion,
                             make_pair, pattern, poll_cq, qp_state, to_init,
                             to_rtr, to_rts, wait_for)
 
@@ -349,6 +350,24 @@ class PeerProcess:
             raise AssertionError(f"peer: AddressSanitizer report:\n{err}")
 
 
+def handshake(a: PeerProcess, b: PeerProcess, ia: dict | None = None,
+              ib: dict | None = None, *, extra: dict | None = None
+              ) -> tuple[dict, dict]:
+    """The peers' handshake (:func:`peer_main`): *b* and *a* print their
+    connection data (*ib*, *ia*: already read), each is sent the other's
+    (with *extra* added, e.g. ``use_lid``), and both report they are
+    ready.  Returns ``(ia, ib)``."""
+    if ib is None:
+        ib = b.read()
+    if ia is None:
+        ia = a.read()
+    b.send({**ia, **(extra or {})})
+    a.send({**ib, **(extra or {})})
+    assert b.read() == {"ready": True}
+    assert a.read() == {"ready": True}
+    return ia, ib
+
+
 def providers_with_devices():
     """The providers of this build that have a device here."""
     out = []
@@ -397,12 +416,8 @@ def peer_main(role: str) -> int:
     _emit({"gid": str(s.gid), "lid": s.lid, "qpn": s.qpn, "addr": s.mr.addr,
            "rkey": s.mr.rkey, "pid": os.getpid()})
     peer = _read()
-    use_lid = bool(peer.get("use_lid"))
-    to_init(s.qp)
-    to_rtr(s.qp, remote_qpn=peer["qpn"],
-           dgid=None if use_lid else rdma.IBA.GID(peer["gid"]),
-           dlid=peer["lid"])
-    to_rts(s.qp, timeout=timeout)
+    connect_to_peer(s.qp, peer, use_lid=bool(peer.get("use_lid")),
+                    timeout=timeout)
     if role == "responder":
         for i in range(8):
             s.post_recv(wr_id=i, off=32768 + 1024 * i, length=1024)
@@ -417,7 +432,8 @@ def peer_main(role: str) -> int:
                        "imm": wc.imm_data, "byte_len": wc.byte_len,
                        "data": bytes(s.buf[off:off + wc.byte_len]).hex()})
             elif cmd["op"] == "dump":
-                _emit({"data": bytes(s.buf[cmd["off"]:cmd["off"] + cmd["len"]]).hex()})
+                _emit({"data": bytes(
+                    s.buf[cmd["off"]:cmd["off"] + cmd["len"]]).hex()})
             else:
                 break
         ctx.close()

@@ -30,8 +30,8 @@ import rdma
 import rdma.ibverbs as ibv
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fabric_helpers import (MR_ALL, Side, node_stats,  # noqa: E402
-                            poll_cq, to_init, to_rtr, to_rts)
+from fabric_helpers import (MR_ALL, Side, connect_to_peer,  # noqa: E402
+                            node_stats, poll_cq)
 
 
 def emit(obj):
@@ -60,11 +60,7 @@ def main() -> int:
         op = cmd["op"]
         try:
             if op == "connect":
-                to_init(s.qp)
-                to_rtr(s.qp, remote_qpn=cmd["qpn"],
-                       dgid=rdma.IBA.GID(cmd["gid"]) if cmd.get("gid")
-                       else None, dlid=cmd.get("lid", 0))
-                to_rts(s.qp, timeout=cmd.get("timeout", 14))
+                connect_to_peer(s.qp, cmd, timeout=cmd.get("timeout", 14))
                 emit({"ok": 1})
             elif op == "reg":
                 for _ in range(cmd["n"]):

@@ -43,7 +43,8 @@ def main():
                     off = 512 * wc.wr_id
                     got.append({"status": wc.status,
                                 "grh": bool(wc.wc_flags & ibv.IBV_WC_GRH),
-                                "dgid": str(GID(bytes(buf[off + 24:off + 40]))),
+                                "dgid": str(GID(bytes(
+                                    buf[off + 24:off + 40]))),
                                 "data": bytes(buf[off + GRH:off + wc.byte_len])
                                 .decode()})
                 emit({"got": got, "more": len(cq.poll())})

@@ -37,7 +37,8 @@
 
 #include <infiniband/verbs.h>
 
-#define DIE(what) do { perror(what); exit(2); } while (0)
+#include "verbs_test.h"
+
 #define PAGE 4096
 #define RW (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
             IBV_ACCESS_REMOTE_READ)
@@ -48,43 +49,6 @@ static struct ibv_cq *cq;
 static struct ibv_qp *qp;
 static uint8_t *local;          /* the requester's buffer */
 static struct ibv_mr *lmr;
-
-/* RESET -> RTS, connected to itself; 0 or an errno. */
-static int
-to_rts(struct ibv_qp *q, uint16_t lid)
-{
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                      IBV_QP_ACCESS_FLAGS))
-        return errno;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = q->qp_num;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.dlid = lid;
-    a.ah_attr.port_num = 1;
-    if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-        return errno;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-                      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                      IBV_QP_MAX_QP_RD_ATOMIC))
-        return errno;
-    return 0;
-}
 
 /* A new RC QP connected to itself (the previous one, if any, goes: a
    failed WR leaves it in ERR). */
@@ -105,7 +69,9 @@ new_qp(void)
         DIE("ibv_create_qp");
     if (ibv_query_port(ctx, 1, &pa))
         DIE("ibv_query_port");
-    if ((errno = to_rts(qp, pa.lid)) != 0)
+    errno = connect_rc(qp, qp->qp_num, pa.lid,
+                       IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, 7);
+    if (errno != 0)
         DIE("modify_qp");
 }
 
@@ -252,26 +218,6 @@ all(const uint8_t *p, size_t n, int c)
     return 1;
 }
 
-/* 1 if the mapping holding p is a SysV segment (adopted memory). */
-static int
-sysv(const void *p)
-{
-    char line[512];
-    int r = 0;
-    FILE *f = fopen("/proc/self/maps", "r");
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
-            lo <= (unsigned long)p && (unsigned long)p < hi) {
-            r = strstr(line, "/SYSV") != NULL;
-            break;
-        }
-    }
-    if (f != NULL)
-        fclose(f);
-    return r;
-}
-
 /* n fresh private anonymous bytes at addr (exactly there), filled with c;
    NULL if the system placed them elsewhere. */
 static uint8_t *
@@ -313,7 +259,7 @@ check_unmap(const char *how)
     mr = ibv_reg_mr(pd, buf, n - off, RW);
     if (mr == NULL)
         DIE("ibv_reg_mr");
-    printf("adopted=%d\n", sysv(buf));
+    printf("adopted=%d\n", in_sysv_segment(buf));
     munmap(raw, n);
     other = map_at(raw, n, 'o');
     if (other == NULL) {
@@ -470,7 +416,7 @@ check_signal(int rounds)
         if (mr == NULL)
             DIE("ibv_reg_mr");
         if (r == 0)
-            printf("adopted=%d\n", sysv((const void *)sbuf));
+            printf("adopted=%d\n", in_sysv_segment((const void *)sbuf));
         if (ibv_dereg_mr(mr))
             DIE("ibv_dereg_mr");
     }

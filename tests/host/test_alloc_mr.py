@@ -8,6 +8,7 @@ import pytest
 import rdma
 import rdma.ibverbs as ibv
 import rdma.vtools
+from fabric_helpers import connect_pair
 
 
 def _fabric_port():
@@ -49,21 +50,12 @@ def test_alloc_mr_memory_and_lifetime():
 def test_alloc_mr_rdma_write_between_qps():
     """An RC WRITE into alloc_mr memory lands in mr.buf."""
     ep = _fabric_port()
-    import rdma.path
     with rdma.get_verbs(ep) as ctx:
         pd = ctx.pd()
         cq = ctx.cq(16)
         qa = pd.qp(ibv.IBV_QPT_RC, 4, cq, 4, cq)
         qb = pd.qp(ibv.IBV_QPT_RC, 4, cq, 4, cq)
-        pa = rdma.path.resolve_path(None, rdma.path.IBPath(
-            ep, DLID=ep.lid, dqpn=qb.qp_num))
-        pb = rdma.path.resolve_path(None, rdma.path.IBPath(
-            ep, DLID=ep.lid, dqpn=qa.qp_num))
-        rdma.path.fill_path(qa, pa, 1)
-        rdma.path.fill_path(qb, pb, 1)
-        pa.dqpsn, pb.dqpsn = pb.sqpsn, pa.sqpsn
-        qa.establish(pa)
-        qb.establish(pb, ibv.IBV_ACCESS_REMOTE_WRITE)
+        connect_pair(qa, qb, ep, max_rd_atomic=1)
         src = pd.alloc_mr(4096)
         dst = pd.alloc_mr(4096, ibv.IBV_ACCESS_LOCAL_WRITE |
                           ibv.IBV_ACCESS_REMOTE_WRITE)

@@ -110,13 +110,17 @@ def _dynsyms(path, *flags):
 
 
 def test_fabric_library_exports_only_its_interface():
-    """librdma_fabric.so: no Python, its two functions and the connection
-    manager's fab_cm_* (csrc/fabric_lib.h)."""
+    """librdma_fabric.so: no Python; the provider, its version, the table
+    of settings and the connection manager's fab_cm_* (csrc/fabric_lib.h)
+    are all it exports."""
     lib = fabric.library_path(fabric.FABRIC_LIBRARY)
     defined = set(_dynsyms(lib, "--defined-only"))
     cm = {s for s in defined if s.startswith("fab_cm_")}
     assert defined - cm == {"pyrdma_fabric_provider",
-                            "pyrdma_fabric_version"}
+                            "pyrdma_fabric_version",
+                            "pyrdma_fabric_settings",
+                            "pyrdma_fabric_setting_check",
+                            "pyrdma_fabric_setting_closest"}
     assert "fab_cm_create_id" in cm and "fab_cm_init_qp_attr" in cm
     undefined = _dynsyms(lib, "--undefined-only")
     assert not [s for s in undefined if s.startswith(("Py", "_Py"))]

@@ -47,7 +47,8 @@ def test_console_script_is_ibtool_not_rdma():
     """The console script is ``ibtool``: a script called ``rdma`` would
     shadow iproute2's ``rdma`` (``rdma link add rxe0 ...``) on PATH."""
     from importlib.metadata import entry_points
-    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")
+    scripts = {ep.name: ep.value
+               for ep in entry_points(group="console_scripts")
                if ep.value.startswith("rdma.")}
     assert scripts == {"ibtool": "rdma.cli:main"}
     res = subprocess.run([sys.executable, "-m", "rdma", "--help"],

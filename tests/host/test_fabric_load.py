@@ -83,7 +83,8 @@ def test_a_million_writes_keep_the_resident_set_flat(ctx):
                 rss = _rss_kib()
         gc.collect()
         grown = _rss_kib() - rss
-        assert grown < 4096 or ASAN, f"RSS grew by {grown} KiB over 900,000 WRITEs"
+        assert grown < 4096 or ASAN, \
+            f"RSS grew by {grown} KiB over 900,000 WRITEs"
         assert bytes(b.buf[64:128]) == pattern(64, 5)
     finally:
         a.close()

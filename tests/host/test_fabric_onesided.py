@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from fabric_helpers import PeerProcess, key_page, mapping, node_stats
+from fabric_helpers import (PeerProcess, handshake, key_page, mapping,
+                            node_stats)
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 30
@@ -97,9 +98,7 @@ def peer_main():
     t, r = map(int, os.environ.get("RDMA_TEST_QP_TIMEOUT", "12,3").split(","))
 
     def connect(peer):
-        fh.to_init(qp)
-        fh.to_rtr(qp, remote_qpn=peer["qpn"], dgid=rdma.IBA.GID(peer["gid"]))
-        fh.to_rts(qp, timeout=t, retry_cnt=r)
+        fh.connect_to_peer(qp, peer, timeout=t, retry_cnt=r)
 
     def build(w):
         kw = {}
@@ -353,11 +352,7 @@ def pair(request):
     env = getattr(request, "param", SHM)
     b, a = Peer(env), Peer(env)
     try:
-        ib, ia = b.read(), a.read()
-        for me, other in ((a, ib), (b, ia)):
-            me.send(other)
-        assert a.read() == {"ready": True}
-        assert b.read() == {"ready": True}
+        ia, ib = handshake(a, b)
         yield a, b, ib["mrs"]
     finally:
         a.close()

@@ -40,11 +40,7 @@ def run_pair(env_a, env_b, *, use_lid=False, prefix_a=(), prefix_b=()):
     b = Peer("responder", env_b, prefix_b)
     a = Peer("requester", env_a, prefix_a)
     try:
-        ib, ia = b.read(), a.read()
-        b.send({**ia, "use_lid": use_lid})
-        a.send({**ib, "use_lid": use_lid})
-        assert b.read() == {"ready": True}
-        assert a.read() == {"ready": True}
+        fh.handshake(a, b, extra={"use_lid": use_lid})
         a.send({"go": 1})
         report = a.read()
         b.send({"op": "recv"})
@@ -120,11 +116,7 @@ def test_peer_killed_mid_transfer(tls):
     b = Peer("responder", env)
     a = Peer("streamer", env)
     try:
-        ib, ia = b.read(), a.read()
-        b.send(ia)
-        a.send(ib)
-        assert b.read() == {"ready": True}
-        assert a.read() == {"ready": True}
+        fh.handshake(a, b)
         a.send({"go": 1})
         assert a.read()["running"] >= 100
         os.kill(b.p.pid, signal.SIGKILL)

@@ -59,11 +59,7 @@ def test_writes_to_a_zombie_fail(path):
                                      if path == "fast" else {})})
     a = Peer("streamer", env)
     try:
-        ib, ia = b.read(), a.read()
-        b.send(ia)
-        a.send(ib)
-        assert b.read() == {"ready": True}
-        assert a.read() == {"ready": True}
+        fh.handshake(a, b)
         a.send({"go": 1})
         assert a.read()["running"] >= 100
         before = fh.node_stats(a.pid)
@@ -166,10 +162,7 @@ def test_key_page_of_another_user_is_not_trusted(tmp_path, monkeypatch):
                 # the page now belongs to someone else (an attacker who
                 # could write the directory would plant such a file)
                 os.chown(fh.key_page(b.pid), STRANGER, STRANGER)
-            b.send(ia)
-            a.send(ib)
-            assert b.read() == {"ready": True}
-            assert a.read() == {"ready": True}
+            fh.handshake(a, b, ia, ib)
             a.send({"go": 1})
             rep = a.read()
             assert rep["statuses"] == [ibv.IBV_WC_SUCCESS] * 4, rep

@@ -492,18 +492,30 @@ def _listener_port(gid) -> int:
                           "big")
 
 
+#: UCX over TCP on the loopback interface alone (a rogue client's, or a
+#: node's that must listen).
+LOOPBACK_TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
+                "UCX_WARN_UNUSED_ENV_VARS": "n"}
+
+
+def _listener_of(side):
+    """(node GUID, node key, listener port) of the node of Side *side*;
+    skips the test when the node has no listener."""
+    me = guid_of(side.gid)
+    _, _, key = record(me)
+    port = _listener_port(side.gid)
+    if port == 0:
+        pytest.skip("the node has no listener (UCX_TLS without tcp)")
+    return me, key, port
+
+
 def test_unauthenticated_endpoint_is_closed(victim, rogue_bin):
     """A UCP client of the listener that never says HELLO is closed after
     the deadline; one that says a valid HELLO stays; one whose HELLO has
     a wrong key is closed at once."""
     ctx, a, *_ = victim
-    me = guid_of(a.gid)
-    _, _, key = record(me)
-    port = _listener_port(a.gid)
-    if port == 0:
-        pytest.skip("the node has no listener (UCX_TLS without tcp)")
-    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
-           "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    me, key, port = _listener_of(a)
+    env = LOOPBACK_TCP
     mute = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
     good = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
     liar = Rogue(rogue_bin, "sock", "127.0.0.1", str(port), env=env)
@@ -591,11 +603,7 @@ def test_idle_connections_cannot_exhaust_fds():
         assert _fds(b.pid) <= base + MAX_PENDING + 16, (_fds(b.pid), base)
         # a peer connects to it and runs its work requests
         a = fh.PeerProcess(HELPER, "requester", env=SHM, timeout=30)
-        ia = a.read()
-        b.send(ia)
-        a.send(ib)
-        assert b.read() == {"ready": True}
-        assert a.read() == {"ready": True}
+        fh.handshake(a, b, ib=ib)
         a.send({"go": 1})
         report = a.read()
         assert report["statuses"] == [0, 0, 0, 0], report
@@ -612,14 +620,19 @@ def test_idle_connections_cannot_exhaust_fds():
         assert _fds(b.pid) <= base + 16, (_fds(b.pid), base)
         b.send({"op": "exit"})
     finally:
-        if flood is not None:
-            flood.kill()
-            flood.wait(10)
-            flood.stdin.close()
-            flood.stdout.close()
-        if a is not None:
-            a.close()
-        b.close()
+        _stop(flood, a, b)
+
+
+def _stop(flood, *peers):
+    """Kill the flood process and close the peers (each if started)."""
+    if flood is not None:
+        flood.kill()
+        flood.wait(10)
+        flood.stdin.close()
+        flood.stdout.close()
+    for p in peers:
+        if p is not None:
+            p.close()
 
 
 def _ucx_tcp_ports(pid, skip):
@@ -641,8 +654,7 @@ def test_connections_to_ucx_tcp_transport_are_bounded():
     deadline as well, and their number stays bounded meanwhile."""
     if shutil.which("ss") is None or shutil.which("prlimit") is None:
         pytest.skip("needs ss (iproute2) and prlimit (util-linux)")
-    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
-           "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    env = LOOPBACK_TCP
     b = fh.PeerProcess(HELPER, "responder", env=env, timeout=30)
     socks = []
     try:
@@ -717,11 +729,7 @@ def _requester_report(hosts):
                                                  "FABRIC_QP_TIMEOUT": "12"},
                        prefix=pre_a, timeout=40)
     try:
-        ib, ia = b.read(), a.read()
-        b.send(ia)
-        a.send(ib)
-        assert b.read() == {"ready": True}
-        assert a.read() == {"ready": True}
+        fh.handshake(a, b)
         a.send({"go": 1})
         return a.read()
     finally:
@@ -760,13 +768,8 @@ def test_captured_hello_cannot_be_replayed(victim, rogue_bin):
     a UD SEND under the replayed session is then dropped.  (With a HELLO
     alone, the replay was accepted and the SEND arrived.)"""
     ctx, a, b, ua, ub = victim
-    me = guid_of(a.gid)
-    _, _, key = record(me)
-    port = _listener_port(a.gid)
-    if port == 0:
-        pytest.skip("the node has no listener (UCX_TLS without tcp)")
-    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo",
-           "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    me, key, port = _listener_of(a)
+    env = LOOPBACK_TCP
     g, sid = 0x0BAD000000000010, random.getrandbits(63) | 1
 
     def ud_send(rogue):
@@ -840,11 +843,7 @@ def test_live_session_cannot_be_taken_over(netns_pair, tmp_path, rogue_bin,
                        prefix=pre_a, timeout=40)
     rogue = None
     try:
-        ib, ia = b.read(), a.read()
-        b.send(ia)
-        a.send(ib)
-        assert b.read() == {"ready": True}
-        assert a.read() == {"ready": True}
+        ia, ib = fh.handshake(a, b)
         victim, live = guid_of(ib["gid"]), guid_of(ia["gid"])
         rogue = Rogue(rogue_bin, "sock", "198.51.100.2",
                       str(_listener_port(ib["gid"])),
@@ -960,11 +959,7 @@ def test_silent_flood_does_not_lock_out_authenticated_peers(netns_pair,
             a = fh.PeerProcess(HELPER, "requester",
                                env={**env_a, "FABRIC_QP_TIMEOUT": "12"},
                                prefix=pre_a, timeout=40)
-            ia = a.read()
-            b.send(ia)
-            a.send(ib)
-            assert b.read() == {"ready": True}
-            assert a.read() == {"ready": True}
+            fh.handshake(a, b, ib=ib)
             a.send({"go": 1})
             report = a.read()
             assert report["statuses"] == [0, 0, 0, 0], (rnd, report)
@@ -975,11 +970,4 @@ def test_silent_flood_does_not_lock_out_authenticated_peers(netns_pair,
             assert int(flood.stdout.readline()) > 200
             b.send({"op": "exit"})
         finally:
-            if flood is not None:
-                flood.kill()
-                flood.wait(10)
-                flood.stdin.close()
-                flood.stdout.close()
-            if a is not None:
-                a.close()
-            b.close()
+            _stop(flood, a, b)

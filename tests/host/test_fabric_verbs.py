@@ -162,7 +162,8 @@ def test_rnr_retry_counts_timer(pair):
 def test_state_machine(ctx):
     """ibv_modify_qp follows the IBA table: illegal transitions and missing
     attributes -> EINVAL; post_send/post_recv on a RESET QP -> EINVAL; an
-    unknown GID at RTR -> EHOSTUNREACH (docs/fabric.rst: unreachable-at-rtr)."""
+    unknown GID at RTR -> EHOSTUNREACH (docs/fabric.rst:
+    unreachable-at-rtr)."""
     s = Side(ctx, RC)
     try:
         with pytest.raises(rdma.SysError) as ei:

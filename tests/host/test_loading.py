@@ -121,7 +121,8 @@ def test_unknown_provider_rejected():
 def test_provider_env_variable():
     res = run_py("import rdma; rdma.get_devices()",
                  env={"RDMA_PROVIDER": "bogus"})
-    assert res.returncode != 0 and "unknown RDMA provider 'bogus'" in res.stderr
+    assert (res.returncode != 0 and
+            "unknown RDMA provider 'bogus'" in res.stderr)
 
 
 def test_linked_variant_links_libibverbs_and_imports(linked_variant):
@@ -130,7 +131,8 @@ def test_linked_variant_links_libibverbs_and_imports(linked_variant):
                          text=True).stdout
     assert "libibverbs.so.1" in ldd
     res = run_py("import rdma, rdma._ibverbs as m; "
-                 "print(m.__file__, m._VERBS_LINKAGE, rdma.get_devices('verbs'))",
+                 "print(m.__file__, m._VERBS_LINKAGE, "
+                 "rdma.get_devices('verbs'))",
                  pythonpath=linked_variant)
     assert res.returncode == 0, res.stderr
     assert str(linked_variant) in res.stdout and "linked []" in res.stdout

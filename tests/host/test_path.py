@@ -29,7 +29,8 @@ class PortStandIn:
 gids = st.binary(min_size=16, max_size=16).map(GID)
 u16 = st.integers(0, 0xFFFF)
 paths = st.builds(
-    lambda **kw: IBPath(None, **{k: v for k, v in kw.items() if v is not None}),
+    lambda **kw: IBPath(None,
+                        **{k: v for k, v in kw.items() if v is not None}),
     DLID=u16, SLID=u16, SL=st.integers(0, 15), pkey=u16,
     has_grh=st.booleans(), dqpn=st.none() | st.integers(0, 0xFFFFFF),
     sqpn=st.none() | st.integers(0, 0xFFFFFF),
@@ -131,7 +132,8 @@ def test_qp_attr_tables():
     a = p.qp_attr(ibv.IBV_QPT_RC, ibv.IBV_QPS_INIT,
                   ibv.IBV_ACCESS_REMOTE_WRITE)
     assert a.qp_access_flags == ibv.IBV_ACCESS_REMOTE_WRITE
-    assert a._mask() & ibv.IBV_QP_ACCESS_FLAGS and not a._mask() & ibv.IBV_QP_QKEY
+    assert (a._mask() & ibv.IBV_QP_ACCESS_FLAGS and
+            not a._mask() & ibv.IBV_QP_QKEY)
     a = p.qp_attr(ibv.IBV_QPT_RC, ibv.IBV_QPS_RTR)
     assert (a.path_mtu, a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic,
             a.min_rnr_timer) == (IBA.MTU_2048, 0x42, 7, 4, 12)
@@ -142,7 +144,8 @@ def test_qp_attr_tables():
     a = p.qp_attr(ibv.IBV_QPT_UC, ibv.IBV_QPS_RTR)
     assert not a._mask() & ibv.IBV_QP_MAX_DEST_RD_ATOMIC
     a = p.qp_attr(ibv.IBV_QPT_RC, ibv.IBV_QPS_RTS)
-    assert (a.sq_psn, a.retry_cnt, a.rnr_retry, a.max_rd_atomic) == (9, 6, 7, 2)
+    assert ((a.sq_psn, a.retry_cnt, a.rnr_retry, a.max_rd_atomic) ==
+            (9, 6, 7, 2))
     assert a.timeout == IBA.to_timer(p.qp_timeout)
     a = p.qp_attr(ibv.IBV_QPT_UD, ibv.IBV_QPS_RTS)
     assert a._mask() == ibv.IBV_QP_STATE | ibv.IBV_QP_SQ_PSN

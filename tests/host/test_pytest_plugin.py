@@ -237,7 +237,8 @@ def test_fixtures_and_markers_on_the_software_fabric(tmp_path):
         assert rows[name][0] == "PASSED", (name, rows[name], out)
     mw = rows["test_mw"]
     if dev.attr.max_mw == 0:
-        assert mw == ("SKIPPED", f"{dev.name} has no memory windows (max_mw 0)")
+        assert mw == ("SKIPPED",
+                      f"{dev.name} has no memory windows (max_mw 0)")
     assert rows["test_atomics"][0] == ("PASSED" if dev.attr.atomic_cap
                                        else "SKIPPED")
     assert rows["test_two"][0] == "SKIPPED"
@@ -246,7 +247,7 @@ def test_fixtures_and_markers_on_the_software_fabric(tmp_path):
     assert "no subnet administrator" in rows["test_sa"][1]
 
 
-# -- ibtool validate --------------------------------------------------------------
+# -- ibtool validate ---------------------------------------------------------
 
 def rdma_validate(*args, timeout=600, cwd=None):
     e = dict(os.environ)

@@ -1,4 +1,5 @@
-"""Struct objects: keyword construction, range checks, repr, equality, pickle."""
+"""Struct objects: keyword construction, range checks, repr, equality,
+pickle."""
 import pickle
 
 import pytest
@@ -8,7 +9,8 @@ from rdma.IBA import GID
 
 
 def test_keyword_construction_sets_fields():
-    a = ibv.port_attr(state=ibv.IBV_PORT_ACTIVE, lid=3, max_mtu=ibv.IBV_MTU_4096)
+    a = ibv.port_attr(state=ibv.IBV_PORT_ACTIVE, lid=3,
+                      max_mtu=ibv.IBV_MTU_4096)
     assert (a.state, a.lid, a.max_mtu) == (4, 3, 5)
     assert a.sm_lid == 0  # unset fields are zero
 

@@ -23,7 +23,8 @@ from rdma import testvm
 try:
     REQ = testvm.check_requirements()
 except testvm.VMUnavailable as exc:
-    pytest.skip(f"Soft-RoCE test VM unavailable: {exc}", allow_module_level=True)
+    pytest.skip(f"Soft-RoCE test VM unavailable: {exc}",
+                allow_module_level=True)
 
 # The repository root: the guest runs commands there (it must not be under
 # /tmp, which is a fresh tmpfs inside the VM).
@@ -40,7 +41,8 @@ def wait_until(pred, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout} s waiting for "
+                                 f"{what}")
         time.sleep(0.1)
 
 
@@ -115,7 +117,8 @@ def test_check_cli():
 
 def test_bad_usage():
     r = subprocess.run([sys.executable, "-m", "rdma.testvm"], cwd=ROOT,
-                       env=cli_env(), capture_output=True, text=True, timeout=60)
+                       env=cli_env(), capture_output=True, text=True,
+                       timeout=60)
     assert r.returncode == 2
     assert "no command" in r.stderr
     with pytest.raises(ValueError, match="not visible"):
@@ -146,7 +149,8 @@ def test_guest_env_selection():
 
 
 def test_image_helpers():
-    assert testvm._mapped_gid("192.0.2.1") == "0000:0000:0000:0000:0000:ffff:c000:0201"
+    assert testvm._mapped_gid("192.0.2.1") == \
+        "0000:0000:0000:0000:0000:ffff:c000:0201"
     assert testvm._parse_memory("1G") == "1G"
     assert testvm._parse_memory(512) == "512M"
     assert testvm._qemu_opt("/a,b") == "/a,,b"
@@ -171,13 +175,16 @@ def test_image_helpers():
         if name == "TRAILER!!!":
             break
         names.append((name, oct(mode), body))
-    assert names == [("d", oct(0o040755), b""), ("d/f", oct(0o100755), b"hello")]
+    assert names == [("d", oct(0o040755), b""),
+                     ("d/f", oct(0o100755), b"hello")]
 
 
 def test_command_script_quoting():
-    s = testvm._command_script(["printf", "%s\n", "a b", "'q'", "$HOME"], "/x y")
+    s = testvm._command_script(["printf", "%s\n", "a b", "'q'", "$HOME"],
+                               "/x y")
     assert "cd -- '/x y'" in s
-    assert s.rstrip().endswith("""exec printf '%s\n' 'a b' ''"'"'q'"'"'' '$HOME'""")
+    assert s.rstrip().endswith(
+        """exec printf '%s\n' 'a b' ''"'"'q'"'"'' '$HOME'""")
     assert testvm._command_script("echo $HOME", "/").rstrip().endswith(
         "exec /bin/sh -c 'echo $HOME'")
 
@@ -202,7 +209,8 @@ def test_prepare_is_cached_and_atomic(monkeypatch, tmp_path):
 
 RXE0_SCRIPT = r"""
 echo "cwd=$(pwd)"
-echo "probe=$RDMA_PROBE_VAR extra=$EXTRA_VAR notpassed=${NOT_PASSED_VAR:-unset}"
+echo "probe=$RDMA_PROBE_VAR extra=$EXTRA_VAR "\
+"notpassed=${NOT_PASSED_VAR:-unset}"
 echo "dev=$RDMA_TESTVM_DEVICE gidx=$RDMA_TESTVM_GID_INDEX ip=$RDMA_TESTVM_IP"
 rdma link show
 ibv_devinfo -d rxe0
@@ -274,8 +282,10 @@ def test_rxe0_output_exit_code_and_out_dir(tmp_path, monkeypatch, private_tmp):
 
 
 TWO_HOST_SCRIPT = r"""
-echo "h1=$RDMA_TESTVM_HOST1_DEVICE/$RDMA_TESTVM_HOST1_NETDEV/$RDMA_TESTVM_HOST1_IP"
-echo "h2=$RDMA_TESTVM_HOST2_DEVICE/$RDMA_TESTVM_HOST2_NETDEV/$RDMA_TESTVM_HOST2_IP"
+echo "h1=$RDMA_TESTVM_HOST1_DEVICE/$RDMA_TESTVM_HOST1_NETDEV/"\
+"$RDMA_TESTVM_HOST1_IP"
+echo "h2=$RDMA_TESTVM_HOST2_DEVICE/$RDMA_TESTVM_HOST2_NETDEV/"\
+"$RDMA_TESTVM_HOST2_IP"
 rdma link show
 stats() { cat /sys/class/net/veth0/statistics/$1_packets; }
 rx0=$(stats rx); tx0=$(stats tx)
@@ -311,14 +321,16 @@ def test_two_host_pingpong_crosses_the_veth_pair():
     # 1000 round trips: at least 1000 packets each way really crossed veth0
     assert m and int(m.group(1)) >= 1000 and int(m.group(2)) >= 1000, o
     assert not qemu_running(res.name)
-    print(f"two-host: boot {res.boot_seconds:.2f} s, total {res.total_seconds:.2f} s")
+    print(f"two-host: boot {res.boot_seconds:.2f} s, total "
+          f"{res.total_seconds:.2f} s")
 
 
 def test_command_timeout_kills_and_cleans_up(tmp_path, private_tmp):
     # The command ignores SIGTERM, so the guest needs its SIGKILL fallback.
     # (10 s, not less: on a loaded 2-core host the guest's shell was seen
     # not to have printed its first line 2 s after the command started.)
-    script = ('trap "" TERM; echo started; echo partial > "$RDMA_TESTVM_OUT/p.txt"; '
+    script = ('trap "" TERM; echo started; echo partial > '
+              '"$RDMA_TESTVM_OUT/p.txt"; '
               'sleep 600; echo not-reached')
     out = tmp_path / "out"
     t0 = time.monotonic()
@@ -387,7 +399,8 @@ def test_guest_setup_failure_is_a_vm_error(monkeypatch):
 
 def test_cli_passes_exit_status_env_and_out(tmp_path):
     out = tmp_path / "out"
-    script = ('echo "foo=$FOO"; echo err >&2; echo r > "$RDMA_TESTVM_OUT/r.txt"; '
+    script = ('echo "foo=$FOO"; echo err >&2; echo r > '
+              '"$RDMA_TESTVM_OUT/r.txt"; '
               'kill -KILL $$')
     r = subprocess.run(
         [sys.executable, "-m", "rdma.testvm", "--timeout", "60", "--env",
@@ -408,7 +421,8 @@ def test_cli_timeout_exit_status(tmp_path):
          "true"], cwd=ROOT, env=cli_env(tmp_path), capture_output=True,
         text=True, timeout=120)
     assert r.returncode == testvm.EXIT_TIMEOUT == 124, r.stderr
-    assert r.stderr.strip().splitlines() == ["rdma-testvm: boot timed out after 0.5 s"]
+    assert r.stderr.strip().splitlines() == ["rdma-testvm: boot timed out "
+                                             "after 0.5 s"]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -451,7 +465,8 @@ def test_sigkilled_caller_takes_qemu_with_it(tmp_path):
         p.kill()
         p.wait()
         # (only if the test failed: kill what it started)
-        r = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+        r = subprocess.run(["pgrep", "-f", marker], capture_output=True,
+                           text=True)
         for pid in r.stdout.split():
             os.kill(int(pid), signal.SIGKILL)
 

@@ -289,8 +289,8 @@ def test_recorded_multi_mad_table():
 
 
 def test_recorded_truncated_shim_table():
-    """What Debian's ibsim shim delivers for the same GetTable: one MAD, no RMPP
-    header filled in; the decoder returns what is there, no more."""
+    """What Debian's ibsim shim delivers for the same GetTable: one MAD, no
+    RMPP header filled in; the decoder returns what is there, no more."""
     raw = bytes.fromhex(DATA["nr_table_shim"])
     assert len(raw) == 256
     rep = mad.decode_sa_reply(raw)

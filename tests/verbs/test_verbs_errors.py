@@ -17,8 +17,8 @@ import pytest
 import rdma
 import rdma.ibverbs as ibv
 from verbs_fixtures import (GRH_LEN, MR_ALL, TRANSPORTS, differs, poll_cq,
-                            expect_no_completion, check_ok, qp_state,
-                            to_init, to_rtr, to_rts, wait_for)
+                            expect_no_completion, check_ok, connect_pair,
+                            qp_state, wait_for)
 
 pytest_plugins = ["verbs_fixtures"]
 
@@ -86,7 +86,8 @@ def test_remote_access_error(pair_factory, case):
     bad = a.send_wr(b, op, wr_id=1, remote_off=remote_off, length=8, **kw)
     _fail_then_flush(a, b, bad, ibv.IBV_WC_REM_ACCESS_ERR)
     assert bytes(b.buf[:8]) == b"original" and bytes(b.buf[-4:]) == b"tail"
-    wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR, what="responder in ERR")
+    wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR,
+             what="responder in ERR")
 
 
 def test_request_to_destroyed_qp_times_out(pair_factory):
@@ -115,14 +116,16 @@ def test_rnr_retry_exceeded(pair_factory):
 
 
 def test_rnr_retry_exceeded_write_with_imm(pair_factory):
-    """RDMA_WRITE_WITH_IMM needs a receive too: RNR_RETRY_EXC_ERR without one."""
+    """RDMA_WRITE_WITH_IMM needs a receive too: RNR_RETRY_EXC_ERR without
+    one."""
     a, b = pair_factory(RC, rnr_retry=0, min_rnr_timer=1)
     bad = a.send_wr(b, ibv.IBV_WR_RDMA_WRITE_WITH_IMM, wr_id=1, imm_data=1)
     _fail_then_flush(a, b, bad, ibv.IBV_WC_RNR_RETRY_EXC_ERR)
 
 
 def test_rnr_recovers_when_receive_posted(pair_factory):
-    """With rnr_retry=7 a SEND waits for a receive posted late, then succeeds."""
+    """With rnr_retry=7 a SEND waits for a receive posted late, then
+    succeeds."""
     a, b = pair_factory(RC, rnr_retry=7, min_rnr_timer=1)
     a.qp.post_send(a.send_wr(b, ibv.IBV_WR_SEND, wr_id=1))
     expect_no_completion(a.send_cq, 0.02)
@@ -154,7 +157,8 @@ def test_read_into_mr_without_local_write(pair_factory):
 
 
 def test_receive_flush_on_error(pair_factory):
-    """Receives outstanding when a QP is moved to ERR flush with WR_FLUSH_ERR."""
+    """Receives outstanding when a QP is moved to ERR flush with
+    WR_FLUSH_ERR."""
     a, b = pair_factory(RC)
     for i in range(3):
         b.post_recv(wr_id=10 + i, off=64 * i, length=64)
@@ -174,10 +178,7 @@ def test_qp_recovers_through_reset(pair_factory):
     for s in (a, b):
         s.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RESET))
         assert qp_state(s.qp) == ibv.IBV_QPS_RESET
-    for me, peer in ((a, b), (b, a)):
-        to_init(me.qp)
-        to_rtr(me.qp, remote_qpn=peer.qpn, dgid=peer.gid, rq_psn=100)
-        to_rts(me.qp, sq_psn=100)
+    connect_pair(a, b, a_psn=100, b_psn=100)
     a.buf[:8] = b"recoverd"
     a.qp.post_send(a.send_wr(b, W, wr_id=2))
     check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_RDMA_WRITE, 2)
@@ -273,12 +274,14 @@ def test_receive_too_small(pair_factory, provider, transport):
         assert swc.status == (ibv.IBV_WC_REM_INV_REQ_ERR if fabric
                               else ibv.IBV_WC_REM_OP_ERR), ibv.WCError(swc)
         assert qp_state(a.qp) == ibv.IBV_QPS_ERR
-        wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR, what="responder ERR")
+        wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR,
+                 what="responder ERR")
         return
     check_ok(swc, wr_id=1)
     assert qp_state(a.qp) == ibv.IBV_QPS_RTS
     if t == UC:
-        wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR, what="responder ERR")
+        wait_for(lambda: qp_state(b.qp) == ibv.IBV_QPS_ERR,
+                 what="responder ERR")
 
 
 def test_ud_receive_too_small_moves_responder_to_err(pair_factory):
@@ -336,7 +339,8 @@ def test_wrerror_index_in_chain_and_batch(pair_factory):
 
 def test_post_recv_too_many_sges(pair_factory):
     """ibv_post_recv with more SGEs than max_recv_sge allows: rejected with
-    WRError (EINVAL from rxe) or ValueError from the binding, nothing posted."""
+    WRError (EINVAL from rxe) or ValueError from the binding, nothing
+    posted."""
     a, b = pair_factory(RC, max_recv_sge=1)
     n = b.qp.cap.max_recv_sge
     wr = ibv.recv_wr(wr_id=1, sg_list=[b.mr.sge(length=8, off=8 * i)
@@ -352,7 +356,8 @@ def test_post_recv_queue_full(pair_factory):
     extra, saying the receive queue is full and its depth."""
     a, b = pair_factory(RC, max_recv_wr=4)
     depth = b.qp.query(ibv.IBV_QP_CAP).cap.max_recv_wr    # rxe rounds up
-    wrs = [ibv.recv_wr(wr_id=i, sg_list=b.mr.sge(length=8)) for i in range(depth + 2)]
+    wrs = [ibv.recv_wr(wr_id=i, sg_list=b.mr.sge(length=8))
+           for i in range(depth + 2)]
     with pytest.raises(ibv.WRError) as ei:
         b.qp.post_recv(wrs)
     assert ei.value.errno == errno.ENOMEM
@@ -370,7 +375,8 @@ def test_post_send_queue_full(pair_factory):
     wrs = [a.send_wr(b, W, wr_id=i, send_flags=0) for i in range(depth + 8)]
     with pytest.raises(ibv.WRError) as ei:
         a.qp.post_send(wrs)
-    assert ei.value.errno == errno.ENOMEM and depth <= ei.value.index < depth + 8
+    assert (ei.value.errno == errno.ENOMEM and
+            depth <= ei.value.index < depth + 8)
     msg = str(ei.value)
     assert (f"the send queue is full (max_send_wr "
             f"{a.qp.cap.max_send_wr};") in msg, msg
@@ -409,7 +415,8 @@ def test_wrerror_srq_post_recv(ctx):
         depth = srq.query().max_wr
         buf = bytearray(64)
         mr = pd.mr(buf, LW)
-        wrs = [ibv.recv_wr(wr_id=i, sg_list=mr.sge(length=8)) for i in range(depth + 2)]
+        wrs = [ibv.recv_wr(wr_id=i, sg_list=mr.sge(length=8))
+               for i in range(depth + 2)]
         with pytest.raises(ibv.WRError) as ei:
             srq.post_recv(wrs)
         assert ei.value.errno == errno.ENOMEM and ei.value.index == depth

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import rdma.ibverbs as ibv
-from verbs_fixtures import (Side, connect, check_ok, differs, poll_cq,
+from verbs_fixtures import (Side, connect_pair, check_ok, differs, poll_cq,
                             qp_state, run_py, wait_for)
 
 pytest_plugins = ["verbs_fixtures"]
@@ -23,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture
 def evpair(ctx):
-    """(cc, a, b): RC pair; b's receive CQ is bound to completion channel cc."""
+    """(cc, a, b): RC pair; b's receive CQ is bound to completion channel
+    cc."""
     cc = ctx.comp_channel()
     a = Side(ctx, RC)
     b = Side(ctx, RC)
@@ -32,7 +33,7 @@ def evpair(ctx):
     b.recv_cq.close()
     b.recv_cq = b.pd.cq(16, cc)
     b.qp = b.pd.qp(RC, 16, b.send_cq, 16, b.recv_cq)
-    connect(a, b)
+    connect_pair(a, b)
     yield cc, a, b
     a.close()
     b.close()
@@ -40,7 +41,8 @@ def evpair(ctx):
 
 
 def test_comp_channel_fileno(ctx):
-    """ibv_create_comp_channel: fileno() is a real, non-blocking-pollable fd."""
+    """ibv_create_comp_channel: fileno() is a real, non-blocking-pollable
+    fd."""
     with ctx.comp_channel() as cc:
         fd = cc.fileno()
         assert isinstance(fd, int) and fd >= 0
@@ -119,7 +121,8 @@ def test_get_cq_event_releases_gil(evpair):
     b.recv_cq.req_notify_cq()
     b.post_recv(wr_id=1)
     out = []
-    t = threading.Thread(target=lambda: out.append(cc.get_cq_event(timeout=20)))
+    t = threading.Thread(
+        target=lambda: out.append(cc.get_cq_event(timeout=20)))
     t.start()
     time.sleep(0.05)          # let the thread block (not a readiness wait)
     n = 0
@@ -222,7 +225,7 @@ def test_two_cqs_one_channel(ctx):
             cq1, cq2 = b.pd.cq(8, cc), b.pd.cq(8, cc)
             b.qp.close()
             b.qp = b.pd.qp(RC, 8, cq1, 8, cq2)
-            connect(a, b)
+            connect_pair(a, b)
             cq1.req_notify_cq()
             cq2.req_notify_cq()
             b.post_recv(wr_id=1)
@@ -246,7 +249,7 @@ SCRIPT_PRELUDE = f"""
 import os, sys, time
 sys.path.insert(0, {str(HERE)!r})
 import rdma, rdma.ibverbs as ibv
-from verbs_fixtures import Side, connect, open_end_port
+from verbs_fixtures import Side, connect_pair, open_end_port
 ctx = rdma.get_verbs(open_end_port(os.environ["TEST_PROVIDER"]))
 cc = ctx.comp_channel()
 cq = ctx.cq(8, cc)
@@ -294,7 +297,7 @@ def test_unacked_events_acked_on_close(provider):
         "b = Side(ctx, ibv.IBV_QPT_RC)\n"
         "b.qp.close()\n"
         "b.qp = b.pd.qp(ibv.IBV_QPT_RC, 4, b.send_cq, 4, cq)\n"
-        "connect(a, b)\n"
+        "connect_pair(a, b)\n"
         "b.post_recv(wr_id=1)\n"
         "a.qp.post_send(a.send_wr(b))\n"
         "assert cc.get_cq_event(timeout=20) is cq\n"
@@ -318,7 +321,8 @@ def test_closing_cq_wakes_no_one_badly(evpair):
     b.post_recv(wr_id=1)
     a.qp.post_send(a.send_wr(b))
     check_ok(poll_cq(a.send_cq)[0])
-    wait_for(lambda: select.select([cc.fileno()], [], [], 0)[0], what="event fd")
+    wait_for(lambda: select.select([cc.fileno()], [], [], 0)[0],
+             what="event fd")
     b.qp.close()
     b.recv_cq.close()
     r = cc.get_cq_event(timeout=0.2)
@@ -342,7 +346,7 @@ def test_async_event_is_per_context(end_port, ctx, ctx2):
     recv = Side(ctx2, RC, use_srq=True)
     snd = Side(ctx, RC)
     try:
-        connect(snd, recv)
+        connect_pair(snd, recv)
         recv.post_recv(wr_id=1)
         recv.post_recv(wr_id=2)
         recv.srq.modify(ibv.srq_attr(srq_limit=2))
@@ -359,7 +363,8 @@ def test_async_event_is_per_context(end_port, ctx, ctx2):
 def test_get_async_event_releases_gil(ctx):
     """A thread blocked in get_async_event does not block the main thread."""
     out = []
-    t = threading.Thread(target=lambda: out.append(ctx.get_async_event(timeout=1.0)))
+    t = threading.Thread(
+        target=lambda: out.append(ctx.get_async_event(timeout=1.0)))
     t0 = time.monotonic()
     t.start()
     n = 0
@@ -403,7 +408,7 @@ def test_cq_overflow_event(ctx):
     a = Side(ctx, RC, cqe=4, max_send_wr=64)
     b = Side(ctx, RC)
     try:
-        connect(a, b)
+        connect_pair(a, b)
         n = a.send_cq.cqe + 8
         a.qp.post_send([a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=i)
                         for i in range(n)])
@@ -440,7 +445,7 @@ def test_recv_cq_overrun_moves_qp_to_error(ctx, provider):
     try:
         n = b.recv_cq.cqe + 8          # rxe may round the CQ up
         assert n <= 64, b.recv_cq.cqe
-        connect(a, b)
+        connect_pair(a, b)
         for i in range(n):
             b.post_recv(wr_id=i, off=0, length=64)
         a.qp.post_send([a.send_wr(b, wr_id=i) for i in range(n)])
@@ -466,7 +471,7 @@ def test_send_cq_overrun_qp_state(ctx, provider):
     a = Side(ctx, RC, cqe=4, max_send_wr=64)
     b = Side(ctx, RC)
     try:
-        connect(a, b)
+        connect_pair(a, b)
         n = a.send_cq.cqe + 8
         a.qp.post_send([a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=i)
                         for i in range(n)])

@@ -19,7 +19,8 @@ def test_send_batch_is_a_snapshot(pair_factory):
     """SendBatch converts once: changing the send_wr objects afterwards does
     not change what the batch posts."""
     a, b = pair_factory(RC)
-    wrs = [a.send_wr(b, W, wr_id=i, off=8 * i, remote_off=8 * i) for i in range(3)]
+    wrs = [a.send_wr(b, W, wr_id=i, off=8 * i, remote_off=8 * i)
+           for i in range(3)]
     batch = ibv.SendBatch(wrs)
     for w in wrs:
         w.wr_id += 100
@@ -35,7 +36,8 @@ def test_recv_batch_reposted_while_outstanding(pair_factory):
     """A RecvBatch can be posted again before its WRs completed (each post
     is a new set of receives)."""
     a, b = pair_factory(RC, max_recv_wr=32)
-    rb = ibv.RecvBatch([ibv.recv_wr(wr_id=i, sg_list=b.mr.sge(length=16, off=16 * i))
+    rb = ibv.RecvBatch([ibv.recv_wr(wr_id=i,
+                                    sg_list=b.mr.sge(length=16, off=16 * i))
                         for i in range(4)])
     b.qp.post_recv(rb)
     b.qp.post_recv(rb)
@@ -52,7 +54,8 @@ def test_wcarray_entries(pair_factory):
     assert len(arr) == 0                      # len: entries of the last poll
     a.qp.post_send([a.send_wr(b, W, wr_id=10 + i) for i in range(3)])
     got = []
-    wait_for(lambda: got.extend([arr[i] for i in range(a.send_cq.poll_into(arr))])
+    wait_for(lambda: got.extend([arr[i]
+                                 for i in range(a.send_cq.poll_into(arr))])
              or len(got) >= 3, what="3 completions")
     first = got[0]
     assert [w.wr_id for w in got] == [10, 11, 12]
@@ -114,7 +117,8 @@ def test_concurrent_posters_one_qp(pair_factory):
                 check_ok(w)
                 got.append(w.wr_id)
                 sem.release()
-    threads = [threading.Thread(target=poster, args=(t,)) for t in range(n_threads)]
+    threads = [threading.Thread(target=poster, args=(t,))
+               for t in range(n_threads)]
     pt = threading.Thread(target=poller)
     pt.start()
     for t in threads:
@@ -135,7 +139,8 @@ def test_mr_keeps_unreferenced_buffer_alive(pair_factory):
     mr = b.pd.mr(bytearray(data),
                  ibv.IBV_ACCESS_REMOTE_READ | ibv.IBV_ACCESS_LOCAL_WRITE)
     gc.collect()
-    junk = [bytearray(256) for _ in range(1000)]    # reuse freed memory, if any
+    # reuse freed memory, if any
+    junk = [bytearray(256) for _ in range(1000)]
     a.qp.post_send(ibv.send_wr(wr_id=1, opcode=ibv.IBV_WR_RDMA_READ,
                                sg_list=a.mr.sge(length=256),
                                remote_addr=mr.addr, rkey=mr.rkey,

@@ -1,6 +1,6 @@
-"""The verbs object model on every provider: creation, attributes, queries, modify,
-memory registration of every kind of buffer, and lifetime (ordered close,
-close in any order, use after close, GC without close, ASan).
+"""The verbs object model on every provider: creation, attributes, queries,
+modify, memory registration of every kind of buffer, and lifetime
+(ordered close, close in any order, use after close, GC without close, ASan).
 """
 import errno
 import gc
@@ -29,7 +29,8 @@ LW = ibv.IBV_ACCESS_LOCAL_WRITE
 # creation and attributes
 
 def test_pd_and_cq(ctx):
-    """ibv_alloc_pd, ibv_create_cq (ctx.cq and pd.cq), cq.cqe, ibv_resize_cq."""
+    """ibv_alloc_pd, ibv_create_cq (ctx.cq and pd.cq), cq.cqe,
+    ibv_resize_cq."""
     with ctx.pd() as pd:
         cq = ctx.cq(10)
         assert cq.cqe >= 10
@@ -118,13 +119,14 @@ def test_modify_and_query_round_trip(ctx, end_port, gid_index):
         acc = ibv.IBV_ACCESS_REMOTE_WRITE | ibv.IBV_ACCESS_REMOTE_READ
         qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_INIT, pkey_index=0,
                               port_num=PORT, qp_access_flags=acc))
-        a = qp.query(ibv.IBV_QP_STATE | ibv.IBV_QP_ACCESS_FLAGS | ibv.IBV_QP_PORT
-                     | ibv.IBV_QP_PKEY_INDEX)
+        a = qp.query(ibv.IBV_QP_STATE | ibv.IBV_QP_ACCESS_FLAGS |
+                     ibv.IBV_QP_PORT | ibv.IBV_QP_PKEY_INDEX)
         assert isinstance(a, ibv.qp_attr)
         assert (a.qp_state, a.qp_access_flags, a.port_num, a.pkey_index) == \
             (ibv.IBV_QPS_INIT, acc, PORT, 0)
         gid = end_port.gids[gid_index]
-        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR, path_mtu=ibv.IBV_MTU_512,
+        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR,
+                              path_mtu=ibv.IBV_MTU_512,
                               dest_qp_num=peer.qp_num, rq_psn=0x123456,
                               max_dest_rd_atomic=1, min_rnr_timer=5,
                               ah_attr=ibv.ah_attr(
@@ -149,7 +151,8 @@ def test_modify_and_query_round_trip(ctx, end_port, gid_index):
         assert a.ah_attr.grh.flow_label == 0x12345
         # RoCE: the kernel replaces hop_limit by the route's (IPv4 TTL 64)
         assert a.ah_attr.grh.hop_limit in (7, 64)
-        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTS, sq_psn=0xABCDE, timeout=9,
+        qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTS, sq_psn=0xABCDE,
+                              timeout=9,
                               retry_cnt=3, rnr_retry=2, max_rd_atomic=1))
         a = qp.query(ibv.IBV_QP_STATE | ibv.IBV_QP_SQ_PSN | ibv.IBV_QP_TIMEOUT
                      | ibv.IBV_QP_RETRY_CNT | ibv.IBV_QP_RNR_RETRY)
@@ -187,7 +190,8 @@ def test_modify_errors(ctx):
         assert ei.value.errno == errno.EINVAL
         assert ei.value.func == "ibv_modify_qp"
         with pytest.raises(rdma.SysError):                      # INIT misses
-            qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_INIT))  # port/pkey/access
+            # port/pkey/access
+            qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_INIT))
         assert qp_state(qp) == ibv.IBV_QPS_RESET
         with pytest.raises(TypeError):
             qp.modify("RTS")
@@ -205,7 +209,8 @@ def test_structs_keyword_repr_eq():
                      is_global=1, port_num=1)
     a = ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR, ah_attr=ah, alt_ah_attr=ah)
     assert a.ah_attr.grh.flow_label == 5 and a.alt_ah_attr.dlid == 3
-    assert a == ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR, ah_attr=ah, alt_ah_attr=ah)
+    assert a == ibv.qp_attr(qp_state=ibv.IBV_QPS_RTR, ah_attr=ah,
+                            alt_ah_attr=ah)
     assert "qp_state" in repr(a) and repr(a).startswith("qp_attr(")
     ah.grh.dgid = bytes(range(16))
     assert bytes(ah.grh.dgid) == bytes(range(16))
@@ -282,7 +287,8 @@ def test_mr_attributes_and_sge(ctx):
         assert (s.addr, s.length) == (mr.addr + 990, 10)
         s = mr.sge(off=100)
         assert (s.addr, s.length) == (mr.addr + 100, 900)
-        for bad in ({"off": 1001}, {"length": 1001}, {"length": 11, "off": 990},
+        for bad in ({"off": 1001}, {"length": 1001},
+                    {"length": 11, "off": 990},
                     {"off": -1}, {"length": -1}):
             with pytest.raises(ValueError):
                 mr.sge(**bad)
@@ -424,7 +430,8 @@ def test_mr_numpy(pair_factory):
         check_ok(poll_cq(a.send_cq)[0])
         assert (arr == src).all()
         # atomics on an array element
-        a.qp.post_send(ibv.send_wr(wr_id=2, opcode=ibv.IBV_WR_ATOMIC_FETCH_AND_ADD,
+        a.qp.post_send(ibv.send_wr(wr_id=2,
+                                   opcode=ibv.IBV_WR_ATOMIC_FETCH_AND_ADD,
                                    sg_list=a.mr.sge(length=8, off=256),
                                    remote_addr=mr.addr + 8 * 3, rkey=mr.rkey,
                                    compare_add=100,
@@ -590,12 +597,14 @@ def test_use_after_close_raises(end_port, pair_factory):
                     lambda: a.qp.query(), lambda: a.qp.modify(
                         ibv.qp_attr(qp_state=ibv.IBV_QPS_ERR)),
                     lambda: a.qp.attach_mcast("ff0e::1", 0)]),
-            (a.send_cq, [lambda: a.send_cq.poll(), lambda: a.send_cq.req_notify_cq(),
+            (a.send_cq,
+             [lambda: a.send_cq.poll(), lambda: a.send_cq.req_notify_cq(),
                          lambda: a.send_cq.resize(100),
                          lambda: a.send_cq.poll_into(ibv.WCArray(2))]),
             (a.mr, [lambda: a.mr.sge()]),
             (a.pd, [lambda: a.pd.mr(bytearray(8)), lambda: a.pd.cq(2),
-                    lambda: a.pd.srq(), lambda: a.pd.qp(RC, 1, b.send_cq, 1, b.recv_cq),
+                    lambda: a.pd.srq(),
+                    lambda: a.pd.qp(RC, 1, b.send_cq, 1, b.recv_cq),
                     lambda: a.pd.ah(ah_attr_to(b.gid))])):
         o.close()
         o.close()

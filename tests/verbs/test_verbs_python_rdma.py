@@ -18,7 +18,7 @@ import pytest
 
 import rdma
 import rdma.ibverbs as ibv
-from verbs_fixtures import Side, check_ok, connect, poll_cq
+from verbs_fixtures import Side, check_ok, connect_pair, poll_cq
 
 pytest_plugins = ["verbs_fixtures"]
 
@@ -99,7 +99,7 @@ def test_srq_modify_max_wr(ctx):
 def _cq_overrun(ctx):
     a = Side(ctx, RC, cqe=4, max_send_wr=64)
     b = Side(ctx, RC)
-    connect(a, b)
+    connect_pair(a, b)
     n = a.send_cq.cqe + 8
     a.qp.post_send([a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=i)
                     for i in range(n)])
@@ -144,7 +144,7 @@ def test_srq_limit_event_is_not_an_error(ctx):
     recv = Side(ctx, RC, use_srq=True)
     snd = Side(ctx, RC)
     try:
-        connect(snd, recv)
+        connect_pair(snd, recv)
         for i in range(3):
             recv.post_recv(wr_id=i, off=64 * i, length=64)
         recv.srq.modify(srq_limit=3)

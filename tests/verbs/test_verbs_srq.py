@@ -1,12 +1,12 @@
-"""Shared receive queues on every provider: create/query/modify, receives consumed by
-several QPs, UD over an SRQ, RecvBatch, the limit event."""
+"""Shared receive queues on every provider: create/query/modify, receives
+consumed by several QPs, UD over an SRQ, RecvBatch, the limit event."""
 import errno
 
 import pytest
 
 import rdma
 import rdma.ibverbs as ibv
-from verbs_fixtures import (GRH_LEN, Side, connect, check_ok, poll_cq,
+from verbs_fixtures import (GRH_LEN, Side, connect_pair, check_ok, poll_cq,
                             expect_no_completion, pattern, qp_state)
 
 pytest_plugins = ["verbs_fixtures"]
@@ -42,7 +42,7 @@ def test_srq_resize_keeps_posted_receives(ctx):
     recv = Side(ctx, RC, use_srq=True, max_recv_wr=8)
     send = Side(ctx, RC, max_send_wr=64)
     try:
-        connect(send, recv)
+        connect_pair(send, recv)
         srq = recv.srq
         depth = srq.query().max_wr
         for i in range(4):
@@ -92,22 +92,19 @@ def test_srq_shared_by_two_qps(ctx, transport):
     qp2 = recv.pd.qp(t, 4, recv.send_cq, 4, recv.recv_cq, srq=recv.srq)
     s1, s2 = Side(ctx, t), Side(ctx, t)
     try:
-        connect(s1, recv)
+        connect_pair(s1, recv)
 
         class Shim:            # the receive side as seen through qp2
             pass
         r2 = Shim()
         r2.qp, r2.gid, r2.mr, r2.buf = qp2, recv.gid, recv.mr, recv.buf
-        r2.qp_type = t
+        r2.qp_type, r2.lid = t, recv.lid
         r2.qpn = qp2.qp_num
-        from verbs_fixtures import to_init, to_rtr, to_rts
-        for me, peer in ((s2, r2), (r2, s2)):
-            to_init(me.qp)
-            to_rtr(me.qp, remote_qpn=peer.qpn, dgid=peer.gid)
-            to_rts(me.qp)
+        connect_pair(s2, r2)
         extra = GRH_LEN if t == UD else 0
         rb = ibv.RecvBatch([ibv.recv_wr(wr_id=100 + i,
-                                        sg_list=recv.mr.sge(length=128, off=128 * i))
+                                        sg_list=recv.mr.sge(length=128,
+                                                            off=128 * i))
                             for i in range(6)])
         recv.srq.post_recv(rb)
         d1, d2 = pattern(30, 1), pattern(30, 2)
@@ -144,7 +141,7 @@ def test_post_recv_on_srq_qp_is_rejected(ctx):
     s = Side(ctx, RC, use_srq=True)
     peer = Side(ctx, RC)
     try:
-        connect(s, peer)
+        connect_pair(s, peer)
         with pytest.raises((rdma.SysError, ValueError)) as ei:
             s.qp.post_recv(ibv.recv_wr(wr_id=1, sg_list=s.mr.sge(length=8)))
         if isinstance(ei.value, rdma.SysError):
@@ -160,7 +157,7 @@ def test_srq_limit_event(ctx):
     recv = Side(ctx, RC, use_srq=True)
     snd = Side(ctx, RC)
     try:
-        connect(snd, recv)
+        connect_pair(snd, recv)
         for i in range(4):
             recv.post_recv(wr_id=i, off=64 * i, length=64)
         recv.srq.modify(ibv.srq_attr(srq_limit=3))
@@ -203,7 +200,7 @@ def test_srq_receives_survive_qp_error(ctx):
     recv = Side(ctx, RC, use_srq=True)
     snd = Side(ctx, RC)
     try:
-        connect(snd, recv)
+        connect_pair(snd, recv)
         recv.post_recv(wr_id=7, length=64)
         qp2 = recv.pd.qp(RC, 2, recv.send_cq, 2, recv.recv_cq, srq=recv.srq)
         from verbs_fixtures import to_init

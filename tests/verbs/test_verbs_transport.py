@@ -42,7 +42,8 @@ SEND_WC_OPCODE = {
     "ATOMIC_CMP_AND_SWP": ibv.IBV_WC_COMP_SWAP,
     "ATOMIC_FETCH_AND_ADD": ibv.IBV_WC_FETCH_ADD,
 }
-IMM = 0xDEADBEEF          # top bit set: must come back as the same unsigned int
+# top bit set: must come back as the same unsigned int
+IMM = 0xDEADBEEF
 LEN = 48
 
 
@@ -221,7 +222,8 @@ def test_unsignaled_sends(pair_factory, transport):
 
 
 def test_unsignaled_ud_send(pair_factory):
-    """UD with sq_sig_all=0: the unsignaled SEND arrives, no send completion."""
+    """UD with sq_sig_all=0: the unsignaled SEND arrives, no send
+    completion."""
     a, b = pair_factory(UD, side_a={"sq_sig_all": 0})
     b.post_recv(wr_id=1)
     b.post_recv(wr_id=2)
@@ -318,7 +320,8 @@ def test_post_list_chain_and_batch(pair_factory):
     for i in range(12):
         a.buf[i * 16:(i + 1) * 16] = bytes([65 + i]) * 16
     rb = ibv.RecvBatch([ibv.recv_wr(wr_id=100 + i,
-                                    sg_list=b.mr.sge(length=16, off=2048 + 16 * i))
+                                    sg_list=b.mr.sge(length=16,
+                                                     off=2048 + 16 * i))
                         for i in range(12)])
     b.qp.post_recv(rb)
 
@@ -347,11 +350,13 @@ def test_post_list_chain_and_batch(pair_factory):
 
 
 def test_batch_reposted(pair_factory):
-    """A SendBatch/RecvBatch posted many times moves the same bytes each time."""
+    """A SendBatch/RecvBatch posted many times moves the same bytes each
+    time."""
     a, b = pair_factory(RC, max_send_wr=16, max_recv_wr=16)
     sb = ibv.SendBatch([a.send_wr(b, wr_id=i, off=8 * i, length=8)
                         for i in range(4)])
-    rb = ibv.RecvBatch([ibv.recv_wr(wr_id=i, sg_list=b.mr.sge(length=8, off=8 * i))
+    rb = ibv.RecvBatch([ibv.recv_wr(wr_id=i,
+                                    sg_list=b.mr.sge(length=8, off=8 * i))
                         for i in range(4)])
     for rnd in range(5):
         a.buf[:32] = pattern(32, rnd)
@@ -366,7 +371,8 @@ def test_batch_reposted(pair_factory):
 def test_poll_limits(pair_factory):
     """cq.poll(n) returns at most n; poll() (n<0) returns everything."""
     a, b = pair_factory(RC, max_send_wr=16)
-    a.qp.post_send([a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=i) for i in range(7)])
+    a.qp.post_send([a.send_wr(b, ibv.IBV_WR_RDMA_WRITE, wr_id=i)
+                    for i in range(7)])
     got = []
 
     def two():
@@ -386,20 +392,25 @@ def test_atomics_semantics(pair_factory):
     a, b = pair_factory(RC)
 
     def atomic(opcode, remote_off, local_off, **kw):
-        a.qp.post_send(a.send_wr(b, opcode, off=local_off, remote_off=remote_off,
+        a.qp.post_send(a.send_wr(b, opcode, off=local_off,
+                                 remote_off=remote_off,
                                  **kw))
         check_ok(poll_cq(a.send_cq)[0])
         return struct.unpack_from("<Q", a.buf, local_off)[0]
     struct.pack_into("<Q", b.buf, 64, 5)
-    assert atomic(ibv.IBV_WR_ATOMIC_CMP_AND_SWP, 64, 0, compare_add=4, swap=9) == 5
+    assert atomic(ibv.IBV_WR_ATOMIC_CMP_AND_SWP, 64, 0, compare_add=4,
+                  swap=9) == 5
     assert struct.unpack_from("<Q", b.buf, 64)[0] == 5          # no match
-    assert atomic(ibv.IBV_WR_ATOMIC_CMP_AND_SWP, 64, 8, compare_add=5, swap=9) == 5
+    assert atomic(ibv.IBV_WR_ATOMIC_CMP_AND_SWP, 64, 8, compare_add=5,
+                  swap=9) == 5
     assert struct.unpack_from("<Q", b.buf, 64)[0] == 9
     struct.pack_into("<Q", b.buf, 128, 2**64 - 1)
-    assert atomic(ibv.IBV_WR_ATOMIC_FETCH_AND_ADD, 128, 16, compare_add=3) == 2**64 - 1
+    assert atomic(ibv.IBV_WR_ATOMIC_FETCH_AND_ADD, 128, 16,
+                  compare_add=3) == 2**64 - 1
     assert struct.unpack_from("<Q", b.buf, 128)[0] == 2
     # neighbours untouched
-    assert bytes(b.buf[56:64]) == bytes(8) and bytes(b.buf[136:144]) == bytes(8)
+    assert (bytes(b.buf[56:64]) == bytes(8) and
+            bytes(b.buf[136:144]) == bytes(8))
 
 
 def test_wr_id_and_imm_full_range(pair_factory):
@@ -419,7 +430,8 @@ def test_zero_length_send(pair_factory):
     """A SEND with no SGE (sg_list=[]) completes with byte_len 0."""
     a, b = pair_factory(RC)
     b.post_recv(wr_id=1)
-    a.qp.post_send(ibv.send_wr(wr_id=2, sg_list=[], opcode=ibv.IBV_WR_SEND_WITH_IMM,
+    a.qp.post_send(ibv.send_wr(wr_id=2, sg_list=[],
+                               opcode=ibv.IBV_WR_SEND_WITH_IMM,
                                imm_data=5, send_flags=ibv.IBV_SEND_SIGNALED))
     check_ok(poll_cq(a.send_cq)[0])
     wc = check_ok(poll_cq(b.recv_cq)[0])

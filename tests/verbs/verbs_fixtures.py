@@ -62,10 +62,12 @@ TRANSPORTS = {"RC": ibv.IBV_QPT_RC, "UC": ibv.IBV_QPT_UC, "UD": ibv.IBV_QPT_UD}
 
 __all__ = [
     "DEVICE", "GID_INDEX", "GID_INDEXES", "gid_index", "open_end_port",
-    "DIFFERENCES", "differs", "TWO_HOST", "HOST1_DEVICE", "HOST2_DEVICE", "PORT",
+    "DIFFERENCES", "differs", "TWO_HOST", "HOST1_DEVICE", "HOST2_DEVICE",
+    "PORT",
     "QKEY", "GRH_LEN", "REMOTE_ALL", "MR_ALL", "TRANSPORTS", "Side",
     "poll_cq", "expect_no_completion", "wait_for", "ah_attr_to", "to_init",
-    "to_rtr", "to_rts", "connect", "make_pair", "qp_state", "check_ok",
+    "to_rtr", "to_rts", "connect_qp", "connect_to_peer", "connect_pair",
+    "make_pair", "qp_state", "check_ok",
     "buffer_address", "run_py", "pattern", "exercise", "own_ah_attr",
 ]
 
@@ -104,7 +106,8 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
         if v:
             return v
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout} s waiting for "
+                                 f"{what}")
         time.sleep(0.01)
 
 
@@ -290,11 +293,13 @@ class Side:
                 other.gid, sgid_index=self.gid_index))
         return self._ahs[key]
 
-    def post_recv(self, wr_id: int = 0, off: int = 0, length: int | None = None):
+    def post_recv(self, wr_id: int = 0, off: int = 0,
+                  length: int | None = None):
         """Post one receive of buf[off:off+length] (to the SRQ if any)."""
         if length is None:
             length = len(self.buf) - off
-        wr = ibv.recv_wr(wr_id=wr_id, sg_list=self.mr.sge(length=length, off=off))
+        wr = ibv.recv_wr(wr_id=wr_id,
+                         sg_list=self.mr.sge(length=length, off=off))
         (self.srq or self.qp).post_recv(wr)
         return wr
 
@@ -324,30 +329,89 @@ class Side:
                 o.close()
 
 
-def connect(a: Side, b: Side, *, a_psn: int = 0, b_psn: int = 0,
-            use_lid: bool = False, **rts_kw):
-    """Bring both QPs to RTS, each addressed to the other (by GID, or by
-    LID alone with *use_lid*: the fabric's)."""
-    rtr_kw = {k: rts_kw.pop(k) for k in ("min_rnr_timer", "path_mtu")
-              if k in rts_kw}
-    for me, peer, my_psn, peer_psn in ((a, b, a_psn, b_psn), (b, a, b_psn, a_psn)):
-        to_init(me.qp)
-        to_rtr(me.qp, remote_qpn=peer.qpn,
-               dgid=None if use_lid else peer.gid, dlid=peer.lid,
-               rq_psn=peer_psn, **rtr_kw)
-        to_rts(me.qp, sq_psn=my_psn, **rts_kw)
+def connect_qp(qp, remote_qpn: int, *, dgid=None, dlid: int = 0,
+               rq_psn: int = 0, sq_psn: int = 0, access: int = REMOTE_ALL,
+               **kw):
+    """Bring *qp* from RESET to RTS, addressed to the remote QP
+    *remote_qpn* (by GID *dgid*, or by LID *dlid* alone when *dgid* is
+    None).  ``min_rnr_timer``, ``path_mtu`` and ``max_dest_rd_atomic`` in
+    *kw* go to :func:`to_rtr`, the rest to :func:`to_rts`."""
+    rtr_kw = {k: kw.pop(k) for k in ("min_rnr_timer", "path_mtu",
+                                     "max_dest_rd_atomic") if k in kw}
+    to_init(qp, access)
+    to_rtr(qp, remote_qpn=remote_qpn, dgid=dgid, dlid=dlid, rq_psn=rq_psn,
+           **rtr_kw)
+    to_rts(qp, sq_psn=sq_psn, **kw)
+
+
+def connect_to_peer(qp, peer: dict, *, use_lid: bool = False, **kw):
+    """:func:`connect_qp` towards a peer process's QP, described by the
+    JSON object it printed: ``qpn``, ``gid`` (text) and ``lid``."""
+    gid = peer.get("gid")
+    connect_qp(qp, peer["qpn"],
+               dgid=None if use_lid or not gid else rdma.IBA.GID(gid),
+               dlid=peer.get("lid", 0), **kw)
+
+
+def connect_pair(a, b, end_port=None, *, a_psn: int = 0, b_psn: int = 0,
+                 use_lid: bool = False, **kw):
+    """Connect two QPs to each other and bring both to RTS: the one helper
+    of the tests for a connected pair.
+
+    *a* and *b* are :class:`Side` objects (or anything with ``qp``,
+    ``qpn``, ``gid`` and ``lid``): each QP is set up with verbs
+    attributes (:func:`connect_qp`, the route the verbs suite tests),
+    addressed by GID (by LID alone with *use_lid*: the fabric's), with the
+    PSNs *a_psn*/*b_psn*; *kw* as for :func:`connect_qp`.
+
+    With *end_port*, *a* and *b* are bare RC QPs of that end port, joined
+    the way applications do it, through :mod:`rdma.path`: an ``IBPath``
+    each way (``dgid=`` or, by default, ``dlid=`` the end port's LID;
+    ``retries=`` for *a*'s path), ``resolve_path``, ``fill_path`` (random
+    PSNs, exchanged; ``max_rd_atomic``) and ``establish`` (*b* with
+    ``access_b``, default IBV_ACCESS_REMOTE_WRITE).  Returns the two paths
+    then.
+    """
+    if end_port is not None:
+        return _connect_by_path(end_port, a, b, **kw)
+    for me, peer, my_psn, peer_psn in ((a, b, a_psn, b_psn),
+                                       (b, a, b_psn, a_psn)):
+        connect_qp(me.qp, peer.qpn, dgid=None if use_lid else peer.gid,
+                   dlid=peer.lid, rq_psn=peer_psn, sq_psn=my_psn, **kw)
+    return None
+
+
+def _connect_by_path(end_port, qa, qb, *, dgid=None, dlid=None,
+                     retries=None, access_b=ibv.IBV_ACCESS_REMOTE_WRITE,
+                     max_rd_atomic: int = 255, **path_kw):
+    import rdma.path
+    if dgid is not None:
+        where = dict(DGID=dgid)
+    else:
+        where = dict(DLID=end_port.lid if dlid is None else dlid)
+    a_kw = dict(path_kw, **({} if retries is None else {"retries": retries}))
+    pa = rdma.path.resolve_path(None, rdma.path.IBPath(
+        end_port, dqpn=qb.qp_num, **where, **a_kw))
+    pb = rdma.path.resolve_path(None, rdma.path.IBPath(
+        end_port, dqpn=qa.qp_num, **where, **path_kw))
+    rdma.path.fill_path(qa, pa, max_rd_atomic)
+    rdma.path.fill_path(qb, pb, max_rd_atomic)
+    pa.dqpsn, pb.dqpsn = pb.sqpsn, pa.sqpsn
+    qa.establish(pa)
+    qb.establish(pb, access_b)
+    return pa, pb
 
 
 def make_pair(ctx_a, ctx_b, qp_type: int, *, side_a: dict | None = None,
               side_b: dict | None = None, **kw):
     """Two connected Sides (RTS).  *kw* goes to both Sides; *side_a*/*side_b*
     override per side; ``rnr_retry``, ``timeout``, ``retry_cnt``,
-    ``min_rnr_timer`` and ``use_lid`` go to :func:`connect`."""
+    ``min_rnr_timer`` and ``use_lid`` go to :func:`connect_pair`."""
     conn = {k: kw.pop(k) for k in ("rnr_retry", "timeout", "retry_cnt",
                                    "min_rnr_timer", "use_lid") if k in kw}
     a = Side(ctx_a, qp_type, **{**kw, **(side_a or {})})
     b = Side(ctx_b, qp_type, **{**kw, **(side_b or {})})
-    connect(a, b, **conn)
+    connect_pair(a, b, **conn)
     return a, b
 
 
@@ -477,7 +541,8 @@ def exercise(seed: int = 0, rounds: int = 3, provider: str = "verbs") -> None:
                                              send_flags=ibv.IBV_SEND_SIGNALED
                                              | ibv.IBV_SEND_INLINE)
                                    for i in range(4)])
-            b.qp.post_recv(ibv.RecvBatch([ibv.recv_wr(wr_id=i, sg_list=b.mr.sge(
+            b.qp.post_recv(ibv.RecvBatch([ibv.recv_wr(wr_id=i,
+                                                      sg_list=b.mr.sge(
                 length=64, off=64 * i)) for i in range(4)]))
             a.qp.post_send(batch)
             arr = ibv.WCArray(8)

@@ -74,7 +74,8 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     while len(data) < n:
         chunk = sock.recv(n - len(data))
         if not chunk:
-            raise PeerError(f"peer closed the exchange after {len(data)} of {n} bytes")
+            raise PeerError(f"peer closed the exchange after {len(data)} of "
+                            f"{n} bytes")
         data += chunk
     return data
 
@@ -108,11 +109,13 @@ def run_peer(kind: str, *, server: bool, host: str = "127.0.0.1",
     ud = kind == "ud"
     deadline = time.monotonic() + timeout
     say = log or (lambda *a: None)
-    end_port = rdma.get_end_port(device if "/" in device else f"{device}/{ib_port}")
+    end_port = rdma.get_end_port(device if "/" in device
+                                 else f"{device}/{ib_port}")
     with rdma.get_verbs(end_port) as ctx:
         pd = ctx.pd()
         cq = pd.cq(rx_depth + 1)
-        qp = pd.qp(ibv.IBV_QPT_UD if ud else ibv.IBV_QPT_RC, 1, cq, rx_depth, cq)
+        qp = pd.qp(ibv.IBV_QPT_UD if ud else ibv.IBV_QPT_RC, 1, cq, rx_depth,
+                   cq)
         extra = GRH if ud else 0
         buf = bytearray(size + extra)
         mr = pd.mr(buf, ibv.IBV_ACCESS_LOCAL_WRITE)
@@ -131,7 +134,8 @@ def run_peer(kind: str, *, server: bool, host: str = "127.0.0.1",
 
         def connect_qp(rem):
             lid, qpn, psn, rgid = rem
-            ah_attr = ibv.ah_attr(dlid=lid, sl=0, src_path_bits=0, port_num=ib_port,
+            ah_attr = ibv.ah_attr(dlid=lid, sl=0, src_path_bits=0,
+                                  port_num=ib_port,
                                   is_global=0)
             if any(rgid[8:]):           # the C tools test the interface id
                 ah_attr.is_global = 1
@@ -154,7 +158,8 @@ def run_peer(kind: str, *, server: bool, host: str = "127.0.0.1",
         if server:
             own = listen_sock is None
             if own:
-                listen_sock = socket.create_server(("", port), reuse_port=False)
+                listen_sock = socket.create_server(("", port),
+                                                   reuse_port=False)
             listen_sock.settimeout(max(1.0, deadline - time.monotonic()))
             conn, _ = listen_sock.accept()
             if own:
@@ -173,10 +178,11 @@ def run_peer(kind: str, *, server: bool, host: str = "127.0.0.1",
                 rem = decode_dest(_recv_exact(conn, MSG_LEN))
                 conn.sendall(DONE)
             ah = connect_qp(rem)
-        say(f"local QPN {qp.qp_num:#x} PSN {my_psn:#x}; remote QPN {rem[1]:#x} "
+        say(f"local QPN {qp.qp_num:#x} PSN {my_psn:#x}; remote QPN "
+            f"{rem[1]:#x} "
             f"PSN {rem[2]:#x} GID {rem[3].hex()}")
 
-        # --- ping-pong --------------------------------------------------------
+        # --- ping-pong -----------------------------------------------------
         send_kw = {}
         if ud:
             send_kw = dict(ah=ah, remote_qpn=rem[1], remote_qkey=UD_QKEY)
@@ -186,7 +192,8 @@ def run_peer(kind: str, *, server: bool, host: str = "127.0.0.1",
             buf[extra:extra + size] = _our_pattern(i, size)
             qp.post_send(ibv.send_wr(wr_id=1, sg_list=send_sge,
                                      opcode=ibv.IBV_WR_SEND,
-                                     send_flags=ibv.IBV_SEND_SIGNALED, **send_kw))
+                                     send_flags=ibv.IBV_SEND_SIGNALED,
+                                     **send_kw))
 
         received: list[bytes] = []
         scnt = rcnt = 0
@@ -197,10 +204,12 @@ def run_peer(kind: str, *, server: bool, host: str = "127.0.0.1",
             pending |= 1
         while scnt < iters or rcnt < iters:
             if time.monotonic() > deadline:
-                raise PeerError(f"timed out: sent {scnt}, received {rcnt} of {iters}")
+                raise PeerError(f"timed out: sent {scnt}, received {rcnt} of "
+                                f"{iters}")
             for wc in cq.poll():
                 if wc.status != ibv.IBV_WC_SUCCESS:
-                    raise PeerError(f"{ibv.WCError(wc, qp=qp)} (wr_id {wc.wr_id})")
+                    raise PeerError(f"{ibv.WCError(wc, qp=qp)} (wr_id "
+                                    f"{wc.wr_id})")
                 if wc.wr_id == 1:
                     scnt += 1
                 elif wc.wr_id == 2:
@@ -221,7 +230,7 @@ def run_peer(kind: str, *, server: bool, host: str = "127.0.0.1",
                     pending = 3
         elapsed = time.monotonic() - t0
 
-        # --- check the echoes -------------------------------------------------
+        # --- check the echoes ----------------------------------------------
         # the server's k-th message echoes our (k-1)-th (client: k-th); a C
         # client's first message is its initial buffer
         for k, got in enumerate(received):
@@ -232,7 +241,8 @@ def run_peer(kind: str, *, server: bool, host: str = "127.0.0.1",
                 want = _our_pattern(k, size)
             if got != want:
                 diff = next(i for i in range(size) if got[i] != want[i])
-                raise PeerError(f"message {k}: first difference at byte {diff}: "
+                raise PeerError(f"message {k}: first difference at byte "
+                                f"{diff}: "
                                 f"{got[diff:diff + 8].hex()} != "
                                 f"{want[diff:diff + 8].hex()}")
         if ah is not None:

@@ -7,6 +7,7 @@ import rdma
 import rdma.ibverbs as ibv
 import rdma.path
 import rdma.vtools
+from verbs_fixtures import connect_pair
 
 GIDX = int(os.environ.get("RDMA_TESTVM_GID_INDEX", "1"))
 
@@ -19,15 +20,7 @@ def test_alloc_mr_on_verbs(end_port, ctx):
         cq = ctx.cq(16)
         qa = pd.qp(ibv.IBV_QPT_RC, 4, cq, 4, cq)
         qb = pd.qp(ibv.IBV_QPT_RC, 4, cq, 4, cq)
-        pa = rdma.path.resolve_path(None, rdma.path.IBPath(end_port, DGID=gid,
-                                                           dqpn=qb.qp_num))
-        pb = rdma.path.resolve_path(None, rdma.path.IBPath(end_port, DGID=gid,
-                                                           dqpn=qa.qp_num))
-        rdma.path.fill_path(qa, pa, 1)
-        rdma.path.fill_path(qb, pb, 1)
-        pa.dqpsn, pb.dqpsn = pb.sqpsn, pa.sqpsn
-        qa.establish(pa)
-        qb.establish(pb, ibv.IBV_ACCESS_REMOTE_WRITE)
+        connect_pair(qa, qb, end_port, dgid=gid, max_rd_atomic=1)
         src = pd.alloc_mr(8192)
         dst = pd.alloc_mr(8192, ibv.IBV_ACCESS_LOCAL_WRITE |
                           ibv.IBV_ACCESS_REMOTE_WRITE)
@@ -35,7 +28,8 @@ def test_alloc_mr_on_verbs(end_port, ctx):
         src.buf[:6] = b"rxe!!!"
         qa.post_send(ibv.send_wr(opcode=ibv.IBV_WR_RDMA_WRITE,
                                  send_flags=ibv.IBV_SEND_SIGNALED,
-                                 sg_list=src.sge(6), remote_addr=dst.addr + 4100,
+                                 sg_list=src.sge(6),
+                                 remote_addr=dst.addr + 4100,
                                  rkey=dst.rkey))
         wcs = list(rdma.vtools.CQPoller(cq).iterwc(count=1, timeout=20))
         assert wcs and wcs[0].status == ibv.IBV_WC_SUCCESS

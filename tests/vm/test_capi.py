@@ -4,10 +4,8 @@ import sys
 
 import pytest
 
-import rdma
 import rdma.ibverbs as ibv
-import rdma.path
-from rdma.path import IBPath
+from verbs_fixtures import connect_pair
 
 GIDX = int(os.environ.get("RDMA_TESTVM_GID_INDEX", "1"))
 
@@ -33,17 +31,12 @@ def test_cython_write_loop(fastloop, end_port, ctx):
         cq = ctx.cq(128)
         qa = pd.qp(ibv.IBV_QPT_RC, 64, cq, 1, cq)
         qb = pd.qp(ibv.IBV_QPT_RC, 64, cq, 1, cq)
-        pa = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid, dqpn=qb.qp_num))
-        pb = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid, dqpn=qa.qp_num))
-        rdma.path.fill_path(qa, pa)
-        rdma.path.fill_path(qb, pb)
-        pa.dqpsn, pb.dqpsn = pb.sqpsn, pa.sqpsn
-        qa.establish(pa)
-        qb.establish(pb, ibv.IBV_ACCESS_REMOTE_WRITE)
+        connect_pair(qa, qb, end_port, dgid=gid)
         src = bytearray(b"cython!!" + bytes(56))
         dst = bytearray(64)
         smr = pd.mr(src, ibv.IBV_ACCESS_LOCAL_WRITE)
-        dmr = pd.mr(dst, ibv.IBV_ACCESS_LOCAL_WRITE | ibv.IBV_ACCESS_REMOTE_WRITE)
+        dmr = pd.mr(dst,
+                    ibv.IBV_ACCESS_LOCAL_WRITE | ibv.IBV_ACCESS_REMOTE_WRITE)
         n = fastloop.write_loop(qa, cq, smr, dmr.addr + 16, dmr.rkey, 200, 16)
         assert n == 200
         assert bytes(dst[16:24]) == b"cython!!" and dst[:16] == bytes(16)

@@ -1,4 +1,5 @@
-"""ibtool devinfo and the Python queries, field by field against ibv_devinfo -v."""
+"""ibtool devinfo and the Python queries, field by field against
+ibv_devinfo -v."""
 import re
 import sys
 
@@ -90,7 +91,8 @@ def test_python_queries_match_ibv_devinfo(both, end_port, ctx):
     p = ctx.query_port(1)
     rp = ref["ports"][1]
     assert p.state == int(re.search(r"\((\d+)\)", rp["state"]).group(1))
-    assert p.active_mtu == int(re.search(r"\((\d+)\)", rp["active_mtu"]).group(1))
+    assert p.active_mtu == int(re.search(r"\((\d+)\)",
+                                         rp["active_mtu"]).group(1))
     assert p.lid == int(rp["port_lid"]) == end_port.lid
     assert rp["link_layer"] == end_port.link_layer == "Ethernet"
     for k, v in rp.items():

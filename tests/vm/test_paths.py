@@ -23,6 +23,7 @@ import rdma.vtools
 from rdma import IBA
 from rdma.path import IBPath
 from conftest import TWO_HOST, run
+from verbs_fixtures import connect_pair
 
 GIDX = int(os.environ.get("RDMA_TESTVM_GID_INDEX", "1"))
 PEER = Path(__file__).parent / "peers" / "nocm_side.py"
@@ -82,7 +83,8 @@ def test_ud_qp_setup_and_response_path(end_port, ctx):
                 cpool.finish_wcs(client, wc)
         assert not poller.timedout
         assert data == b"Hello message!"
-        assert request.wc_flags & ibv.IBV_WC_GRH and request.src_qp == client.qp_num
+        assert (request.wc_flags & ibv.IBV_WC_GRH and
+                request.src_qp == client.qp_num)
         assert request_path.SGID == gid and request_path.sqpn == client.qp_num
         # Reply on the reversed path.
         reply_path = request_path.reverse()
@@ -181,15 +183,7 @@ def test_wc_error_handling(end_port, ctx):
         cq = pd.cq(16)
         qa = pd.qp(ibv.IBV_QPT_RC, 4, cq, 4, cq)
         qb = pd.qp(ibv.IBV_QPT_RC, 4, cq, 4, cq)
-        pa = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid,
-                                                 dqpn=qb.qp_num, retries=1))
-        pb = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid,
-                                                 dqpn=qa.qp_num))
-        rdma.path.fill_path(qa, pa)
-        rdma.path.fill_path(qb, pb)
-        pb.dqpsn, pa.dqpsn = pa.sqpsn, pb.sqpsn
-        qa.establish(pa)
-        qb.establish(pb, ibv.IBV_ACCESS_REMOTE_WRITE)
+        connect_pair(qa, qb, end_port, dgid=gid, retries=1)
         buf = bytearray(64)
         mr = pd.mr(buf, ibv.IBV_ACCESS_LOCAL_WRITE)   # no remote write
         qa.post_send(ibv.send_wr(wr_id=9, opcode=ibv.IBV_WR_RDMA_WRITE,
@@ -270,7 +264,8 @@ def test_memory_registrations(ctx):
         with pytest.raises(ValueError):
             mr.sge(length=250, off=10)
         m = mmap.mmap(-1, 256)
-        mr2 = pd.mr(m, ibv.IBV_ACCESS_REMOTE_WRITE | ibv.IBV_ACCESS_LOCAL_WRITE)
+        mr2 = pd.mr(m,
+                    ibv.IBV_ACCESS_REMOTE_WRITE | ibv.IBV_ACCESS_LOCAL_WRITE)
         with pytest.raises(BufferError):
             m.close()                         # the MR pins it
         mr2.close()
@@ -286,15 +281,7 @@ def test_asyncio_ping_pong_no_busy_loop(end_port, ctx):
         cqa, cqb = ctx.cq(16, cca), ctx.cq(16, ccb)
         qa = pd.qp(ibv.IBV_QPT_RC, 8, cqa, 8, cqa)
         qb = pd.qp(ibv.IBV_QPT_RC, 8, cqb, 8, cqb)
-        pa = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid,
-                                                 dqpn=qb.qp_num))
-        pb = rdma.path.resolve_path(None, IBPath(end_port, DGID=gid,
-                                                 dqpn=qa.qp_num))
-        rdma.path.fill_path(qa, pa)
-        rdma.path.fill_path(qb, pb)
-        pb.dqpsn, pa.dqpsn = pa.sqpsn, pb.sqpsn
-        qa.establish(pa)
-        qb.establish(pb)
+        connect_pair(qa, qb, end_port, dgid=gid, access_b=0)
         bufa = rdma.vtools.BufferPool(pd, 8, 64)
         bufb = rdma.vtools.BufferPool(pd, 8, 64)
         bufa.post_recvs(qa, 4)
@@ -317,7 +304,8 @@ def test_asyncio_ping_pong_no_busy_loop(end_port, ctx):
                     if not (first and n == rounds):
                         i = pool.pop()
                         pool.copy_to(b"%d" % (val + 1), i)
-                        qp.post_send(pool.make_send_wr(i, len(b"%d" % (val + 1))))
+                        qp.post_send(pool.make_send_wr(i,
+                                                       len(b"%d" % (val + 1))))
                 else:
                     pool.finish_wcs(qp, wc)
             return n

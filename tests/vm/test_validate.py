@@ -49,11 +49,13 @@ def test_validate_passes_on_rxe0(tmp_path):
     assert len(transfers) == 11
     assert all(v["result"] == "PASSED" and "1 MiB" in v["detail"]
                for v in transfers if "UD-" not in v["test"]), transfers
-    assert rows["test_atomics::test_atomics_under_contention"]["result"] == "PASSED"
+    assert (rows["test_atomics::test_atomics_under_contention"]["result"]
+            == "PASSED")
     assert rows["test_features::test_srq[RC]"]["result"] == "PASSED"
     # RoCE has no SA: skipped, with the reason.
     sa = rows["test_paths::test_sa_path_record"]
-    assert sa["result"] == "SKIPPED" and "no subnet administrator" in sa["detail"]
+    assert (sa["result"] == "SKIPPED" and
+            "no subnet administrator" in sa["detail"])
     print(f"ibtool validate on {DEVICE}: {elapsed:.1f} s")
 
 
@@ -129,4 +131,5 @@ def test_validate_fails_on_a_port_that_is_down(tmp_path):
     assert f"first problem: test_ports::test_port_active: {want}" in r.stdout
     rows, _ = results(xml)
     assert rows["test_ports::test_port_active"]["result"] == "FAILED"
-    assert want in rows["test_atomics::test_atomics_under_contention"]["detail"]
+    assert (want in
+            rows["test_atomics::test_atomics_under_contention"]["detail"])

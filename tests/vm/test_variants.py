@@ -17,7 +17,8 @@ def test_variant_opens_device(variant, device, name):
     d = variant(name)
     res = run_py(QUERY.format(dev=device), pythonpath=d)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith(f"{name} {d}") and " 4 True ::ffff:" in res.stdout
+    assert (res.stdout.startswith(f"{name} {d}") and
+            " 4 True ::ffff:" in res.stdout)
 
 
 def test_dlopen_variant_reports_missing_library(variant, device):
@@ -34,7 +35,8 @@ LIFETIME = (
     "p = rdma.get_end_port('{dev}', provider='verbs')\n"
     "for i in range(50):\n"
     "    c = rdma.get_verbs(p)\n"
-    "    c.query_device(); c.query_port(); c.query_gid(1, 1); c.query_gid_ex(1, 0)\n"
+    "    c.query_device(); c.query_port(); "
+    "c.query_gid(1, 1); c.query_gid_ex(1, 0)\n"
     "    if i % 3 == 0: c.close(); c.close()\n"
     "    if i % 3 == 1: del c; gc.collect()\n"
     "    if i % 3 == 2:\n"

@@ -38,7 +38,8 @@ def listening(port: int) -> bool:
             continue
         for line in lines:
             parts = line.split()
-            if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+            if (parts[3] == "0A" and
+                    int(parts[1].rsplit(":", 1)[1], 16) == port):
                 return True
     return False
 
@@ -53,7 +54,8 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30):
             raise AssertionError(f"C server exited early "
                                  f"({proc.returncode}):\n{out}\n{err}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"C server not listening on {port} after {timeout} s")
+            raise AssertionError(f"C server not listening on {port} after "
+                                 f"{timeout} s")
         time.sleep(0.02)
 
 
@@ -64,7 +66,8 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> str:
         proc.kill()
         out, err = proc.communicate()
         raise AssertionError(f"C peer timed out:\n{out}\n{err}")
-    assert proc.returncode == 0, f"C peer failed ({proc.returncode}):\n{out}\n{err}"
+    assert proc.returncode == 0, \
+        f"C peer failed ({proc.returncode}):\n{out}\n{err}"
     assert f"{ITERS} iters in" in out, out
     assert "invalid data" not in out, out
     return out
@@ -98,7 +101,8 @@ def test_we_are_client(kind, topology):
     try:
         wait_listening(port, proc)
         res = interop_peer.run_peer(kind, server=False, host="127.0.0.1",
-                                    port=port, device=ours, gid_index=GID_INDEX,
+                                    port=port, device=ours,
+                                    gid_index=GID_INDEX,
                                     size=SIZES[kind], iters=ITERS, rx_depth=50)
     except BaseException:
         proc.kill()
@@ -124,7 +128,8 @@ def test_we_are_server(kind, topology):
     try:
         res = interop_peer.run_peer(kind, server=True, port=port, device=ours,
                                     gid_index=GID_INDEX, size=SIZES[kind],
-                                    iters=ITERS, rx_depth=50, listen_sock=lsock,
+                                    iters=ITERS, rx_depth=50,
+                                    listen_sock=lsock,
                                     validate=True)
     except BaseException:
         proc.kill()
@@ -163,8 +168,10 @@ cq = CQ(ctx, 8)
 qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, sq_sig_all=1,
                        cap=QPCap(max_send_wr=4, max_recv_wr=4)))
 a = QPAttr()
-a.qp_state = e.IBV_QPS_INIT; a.pkey_index = 0; a.port_num = 1; a.qkey = 0x11111111
-qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
+a.qp_state = e.IBV_QPS_INIT; a.pkey_index = 0
+a.port_num = 1; a.qkey = 0x11111111
+qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT |
+          e.IBV_QP_QKEY)
 a.qp_state = e.IBV_QPS_RTR
 qp.modify(a, e.IBV_QP_STATE)
 a.qp_state = e.IBV_QPS_RTS; a.sq_psn = 0
@@ -224,9 +231,11 @@ def test_imm_data_byte_order_against_pyverbs(ctx, tmp_path):
         s.buf[:8] = b"ours!!!!"
         ah = s.pd.ah(ah_attr_to(s.gid))
         s.qp.post_send(ibv.send_wr(wr_id=1, opcode=ibv.IBV_WR_SEND_WITH_IMM,
-                                   sg_list=s.mr.sge(length=8), imm_data=0x11223344,
+                                   sg_list=s.mr.sge(length=8),
+                                   imm_data=0x11223344,
                                    send_flags=ibv.IBV_SEND_SIGNALED, ah=ah,
-                                   remote_qpn=their_qpn, remote_qkey=0x11111111))
+                                   remote_qpn=their_qpn,
+                                   remote_qkey=0x11111111))
         check_ok(poll_cq(s.send_cq)[0])
         status, blen, imm, payload = proc.stdout.readline().split()
         assert (int(status), int(blen)) == (0, 48)

@@ -94,7 +94,8 @@ with rdma.get_verbs(end_port) as ctx:
     poller = rdma.vtools.CQPoller(cq)
     if side == "a":
         buf[:11] = b"written by "
-        qp.post_send(ibv.send_wr(wr_id=pool.NO_WR_ID, opcode=ibv.IBV_WR_RDMA_WRITE,
+        qp.post_send(ibv.send_wr(wr_id=pool.NO_WR_ID,
+                                 opcode=ibv.IBV_WR_RDMA_WRITE,
                                  send_flags=ibv.IBV_SEND_SIGNALED,
                                  sg_list=mr.sge(11), remote_addr=raddr + 100,
                                  rkey=rkey))
