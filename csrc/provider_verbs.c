@@ -1022,8 +1022,7 @@ static struct {
 } R;
 
 static const struct pyrdma_dllib librdmacm = {
-    .env = "RDMA_RDMACM_LIBRARY",
-    .soname = "librdmacm.so.1",
+    .setting = PYRDMA_SET_RDMACM_LIBRARY,
     .package = "librdmacm1 (rdma-core)",
     .name = "librdmacm",
     .too_old = "rdma-core too old? rdma_establish needs v29",

@@ -56,6 +56,8 @@
       "loader", "the libibverbs rdma._ibverbs loads for verbs devices") \
     X(UMAD_LIBRARY, "RDMA_UMAD_LIBRARY", "path", "libibumad.so.3", \
       "loader", "the libibumad rdma._umad loads") \
+    X(RDMACM_LIBRARY, "RDMA_RDMACM_LIBRARY", "path", "librdmacm.so.1", \
+      "loader", "the librdmacm rdma.cm loads for verbs devices") \
     X(FABRIC_VERBS_DEBUG, "RDMA_FABRIC_VERBS_DEBUG", "flag", "0", \
       "front end", "1: the verbs front end logs each failure on stderr")
 

@@ -124,8 +124,10 @@ def _columns() -> int:
     except ValueError:
         columns = 0
     if columns <= 0:
+        out = sys.__stdout__
         try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+            columns = (os.get_terminal_size(out.fileno()).columns
+                       if out is not None else 0)
         except (AttributeError, ValueError, OSError):
             columns = 0
     return columns if columns > 0 else 80
@@ -139,7 +141,12 @@ class Parser(argparse.ArgumentParser):
     same class."""
 
     def _get_formatter(self) -> argparse.HelpFormatter:
-        return self.formatter_class(prog=self.prog, width=_columns() - 2)
+        # formatter_class is typed as taking prog alone; argparse's
+        # formatters all take width too
+        make: Any = self.formatter_class
+        fmt: argparse.HelpFormatter = make(prog=self.prog,
+                                           width=_columns() - 2)
+        return fmt
 
 
 class _Version(argparse.Action):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from rdma.cli._oob import PeerError
 
@@ -103,7 +103,7 @@ class VSide:
 
 
 def bw_client(vs: VSide, args: argparse.Namespace, size: int, beat: Any,
-              idle: Any) -> tuple:
+              idle: Any) -> Tuple[float, float, List[float], int]:
     """Keep up to tx-depth virtual WRITEs of *size* bytes in flight until
     ``--iters`` completed; return (t0, t1, stamps, depth): the times of
     the first post and last completion, one stamp per completion."""

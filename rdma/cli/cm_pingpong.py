@@ -22,6 +22,8 @@ import struct
 import time
 from typing import Any, List
 
+from rdma.cli._common import Subparsers
+
 __all__ = ["add_parser", "cm_pingpong", "INFO"]
 
 #: struct rping_rdma_info: buf (be64), rkey (be32), size (be32).
@@ -29,7 +31,7 @@ INFO = struct.Struct(">QII")
 _RW = 1 | 2 | 4          # IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ
 
 
-def add_parser(subparsers: Any, name: str,
+def add_parser(subparsers: Subparsers, name: str,
                help: str) -> argparse.ArgumentParser:
     """Add ``cm-pingpong`` to ``ibtool``."""
     p = subparsers.add_parser(

@@ -430,7 +430,11 @@ class _Side:
         self.qp.modify_to_rts(path)
         self.remote = remote
         if self.vside is not None:
-            self.vside.connect(peer.get("vqp"), mtu)
+            vqp = peer.get("vqp")
+            if vqp is None:
+                raise PeerError("the peer offers no VirtualQP: is it an "
+                                "ibtool perf without --qps?")
+            self.vside.connect(vqp, mtu)
 
     # -- work requests ---------------------------------------------------
 
@@ -543,7 +547,7 @@ def _bw_client(side: _Side, args: Any, size: int, beat: _Beat) -> Dict[str, Any]
     return _bw_stats(args, size, iters, t0, clock(), stamps, max_out, chunk)
 
 
-def _bw_stats(args, size: int, iters: int, t0: float, t1: float,
+def _bw_stats(args: Any, size: int, iters: int, t0: float, t1: float,
               stamps: List[float], max_out: int, chunk: int
               ) -> Dict[str, Any]:
     """The bandwidth row of a run from its first post (t0) to its last
@@ -572,6 +576,7 @@ def _vbw_client(side: "_Side", args: Any, size: int, beat: _Beat,
     row): one row with both."""
     side.buf[side.s0:side.s0 + size] = _pattern(size, _vperf.SEED)
     idle = _Idle(args.timeout, "waiting for VirtualQP completions")
+    assert side.vside is not None       # --qps made it
     t0, t1, stamps, depth = _vperf.bw_client(side.vside, args, size, beat,
                                              idle)
     row = _bw_stats(args, size, args.iters, t0, t1, stamps, depth, 1)
