@@ -41,7 +41,9 @@ Remote hosts (``--rdma-hosts SPEC``, repeatable: execnet gateway specs)
     ``rdma_remote_rc_pair``; skipped without ``--rdma-hosts``.
 
 Without a device a test that uses these fixtures or markers is skipped with
-a reason that names the device and provider that were looked for.
+a reason that names the device and provider that were looked for; a
+``--rdma-device`` (or peer device) that is not among the devices there
+stops the run at once as a usage error (exit 4), naming the ones there.
 """
 from __future__ import annotations
 
@@ -93,6 +95,11 @@ _GID_TYPES = {0: "IB/RoCE v1", 1: "RoCE v1", 2: "RoCE v2"}
 
 class Unavailable(Exception):
     """What a test needs is not there (a device, a provider, a port)."""
+
+
+class NotFound(Unavailable):
+    """A device or port the user named is not among those there: a
+    mistyped ``--rdma-device`` is bad usage, not a reason to skip."""
 
 
 # ---------------------------------------------------------------------------
@@ -154,6 +161,37 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     setup = config.stash.get(_SETUP_KEY, None)
     if setup is not None:
         setup.close()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A device (or peer device) the user named that is not there, while
+    others are, stops the run at once with one line naming it and the
+    ones there are (pytest's usage error, exit 4), instead of a green run
+    of skips.  Checked only for the command line's options (a shared ini
+    file may name a device some machines lack: those skip) and when a
+    collected test uses an rdma fixture.  No device at all stays a skip:
+    a machine without RDMA."""
+    config = session.config
+    setup = config.stash.get(_SETUP_KEY, None)
+    named = [(option, spec, find) for option, spec, find in (
+        ("--rdma-device", config.getoption("rdma_device", None),
+         setup.end_port if setup else None),
+        ("--rdma-peer-device", config.getoption("rdma_peer_device", None),
+         setup.peer_end_port if setup else None)) if spec]
+    if setup is None or not named:
+        return
+    if not any(n.startswith("rdma_")
+               for item in session.items
+               for n in getattr(item, "fixturenames", ())):
+        return
+    for option, spec, find in named:
+        try:
+            assert find is not None
+            find()
+        except NotFound as e:
+            raise pytest.UsageError(f"{option} {spec}: {e}") from None
+        except Unavailable:
+            return          # no devices, no provider: tests skip
 
 
 def pytest_collection_modifyitems(session: pytest.Session,
@@ -437,8 +475,8 @@ class RdmaSetup:
             try:
                 port = int(port_s, 0)
             except ValueError:
-                raise Unavailable(f"invalid port number in {what} "
-                                  f"{spec!r}") from None
+                raise NotFound(f"invalid port number in {what} "
+                               f"{spec!r}") from None
         for d in devices:
             if d.name != dev_name:
                 continue
@@ -449,10 +487,10 @@ class RdmaSetup:
             for p in d.end_ports:
                 if p.port_id == port:
                     return p
-            raise Unavailable(f"RDMA device {dev_name} has no port {port} "
-                              f"(have: {names})")
-        raise Unavailable(f"RDMA device {dev_name!r} not found (provider "
-                          f"{self.provider_name} has: {names})")
+            raise NotFound(f"RDMA device {dev_name} has no port {port} "
+                           f"(have: {names})")
+        raise NotFound(f"RDMA device {dev_name!r} not found (provider "
+                       f"{self.provider_name} has: {names})")
 
     def end_port(self) -> EndPort:
         """The end port under test."""

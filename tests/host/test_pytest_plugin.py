@@ -122,14 +122,25 @@ def test_no_device_skips_with_the_provider_named(tmp_path):
 
 @needs_no_verbs
 def test_missing_device_is_named(tmp_path):
-    rc, rows, out = run_pytest(tmp_path, DEVICE_TESTS, "--rdma-device",
-                               "nosuch0")
-    assert rc == 0, out
-    for name, (result, detail) in rows.items():
-        assert result == "SKIPPED", (name, result, detail)
-        assert "nosuch0" in detail, detail
-        if HAS_UCX:                      # what exists is listed
-            assert "not found" in detail and "ucx0" in detail, detail
+    """A device the command line names that is not among those there (a
+    typing error) stops the run before the first test: one line naming it
+    and the devices there are, pytest's usage-error status 4 (it was a
+    green run of 7 skips).  Without any device it stays a skip."""
+    for option in ("--rdma-device", "--rdma-peer-device"):
+        rc, rows, out = run_pytest(tmp_path, DEVICE_TESTS, option,
+                                   "nosuch0")
+        if not HAS_UCX:
+            assert rc == 0, out
+            assert all(r[0] == "SKIPPED" and "nosuch0" in r[1]
+                       for r in rows.values()), rows
+            continue
+        assert rc == 4, out
+        assert not any(r[0] == "PASSED" for r in rows.values()), rows
+        errors = [line for line in out.splitlines()
+                  if line.startswith("ERROR:")]
+        assert errors == [f"ERROR: {option} nosuch0: RDMA device "
+                          f"'nosuch0' not found (provider auto has: "
+                          f"ucx0/1)"], out
 
 
 def test_unknown_provider_is_named(tmp_path):
@@ -149,8 +160,12 @@ def test_ini_options_are_used(tmp_path):
     assert all("nosuch7" in d for _, d in rows.values()), rows
 
 
+@needs_no_verbs
 def test_require_turns_skips_into_failures(tmp_path):
+    # no device at all (the verbs provider on this host): a skip, which
+    # --rdma-require makes an error
     rc, rows, out = run_pytest(tmp_path, DEVICE_TESTS, "--rdma-require",
+                               "--rdma-provider", "verbs",
                                "--rdma-device", "nosuch0")
     assert rc == 1, out
     for name, (result, detail) in rows.items():
@@ -158,14 +173,16 @@ def test_require_turns_skips_into_failures(tmp_path):
         assert "nosuch0" in detail, detail
     # Each error once, not chained to the lookup's own exception.
     assert "During handling of the above exception" not in out, out
-    assert out.count("RDMA device 'nosuch0' not found") == len(rows), out
+    assert out.count("wanted device 'nosuch0'") == len(rows), out
 
 
+@needs_no_verbs
 def test_require_marker(tmp_path):
     src = DEVICE_TESTS.replace("def test_end_port(rdma_end_port):",
                                "@pytest.mark.rdma_require\n"
                                "def test_end_port(rdma_end_port):")
-    rc, rows, out = run_pytest(tmp_path, src, "--rdma-device", "nosuch0")
+    rc, rows, out = run_pytest(tmp_path, src, "--rdma-provider", "verbs",
+                               "--rdma-device", "nosuch0")
     assert rc == 1, out
     assert rows["test_end_port"][0] == "ERROR"
     assert rows["test_ctx"][0] == "SKIPPED"
@@ -396,12 +413,14 @@ def test_fixture(rdma_end_port):
 '''
 
 
+@needs_no_verbs
 def test_skips_point_at_the_users_test(tmp_path):
     """pytest -rs reports each skip at the user's test (test_sample.py
     and the line of its test), whether a marker (checked in the plugin's
     pytest_runtest_setup) or a fixture skipped it.  The markers' skips
     pointed at rdma/pytest_plugin.py."""
     rc, rows, out = run_pytest(tmp_path, SKIP_LOCATION_TESTS,
+                               "--rdma-provider", "verbs",
                                "--rdma-device", "nosuch0")
     assert rc == 0, out
     assert all(r[0] == "SKIPPED" for r in rows.values()), rows
