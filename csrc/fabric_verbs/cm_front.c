@@ -1,7 +1,8 @@
 /* cm_front.c - librdmacm's entry points for ucx0: event channels, CM
    IDs, addresses, events, connect/accept/reject/disconnect.  IDs made
    by a program are served by the fabric's connection manager
-   (fab_cm_*); the calls UCX's rdmacm transport or librdmacm itself make
+   (fab_cm_*), or by the real librdmacm once their address is a real
+   device's (cm_front_real.c, CM_FORWARD); the calls UCX's rdmacm transport or librdmacm itself make
    go to the real librdmacm (fv_real_caller).  QPs, endpoints and
    getaddrinfo are in cm_front_ep.c.  See docs/c_programs.rst. */
 #include "cm_front.h"
@@ -56,6 +57,18 @@ fv_cm_verbs(void)
 /* ------------------------------------------------------------------ */
 /* channels                                                            */
 
+static int
+epoll_watch(int epfd, int fd)
+{
+    struct epoll_event pe;
+    memset(&pe, 0, sizeof(pe));
+    pe.events = EPOLLIN;
+    pe.data.fd = fd;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &pe);
+}
+
+/* A channel: the fabric's, and an epoll fd (what the program polls)
+   that also watches the real librdmacm's channel once it is made. */
 static struct fch *
 channel_new(void)
 {
@@ -65,9 +78,19 @@ channel_new(void)
         errno = ENOMEM;
         return NULL;
     }
-    if (fab_cm_create_channel(&c->h, &c->ch.fd, &st) < 0) {
+    if (fab_cm_create_channel(&c->h, &c->fab_fd, &st) < 0) {
         fv_failed(&st);
         free(c);
+        return NULL;
+    }
+    c->ch.fd = epoll_create1(EPOLL_CLOEXEC);
+    if (c->ch.fd < 0 || epoll_watch(c->ch.fd, c->fab_fd) < 0) {
+        int e = errno;
+        if (c->ch.fd >= 0)
+            close(c->ch.fd);
+        fab_cm_destroy_channel(c->h, &st);
+        free(c);
+        errno = e;
         return NULL;
     }
     return c;
@@ -96,8 +119,17 @@ rdma_destroy_event_channel(struct rdma_event_channel *channel)
             real_fn(channel);
         return;
     }
-    if (fab_cm_destroy_channel(c->h, &st) == 0)
-        free(c);
+    if (fab_cm_destroy_channel(c->h, &st) < 0) {
+        fv_failed(&st);
+        return;
+    }
+    if (c->real != NULL) {
+        CM_REAL(void, rdma_destroy_event_channel,
+                (struct rdma_event_channel *));
+        real_fn(c->real);
+    }
+    close(c->ch.fd);
+    free(c);
 }
 
 /* ------------------------------------------------------------------ */
@@ -176,7 +208,11 @@ rdma_destroy_id(struct rdma_cm_id *id)
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id) : -1;
-    if (fab_cm_destroy_id(f->h, &st) < 0)
+    if (f->real != NULL) {
+        if (real_fn(f->real) < 0)
+            return -1;
+    }
+    else if (fab_cm_destroy_id(f->h, &st) < 0)
         return cm_fail(&st);
     if (f->last != NULL)
         event_free(f->last);
@@ -223,8 +259,13 @@ rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, addr) : -1;
+    if (!f->decided && f->real == NULL && fv_cm_real_side(addr) &&
+        fv_cm_go_real(f) < 0)
+        return -1;
+    CM_FORWARD(f, addr);
     if (fab_cm_bind_addr(f->h, addr, &st) < 0)
         return cm_fail(&st);
+    f->decided = 1;
     fv_cm_route(f);
     return 0;
 }
@@ -239,6 +280,11 @@ rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, src_addr, dst_addr, timeout_ms) : -1;
+    if (!f->decided && f->real == NULL && fv_cm_real_side(dst_addr) &&
+        fv_cm_go_real(f) < 0)
+        return -1;
+    CM_FORWARD(f, src_addr, dst_addr, timeout_ms);
+    f->decided = 1;
     if (fab_cm_resolve_addr(f->h, src_addr, dst_addr, timeout_ms, &st) < 0)
         return cm_fail(&st);
     return f->own_ch ? fv_cm_wait(f, RDMA_CM_EVENT_ADDR_RESOLVED) : 0;
@@ -252,6 +298,7 @@ rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, timeout_ms) : -1;
+    CM_FORWARD(f, timeout_ms);
     if (fab_cm_resolve_route(f->h, timeout_ms, &st) < 0)
         return cm_fail(&st);
     return f->own_ch ? fv_cm_wait(f, RDMA_CM_EVENT_ROUTE_RESOLVED) : 0;
@@ -265,9 +312,28 @@ rdma_listen(struct rdma_cm_id *id, int backlog)
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, backlog) : -1;
+    CM_FORWARD(f, backlog);
     if (fab_cm_listen(f->h, backlog, &st) < 0)
         return cm_fail(&st);
     fv_cm_route(f);
+    return 0;
+}
+
+/* rdma_migrate_id of an ID the real librdmacm carries: to the real
+   channel of the program's (NULL: a synchronous one). */
+static int
+migrate_real(struct fid *f, struct rdma_event_channel *channel)
+{
+    CM_REAL(int, rdma_migrate_id, (struct rdma_cm_id *,
+                                   struct rdma_event_channel *));
+    struct fch *c = channel ? container_of(channel, struct fch, ch) : NULL;
+    struct rdma_event_channel *rc = NULL;
+    if (c != NULL && (rc = fv_cm_real_channel(c)) == NULL)
+        return -1;
+    if (real_fn(f->real, rc) < 0)
+        return -1;
+    f->id.channel = channel;
+    fv_cm_sync(f);
     return 0;
 }
 
@@ -281,6 +347,8 @@ rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
     struct fch *c, *old = f->own_ch;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, channel) : -1;
+    if (f->real != NULL)
+        return migrate_real(f, channel);
     c = channel ? container_of(channel, struct fch, ch) : channel_new();
     if (c == NULL)
         return -1;
@@ -336,6 +404,7 @@ rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, conn_param) : -1;
+    CM_FORWARD(f, conn_param);
     param_in(&p, conn_param, id);
     if (fab_cm_connect(f->h, &p, &st) < 0)
         return cm_fail(&st);
@@ -352,6 +421,7 @@ rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, conn_param) : -1;
+    CM_FORWARD(f, conn_param);
     param_in(&p, conn_param, id);
     p.qkey = RDMA_UDP_QKEY;
     if (id->qp != NULL && id->qp_type == IBV_QPT_RC &&
@@ -373,6 +443,7 @@ rdma_reject(struct rdma_cm_id *id, const void *private_data,
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, private_data, private_data_len) : -1;
+    CM_FORWARD(f, private_data, private_data_len);
     if (fab_cm_reject(f->h, private_data, private_data_len, &st) < 0)
         return cm_fail(&st);
     return 0;
@@ -386,6 +457,8 @@ rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
                                    uint8_t));
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, private_data, private_data_len) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), private_data,
+               private_data_len);
     return rdma_reject(id, private_data, private_data_len);
 }
 
@@ -397,6 +470,7 @@ rdma_establish(struct rdma_cm_id *id)
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id) : -1;
+    CM_FORWARD0(f);
     if (fab_cm_establish(f->h, &st) < 0)
         return cm_fail(&st);
     return 0;
@@ -410,6 +484,7 @@ rdma_disconnect(struct rdma_cm_id *id)
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id) : -1;
+    CM_FORWARD0(f);
     if (id->qp != NULL) {
         struct ibv_qp_attr a;
         memset(&a, 0, sizeof(a));
@@ -432,6 +507,7 @@ rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr,
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, qp_attr, qp_attr_mask) : -1;
+    CM_FORWARD(f, qp_attr, qp_attr_mask);
     memset(&a, 0, sizeof(a));
     a.qp_state = qp_attr->qp_state;
     if (fab_cm_init_qp_attr(f->h, &a, qp_attr_mask, &st) < 0)
@@ -519,19 +595,19 @@ event_fill(struct fev *e, struct fid *f, struct fab_cm_event *h)
     e->ev.param.conn.qp_num = h->qp_num;
 }
 
-/* The next event of c as the program sees it; 0 or -1 with errno. */
+/* The next event of the fabric channel of c: 1 (*out set), 0 if there
+   is none, -1 with errno. */
 static int
-next_event(struct fch *c, struct rdma_cm_event **out)
+fabric_event(struct fch *c, struct rdma_cm_event **out)
 {
-    int wait = !(fcntl(c->ch.fd, F_GETFL) & O_NONBLOCK);
     struct pyrdma_status st;
     struct fab_cm_event *h;
     struct fid *f;
     struct fev *e;
 
     for (;;) {
-        if (fab_cm_get_event(c->h, wait, &h, &st) < 0)
-            return cm_fail(&st);
+        if (fab_cm_get_event(c->h, 0, &h, &st) < 0)
+            return st.err == EAGAIN ? 0 : cm_fail(&st);
         f = h->event == FAB_CM_EVENT_CONNECT_REQUEST ? request_id(h)
                                                       : h->context;
         if (f != NULL)
@@ -552,7 +628,31 @@ next_event(struct fch *c, struct rdma_cm_event **out)
     if (h->event == FAB_CM_EVENT_CONNECT_RESPONSE && f->id.qp != NULL)
         conn_response(f, e);
     *out = &e->ev;
-    return 0;
+    return 1;
+}
+
+/* The next event of c (the real librdmacm's or the fabric's) as the
+   program sees it, waiting on c's fd unless it is non-blocking; 0 or -1
+   with errno. */
+static int
+next_event(struct fch *c, struct rdma_cm_event **out)
+{
+    int wait = !(fcntl(c->ch.fd, F_GETFL) & O_NONBLOCK), rc;
+    struct epoll_event pe;
+
+    for (;;) {
+        rc = fv_cm_real_event(c, out);
+        if (rc == 0)
+            rc = fabric_event(c, out);
+        if (rc != 0)
+            return rc > 0 ? 0 : -1;
+        if (!wait) {
+            errno = EAGAIN;
+            return -1;
+        }
+        if (epoll_wait(c->ch.fd, &pe, 1, -1) < 0 && errno == EINTR)
+            return -1;
+    }
 }
 
 EXPORT int
@@ -570,8 +670,15 @@ EXPORT int
 rdma_ack_cm_event(struct rdma_cm_event *event)
 {
     CM_REAL(int, rdma_ack_cm_event, (struct rdma_cm_event *));
+    struct fev *e;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(event) : -1;
+    e = container_of(event, struct fev, ev);
+    if (e->real != NULL) {
+        int rc = real_fn(e->real);
+        free(e);
+        return rc;
+    }
     event_free(event);
     return 0;
 }

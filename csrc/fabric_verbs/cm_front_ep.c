@@ -93,6 +93,7 @@ rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
 
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, pd, qp_init_attr) : -1;
+    CM_FORWARD(f, pd, qp_init_attr);
     if (pd == NULL)
         pd = id->pd;
     if (pd == NULL && (pd = f->own_pd = ibv_alloc_pd(id->verbs)) == NULL)
@@ -129,6 +130,7 @@ rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
     int rc;
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, attr) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), attr);
     memset(&a, 0, sizeof(a));
     a.qp_context = attr->qp_context;
     a.send_cq = attr->send_cq;
@@ -149,9 +151,10 @@ rdma_destroy_qp(struct rdma_cm_id *id)
 {
     CM_REAL(void, rdma_destroy_qp, (struct rdma_cm_id *));
     struct fid *f = container_of(id, struct fid, id);
-    if (CM_CALLER_REAL()) {
+    if (CM_CALLER_REAL() || f->real != NULL) {
         if (real_fn)
-            real_fn(id);
+            real_fn(f->real ? f->real : id);
+        fv_cm_sync(f);
         return;
     }
     if (id->qp != NULL)
@@ -203,6 +206,9 @@ rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
         errno = EINVAL;
         return -1;
     }
+    if (fv_cm_real_side((res->ai_flags & RAI_PASSIVE) ? res->ai_src_addr
+                                                      : res->ai_dst_addr))
+        return fv_cm_real_ep(id, res, pd, qp_init_attr);
     if (rdma_create_id(NULL, &cid, NULL,
                        (enum rdma_port_space)res->ai_port_space) < 0)
         return -1;
@@ -235,14 +241,42 @@ EXPORT void
 rdma_destroy_ep(struct rdma_cm_id *id)
 {
     CM_REAL(void, rdma_destroy_ep, (struct rdma_cm_id *));
+    struct fid *f = container_of(id, struct fid, id);
     if (CM_CALLER_REAL()) {
         if (real_fn)
             real_fn(id);
         return;
     }
+    if (f->real != NULL) {
+        real_fn(f->real);       /* its QP, its ID */
+        free(f);
+        return;
+    }
     if (id->qp != NULL)
         rdma_destroy_qp(id);
     rdma_destroy_id(id);
+}
+
+/* rdma_get_request on a listener the real librdmacm carries. */
+static int
+real_request(struct fid *l, struct rdma_cm_id **id)
+{
+    CM_REAL(int, rdma_get_request, (struct rdma_cm_id *,
+                                    struct rdma_cm_id **));
+    struct rdma_cm_id *r;
+    struct fid *f;
+    if (real_fn(l->real, &r) < 0)
+        return -1;
+    f = fv_cm_wrap(r, NULL);
+    if (f == NULL) {
+        CM_REAL(void, rdma_destroy_ep, (struct rdma_cm_id *));
+        real_fn(r);
+        errno = ENOMEM;
+        return -1;
+    }
+    f->id.context = l->id.context;
+    *id = &f->id;
+    return 0;
 }
 
 EXPORT int
@@ -256,6 +290,8 @@ rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(listen, id) : -1;
+    if (l->real != NULL)
+        return real_request(l, id);
     if (l->own_ch == NULL) {
         errno = EINVAL;
         return -1;
@@ -407,6 +443,8 @@ rdma_set_option(struct rdma_cm_id *id, int level, int optname,
                                    size_t));
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, level, optname, optval, optlen) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), level, optname, optval,
+               optlen);
     if (optval == NULL && optlen != 0) {
         errno = EINVAL;
         return -1;
@@ -420,6 +458,7 @@ rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
     CM_REAL(int, rdma_notify, (struct rdma_cm_id *, enum ibv_event_type));
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, event) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), event);
     return 0;
 }
 
@@ -459,6 +498,7 @@ rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr,
                                        struct sockaddr *, void *));
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, addr, context) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), addr, context);
     errno = ENOSYS;     /* the fabric has no multicast (yet) */
     return -1;
 }
@@ -473,6 +513,7 @@ rdma_join_multicast_ex(struct rdma_cm_id *id,
                                           void *));
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, mc_join_attr, context) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), mc_join_attr, context);
     errno = ENOSYS;
     return -1;
 }
@@ -484,6 +525,7 @@ rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
                                         struct sockaddr *));
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, addr) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), addr);
     errno = ENOSYS;
     return -1;
 }
@@ -494,6 +536,7 @@ rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
     CM_REAL(int, rdma_set_local_ece, (struct rdma_cm_id *, struct ibv_ece *));
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, ece) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), ece);
     return 0;
 }
 
@@ -504,6 +547,7 @@ rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
                                        struct ibv_ece *));
     if (CM_CALLER_REAL())
         return real_fn ? real_fn(id, ece) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), ece);
     memset(ece, 0, sizeof(*ece));
     return 0;
 }
