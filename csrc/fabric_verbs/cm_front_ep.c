@@ -151,9 +151,13 @@ rdma_destroy_qp(struct rdma_cm_id *id)
 {
     CM_REAL(void, rdma_destroy_qp, (struct rdma_cm_id *));
     struct fid *f = container_of(id, struct fid, id);
-    if (CM_CALLER_REAL() || f->real != NULL) {
+    if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(f->real ? f->real : id);
+            real_fn(id);
+        return;
+    }
+    if (f->real != NULL) {
+        real_fn(f->real);
         fv_cm_sync(f);
         return;
     }

@@ -162,3 +162,45 @@ def test_rdma_ucx_cm_ucx0_keeps_every_address_on_ucx0(env):
     finally:
         srv.kill()
         srv.wait()
+
+
+@pytest.fixture
+def spare_rxe():
+    """A second rxe device (rxe_cmrm on a dummy interface, 10.78.0.1/24)
+    that a test may remove; removed at the end if it is still there."""
+    cmd = ("ip link add cmrm0 type dummy && "
+           "ip addr add 10.78.0.1/24 dev cmrm0 && ip link set cmrm0 up && "
+           "rdma link add rxe_cmrm type rxe netdev cmrm0")
+    res = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    yield "10.78.0.1"
+    subprocess.run(["rdma", "link", "delete", "rxe_cmrm"],
+                   capture_output=True, timeout=T)
+    subprocess.run(["ip", "link", "del", "cmrm0"], capture_output=True)
+
+
+def test_device_removal_reaches_a_preloaded_listener(env, spare_rxe):
+    """The kernel's DEVICE_REMOVAL of a real device reaches a preloaded
+    program's listener on it, with the program's ID in the event (rping
+    says so and ends)."""
+    p = str(next(_ports))
+    srv = start(on_fabric("rping", "-s", "-v", "-a", spare_rxe, "-p", p),
+                env)
+    try:
+        # listening when a plain client's REQ gets an answer other than
+        # REJECTED: wait for the kernel's listener instead, by its port
+        end = time.monotonic() + T
+        while f":{p}" not in subprocess.run(
+                ["rdma", "resource", "show", "cm_id"], capture_output=True,
+                text=True, timeout=T).stdout:
+            assert time.monotonic() < end and srv.poll() is None, \
+                "the preloaded rping never listened on the spare rxe"
+            time.sleep(0.2)
+        res = subprocess.run(["rdma", "link", "delete", "rxe_cmrm"],
+                             capture_output=True, text=True, timeout=T)
+        assert res.returncode == 0, res.stderr
+        rc, out = finish(srv)
+    finally:
+        srv.kill()
+        srv.wait()
+    assert "cma detected device removal" in out, out
