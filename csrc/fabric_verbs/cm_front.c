@@ -2,7 +2,8 @@
    IDs, addresses, events, connect/accept/reject/disconnect.  IDs made
    by a program are served by the fabric's connection manager
    (fab_cm_*), or by the real librdmacm once their address is a real
-   device's (cm_front_real.c, CM_FORWARD); the calls UCX's rdmacm transport or librdmacm itself make
+   device's (cm_front_real.c, CM_FORWARD); the calls UCX's rdmacm
+   transport or librdmacm itself make
    go to the real librdmacm (fv_real_caller).  QPs, endpoints and
    getaddrinfo are in cm_front_ep.c.  See docs/c_programs.rst. */
 #include "cm_front.h"
@@ -102,7 +103,7 @@ rdma_create_event_channel(void)
     CM_REAL(struct rdma_event_channel *, rdma_create_event_channel, (void));
     struct fch *c;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn() : NULL;
+        return real_fn ? CM_CALL(real_fn()) : NULL;
     c = channel_new();
     return c ? &c->ch : NULL;
 }
@@ -116,7 +117,7 @@ rdma_destroy_event_channel(struct rdma_event_channel *channel)
     struct pyrdma_status st;
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(channel);
+            CM_CALL(real_fn(channel));
         return;
     }
     if (fab_cm_destroy_channel(c->h, &st) < 0) {
@@ -126,7 +127,7 @@ rdma_destroy_event_channel(struct rdma_event_channel *channel)
     if (c->real != NULL) {
         CM_REAL(void, rdma_destroy_event_channel,
                 (struct rdma_event_channel *));
-        real_fn(c->real);
+        CM_CALL(real_fn(c->real));
     }
     close(c->ch.fd);
     free(c);
@@ -182,7 +183,7 @@ rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
                                   enum rdma_port_space));
     struct fid *f;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(channel, id, context, ps) : -1;
+        return real_fn ? CM_CALL(real_fn(channel, id, context, ps)) : -1;
     f = fid_new(channel ? container_of(channel, struct fch, ch) : NULL,
                 context, ps);
     if (f == NULL)
@@ -207,12 +208,11 @@ rdma_destroy_id(struct rdma_cm_id *id)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : -1;
-    if (f->real != NULL) {
-        if (real_fn(f->real) < 0)
-            return -1;
-    }
-    else if (fab_cm_destroy_id(f->h, &st) < 0)
+        return real_fn ? CM_CALL(real_fn(id)) : -1;
+    if (f->real != NULL && CM_CALL(real_fn(f->real)) < 0)
+        return -1;
+    f->real = NULL;
+    if (f->h != NULL && fab_cm_destroy_id(f->h, &st) < 0)
         return cm_fail(&st);
     if (f->last != NULL)
         event_free(f->last);
@@ -251,6 +251,48 @@ fv_cm_route(struct fid *f)
     rt->path_rec = r.num_paths ? &f->path : NULL;
 }
 
+/* Drop one side of an ID bound to the wildcard on both (the real one if
+   real_too). */
+static void
+drop_side(struct fid *f, int real_too)
+{
+    CM_REAL(int, rdma_destroy_id, (struct rdma_cm_id *));
+    struct pyrdma_status st;
+    if (real_too) {
+        if (f->real != NULL && real_fn != NULL)
+            CM_CALL(real_fn(f->real));
+        f->real = NULL;
+    }
+    else if (f->h != NULL && fab_cm_destroy_id(f->h, &st) == 0)
+        f->h = NULL;
+    f->dual = 0;
+}
+
+/* Bind f to the wildcard on both sides: a real ID beside the fabric's. */
+static int
+bind_both(struct fid *f, struct sockaddr *addr)
+{
+    CM_REAL(int, rdma_bind_addr, (struct rdma_cm_id *, struct sockaddr *));
+    struct pyrdma_status st;
+    if (fv_cm_go_real(f, 1) < 0)
+        return -1;
+    f->dual = 1;
+    if (CM_CALL(real_fn(f->real, addr)) < 0) {
+        int e = errno;
+        drop_side(f, 1);
+        errno = e;
+        return -1;
+    }
+    if (fab_cm_bind_addr(f->h, addr, &st) < 0) {
+        drop_side(f, 1);
+        return cm_fail(&st);
+    }
+    f->decided = 1;
+    fv_cm_sync(f);
+    fv_cm_route(f);
+    return 0;
+}
+
 EXPORT int
 rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 {
@@ -258,9 +300,11 @@ rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, addr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, addr)) : -1;
+    if (!f->decided && f->real == NULL && fv_cm_wildcard_both(addr))
+        return bind_both(f, addr);
     if (!f->decided && f->real == NULL && fv_cm_real_side(addr) &&
-        fv_cm_go_real(f) < 0)
+        fv_cm_go_real(f, 0) < 0)
         return -1;
     CM_FORWARD(f, addr);
     if (fab_cm_bind_addr(f->h, addr, &st) < 0)
@@ -279,9 +323,12 @@ rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, src_addr, dst_addr, timeout_ms) : -1;
+        return real_fn ? CM_CALL(real_fn(id, src_addr, dst_addr, timeout_ms))
+                         : -1;
+    if (f->dual)
+        drop_side(f, !fv_cm_real_side(dst_addr));
     if (!f->decided && f->real == NULL && fv_cm_real_side(dst_addr) &&
-        fv_cm_go_real(f) < 0)
+        fv_cm_go_real(f, 0) < 0)
         return -1;
     CM_FORWARD(f, src_addr, dst_addr, timeout_ms);
     f->decided = 1;
@@ -297,7 +344,7 @@ rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, timeout_ms) : -1;
+        return real_fn ? CM_CALL(real_fn(id, timeout_ms)) : -1;
     CM_FORWARD(f, timeout_ms);
     if (fab_cm_resolve_route(f->h, timeout_ms, &st) < 0)
         return cm_fail(&st);
@@ -311,8 +358,11 @@ rdma_listen(struct rdma_cm_id *id, int backlog)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, backlog) : -1;
-    CM_FORWARD(f, backlog);
+        return real_fn ? CM_CALL(real_fn(id, backlog)) : -1;
+    if (f->dual && CM_CALL(real_fn(f->real, backlog)) < 0)
+        return -1;
+    if (!f->dual)
+        CM_FORWARD(f, backlog);
     if (fab_cm_listen(f->h, backlog, &st) < 0)
         return cm_fail(&st);
     fv_cm_route(f);
@@ -330,7 +380,7 @@ migrate_real(struct fid *f, struct rdma_event_channel *channel)
     struct rdma_event_channel *rc = NULL;
     if (c != NULL && (rc = fv_cm_real_channel(c)) == NULL)
         return -1;
-    if (real_fn(f->real, rc) < 0)
+    if (CM_CALL(real_fn(f->real, rc)) < 0)
         return -1;
     f->id.channel = channel;
     fv_cm_sync(f);
@@ -346,9 +396,13 @@ rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
     struct pyrdma_status st;
     struct fch *c, *old = f->own_ch;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, channel) : -1;
-    if (f->real != NULL)
-        return migrate_real(f, channel);
+        return real_fn ? CM_CALL(real_fn(id, channel)) : -1;
+    if (f->real != NULL) {
+        if (migrate_real(f, channel) < 0)
+            return -1;
+        if (!f->dual)
+            return 0;
+    }
     c = channel ? container_of(channel, struct fch, ch) : channel_new();
     if (c == NULL)
         return -1;
@@ -403,7 +457,7 @@ rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
     struct fab_cm_conn_param p;
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, conn_param) : -1;
+        return real_fn ? CM_CALL(real_fn(id, conn_param)) : -1;
     CM_FORWARD(f, conn_param);
     param_in(&p, conn_param, id);
     if (fab_cm_connect(f->h, &p, &st) < 0)
@@ -420,7 +474,7 @@ rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
     struct fab_cm_conn_param p;
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, conn_param) : -1;
+        return real_fn ? CM_CALL(real_fn(id, conn_param)) : -1;
     CM_FORWARD(f, conn_param);
     param_in(&p, conn_param, id);
     p.qkey = RDMA_UDP_QKEY;
@@ -442,7 +496,8 @@ rdma_reject(struct rdma_cm_id *id, const void *private_data,
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, private_data, private_data_len) : -1;
+        return real_fn ? CM_CALL(real_fn(id, private_data, private_data_len))
+                         : -1;
     CM_FORWARD(f, private_data, private_data_len);
     if (fab_cm_reject(f->h, private_data, private_data_len, &st) < 0)
         return cm_fail(&st);
@@ -456,7 +511,8 @@ rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
     CM_REAL(int, rdma_reject_ece, (struct rdma_cm_id *, const void *,
                                    uint8_t));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, private_data, private_data_len) : -1;
+        return real_fn ? CM_CALL(real_fn(id, private_data, private_data_len))
+                         : -1;
     CM_FORWARD(container_of(id, struct fid, id), private_data,
                private_data_len);
     return rdma_reject(id, private_data, private_data_len);
@@ -469,7 +525,7 @@ rdma_establish(struct rdma_cm_id *id)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : -1;
+        return real_fn ? CM_CALL(real_fn(id)) : -1;
     CM_FORWARD0(f);
     if (fab_cm_establish(f->h, &st) < 0)
         return cm_fail(&st);
@@ -483,7 +539,7 @@ rdma_disconnect(struct rdma_cm_id *id)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : -1;
+        return real_fn ? CM_CALL(real_fn(id)) : -1;
     CM_FORWARD0(f);
     if (id->qp != NULL) {
         struct ibv_qp_attr a;
@@ -506,7 +562,7 @@ rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr,
     struct pyrdma_qp_attr a;
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, qp_attr, qp_attr_mask) : -1;
+        return real_fn ? CM_CALL(real_fn(id, qp_attr, qp_attr_mask)) : -1;
     CM_FORWARD(f, qp_attr, qp_attr_mask);
     memset(&a, 0, sizeof(a));
     a.qp_state = qp_attr->qp_state;
@@ -662,7 +718,7 @@ rdma_get_cm_event(struct rdma_event_channel *channel,
     CM_REAL(int, rdma_get_cm_event, (struct rdma_event_channel *,
                                      struct rdma_cm_event **));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(channel, event) : -1;
+        return real_fn ? CM_CALL(real_fn(channel, event)) : -1;
     return next_event(container_of(channel, struct fch, ch), event);
 }
 
@@ -672,10 +728,10 @@ rdma_ack_cm_event(struct rdma_cm_event *event)
     CM_REAL(int, rdma_ack_cm_event, (struct rdma_cm_event *));
     struct fev *e;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(event) : -1;
+        return real_fn ? CM_CALL(real_fn(event)) : -1;
     e = container_of(event, struct fev, ev);
     if (e->real != NULL) {
-        int rc = real_fn(e->real);
+        int rc = CM_CALL(real_fn(e->real));
         free(e);
         return rc;
     }

@@ -29,6 +29,9 @@ struct fid {
     struct rdma_cm_id *real;     /* the real librdmacm's ID carrying it
                                     (its context: this fid), or NULL */
     int decided;                 /* bound or resolved on the fabric */
+    int dual;                    /* bound to the wildcard: h and real both
+                                    live (a listener on both sides) until
+                                    rdma_resolve_addr picks one */
     struct fch *own_ch;          /* synchronous ID (no channel given): its
                                     private channel */
     struct ibv_sa_path_rec path; /* id.route.path_rec once resolved */
@@ -52,7 +55,35 @@ struct fev {
     static ret (*real_fn) params; \
     if (real_fn == NULL) \
         *(void **)&real_fn = fv_cm_real(#name)
-#define CM_CALLER_REAL() fv_real_caller(__builtin_return_address(0))
+/* A call the program did not make: from UCX, from librdmacm, or made
+   while the front end itself is in a real librdmacm function (which may
+   reach a front-end entry point by a tail call, whose return address is
+   then the front end's own). */
+#define CM_CALLER_REAL() \
+    (fv_cm_in_real > 0 || fv_real_caller(__builtin_return_address(0)))
+/* Call the real librdmacm (CM_CALL(real_fn(...)), any return type). */
+extern __thread int fv_cm_in_real;
+struct fv_cm_guard { int unused; };
+static inline struct fv_cm_guard
+fv_cm_enter(void)
+{
+    struct fv_cm_guard g = { 0 };
+    fv_cm_in_real++;
+    return g;
+}
+static inline void
+fv_cm_leave(struct fv_cm_guard *g)
+{
+    (void)g;
+    fv_cm_in_real--;
+}
+#define CM_CALL(call) \
+    ({ \
+        struct fv_cm_guard g_ __attribute__((cleanup(fv_cm_leave))) = \
+            fv_cm_enter(); \
+        (void)g_; \
+        call; \
+    })
 void *fv_cm_real(const char *name);
 struct ibv_context *fv_cm_verbs(void);
 int fv_cm_wait(struct fid *f, int want);
@@ -63,7 +94,8 @@ void fv_cm_route(struct fid *f);
 #define CM_FORWARD(f, ...) \
     do { \
         if ((f)->real != NULL) { \
-            int rc_ = real_fn ? real_fn((f)->real, __VA_ARGS__) : -1; \
+            int rc_ = real_fn ? CM_CALL(real_fn((f)->real, __VA_ARGS__)) \
+                              : -1; \
             fv_cm_sync(f); \
             return rc_; \
         } \
@@ -71,7 +103,7 @@ void fv_cm_route(struct fid *f);
 #define CM_FORWARD0(f) \
     do { \
         if ((f)->real != NULL) { \
-            int rc_ = real_fn ? real_fn((f)->real) : -1; \
+            int rc_ = real_fn ? CM_CALL(real_fn((f)->real)) : -1; \
             fv_cm_sync(f); \
             return rc_; \
         } \
@@ -79,7 +111,8 @@ void fv_cm_route(struct fid *f);
 
 /* cm_front_real.c */
 int fv_cm_real_side(const struct sockaddr *addr);
-int fv_cm_go_real(struct fid *f);
+int fv_cm_wildcard_both(const struct sockaddr *addr);
+int fv_cm_go_real(struct fid *f, int keep_fabric);
 void fv_cm_sync(struct fid *f);
 struct rdma_event_channel *fv_cm_real_channel(struct fch *c);
 int fv_cm_real_event(struct fch *c, struct rdma_cm_event **out);

@@ -92,7 +92,7 @@ rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
     int e;
 
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, pd, qp_init_attr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, pd, qp_init_attr)) : -1;
     CM_FORWARD(f, pd, qp_init_attr);
     if (pd == NULL)
         pd = id->pd;
@@ -129,7 +129,7 @@ rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
     struct ibv_qp_init_attr a;
     int rc;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, attr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, attr)) : -1;
     CM_FORWARD(container_of(id, struct fid, id), attr);
     memset(&a, 0, sizeof(a));
     a.qp_context = attr->qp_context;
@@ -153,11 +153,11 @@ rdma_destroy_qp(struct rdma_cm_id *id)
     struct fid *f = container_of(id, struct fid, id);
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(id);
+            CM_CALL(real_fn(id));
         return;
     }
     if (f->real != NULL) {
-        real_fn(f->real);
+        CM_CALL(real_fn(f->real));
         fv_cm_sync(f);
         return;
     }
@@ -205,7 +205,7 @@ rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
     int rc, e;
 
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, res, pd, qp_init_attr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, res, pd, qp_init_attr)) : -1;
     if (res == NULL || id == NULL) {
         errno = EINVAL;
         return -1;
@@ -248,11 +248,11 @@ rdma_destroy_ep(struct rdma_cm_id *id)
     struct fid *f = container_of(id, struct fid, id);
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(id);
+            CM_CALL(real_fn(id));
         return;
     }
     if (f->real != NULL) {
-        real_fn(f->real);       /* its QP, its ID */
+        CM_CALL(real_fn(f->real));       /* its QP, its ID */
         free(f);
         return;
     }
@@ -269,12 +269,12 @@ real_request(struct fid *l, struct rdma_cm_id **id)
                                     struct rdma_cm_id **));
     struct rdma_cm_id *r;
     struct fid *f;
-    if (real_fn(l->real, &r) < 0)
+    if (CM_CALL(real_fn(l->real, &r)) < 0)
         return -1;
     f = fv_cm_wrap(r, NULL);
     if (f == NULL) {
         CM_REAL(void, rdma_destroy_ep, (struct rdma_cm_id *));
-        real_fn(r);
+        CM_CALL(real_fn(r));
         errno = ENOMEM;
         return -1;
     }
@@ -293,7 +293,7 @@ rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
     int e;
 
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(listen, id) : -1;
+        return real_fn ? CM_CALL(real_fn(listen, id)) : -1;
     if (l->real != NULL)
         return real_request(l, id);
     if (l->own_ch == NULL) {
@@ -356,7 +356,7 @@ rdma_getaddrinfo(const char *node, const char *service,
     int rc, passive = hints != NULL && (hints->ai_flags & RAI_PASSIVE);
 
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(node, service, hints, res) : -1;
+        return real_fn ? CM_CALL(real_fn(node, service, hints, res)) : -1;
     memset(&h, 0, sizeof(h));
     h.ai_family = AF_INET;
     h.ai_flags = passive ? AI_PASSIVE : 0;
@@ -395,7 +395,7 @@ rdma_freeaddrinfo(struct rdma_addrinfo *res)
     CM_REAL(void, rdma_freeaddrinfo, (struct rdma_addrinfo *));
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(res);
+            CM_CALL(real_fn(res));
         return;
     }
     while (res != NULL) {
@@ -423,7 +423,7 @@ rdma_get_src_port(struct rdma_cm_id *id)
 {
     CM_REAL(__be16, rdma_get_src_port, (struct rdma_cm_id *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : 0;
+        return real_fn ? CM_CALL(real_fn(id)) : 0;
     return port_of(&id->route.addr.src_addr);
 }
 
@@ -432,7 +432,7 @@ rdma_get_dst_port(struct rdma_cm_id *id)
 {
     CM_REAL(__be16, rdma_get_dst_port, (struct rdma_cm_id *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : 0;
+        return real_fn ? CM_CALL(real_fn(id)) : 0;
     return port_of(&id->route.addr.dst_addr);
 }
 
@@ -446,7 +446,8 @@ rdma_set_option(struct rdma_cm_id *id, int level, int optname,
     CM_REAL(int, rdma_set_option, (struct rdma_cm_id *, int, int, void *,
                                    size_t));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, level, optname, optval, optlen) : -1;
+        return real_fn ? CM_CALL(real_fn(id, level, optname, optval, optlen))
+                         : -1;
     CM_FORWARD(container_of(id, struct fid, id), level, optname, optval,
                optlen);
     if (optval == NULL && optlen != 0) {
@@ -461,7 +462,7 @@ rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
     CM_REAL(int, rdma_notify, (struct rdma_cm_id *, enum ibv_event_type));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, event) : -1;
+        return real_fn ? CM_CALL(real_fn(id, event)) : -1;
     CM_FORWARD(container_of(id, struct fid, id), event);
     return 0;
 }
@@ -472,7 +473,7 @@ rdma_get_devices(int *num_devices)
     CM_REAL(struct ibv_context **, rdma_get_devices, (int *));
     struct ibv_context **l;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(num_devices) : NULL;
+        return real_fn ? CM_CALL(real_fn(num_devices)) : NULL;
     l = calloc(2, sizeof(*l));
     if (l == NULL)
         return NULL;
@@ -488,7 +489,7 @@ rdma_free_devices(struct ibv_context **list)
     CM_REAL(void, rdma_free_devices, (struct ibv_context **));
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(list);
+            CM_CALL(real_fn(list));
         return;
     }
     free(list);
@@ -501,7 +502,7 @@ rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr,
     CM_REAL(int, rdma_join_multicast, (struct rdma_cm_id *,
                                        struct sockaddr *, void *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, addr, context) : -1;
+        return real_fn ? CM_CALL(real_fn(id, addr, context)) : -1;
     CM_FORWARD(container_of(id, struct fid, id), addr, context);
     errno = ENOSYS;     /* the fabric has no multicast (yet) */
     return -1;
@@ -516,7 +517,7 @@ rdma_join_multicast_ex(struct rdma_cm_id *id,
                                           struct rdma_cm_join_mc_attr_ex *,
                                           void *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, mc_join_attr, context) : -1;
+        return real_fn ? CM_CALL(real_fn(id, mc_join_attr, context)) : -1;
     CM_FORWARD(container_of(id, struct fid, id), mc_join_attr, context);
     errno = ENOSYS;
     return -1;
@@ -528,7 +529,7 @@ rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
     CM_REAL(int, rdma_leave_multicast, (struct rdma_cm_id *,
                                         struct sockaddr *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, addr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, addr)) : -1;
     CM_FORWARD(container_of(id, struct fid, id), addr);
     errno = ENOSYS;
     return -1;
@@ -539,7 +540,7 @@ rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {
     CM_REAL(int, rdma_set_local_ece, (struct rdma_cm_id *, struct ibv_ece *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, ece) : -1;
+        return real_fn ? CM_CALL(real_fn(id, ece)) : -1;
     CM_FORWARD(container_of(id, struct fid, id), ece);
     return 0;
 }
@@ -550,7 +551,7 @@ rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
     CM_REAL(int, rdma_get_remote_ece, (struct rdma_cm_id *,
                                        struct ibv_ece *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, ece) : -1;
+        return real_fn ? CM_CALL(real_fn(id, ece)) : -1;
     CM_FORWARD(container_of(id, struct fid, id), ece);
     memset(ece, 0, sizeof(*ece));
     return 0;

@@ -17,6 +17,8 @@
 
 #include <dirent.h>
 
+__thread int fv_cm_in_real;
+
 /* RDMA_UCX_CM=ucx0: every ID on ucx0, as if no real device were here. */
 static int
 mode_ucx0(void)
@@ -63,6 +65,15 @@ fv_cm_real_side(const struct sockaddr *addr)
     return kind == FAB_CM_ADDR_HOST || kind == FAB_CM_ADDR_OTHER;
 }
 
+/* Is addr the wildcard, to be bound on both sides (a listener then
+   hears the kernel's connection requests and ucx0's)? */
+int
+fv_cm_wildcard_both(const struct sockaddr *addr)
+{
+    return addr != NULL && !mode_ucx0() && real_cm_present() &&
+           fab_cm_addr_kind(addr) == FAB_CM_ADDR_ANY;
+}
+
 /* Copy the real ID's public fields into the program's ID (its context,
    channel and ps stay the program's). */
 void
@@ -97,7 +108,7 @@ fv_cm_real_channel(struct fch *c)
 
     pthread_mutex_lock(&m);
     r = c->real;
-    if (r == NULL && real_fn != NULL && (r = real_fn()) != NULL) {
+    if (r == NULL && real_fn != NULL && (r = CM_CALL(real_fn())) != NULL) {
         memset(&pe, 0, sizeof(pe));
         pe.events = EPOLLIN;
         pe.data.fd = r->fd;
@@ -106,7 +117,7 @@ fv_cm_real_channel(struct fch *c)
             int e = errno;
             CM_REAL(void, rdma_destroy_event_channel,
                     (struct rdma_event_channel *));
-            real_fn(r);
+            CM_CALL(real_fn(r));
             r = NULL;
             errno = e;
         }
@@ -121,9 +132,10 @@ fv_cm_real_channel(struct fch *c)
 
 /* f, still undecided, goes to the real librdmacm: a real ID on its
    channel's real channel (a synchronous ID: a synchronous real one),
-   and the fabric's ID is dropped.  0 or -1 with errno. */
+   and the fabric's ID is dropped unless keep_fabric.  0 or -1 with
+   errno. */
 int
-fv_cm_go_real(struct fid *f)
+fv_cm_go_real(struct fid *f, int keep_fabric)
 {
     CM_REAL(int, rdma_create_id, (struct rdma_event_channel *,
                                   struct rdma_cm_id **, void *,
@@ -139,11 +151,11 @@ fv_cm_go_real(struct fid *f)
         (rc = fv_cm_real_channel(container_of(f->id.channel, struct fch,
                                               ch))) == NULL)
         return -1;
-    if (real_fn(rc, &f->real, f, f->id.ps) < 0) {
+    if (CM_CALL(real_fn(rc, &f->real, f, f->id.ps)) < 0) {
         f->real = NULL;
         return -1;
     }
-    if (f->h != NULL && fab_cm_destroy_id(f->h, &st) == 0)
+    if (!keep_fabric && f->h != NULL && fab_cm_destroy_id(f->h, &st) == 0)
         f->h = NULL;
     fv_cm_sync(f);
     return 0;
@@ -178,10 +190,10 @@ drop_event(struct rdma_cm_event *rev, int destroy_id)
 {
     CM_REAL(int, rdma_ack_cm_event, (struct rdma_cm_event *));
     struct rdma_cm_id *id = rev->id;
-    real_fn(rev);
+    CM_CALL(real_fn(rev));
     if (destroy_id) {
         CM_REAL(int, rdma_destroy_id, (struct rdma_cm_id *));
-        real_fn(id);
+        CM_CALL(real_fn(id));
     }
 }
 
@@ -200,7 +212,7 @@ fv_cm_real_event(struct fch *c, struct rdma_cm_event **out)
 
     if (r == NULL || real_fn == NULL)
         return 0;
-    if (real_fn(r, &rev) < 0)
+    if (CM_CALL(real_fn(r, &rev)) < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
     if (rev->listen_id != NULL)
         l = rev->listen_id->context;
@@ -239,12 +251,12 @@ fv_cm_real_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
         errno = ENOSYS;
         return -1;
     }
-    if (real_fn(&r, res, pd, qp_init_attr) < 0)
+    if (CM_CALL(real_fn(&r, res, pd, qp_init_attr)) < 0)
         return -1;
     f = fv_cm_wrap(r, NULL);
     if (f == NULL) {
         CM_REAL(void, rdma_destroy_ep, (struct rdma_cm_id *));
-        real_fn(r);
+        CM_CALL(real_fn(r));
         errno = ENOMEM;
         return -1;
     }

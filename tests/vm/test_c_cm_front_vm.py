@@ -121,6 +121,28 @@ def test_both_preloaded_on_rxe0_and_ucx0_on_loopback_at_once(env):
         lo_srv.wait()
 
 
+@pytest.mark.parametrize("side", ["rxe0", "ucx0"])
+def test_wildcard_listener_hears_both_sides(env, side):
+    """A preloaded listener on 0.0.0.0 (rping -s without -a, perftest -R's
+    server) listens on both: a plain client reaches it through rxe0's
+    address, a preloaded one through 127.0.0.1 on ucx0."""
+    p = str(next(_ports))
+    srv = start(on_fabric("rping", "-s", "-v", "-C", str(N), "-p", p), env)
+    addr, client = (ADDR, plain) if side == "rxe0" else ("127.0.0.1",
+                                                         on_fabric)
+    try:
+        rc, cli = client_until_listening(
+            client("rping", "-c", "-v", "-C", str(N), "-a", addr, "-p", p),
+            env)
+        assert rc == 0, cli
+        rc, out = finish(srv)
+        assert rc == 0, out
+    finally:
+        srv.kill()
+        srv.wait()
+    assert f"server ping data: rdma-ping-{N - 1}: " in out, out
+
+
 def test_rdma_server_preloaded_rdma_client_plain(env):
     """rdma_create_ep/rdma_get_request (synchronous endpoints) on rxe0
     through the front end, against the plain tool, both ways."""
