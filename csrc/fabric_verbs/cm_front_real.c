@@ -50,10 +50,10 @@ real_cm_present(void)
     return n > 0;
 }
 
-/* Does addr belong to the real librdmacm?  Loopback, this node's own
-   address and other fabric nodes' are ucx0's; the wildcard stays on
-   ucx0 (one listener cannot be on both); the host's other addresses and
-   the rest are the kernel's when it has an RDMA device, unless
+/* Does addr belong to the real librdmacm (only)?  Loopback, this
+   node's own address and other fabric nodes' are ucx0's; the wildcard is
+   both sides' (fv_cm_wildcard_both); the host's other addresses and the
+   rest are the kernel's when it has an RDMA device, unless
    RDMA_UCX_CM=ucx0. */
 int
 fv_cm_real_side(const struct sockaddr *addr)
