@@ -589,7 +589,7 @@ request_id(struct fab_cm_event *h)
         return NULL;
     }
     f->h = h->id;
-    f->id.verbs = l->id.verbs;
+    f->id.verbs = fv_cm_verbs();  /* not l's: real if l is dual */
     f->id.channel = l->id.channel;
     f->id.context = l->id.context;
     f->id.ps = l->id.ps;
