@@ -166,6 +166,17 @@ int fab_cm_resolve_route(struct fab_cm_id *id, int timeout_ms,
 int fab_cm_query_route(struct fab_cm_id *id, struct fab_cm_route *r,
                        struct pyrdma_status *st);
 
+/* Which side an address belongs to (the librdmacm front end sends the
+   kernel's to the real librdmacm): the wildcard 0.0.0.0; an address a
+   fabric node serves (loopback, this node's RDMA_UCX_ADDR, another live
+   node's); another address of this host's interfaces; anything else
+   (no node behind it, or not IPv4). */
+#define FAB_CM_ADDR_ANY 0
+#define FAB_CM_ADDR_NODE 1
+#define FAB_CM_ADDR_HOST 2
+#define FAB_CM_ADDR_OTHER 3
+int fab_cm_addr_kind(const struct sockaddr *sa);
+
 /* Passive side: listen (EADDRINUSE if another ID of any node of this
    host holds the port in this port space); each connection request
    becomes a CONNECT_REQUEST with a new ID on the listener's channel. */

@@ -59,7 +59,10 @@
     X(RDMACM_LIBRARY, "RDMA_RDMACM_LIBRARY", "path", "librdmacm.so.1", \
       "loader", "the librdmacm rdma.cm loads for verbs devices") \
     X(FABRIC_VERBS_DEBUG, "RDMA_FABRIC_VERBS_DEBUG", "flag", "0", \
-      "front end", "1: the verbs front end logs each failure on stderr")
+      "front end", "1: the verbs front end logs each failure on stderr") \
+    X(UCX_CM, "RDMA_UCX_CM", "choice auto|ucx0", "auto", "front end", \
+      "ucx0: every rdma_cm ID of a C program on ucx0, also where a real " \
+      "device is")
 
 #define PYRDMA_SETTING_ID(id, ...) PYRDMA_SET_##id,
 enum pyrdma_setting_id { PYRDMA_SETTINGS(PYRDMA_SETTING_ID) PYRDMA_NSETTINGS };

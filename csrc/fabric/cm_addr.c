@@ -4,6 +4,8 @@
 
 #include <ifaddrs.h>
 
+#define EXPORT __attribute__((visibility("default")))
+
 /* Is ip (network order) an address of this host (its network
    namespace): loopback, the node's own (RDMA_UCX_ADDR) or an
    interface's?  1 or 0. */
@@ -70,6 +72,26 @@ cm_resolve_ip(uint32_t ip, unsigned long *netns, uint32_t *src_ip)
         return -1;
     *src_ip = N.ip;
     return 0;
+}
+
+/* Which side an IPv4 address is on, for the librdmacm front end
+   (fab_cm_addr_kind in fabric_lib.h). */
+EXPORT int
+fab_cm_addr_kind(const struct sockaddr *sa)
+{
+    uint32_t ip;
+    unsigned long netns;
+
+    if (sa == NULL || sa->sa_family != AF_INET)
+        return FAB_CM_ADDR_OTHER;
+    ip = ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr;
+    if (ip == 0)
+        return FAB_CM_ADDR_ANY;
+    if ((ntohl(ip) >> 24) == 127 || ip == N.ip)
+        return FAB_CM_ADDR_NODE;
+    if (cm_addr_local(ip))
+        return FAB_CM_ADDR_HOST;
+    return node_at(ip, &netns) ? FAB_CM_ADDR_NODE : FAB_CM_ADDR_OTHER;
 }
 
 static void

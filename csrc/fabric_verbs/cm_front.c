@@ -1,7 +1,9 @@
 /* cm_front.c - librdmacm's entry points for ucx0: event channels, CM
    IDs, addresses, events, connect/accept/reject/disconnect.  IDs made
    by a program are served by the fabric's connection manager
-   (fab_cm_*); the calls UCX's rdmacm transport or librdmacm itself make
+   (fab_cm_*), or by the real librdmacm once their address is a real
+   device's (cm_front_real.c, CM_FORWARD); the calls UCX's rdmacm
+   transport or librdmacm itself make
    go to the real librdmacm (fv_real_caller).  QPs, endpoints and
    getaddrinfo are in cm_front_ep.c.  See docs/c_programs.rst. */
 #include "cm_front.h"
@@ -56,6 +58,18 @@ fv_cm_verbs(void)
 /* ------------------------------------------------------------------ */
 /* channels                                                            */
 
+static int
+epoll_watch(int epfd, int fd)
+{
+    struct epoll_event pe;
+    memset(&pe, 0, sizeof(pe));
+    pe.events = EPOLLIN;
+    pe.data.fd = fd;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &pe);
+}
+
+/* A channel: the fabric's, and an epoll fd (what the program polls)
+   that also watches the real librdmacm's channel once it is made. */
 static struct fch *
 channel_new(void)
 {
@@ -65,9 +79,19 @@ channel_new(void)
         errno = ENOMEM;
         return NULL;
     }
-    if (fab_cm_create_channel(&c->h, &c->ch.fd, &st) < 0) {
+    if (fab_cm_create_channel(&c->h, &c->fab_fd, &st) < 0) {
         fv_failed(&st);
         free(c);
+        return NULL;
+    }
+    c->ch.fd = epoll_create1(EPOLL_CLOEXEC);
+    if (c->ch.fd < 0 || epoll_watch(c->ch.fd, c->fab_fd) < 0) {
+        int e = errno;
+        if (c->ch.fd >= 0)
+            close(c->ch.fd);
+        fab_cm_destroy_channel(c->h, &st);
+        free(c);
+        errno = e;
         return NULL;
     }
     return c;
@@ -79,7 +103,7 @@ rdma_create_event_channel(void)
     CM_REAL(struct rdma_event_channel *, rdma_create_event_channel, (void));
     struct fch *c;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn() : NULL;
+        return real_fn ? CM_CALL(real_fn()) : NULL;
     c = channel_new();
     return c ? &c->ch : NULL;
 }
@@ -93,11 +117,20 @@ rdma_destroy_event_channel(struct rdma_event_channel *channel)
     struct pyrdma_status st;
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(channel);
+            CM_CALL(real_fn(channel));
         return;
     }
-    if (fab_cm_destroy_channel(c->h, &st) == 0)
-        free(c);
+    if (fab_cm_destroy_channel(c->h, &st) < 0) {
+        fv_failed(&st);
+        return;
+    }
+    if (c->real != NULL) {
+        CM_REAL(void, rdma_destroy_event_channel,
+                (struct rdma_event_channel *));
+        CM_CALL(real_fn(c->real));
+    }
+    close(c->ch.fd);
+    free(c);
 }
 
 /* ------------------------------------------------------------------ */
@@ -150,7 +183,7 @@ rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
                                   enum rdma_port_space));
     struct fid *f;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(channel, id, context, ps) : -1;
+        return real_fn ? CM_CALL(real_fn(channel, id, context, ps)) : -1;
     f = fid_new(channel ? container_of(channel, struct fch, ch) : NULL,
                 context, ps);
     if (f == NULL)
@@ -175,8 +208,11 @@ rdma_destroy_id(struct rdma_cm_id *id)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : -1;
-    if (fab_cm_destroy_id(f->h, &st) < 0)
+        return real_fn ? CM_CALL(real_fn(id)) : -1;
+    if (f->real != NULL && CM_CALL(real_fn(f->real)) < 0)
+        return -1;
+    f->real = NULL;
+    if (f->h != NULL && fab_cm_destroy_id(f->h, &st) < 0)
         return cm_fail(&st);
     if (f->last != NULL)
         event_free(f->last);
@@ -215,6 +251,48 @@ fv_cm_route(struct fid *f)
     rt->path_rec = r.num_paths ? &f->path : NULL;
 }
 
+/* Drop one side of an ID bound to the wildcard on both (the real one if
+   real_too). */
+static void
+drop_side(struct fid *f, int real_too)
+{
+    CM_REAL(int, rdma_destroy_id, (struct rdma_cm_id *));
+    struct pyrdma_status st;
+    if (real_too) {
+        if (f->real != NULL && real_fn != NULL)
+            CM_CALL(real_fn(f->real));
+        f->real = NULL;
+    }
+    else if (f->h != NULL && fab_cm_destroy_id(f->h, &st) == 0)
+        f->h = NULL;
+    f->dual = 0;
+}
+
+/* Bind f to the wildcard on both sides: a real ID beside the fabric's. */
+static int
+bind_both(struct fid *f, struct sockaddr *addr)
+{
+    CM_REAL(int, rdma_bind_addr, (struct rdma_cm_id *, struct sockaddr *));
+    struct pyrdma_status st;
+    if (fv_cm_go_real(f, 1) < 0)
+        return -1;
+    f->dual = 1;
+    if (CM_CALL(real_fn(f->real, addr)) < 0) {
+        int e = errno;
+        drop_side(f, 1);
+        errno = e;
+        return -1;
+    }
+    if (fab_cm_bind_addr(f->h, addr, &st) < 0) {
+        drop_side(f, 1);
+        return cm_fail(&st);
+    }
+    f->decided = 1;
+    fv_cm_sync(f);
+    fv_cm_route(f);
+    return 0;
+}
+
 EXPORT int
 rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 {
@@ -222,9 +300,16 @@ rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, addr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, addr)) : -1;
+    if (!f->decided && f->real == NULL && fv_cm_wildcard_both(addr))
+        return bind_both(f, addr);
+    if (!f->decided && f->real == NULL && fv_cm_real_side(addr) &&
+        fv_cm_go_real(f, 0) < 0)
+        return -1;
+    CM_FORWARD(f, addr);
     if (fab_cm_bind_addr(f->h, addr, &st) < 0)
         return cm_fail(&st);
+    f->decided = 1;
     fv_cm_route(f);
     return 0;
 }
@@ -238,7 +323,15 @@ rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, src_addr, dst_addr, timeout_ms) : -1;
+        return real_fn ? CM_CALL(real_fn(id, src_addr, dst_addr, timeout_ms))
+                         : -1;
+    if (f->dual)
+        drop_side(f, !fv_cm_real_side(dst_addr));
+    if (!f->decided && f->real == NULL && fv_cm_real_side(dst_addr) &&
+        fv_cm_go_real(f, 0) < 0)
+        return -1;
+    CM_FORWARD(f, src_addr, dst_addr, timeout_ms);
+    f->decided = 1;
     if (fab_cm_resolve_addr(f->h, src_addr, dst_addr, timeout_ms, &st) < 0)
         return cm_fail(&st);
     return f->own_ch ? fv_cm_wait(f, RDMA_CM_EVENT_ADDR_RESOLVED) : 0;
@@ -251,7 +344,8 @@ rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, timeout_ms) : -1;
+        return real_fn ? CM_CALL(real_fn(id, timeout_ms)) : -1;
+    CM_FORWARD(f, timeout_ms);
     if (fab_cm_resolve_route(f->h, timeout_ms, &st) < 0)
         return cm_fail(&st);
     return f->own_ch ? fv_cm_wait(f, RDMA_CM_EVENT_ROUTE_RESOLVED) : 0;
@@ -264,10 +358,32 @@ rdma_listen(struct rdma_cm_id *id, int backlog)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, backlog) : -1;
+        return real_fn ? CM_CALL(real_fn(id, backlog)) : -1;
+    if (f->dual && CM_CALL(real_fn(f->real, backlog)) < 0)
+        return -1;
+    if (!f->dual)
+        CM_FORWARD(f, backlog);
     if (fab_cm_listen(f->h, backlog, &st) < 0)
         return cm_fail(&st);
     fv_cm_route(f);
+    return 0;
+}
+
+/* rdma_migrate_id of an ID the real librdmacm carries: to the real
+   channel of the program's (NULL: a synchronous one). */
+static int
+migrate_real(struct fid *f, struct rdma_event_channel *channel)
+{
+    CM_REAL(int, rdma_migrate_id, (struct rdma_cm_id *,
+                                   struct rdma_event_channel *));
+    struct fch *c = channel ? container_of(channel, struct fch, ch) : NULL;
+    struct rdma_event_channel *rc = NULL;
+    if (c != NULL && (rc = fv_cm_real_channel(c)) == NULL)
+        return -1;
+    if (CM_CALL(real_fn(f->real, rc)) < 0)
+        return -1;
+    f->id.channel = channel;
+    fv_cm_sync(f);
     return 0;
 }
 
@@ -280,7 +396,13 @@ rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
     struct pyrdma_status st;
     struct fch *c, *old = f->own_ch;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, channel) : -1;
+        return real_fn ? CM_CALL(real_fn(id, channel)) : -1;
+    if (f->real != NULL) {
+        if (migrate_real(f, channel) < 0)
+            return -1;
+        if (!f->dual)
+            return 0;
+    }
     c = channel ? container_of(channel, struct fch, ch) : channel_new();
     if (c == NULL)
         return -1;
@@ -335,7 +457,8 @@ rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
     struct fab_cm_conn_param p;
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, conn_param) : -1;
+        return real_fn ? CM_CALL(real_fn(id, conn_param)) : -1;
+    CM_FORWARD(f, conn_param);
     param_in(&p, conn_param, id);
     if (fab_cm_connect(f->h, &p, &st) < 0)
         return cm_fail(&st);
@@ -351,7 +474,8 @@ rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
     struct fab_cm_conn_param p;
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, conn_param) : -1;
+        return real_fn ? CM_CALL(real_fn(id, conn_param)) : -1;
+    CM_FORWARD(f, conn_param);
     param_in(&p, conn_param, id);
     p.qkey = RDMA_UDP_QKEY;
     if (id->qp != NULL && id->qp_type == IBV_QPT_RC &&
@@ -372,7 +496,9 @@ rdma_reject(struct rdma_cm_id *id, const void *private_data,
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, private_data, private_data_len) : -1;
+        return real_fn ? CM_CALL(real_fn(id, private_data, private_data_len))
+                         : -1;
+    CM_FORWARD(f, private_data, private_data_len);
     if (fab_cm_reject(f->h, private_data, private_data_len, &st) < 0)
         return cm_fail(&st);
     return 0;
@@ -385,7 +511,10 @@ rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
     CM_REAL(int, rdma_reject_ece, (struct rdma_cm_id *, const void *,
                                    uint8_t));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, private_data, private_data_len) : -1;
+        return real_fn ? CM_CALL(real_fn(id, private_data, private_data_len))
+                         : -1;
+    CM_FORWARD(container_of(id, struct fid, id), private_data,
+               private_data_len);
     return rdma_reject(id, private_data, private_data_len);
 }
 
@@ -396,7 +525,8 @@ rdma_establish(struct rdma_cm_id *id)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : -1;
+        return real_fn ? CM_CALL(real_fn(id)) : -1;
+    CM_FORWARD0(f);
     if (fab_cm_establish(f->h, &st) < 0)
         return cm_fail(&st);
     return 0;
@@ -409,7 +539,8 @@ rdma_disconnect(struct rdma_cm_id *id)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : -1;
+        return real_fn ? CM_CALL(real_fn(id)) : -1;
+    CM_FORWARD0(f);
     if (id->qp != NULL) {
         struct ibv_qp_attr a;
         memset(&a, 0, sizeof(a));
@@ -431,7 +562,8 @@ rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr,
     struct pyrdma_qp_attr a;
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, qp_attr, qp_attr_mask) : -1;
+        return real_fn ? CM_CALL(real_fn(id, qp_attr, qp_attr_mask)) : -1;
+    CM_FORWARD(f, qp_attr, qp_attr_mask);
     memset(&a, 0, sizeof(a));
     a.qp_state = qp_attr->qp_state;
     if (fab_cm_init_qp_attr(f->h, &a, qp_attr_mask, &st) < 0)
@@ -457,7 +589,7 @@ request_id(struct fab_cm_event *h)
         return NULL;
     }
     f->h = h->id;
-    f->id.verbs = l->id.verbs;
+    f->id.verbs = fv_cm_verbs();  /* not l's: real if l is dual */
     f->id.channel = l->id.channel;
     f->id.context = l->id.context;
     f->id.ps = l->id.ps;
@@ -529,19 +661,19 @@ event_fill(struct fev *e, struct fid *f, struct fab_cm_event *h)
     e->ev.param.conn.qp_num = h->qp_num;
 }
 
-/* The next event of c as the program sees it; 0 or -1 with errno. */
+/* The next event of the fabric channel of c: 1 (*out set), 0 if there
+   is none, -1 with errno. */
 static int
-next_event(struct fch *c, struct rdma_cm_event **out)
+fabric_event(struct fch *c, struct rdma_cm_event **out)
 {
-    int wait = !(fcntl(c->ch.fd, F_GETFL) & O_NONBLOCK);
     struct pyrdma_status st;
     struct fab_cm_event *h;
     struct fid *f;
     struct fev *e;
 
     for (;;) {
-        if (fab_cm_get_event(c->h, wait, &h, &st) < 0)
-            return cm_fail(&st);
+        if (fab_cm_get_event(c->h, 0, &h, &st) < 0)
+            return st.err == EAGAIN ? 0 : cm_fail(&st);
         f = h->event == FAB_CM_EVENT_CONNECT_REQUEST ? request_id(h)
                                                       : h->context;
         if (f != NULL)
@@ -562,7 +694,31 @@ next_event(struct fch *c, struct rdma_cm_event **out)
     if (h->event == FAB_CM_EVENT_CONNECT_RESPONSE && f->id.qp != NULL)
         conn_response(f, e);
     *out = &e->ev;
-    return 0;
+    return 1;
+}
+
+/* The next event of c (the real librdmacm's or the fabric's) as the
+   program sees it, waiting on c's fd unless it is non-blocking; 0 or -1
+   with errno. */
+static int
+next_event(struct fch *c, struct rdma_cm_event **out)
+{
+    int wait = !(fcntl(c->ch.fd, F_GETFL) & O_NONBLOCK), rc;
+    struct epoll_event pe;
+
+    for (;;) {
+        rc = fv_cm_real_event(c, out);
+        if (rc == 0)
+            rc = fabric_event(c, out);
+        if (rc != 0)
+            return rc > 0 ? 0 : -1;
+        if (!wait) {
+            errno = EAGAIN;
+            return -1;
+        }
+        if (epoll_wait(c->ch.fd, &pe, 1, -1) < 0 && errno == EINTR)
+            return -1;
+    }
 }
 
 EXPORT int
@@ -572,7 +728,7 @@ rdma_get_cm_event(struct rdma_event_channel *channel,
     CM_REAL(int, rdma_get_cm_event, (struct rdma_event_channel *,
                                      struct rdma_cm_event **));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(channel, event) : -1;
+        return real_fn ? CM_CALL(real_fn(channel, event)) : -1;
     return next_event(container_of(channel, struct fch, ch), event);
 }
 
@@ -580,8 +736,15 @@ EXPORT int
 rdma_ack_cm_event(struct rdma_cm_event *event)
 {
     CM_REAL(int, rdma_ack_cm_event, (struct rdma_cm_event *));
+    struct fev *e;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(event) : -1;
+        return real_fn ? CM_CALL(real_fn(event)) : -1;
+    e = container_of(event, struct fev, ev);
+    if (e->real != NULL) {
+        int rc = CM_CALL(real_fn(e->real));
+        free(e);
+        return rc;
+    }
     event_free(event);
     return 0;
 }

@@ -92,7 +92,8 @@ rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
     int e;
 
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, pd, qp_init_attr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, pd, qp_init_attr)) : -1;
+    CM_FORWARD(f, pd, qp_init_attr);
     if (pd == NULL)
         pd = id->pd;
     if (pd == NULL && (pd = f->own_pd = ibv_alloc_pd(id->verbs)) == NULL)
@@ -128,7 +129,8 @@ rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
     struct ibv_qp_init_attr a;
     int rc;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, attr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, attr)) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), attr);
     memset(&a, 0, sizeof(a));
     a.qp_context = attr->qp_context;
     a.send_cq = attr->send_cq;
@@ -151,7 +153,12 @@ rdma_destroy_qp(struct rdma_cm_id *id)
     struct fid *f = container_of(id, struct fid, id);
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(id);
+            CM_CALL(real_fn(id));
+        return;
+    }
+    if (f->real != NULL) {
+        CM_CALL(real_fn(f->real));
+        fv_cm_sync(f);
         return;
     }
     if (id->qp != NULL)
@@ -198,11 +205,14 @@ rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
     int rc, e;
 
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, res, pd, qp_init_attr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, res, pd, qp_init_attr)) : -1;
     if (res == NULL || id == NULL) {
         errno = EINVAL;
         return -1;
     }
+    if (fv_cm_real_side((res->ai_flags & RAI_PASSIVE) ? res->ai_src_addr
+                                                      : res->ai_dst_addr))
+        return fv_cm_real_ep(id, res, pd, qp_init_attr);
     if (rdma_create_id(NULL, &cid, NULL,
                        (enum rdma_port_space)res->ai_port_space) < 0)
         return -1;
@@ -235,14 +245,42 @@ EXPORT void
 rdma_destroy_ep(struct rdma_cm_id *id)
 {
     CM_REAL(void, rdma_destroy_ep, (struct rdma_cm_id *));
+    struct fid *f = container_of(id, struct fid, id);
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(id);
+            CM_CALL(real_fn(id));
+        return;
+    }
+    if (f->real != NULL) {
+        CM_CALL(real_fn(f->real));       /* its QP, its ID */
+        free(f);
         return;
     }
     if (id->qp != NULL)
         rdma_destroy_qp(id);
     rdma_destroy_id(id);
+}
+
+/* rdma_get_request on a listener the real librdmacm carries. */
+static int
+real_request(struct fid *l, struct rdma_cm_id **id)
+{
+    CM_REAL(int, rdma_get_request, (struct rdma_cm_id *,
+                                    struct rdma_cm_id **));
+    struct rdma_cm_id *r;
+    struct fid *f;
+    if (CM_CALL(real_fn(l->real, &r)) < 0)
+        return -1;
+    f = fv_cm_wrap(r, NULL);
+    if (f == NULL) {
+        CM_REAL(void, rdma_destroy_ep, (struct rdma_cm_id *));
+        CM_CALL(real_fn(r));
+        errno = ENOMEM;
+        return -1;
+    }
+    f->id.context = l->id.context;
+    *id = &f->id;
+    return 0;
 }
 
 EXPORT int
@@ -255,7 +293,9 @@ rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
     int e;
 
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(listen, id) : -1;
+        return real_fn ? CM_CALL(real_fn(listen, id)) : -1;
+    if (l->real != NULL)
+        return real_request(l, id);
     if (l->own_ch == NULL) {
         errno = EINVAL;
         return -1;
@@ -316,7 +356,7 @@ rdma_getaddrinfo(const char *node, const char *service,
     int rc, passive = hints != NULL && (hints->ai_flags & RAI_PASSIVE);
 
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(node, service, hints, res) : -1;
+        return real_fn ? CM_CALL(real_fn(node, service, hints, res)) : -1;
     memset(&h, 0, sizeof(h));
     h.ai_family = AF_INET;
     h.ai_flags = passive ? AI_PASSIVE : 0;
@@ -355,7 +395,7 @@ rdma_freeaddrinfo(struct rdma_addrinfo *res)
     CM_REAL(void, rdma_freeaddrinfo, (struct rdma_addrinfo *));
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(res);
+            CM_CALL(real_fn(res));
         return;
     }
     while (res != NULL) {
@@ -383,7 +423,7 @@ rdma_get_src_port(struct rdma_cm_id *id)
 {
     CM_REAL(__be16, rdma_get_src_port, (struct rdma_cm_id *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : 0;
+        return real_fn ? CM_CALL(real_fn(id)) : 0;
     return port_of(&id->route.addr.src_addr);
 }
 
@@ -392,7 +432,7 @@ rdma_get_dst_port(struct rdma_cm_id *id)
 {
     CM_REAL(__be16, rdma_get_dst_port, (struct rdma_cm_id *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id) : 0;
+        return real_fn ? CM_CALL(real_fn(id)) : 0;
     return port_of(&id->route.addr.dst_addr);
 }
 
@@ -406,7 +446,10 @@ rdma_set_option(struct rdma_cm_id *id, int level, int optname,
     CM_REAL(int, rdma_set_option, (struct rdma_cm_id *, int, int, void *,
                                    size_t));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, level, optname, optval, optlen) : -1;
+        return real_fn ? CM_CALL(real_fn(id, level, optname, optval, optlen))
+                         : -1;
+    CM_FORWARD(container_of(id, struct fid, id), level, optname, optval,
+               optlen);
     if (optval == NULL && optlen != 0) {
         errno = EINVAL;
         return -1;
@@ -419,7 +462,8 @@ rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
     CM_REAL(int, rdma_notify, (struct rdma_cm_id *, enum ibv_event_type));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, event) : -1;
+        return real_fn ? CM_CALL(real_fn(id, event)) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), event);
     return 0;
 }
 
@@ -429,7 +473,7 @@ rdma_get_devices(int *num_devices)
     CM_REAL(struct ibv_context **, rdma_get_devices, (int *));
     struct ibv_context **l;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(num_devices) : NULL;
+        return real_fn ? CM_CALL(real_fn(num_devices)) : NULL;
     l = calloc(2, sizeof(*l));
     if (l == NULL)
         return NULL;
@@ -445,7 +489,7 @@ rdma_free_devices(struct ibv_context **list)
     CM_REAL(void, rdma_free_devices, (struct ibv_context **));
     if (CM_CALLER_REAL()) {
         if (real_fn)
-            real_fn(list);
+            CM_CALL(real_fn(list));
         return;
     }
     free(list);
@@ -468,7 +512,8 @@ rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr,
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, addr, context) : -1;
+        return real_fn ? CM_CALL(real_fn(id, addr, context)) : -1;
+    CM_FORWARD(f, addr, context);
     if (fab_cm_join_multicast(f->h, addr, 0, context, &st) < 0)
         return mc_fail(&st);
     return 0;
@@ -486,7 +531,8 @@ rdma_join_multicast_ex(struct rdma_cm_id *id,
     struct pyrdma_status st;
     uint32_t flags;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, mc_join_attr, context) : -1;
+        return real_fn ? CM_CALL(real_fn(id, mc_join_attr, context)) : -1;
+    CM_FORWARD(f, mc_join_attr, context);
     if (mc_join_attr == NULL ||
         !(mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) ||
         (mc_join_attr->comp_mask & ~(uint32_t)(RDMA_CM_JOIN_MC_ATTR_ADDRESS |
@@ -516,7 +562,8 @@ rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
     struct fid *f = container_of(id, struct fid, id);
     struct pyrdma_status st;
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, addr) : -1;
+        return real_fn ? CM_CALL(real_fn(id, addr)) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), addr);
     if (fab_cm_leave_multicast(f->h, addr, &st) < 0)
         return mc_fail(&st);
     return 0;
@@ -527,7 +574,8 @@ rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {
     CM_REAL(int, rdma_set_local_ece, (struct rdma_cm_id *, struct ibv_ece *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, ece) : -1;
+        return real_fn ? CM_CALL(real_fn(id, ece)) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), ece);
     return 0;
 }
 
@@ -537,7 +585,8 @@ rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
     CM_REAL(int, rdma_get_remote_ece, (struct rdma_cm_id *,
                                        struct ibv_ece *));
     if (CM_CALLER_REAL())
-        return real_fn ? real_fn(id, ece) : -1;
+        return real_fn ? CM_CALL(real_fn(id, ece)) : -1;
+    CM_FORWARD(container_of(id, struct fid, id), ece);
     memset(ece, 0, sizeof(*ece));
     return 0;
 }

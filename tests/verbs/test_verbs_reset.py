@@ -6,7 +6,7 @@ rdma-core's own test_mr rereg tests count on the purge."""
 import time
 
 import rdma.ibverbs as ibv
-from verbs_fixtures import (Side, check_ok, connect, differs,
+from verbs_fixtures import (Side, check_ok, connect_pair, differs,
                             expect_no_completion, pattern, poll_cq, qp_state)
 
 pytest_plugins = ["verbs_fixtures"]
@@ -21,7 +21,7 @@ def test_reset_purges_flushed_completions(ctx, provider):
     a = Side(ctx, RC)
     b = Side(ctx, RC)
     try:
-        connect(a, b)
+        connect_pair(a, b)
         for i in range(3):
             b.post_recv(wr_id=10 + i, off=64 * i, length=64)
         b.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_ERR), STATE)
@@ -36,7 +36,7 @@ def test_reset_purges_flushed_completions(ctx, provider):
             assert [w.wr_id for w in wcs] == [10, 11, 12]
             assert all(w.status == ibv.IBV_WC_WR_FLUSH_ERR for w in wcs)
             expect_no_completion(b.recv_cq)
-        connect(a, b)
+        connect_pair(a, b)
         b.post_recv(wr_id=20, length=64)
         a.buf[:16] = pattern(16, 1)
         a.qp.post_send(a.send_wr(b, length=16))

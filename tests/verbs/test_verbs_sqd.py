@@ -11,7 +11,7 @@ import pytest
 
 import rdma
 import rdma.ibverbs as ibv
-from verbs_fixtures import (Side, check_ok, connect, differs,
+from verbs_fixtures import (Side, check_ok, connect_pair, differs,
                             expect_no_completion, pattern, poll_cq, qp_state)
 
 pytest_plugins = ["verbs_fixtures"]
@@ -46,7 +46,7 @@ def test_sqd_drains_and_resumes(ctx):
     a = Side(ctx, RC, max_send_wr=32)
     b = Side(ctx, RC)
     try:
-        connect(a, b)
+        connect_pair(a, b)
         a.buf[:64] = pattern(64, 1)
         a.qp.post_send([a.send_wr(b, W, wr_id=i, length=64,
                                   remote_off=64 * i) for i in range(8)])
@@ -83,7 +83,7 @@ def test_sqd_idle_qp_drains_at_once(ctx):
     a = Side(ctx, RC)
     b = Side(ctx, RC)
     try:
-        connect(a, b)
+        connect_pair(a, b)
         to_sqd(a.qp)
         drained_event(ctx, a.qp)
         a.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_SQD, timeout=16,
@@ -134,7 +134,7 @@ def test_post_send_in_sqd(ctx, provider):
     a = Side(ctx, RC)
     b = Side(ctx, RC)
     try:
-        connect(a, b)
+        connect_pair(a, b)
         to_sqd(a.qp)
         drained_event(ctx, a.qp)
         a.buf[:8] = b"held wr!"
