@@ -279,9 +279,13 @@ def test_silent_server_times_out():
     assert "server's address" in err
 
 
-def test_peer_gone_after_exchange_times_out():
+@pytest.mark.parametrize("hold", [False, True], ids=["closes", "holds"])
+def test_peer_gone_after_exchange_times_out(hold):
     """A client that exchanges addresses and then never sends: our server
-    gives up after --timeout with exit 124."""
+    gives up after --timeout with exit 124.  A client that closes the
+    socket after "done", as the C tools do, leaves the server waiting for
+    a completion ("no completion"); one that holds it open and never
+    answers the server's mode tag, for the exchange to end."""
     port = free_port()
     with server(ours("rc", port, "--timeout", "4"), port) as srv:
         with socket.create_connection(("127.0.0.1", port), timeout=T) as s:
@@ -293,12 +297,17 @@ def test_peer_gone_after_exchange_times_out():
                 assert chunk, "server closed the exchange"
                 reply += chunk
             s.sendall(b"done\0")
+            if not hold:
+                s.close()
             rc, out, err = srv.finish()
     assert re.match(rb"[0-9a-f]{4}:[0-9a-f]{6}:[0-9a-f]{6}:[0-9a-f]{32}\0",
                     reply)
     assert rc == 124, err
     one_line_error(err)
-    assert "no completion" in err
+    if hold:
+        assert "waiting for the peer to close the exchange" in err
+    else:
+        assert "no completion" in err
 
 
 def test_size_mismatch_is_a_validation_failure():
