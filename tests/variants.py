@@ -29,11 +29,51 @@ def variant_dir(name: str) -> Path:
     return ROOT / "build" / "variants" / name
 
 
+#: What a variant is built from: a change to any of them makes it stale.
+_SOURCES = ("rdma", "csrc", "setup.py")
+_STAMP = "sources.sha256"
+
+
+def _sources_digest(name: str) -> str:
+    """SHA-256 of the variant's options and of every source file the
+    build reads (names and contents; built objects and caches left out)."""
+    import hashlib
+    h = hashlib.sha256(repr((sys.executable, VARIANTS[name])).encode())
+    files = []
+    for top in _SOURCES:
+        p = ROOT / top
+        files += sorted(p.rglob("*")) if p.is_dir() else [p]
+    for f in files:
+        if not f.is_file() or f.suffix in (".so", ".pyc") or \
+                "__pycache__" in f.parts:
+            continue
+        h.update(str(f.relative_to(ROOT)).encode() + b"\0")
+        h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def current(name: str) -> Path:
+    """The directory of variant ``name``, built only if it is missing or
+    was built from other sources than the tree's now (.ci/run builds the
+    variants before the tiers that use them: they are not built twice)."""
+    out = variant_dir(name)
+    stamp = out / _STAMP
+    try:
+        if stamp.read_text() == _sources_digest(name) and \
+                any((out / "rdma").glob("_ibverbs*.so")):
+            return out
+    except FileNotFoundError:
+        pass
+    return build(name)
+
+
 def build(name: str, quiet: bool = True) -> Path:
     """Build variant ``name``; return the directory to put on sys.path."""
     if name not in VARIANTS:
         raise ValueError(f"unknown variant {name!r}: {', '.join(VARIANTS)}")
     out = variant_dir(name)
+    (out / _STAMP).unlink(missing_ok=True)
+    digest = _sources_digest(name)
     pkg = out / "rdma"
     if pkg.exists():
         shutil.rmtree(pkg)
@@ -50,6 +90,7 @@ def build(name: str, quiet: bool = True) -> Path:
                            f"{res.stdout}\n{res.stderr}")
     if not quiet:
         sys.stdout.write(res.stdout)
+    (out / _STAMP).write_text(digest)
     return out
 
 
