@@ -256,14 +256,15 @@ def test_no_server_fails_fast():
 
 def test_wait_gives_up_when_nobody_listens():
     port = free_port()
-    rc, _, err = run(ours("rc", port, "--wait", "2", "127.0.0.1"))
+    rc, _, err = run(ours("rc", port, "--wait", "1", "127.0.0.1"))
     assert rc == 1
     one_line_error(err)
 
 
 def test_server_without_client_times_out():
     port = free_port()
-    rc, _, err = run(ours("rc", port, "--timeout", "3"))
+    # (1 s: nothing but the wait for a client is timed)
+    rc, _, err = run(ours("rc", port, "--timeout", "1"))
     assert rc == 124
     one_line_error(err)
     assert "waiting for a client" in err
@@ -273,7 +274,9 @@ def test_silent_server_times_out():
     """A TCP server that accepts and never answers: exit 124."""
     with socket.create_server(("127.0.0.1", 0)) as ls:
         port = ls.getsockname()[1]
-        rc, _, err = run(ours("uc", port, "--timeout", "3", "127.0.0.1"))
+        # (1 s: the connection to the listening socket is there at once,
+        # then only the wait for the server's address is timed)
+        rc, _, err = run(ours("uc", port, "--timeout", "1", "127.0.0.1"))
     assert rc == 124
     one_line_error(err)
     assert "server's address" in err
