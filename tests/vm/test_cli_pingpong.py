@@ -319,10 +319,13 @@ def test_size_mismatch_is_a_validation_failure():
     the client too, which starts once the server listens: it is the
     per-process bound T, not a guess at how long the client takes to
     start (20 s ran out under TCG; the server exits 3 as soon as the
-    first message is in, so a passing run takes no longer)."""
+    first message is in, so a passing run takes no longer).  The
+    client's --timeout bounds each step of its address exchange with the
+    listening server, then its wait for a reply that never comes (it is
+    waited out in every run): 5 s."""
     port = free_port()
     with server(ours("rc", port, "-c", "--timeout", str(T)), port) as srv:
-        cli = run(ours("rc", port, "-s", "2048", "--timeout", "10",
+        cli = run(ours("rc", port, "-s", "2048", "--timeout", "5",
                        "127.0.0.1"))
         rc, out, err = srv.finish()
     assert rc == 3, err
