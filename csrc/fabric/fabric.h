@@ -903,6 +903,7 @@ int fab_ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
                    struct pyrdma_status *st, const char *func);
 void fab_peer_fail_locked(struct peer *p);
 int fab_peer_of(uint64_t guid, struct peer **out, struct pyrdma_status *st);
+int fab_peer_known(uint64_t guid);
 int fab_node_alive(uint64_t guid);
 int fab_node_netns(uint64_t guid, unsigned long *netns);
 
