@@ -295,6 +295,7 @@ def test_destroy_id_waits_for_its_events_acknowledgement(env, probe):
     its listener, so its new ID may be destroyed before the request is
     acknowledged without waiting."""
     res = run([probe, "held", "127.0.0.1"], env)
+    assert res.returncode == 0, res.stdout + res.stderr
     assert "DESTROY after-ack" in res.stdout, res.stdout + res.stderr
     res = run([probe, "reqdestroy", str(fh.free_port())], env)
     assert "OK reqdestroy" in res.stdout, res.stdout + res.stderr
@@ -310,6 +311,7 @@ def test_set_option_errors_and_effects(env, probe):
     TOS is the route's traffic class, and IB_PATH resolves the route
     (ROUTE_RESOLVED)."""
     res = run([probe, "options"], env)
+    assert res.returncode == 0, res.stdout + res.stderr
     got = dict(re.findall(r"^OPT (\S+) (\d+)$", res.stdout, re.M))
     assert got == {
         "bad-level": "38", "bad-name": "38", "bad-ib-name": "38",
