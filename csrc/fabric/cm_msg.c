@@ -205,7 +205,9 @@ tx(const struct cmout *o)
         NULL)
         return -1;
     LOCK();
-    failed = p->failed;
+    /* a node that did not answer our HELLO drops what we send it: the
+       ID hears now (UNREACHABLE), as when the IB CM's retries run out */
+    failed = p->failed || p->unanswered;
     ep = p->ep;
     x->h.sid = p->tx_sid;
     UNLOCK();

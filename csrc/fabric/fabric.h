@@ -641,6 +641,8 @@ struct peer {
                               message we send it) */
     uint64_t rx_sid;       /* its session with us (its HELLO), 0: none:
                               its messages must carry it */
+    int unanswered;        /* our HELLO got no answer in time, or was
+                              refused: what we send it is dropped there */
 };
 
 /* A queue pair. */

@@ -152,13 +152,17 @@ with cm.EventChannel("ucx") as ch:
     with cm.connect("127.0.0.1", int(sys.argv[2]), provider="ucx",
                     timeout=30):
         print(f"LOCAL {time.monotonic() - t0:.3f}", flush=True)
+    ev = ch.get_event(timeout=20)
+    print(f"FAR {ev} {time.monotonic() - t0:.1f}", flush=True)
 """
 
 
 def test_cm_thread_goes_on_while_a_node_does_not_answer(env):
     """A connect towards a node that lives but does not answer (stopped:
     its HELLO waits up to 5 s) must not hold up the CM's thread: another
-    ID's connection to a node that answers completes meanwhile."""
+    ID's connection to a node that answers completes meanwhile.  The
+    first ID then hears UNREACHABLE (-ETIMEDOUT), as when the IB CM's
+    retries run out, instead of waiting for ever."""
     silent_port, local_port = fh.free_port(), fh.free_port()
     pyenv = dict(env, PYTHONPATH=str(ROOT))
     procs = []
@@ -179,6 +183,7 @@ def test_cm_thread_goes_on_while_a_node_does_not_answer(env):
         assert res.returncode == 0, res.stdout + res.stderr
         took = float(res.stdout.split("LOCAL ")[1].split()[0])
         assert took < 2.5, res.stdout
+        assert "FAR UNREACHABLE (status -110)" in res.stdout, res.stdout
     finally:
         if procs:
             os.kill(procs[0].pid, signal.SIGCONT)
