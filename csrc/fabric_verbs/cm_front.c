@@ -448,6 +448,12 @@ rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
     }
     f->own_ch = channel ? NULL : c;
     f->id.channel = &c->ch;
+    if (f->last != NULL) {      /* a synchronous ID's last event */
+        event_free(f->last);
+        f->last = NULL;
+        f->id.event = NULL;
+    }
+    wait_acked(f);              /* as librdmacm: none left on the old */
     if (old != NULL)
         rdma_destroy_event_channel(&old->ch);
     return 0;

@@ -24,10 +24,12 @@
                                      UD ID bound to 127.0.0.1 with a QP,
                                      after the calls that must fail; print
                                      the JOIN's address (MCAST line)
-     held ADDR                       resolve ADDR, keep ADDR_RESOLVED
-                                     unacknowledged, destroy the ID while
+     held ADDR [migrate]             resolve ADDR, keep ADDR_RESOLVED
+                                     unacknowledged, destroy the ID (or
+                                     migrate it to a new channel) while
                                      another thread acknowledges it 300
-                                     ms later: DESTROY after-ack|before-ack
+                                     ms later: DESTROY (MIGRATE)
+                                     after-ack|before-ack
      reqdestroy PORT                 listen on PORT and connect to it on
                                      one channel; on CONNECT_REQUEST reject
                                      and destroy its new ID before the
@@ -399,7 +401,7 @@ ack_later(void *arg)
 }
 
 static int
-held(const char *ip)
+held(const char *ip, int migrate)
 {
     struct rdma_cm_id *id;
     struct rdma_cm_event *e;
@@ -414,12 +416,14 @@ held(const char *ip)
     if ((e = next_event()) == NULL)
         return 1;
     pthread_create(&t, NULL, ack_later, e);
-    if (rdma_destroy_id(id) != 0)
+    if (migrate && rdma_migrate_id(id, rdma_create_event_channel()) != 0)
+        say_err("rdma_migrate_id");
+    if (!migrate && rdma_destroy_id(id) != 0)
         say_err("rdma_destroy_id");
     done = now_s();
     pthread_join(t, NULL);
-    printf("DESTROY %s\n", done >= acked_at && acked_at > 0 ? "after-ack"
-                                                           : "before-ack");
+    printf("%s %s\n", migrate ? "MIGRATE" : "DESTROY",
+           done >= acked_at && acked_at > 0 ? "after-ack" : "before-ack");
     return 0;
 }
 
@@ -534,7 +538,7 @@ main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "options") == 0)
         return options();
     if (argc >= 3 && strcmp(argv[1], "held") == 0)
-        return held(argv[2]);
+        return held(argv[2], argc > 3 && strcmp(argv[3], "migrate") == 0);
     if (argc >= 3 && strcmp(argv[1], "reqdestroy") == 0)
         return reqdestroy(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "bind") == 0)

@@ -289,14 +289,18 @@ def test_address_with_no_node_is_addr_error(env, probe):
 
 
 def test_destroy_id_waits_for_its_events_acknowledgement(env, probe):
-    """rdma_destroy_id returns only once the ID's events handed out are
-    acknowledged (librdmacm's rule; another thread acknowledges 300 ms
-    later and still reads event->id); a CONNECT_REQUEST counts against
+    """rdma_destroy_id (and rdma_migrate_id) returns only once the ID's
+    events handed out are acknowledged (librdmacm's rule; another thread
+    acknowledges 300 ms later and still reads event->id); a
+    CONNECT_REQUEST counts against
     its listener, so its new ID may be destroyed before the request is
     acknowledged without waiting."""
     res = run([probe, "held", "127.0.0.1"], env)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "DESTROY after-ack" in res.stdout, res.stdout + res.stderr
+    res = run([probe, "held", "127.0.0.1", "migrate"], env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "MIGRATE after-ack" in res.stdout, res.stdout + res.stderr
     res = run([probe, "reqdestroy", str(fh.free_port())], env)
     assert "OK reqdestroy" in res.stdout, res.stdout + res.stderr
     assert events(res.stdout)[-1][0] == "REJECTED", res.stdout
