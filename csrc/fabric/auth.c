@@ -831,8 +831,10 @@ fab_hello_send(struct peer *p, const uint64_t *key, int mode)
         ;
     *pp = hs.next;
     UNLOCK();
-    if (!hs.got || hs.nb == 0)
-        return;                 /* refused: its messages will be dropped */
+    if (!hs.got || hs.nb == 0) {
+        p->unanswered = 1;      /* refused: its messages will be dropped */
+        return;
+    }
     h.kind = AM_CTL_PROOF;
     h.swap = hs.nb;
     h.cmp = key != NULL ? hello_mac(key, p->guid, N.guid, h.sid, h.imm,

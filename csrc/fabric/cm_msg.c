@@ -30,6 +30,17 @@ static int thr_up;
 static pid_t thr_pid;
 static int sending;             /* the thread is inside tx() */
 
+/* A node we have no peer of yet: its endpoint is opened and HELLO said
+   (up to seconds when it does not answer) by a thread of its own, so
+   that the CM thread goes on with the other IDs; the messages to it
+   wait here meanwhile, in order. */
+struct opening {
+    struct opening *next;
+    uint64_t guid;
+    struct cmout *head, *tail;
+};
+static struct opening *openings;
+
 void
 cm_wake(void)
 {
@@ -194,7 +205,9 @@ tx(const struct cmout *o)
         NULL)
         return -1;
     LOCK();
-    failed = p->failed;
+    /* a node that did not answer our HELLO drops what we send it: the
+       ID hears now (UNREACHABLE), as when the IB CM's retries run out */
+    failed = p->failed || p->unanswered;
     ep = p->ep;
     x->h.sid = p->tx_sid;
     UNLOCK();
@@ -476,7 +489,101 @@ timers(void)
 /* ------------------------------------------------------------------ */
 /* the thread                                                          */
 
-/* Send the queued messages (cm_lock held, dropped meanwhile). */
+/* o could not be sent: its ID hears that the peer is gone (cm_lock
+   held). */
+static void
+tx_failed(const struct cmout *o)
+{
+    struct fab_cm_id *id;
+    if (o->from != 0 && (id = cm_id_find(o->from)) != NULL)
+        cm_peer_gone(id, -ETIMEDOUT);
+}
+
+/* The thread of an opening: send its messages in order until none is
+   left, then end it (cm_lock dropped while sending). */
+static void *
+open_main(void *arg)
+{
+    struct opening *op = arg, **pp;
+    struct cmout *o;
+    CM_LOCK();
+    while ((o = op->head) != NULL) {
+        int rc;
+        op->head = o->next;
+        if (op->head == NULL)
+            op->tail = NULL;
+        CM_UNLOCK();
+        rc = tx(o);
+        CM_LOCK();
+        if (rc < 0)
+            tx_failed(o);
+        free(o);
+    }
+    for (pp = &openings; *pp != op; pp = &(*pp)->next)
+        ;
+    *pp = op->next;
+    CM_UNLOCK();
+    free(op);
+    return NULL;
+}
+
+/* Queue o behind the opening of its node (started if there is none):
+   1, or 0 if no thread could be started (the caller sends it). */
+static int
+to_opening(struct cmout *o)
+{
+    struct opening *op;
+    pthread_attr_t a;
+    pthread_t t;
+    int rc;
+
+    for (op = openings; op != NULL && op->guid != o->guid; op = op->next)
+        ;
+    if (op == NULL) {
+        if ((op = calloc(1, sizeof(*op))) == NULL)
+            return 0;
+        op->guid = o->guid;
+        op->head = op->tail = o;
+        o->next = NULL;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&t, &a, open_main, op);
+        pthread_attr_destroy(&a);
+        if (rc != 0) {
+            free(op);
+            return 0;
+        }
+        op->next = openings;
+        openings = op;
+        return 1;
+    }
+    o->next = NULL;
+    if (op->tail != NULL)
+        op->tail->next = o;
+    else
+        op->head = o;
+    op->tail = o;
+    return 1;
+}
+
+/* Is o's node being opened, or not known yet (cm_lock held; dropped
+   while it looks)? */
+static int
+needs_opening(const struct cmout *o)
+{
+    struct opening *op;
+    int known;
+    for (op = openings; op != NULL; op = op->next)
+        if (op->guid == o->guid)
+            return 1;
+    CM_UNLOCK();
+    known = fab_peer_known(o->guid);
+    CM_LOCK();
+    return !known;
+}
+
+/* Send the queued messages (cm_lock held, dropped meanwhile); those to
+   a node not known yet go to its opening. */
 static void
 send_all(void)
 {
@@ -487,15 +594,16 @@ send_all(void)
         if (out_head == NULL)
             out_tail = NULL;
         sending = 1;
+        if (needs_opening(o) && to_opening(o)) {
+            sending = 0;
+            continue;
+        }
         CM_UNLOCK();
         rc = tx(o);
         CM_LOCK();
         sending = 0;
-        if (rc < 0 && o->from != 0) {
-            struct fab_cm_id *id = cm_id_find(o->from);
-            if (id != NULL)
-                cm_peer_gone(id, -ETIMEDOUT);
-        }
+        if (rc < 0)
+            tx_failed(o);
         free(o);
     }
 }
@@ -554,7 +662,8 @@ cm_atexit(void)
         id->state = CS_DONE;
         cm_unclaim(id);
     }
-    while ((out_head != NULL || sending) && now_ns() < end) {
+    while ((out_head != NULL || sending || openings != NULL) &&
+           now_ns() < end) {
         CM_UNLOCK();
         usleep(1000);
         CM_LOCK();
@@ -572,6 +681,8 @@ cm_thread_start(struct pyrdma_status *st)
 
     CM_LOCK();
     if (!thr_up || thr_pid != getpid()) {
+        openings = NULL;        /* a child: its parent's threads are not
+                                   here (their memory is left) */
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
         rc = pthread_create(&t, &a, cm_main, NULL);

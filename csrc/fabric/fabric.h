@@ -641,6 +641,8 @@ struct peer {
                               message we send it) */
     uint64_t rx_sid;       /* its session with us (its HELLO), 0: none:
                               its messages must carry it */
+    int unanswered;        /* our HELLO got no answer in time, or was
+                              refused: what we send it is dropped there */
 };
 
 /* A queue pair. */
@@ -903,6 +905,7 @@ int fab_ah_resolve(const struct pyrdma_ah_attr *a, struct peer **out,
                    struct pyrdma_status *st, const char *func);
 void fab_peer_fail_locked(struct peer *p);
 int fab_peer_of(uint64_t guid, struct peer **out, struct pyrdma_status *st);
+int fab_peer_known(uint64_t guid);
 int fab_node_alive(uint64_t guid);
 int fab_node_netns(uint64_t guid, unsigned long *netns);
 

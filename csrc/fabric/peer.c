@@ -566,6 +566,14 @@ fab_peer_of(uint64_t guid, struct peer **out, struct pyrdma_status *st)
     return peer_get(guid, 0, out, st, "rdma_connect");
 }
 
+/* Do we have a live peer of node guid already (no HELLO to wait for)?
+   Without N.lock. */
+int
+fab_peer_known(uint64_t guid)
+{
+    return peer_find(guid) != NULL;
+}
+
 /* Does node guid live?  Its record says, where it has one in the
    rendezvous directory; else its peer's endpoint (failed: gone), else
    it is taken to live.  Without N.lock. */

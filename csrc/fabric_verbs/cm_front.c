@@ -192,13 +192,44 @@ rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
     return 0;
 }
 
+/* Events handed out and not acknowledged yet, per ID: rdma_destroy_id
+   waits for them, as librdmacm's does (an ID's memory must outlive the
+   events that point to it). */
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ev_acked = PTHREAD_COND_INITIALIZER;
+
+static void
+event_count(struct fev *e, struct fid *owner)
+{
+    pthread_mutex_lock(&ev_lock);
+    e->owner = owner;
+    owner->events_out++;
+    pthread_mutex_unlock(&ev_lock);
+}
+
 static void
 event_free(struct rdma_cm_event *ev)
 {
     struct fev *e = container_of(ev, struct fev, ev);
     struct pyrdma_status st;
     fab_cm_ack_event(e->h, &st);
+    if (e->owner != NULL) {
+        pthread_mutex_lock(&ev_lock);
+        if (--e->owner->events_out == 0)
+            pthread_cond_broadcast(&ev_acked);
+        pthread_mutex_unlock(&ev_lock);
+    }
     free(e);
+}
+
+/* Wait until every event handed out for f is acknowledged. */
+static void
+wait_acked(struct fid *f)
+{
+    pthread_mutex_lock(&ev_lock);
+    while (f->events_out > 0)
+        pthread_cond_wait(&ev_acked, &ev_lock);
+    pthread_mutex_unlock(&ev_lock);
 }
 
 EXPORT int
@@ -216,6 +247,7 @@ rdma_destroy_id(struct rdma_cm_id *id)
         return cm_fail(&st);
     if (f->last != NULL)
         event_free(f->last);
+    wait_acked(f);
     if (f->own_ch != NULL)
         rdma_destroy_event_channel(&f->own_ch->ch);
     free(f->qp_init);
@@ -247,6 +279,8 @@ fv_cm_route(struct fid *f)
     f->path.hop_limit = 1;
     f->path.reversible = 1;
     f->path.numb_path = 1;
+    if (f->tos_set)
+        f->path.traffic_class = f->tos;  /* RDMA_OPTION_ID_TOS */
     rt->num_paths = r.num_paths;
     rt->path_rec = r.num_paths ? &f->path : NULL;
 }
@@ -365,6 +399,7 @@ rdma_listen(struct rdma_cm_id *id, int backlog)
         CM_FORWARD(f, backlog);
     if (fab_cm_listen(f->h, backlog, &st) < 0)
         return cm_fail(&st);
+    f->listening = 1;
     fv_cm_route(f);
     return 0;
 }
@@ -413,6 +448,12 @@ rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
     }
     f->own_ch = channel ? NULL : c;
     f->id.channel = &c->ch;
+    if (f->last != NULL) {      /* a synchronous ID's last event */
+        event_free(f->last);
+        f->last = NULL;
+        f->id.event = NULL;
+    }
+    wait_acked(f);              /* as librdmacm: none left on the old */
     if (old != NULL)
         rdma_destroy_event_channel(&old->ch);
     return 0;
@@ -569,6 +610,11 @@ rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr,
     if (fab_cm_init_qp_attr(f->h, &a, qp_attr_mask, &st) < 0)
         return cm_fail(&st);
     fv_qp_attr_out(qp_attr, &a);
+    /* what rdma_set_option set: the kernel's rdma_init_qp_attr too */
+    if (f->tos_set && (*qp_attr_mask & IBV_QP_AV))
+        qp_attr->ah_attr.grh.traffic_class = f->tos;
+    if (f->ack_timeout_set && (*qp_attr_mask & IBV_QP_TIMEOUT))
+        qp_attr->timeout = f->ack_timeout;
     return 0;
 }
 
@@ -688,6 +734,10 @@ fabric_event(struct fch *c, struct rdma_cm_event **out)
     }
     e->h = h;
     event_fill(e, f, h);
+    /* librdmacm counts a CONNECT_REQUEST against its listener: the new
+       ID may be destroyed before the request is acknowledged */
+    event_count(e, e->ev.listen_id != NULL
+                   ? container_of(e->ev.listen_id, struct fid, id) : f);
     if (h->event != FAB_CM_EVENT_DISCONNECTED &&
         h->event != FAB_CM_EVENT_TIMEWAIT_EXIT)
         fv_cm_route(f);

@@ -41,6 +41,13 @@ struct fid {
                                     each rdma_get_request makes */
     struct ibv_pd *own_pd;       /* made by rdma_create_qp (pd NULL) */
     int own_cqs;                 /* rdma_create_qp made id's CQs */
+    int events_out;              /* fabric events handed out for it (a
+                                    CONNECT_REQUEST: for its listener),
+                                    not yet acknowledged (fv_ev_lock) */
+    int listening;               /* rdma_listen succeeded */
+    int tos_set, afonly, reuseaddr; /* rdma_set_option (cm_front_ep.c) */
+    uint8_t tos, ack_timeout;
+    int ack_timeout_set;
 };
 
 /* An event handed out. */
@@ -48,6 +55,7 @@ struct fev {
     struct rdma_cm_event ev;     /* what the program sees */
     struct fab_cm_event *h;
     struct rdma_cm_event *real;  /* or the real librdmacm's event */
+    struct fid *owner;           /* the ID whose events_out counts it */
 };
 
 /* cm_front.c */

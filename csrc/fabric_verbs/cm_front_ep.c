@@ -439,22 +439,100 @@ rdma_get_dst_port(struct rdma_cm_id *id)
 /* ------------------------------------------------------------------ */
 /* the rest                                                            */
 
+/* RDMA_OPTION_ID's options (the kernel's checks): 0 or an errno. */
+static int
+option_id(struct fid *f, int optname, const void *v, size_t len)
+{
+    int bound = f->listening ||
+                f->id.route.addr.dst_addr.sa_family != 0;
+    switch (optname) {
+    case RDMA_OPTION_ID_TOS:
+        if (len != sizeof(uint8_t))
+            return EINVAL;
+        f->tos = *(const uint8_t *)v;
+        f->tos_set = 1;
+        if (f->id.route.path_rec != NULL)
+            f->path.traffic_class = f->tos;
+        return 0;
+    case RDMA_OPTION_ID_REUSEADDR:
+        if (len != sizeof(int))
+            return EINVAL;
+        if (*(const int *)v ? f->listening : f->decided)
+            return EINVAL;  /* the kernel's: idle, or on, not listening */
+        f->reuseaddr = *(const int *)v != 0;
+        return 0;
+    case RDMA_OPTION_ID_AFONLY:
+        if (len != sizeof(int))
+            return EINVAL;
+        if (bound)
+            return EINVAL;  /* idle or bound only */
+        f->afonly = *(const int *)v != 0;
+        return 0;
+    case RDMA_OPTION_ID_ACK_TIMEOUT:
+        if (len != sizeof(uint8_t) || f->id.qp_type != IBV_QPT_RC)
+            return EINVAL;
+        f->ack_timeout = *(const uint8_t *)v;
+        f->ack_timeout_set = 1;
+        return 0;
+    default:
+        return ENOSYS;
+    }
+}
+
+/* RDMA_OPTION_IB_PATH: an array of struct ibv_path_data, one of them
+   the primary bidirectional path of a GMP; the route is then resolved
+   (ROUTE_RESOLVED), on the fabric's own path.  0 or an errno. */
+static int
+option_ib_path(struct fid *f, const void *v, size_t len)
+{
+    const uint32_t want = IBV_PATH_FLAG_GMP | IBV_PATH_FLAG_PRIMARY |
+                          IBV_PATH_FLAG_BIDIRECTIONAL;
+    const struct ibv_path_data *p = v;
+    struct pyrdma_status st;
+    size_t i, n = len / sizeof(*p);
+
+    if (len == 0 || len % sizeof(*p) != 0)
+        return EINVAL;
+    for (i = 0; i < n && (p[i].flags & want) != want; i++)
+        ;
+    if (i == n)
+        return EINVAL;
+    if (fab_cm_resolve_route(f->h, 0, &st) < 0)
+        return fv_failed(&st);
+    if (f->own_ch != NULL &&
+        fv_cm_wait(f, RDMA_CM_EVENT_ROUTE_RESOLVED) < 0)
+        return errno;
+    return 0;
+}
+
 EXPORT int
 rdma_set_option(struct rdma_cm_id *id, int level, int optname,
                 void *optval, size_t optlen)
 {
     CM_REAL(int, rdma_set_option, (struct rdma_cm_id *, int, int, void *,
                                    size_t));
+    struct fid *f = container_of(id, struct fid, id);
+    int e;
     if (CM_CALLER_REAL())
         return real_fn ? CM_CALL(real_fn(id, level, optname, optval, optlen))
                          : -1;
-    CM_FORWARD(container_of(id, struct fid, id), level, optname, optval,
-               optlen);
-    if (optval == NULL && optlen != 0) {
-        errno = EINVAL;
+    CM_FORWARD(f, level, optname, optval, optlen);
+    if (optlen > (1u << 22))
+        e = EINVAL;             /* the kernel's size limit */
+    else if (optval == NULL && optlen != 0)
+        e = EFAULT;             /* the kernel cannot copy it */
+    else if (level == RDMA_OPTION_ID)
+        e = option_id(f, optname, optval, optlen);
+    else if (level == RDMA_OPTION_IB)
+        e = optname == RDMA_OPTION_IB_PATH
+            ? option_ib_path(f, optval, optlen) : ENOSYS;
+    else
+        e = ENOSYS;
+    if (e != 0) {
+        errno = e;
         return -1;
     }
-    return 0;   /* TOS, REUSEADDR, AFONLY, ACK_TIMEOUT, IB_PATH: no effect */
+    return 0;
 }
 
 EXPORT int

@@ -29,6 +29,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))
@@ -314,6 +315,32 @@ def data_path(provider: str, addr: str, port: int, iters: int, reps: int):
     return out
 
 
+TLS = {"shm": {"UCX_TLS": "shm,self"},
+       "tcp": {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"}}
+
+
+def rate_table(provider: str, addr: str, port: int, n: int, d: str,
+               reps: int) -> None:
+    """The same work R times, alternating (load on the machine hits both
+    alike): rdma.cm's N side by side against cmtime -c N; medians and
+    their ratio."""
+    py, c = [], []
+    for r in range(reps):
+        py.append(py_rate_parallel(provider, addr, port + 20 * r, n, d))
+        rate, out = c_rate(provider, addr, port + 20 * r + 1, n, d,
+                           "cmtime")
+        if rate is None:
+            print(f"  cmtime: failed:\n{textwrap.indent(out, '    ')}")
+            return
+        c.append(rate)
+    mp, mc = statistics.median(py), statistics.median(c)
+    print(f"  rdma.cm, N side by side: median {mp:8.1f} conn/s  "
+          f"(runs {', '.join(f'{x:.0f}' for x in py)})")
+    print(f"  cmtime -c {n}:            median {mc:8.1f} conn/s  "
+          f"(runs {', '.join(f'{x:.0f}' for x in c)})")
+    print(f"  rdma.cm / cmtime = {mp / mc:.2f}  (goal of issue 23: 0.8)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--provider", default="ucx", choices=("ucx", "verbs"))
@@ -323,15 +350,45 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20000,
                     help="8-byte writes per repetition (default 20000)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--tls", action="append", choices=sorted(TLS),
+                    help="ucx: the UCX transport (repeatable; default "
+                    "shm and tcp)")
+    ap.add_argument("--rate-only", action="store_true",
+                    help="only the rdma.cm / cmtime table")
     args = ap.parse_args()
     addr = args.addr or ADDRS[args.provider]
     port = 20000 + os.getpid() % 5000
+    tls = (args.tls or sorted(TLS, reverse=True)) if args.provider == "ucx" \
+        else [None]
+    if len(tls) > 1:
+        # A process's fabric node keeps the transport it started with:
+        # one process per transport.
+        rest = [a for i, a in enumerate(sys.argv[1:])
+                if a != "--tls" and (i == 0 or sys.argv[i] != "--tls")]
+        for t in tls:
+            rc = subprocess.call([sys.executable, __file__, *rest,
+                                  "--tls", str(t)])
+            if rc != 0:
+                return rc
+        return 0
+    if tls[0] is not None:
+        os.environ.update(TLS[tls[0]])
+    run_one(args, addr, port, tls[0])
+    return 0
+
+
+def run_one(args: argparse.Namespace, addr: str, port: int,
+            tls: Optional[str]) -> None:
     with tempfile.TemporaryDirectory() as d:
         os.chmod(d, 0o700)
         if args.provider == "ucx":
             os.environ["RDMA_UCX_DIR"] = d
-        print(f"provider {args.provider}, address {addr}, "
+        print(f"provider {args.provider}"
+              f"{'' if tls is None else ' over ' + tls}, address {addr}, "
               f"{args.n} connections")
+        rate_table(args.provider, addr, port + 100, args.n, d, args.reps)
+        if args.rate_only:
+            return
         py = py_rate(args.provider, addr, port, args.n, d)
         print(f"  rdma.cm.connect() (Python, a channel each): {py:8.1f} "
               "conn/s")
@@ -362,7 +419,6 @@ def main() -> int:
                     "GB/s")
             print(f"  RDMA WRITE {size:6d} B, hand- vs CM-connected: {unit}"
                   f"   ratio {cmc / hand:.3f}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -24,9 +24,28 @@
                                      UD ID bound to 127.0.0.1 with a QP,
                                      after the calls that must fail; print
                                      the JOIN's address (MCAST line)
+     held ADDR [migrate]             resolve ADDR, keep ADDR_RESOLVED
+                                     unacknowledged, destroy the ID (or
+                                     migrate it to a new channel) while
+                                     another thread acknowledges it 300
+                                     ms later: DESTROY (MIGRATE)
+                                     after-ack|before-ack
+     reqdestroy PORT                 listen on PORT and connect to it on
+                                     one channel; on CONNECT_REQUEST reject
+                                     and destroy its new ID before the
+                                     acknowledgement (OK reqdestroy: it
+                                     must not wait: the request counts
+                                     against the listener)
+     options                         rdma_set_option's errors and effects:
+                                     OPT <what> <errno, 0 if accepted>,
+                                     then TCLASS <n> (the route's
+                                     traffic class after RDMA_OPTION_IB_PATH
+                                     resolved it, TOS 0x28 set)
    Every wait is bounded (10 s); stdout is line-buffered. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -358,6 +377,147 @@ mcast(const char *group)
     return 0;
 }
 
+static double
+now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static double acked_at;
+
+static void *
+ack_later(void *arg)
+{
+    struct rdma_cm_event *e = arg;
+    volatile void *ctx;
+    usleep(300000);
+    ctx = e->id->context;   /* the ID must still be there */
+    (void)ctx;
+    acked_at = now_s();
+    rdma_ack_cm_event(e);
+    return NULL;
+}
+
+static int
+held(const char *ip, int migrate)
+{
+    struct rdma_cm_id *id;
+    struct rdma_cm_event *e;
+    struct sockaddr_in dst;
+    pthread_t t;
+    double done;
+    addr_of(&dst, ip, "0");
+    if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) != 0)
+        return say_err("rdma_create_id"), 1;
+    if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) != 0)
+        return say_err("rdma_resolve_addr"), 1;
+    if ((e = next_event()) == NULL)
+        return 1;
+    pthread_create(&t, NULL, ack_later, e);
+    if (migrate && rdma_migrate_id(id, rdma_create_event_channel()) != 0)
+        say_err("rdma_migrate_id");
+    if (!migrate && rdma_destroy_id(id) != 0)
+        say_err("rdma_destroy_id");
+    done = now_s();
+    pthread_join(t, NULL);
+    printf("%s %s\n", migrate ? "MIGRATE" : "DESTROY",
+           done >= acked_at && acked_at > 0 ? "after-ack" : "before-ack");
+    return 0;
+}
+
+static int
+reqdestroy(const char *port)
+{
+    struct rdma_cm_id *l, *c;
+    struct rdma_cm_event *e;
+    struct sockaddr_in sin;
+    addr_of(&sin, "127.0.0.1", port);
+    if (rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) != 0 ||
+        rdma_bind_addr(l, (struct sockaddr *)&sin) != 0 ||
+        rdma_listen(l, 4) != 0)
+        return say_err("listen"), 1;
+    if (client_connect(&c, "127.0.0.1", port, "hello", 6) != 0)
+        return 1;
+    if ((e = next_event()) == NULL)
+        return 1;
+    if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        if (rdma_reject(e->id, NULL, 0) != 0)
+            say_err("rdma_reject");
+        if (rdma_destroy_id(e->id) != 0)
+            say_err("rdma_destroy_id");
+        printf("OK reqdestroy\n");
+    }
+    rdma_ack_cm_event(e);
+    expect(RDMA_CM_EVENT_REJECTED);
+    rdma_destroy_id(c);
+    rdma_destroy_id(l);
+    return 0;
+}
+
+static void
+opt(const char *what, struct rdma_cm_id *id, int level, int name,
+    void *val, size_t len)
+{
+    errno = 0;
+    printf("OPT %s %d\n", what,
+           rdma_set_option(id, level, name, val, len) == 0 ? 0 : errno);
+}
+
+static int
+options(void)
+{
+    struct rdma_cm_id *id, *ud;
+    struct rdma_cm_event *e;
+    struct sockaddr_in dst;
+    struct ibv_path_data path[2];
+    uint8_t tos = 0x28, tmo = 20;
+    int one = 1;
+    if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) != 0 ||
+        rdma_create_id(ch, &ud, NULL, RDMA_PS_UDP) != 0)
+        return say_err("rdma_create_id"), 1;
+    opt("bad-level", id, 7, 0, &one, sizeof(one));
+    opt("bad-name", id, RDMA_OPTION_ID, 99, &one, sizeof(one));
+    opt("bad-ib-name", id, RDMA_OPTION_IB, 99, &one, sizeof(one));
+    opt("tos-len", id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &one, 4);
+    opt("reuse-len", id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &tos, 1);
+    opt("null", id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, NULL, 4);
+    opt("ud-ack-timeout", ud, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+        &tmo, 1);
+    opt("tos", id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1);
+    opt("reuse", id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, 4);
+    opt("afonly", id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, 4);
+    opt("ack-timeout", id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+        &tmo, 1);
+    memset(path, 0, sizeof(path));
+    opt("path-early", id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, path,
+        sizeof(path[0]));
+    addr_of(&dst, "127.0.0.1", "0");
+    if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) != 0)
+        return say_err("rdma_resolve_addr"), 1;
+    if ((e = next_event()) == NULL)
+        return 1;
+    rdma_ack_cm_event(e);
+    opt("afonly-resolved", id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY,
+        &one, 4);
+    opt("path-flags", id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, path,
+        sizeof(path[0]));
+    opt("path-len", id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, path,
+        sizeof(path[0]) + 1);
+    path[1].flags = IBV_PATH_FLAG_GMP | IBV_PATH_FLAG_PRIMARY |
+                    IBV_PATH_FLAG_BIDIRECTIONAL;
+    opt("path", id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, path, sizeof(path));
+    if ((e = next_event()) == NULL)
+        return 1;
+    rdma_ack_cm_event(e);
+    printf("TCLASS %d\n", id->route.path_rec != NULL
+                            ? id->route.path_rec->traffic_class : -1);
+    rdma_destroy_id(ud);
+    rdma_destroy_id(id);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -375,6 +535,12 @@ main(int argc, char **argv)
         return mcast(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "resolve") == 0)
         return resolve(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "options") == 0)
+        return options();
+    if (argc >= 3 && strcmp(argv[1], "held") == 0)
+        return held(argv[2], argc > 3 && strcmp(argv[3], "migrate") == 0);
+    if (argc >= 3 && strcmp(argv[1], "reqdestroy") == 0)
+        return reqdestroy(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "bind") == 0)
         return bind_ports(argc - 2, argv + 2);
     fprintf(stderr, "usage: see the comment at the top\n");

@@ -288,6 +288,47 @@ def test_address_with_no_node_is_addr_error(env, probe):
     assert events(out) == [("ADDR_RESOLVED", 0, 0, "")], out
 
 
+def test_destroy_id_waits_for_its_events_acknowledgement(env, probe):
+    """rdma_destroy_id (and rdma_migrate_id) returns only once the ID's
+    events handed out are acknowledged (librdmacm's rule; another thread
+    acknowledges 300 ms later and still reads event->id); a
+    CONNECT_REQUEST counts against
+    its listener, so its new ID may be destroyed before the request is
+    acknowledged without waiting."""
+    res = run([probe, "held", "127.0.0.1"], env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "DESTROY after-ack" in res.stdout, res.stdout + res.stderr
+    res = run([probe, "held", "127.0.0.1", "migrate"], env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "MIGRATE after-ack" in res.stdout, res.stdout + res.stderr
+    res = run([probe, "reqdestroy", str(fh.free_port())], env)
+    assert "OK reqdestroy" in res.stdout, res.stdout + res.stderr
+    assert events(res.stdout)[-1][0] == "REJECTED", res.stdout
+
+
+def test_set_option_errors_and_effects(env, probe):
+    """rdma_set_option as the kernel's ucma answers it: ENOSYS for an
+    unknown level or option, EINVAL for a wrong length, a UD ID's
+    ACK_TIMEOUT, AFONLY once the address is resolved, an IB_PATH with
+    no primary bidirectional GMP path or before the address; EFAULT for
+    a NULL value; TOS, REUSEADDR, AFONLY and ACK_TIMEOUT accepted, the
+    TOS is the route's traffic class, and IB_PATH resolves the route
+    (ROUTE_RESOLVED)."""
+    res = run([probe, "options"], env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = dict(re.findall(r"^OPT (\S+) (\d+)$", res.stdout, re.M))
+    assert got == {
+        "bad-level": "38", "bad-name": "38", "bad-ib-name": "38",
+        "tos-len": "22", "reuse-len": "22", "null": "14",
+        "ud-ack-timeout": "22", "tos": "0", "reuse": "0", "afonly": "0",
+        "ack-timeout": "0", "path-early": "22", "afonly-resolved": "22",
+        "path-flags": "22", "path-len": "22", "path": "0",
+    }, res.stdout + res.stderr
+    assert [e[0] for e in events(res.stdout)] == [
+        "ADDR_RESOLVED", "ROUTE_RESOLVED"], res.stdout
+    assert "TCLASS 40" in res.stdout, res.stdout
+
+
 def test_connect_to_unlistened_port_is_rejected(env, probe):
     """REJECTED with the IB CM's reason 8 (invalid service ID), as the
     kernel's CM answers a REQ no listener takes; the REJ's private data

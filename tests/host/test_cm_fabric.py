@@ -4,6 +4,7 @@ against librdmacm's ``rping`` run through the verbs front end
 the fabric's connection manager, C to Python and Python to C."""
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -120,3 +121,71 @@ def test_verbs_cm_without_librdmacm(env, tmp_path):
                          capture_output=True, text=True, timeout=T)
     assert res.returncode == 0, res.stderr
     assert "dlopen" in res.stdout and "librdmacm1" in res.stdout, res.stdout
+
+
+_SILENT = """
+import sys, time
+import rdma.cm as cm
+with cm.listen(int(sys.argv[1]), "127.0.0.1", provider="ucx"):
+    print("listening", flush=True)
+    time.sleep(120)
+"""
+_LOCAL = """
+import sys
+import rdma.cm as cm
+with cm.listen(int(sys.argv[1]), "127.0.0.1", provider="ucx") as lst:
+    print("listening", flush=True)
+    c = lst.accept(timeout=60)
+    lst.channel.wait_event(c.id, cm.CMEventType.DISCONNECTED, timeout=60)
+    c.close()
+"""
+_CLIENT = """
+import sys, time
+import rdma.cm as cm
+with cm.EventChannel("ucx") as ch:
+    far = ch.create_id()
+    far.resolve(("127.0.0.1", int(sys.argv[1])))
+    far.create_qp()
+    far.connect()              # its node does not answer its HELLO
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    with cm.connect("127.0.0.1", int(sys.argv[2]), provider="ucx",
+                    timeout=30):
+        print(f"LOCAL {time.monotonic() - t0:.3f}", flush=True)
+    ev = ch.get_event(timeout=20)
+    print(f"FAR {ev} {time.monotonic() - t0:.1f}", flush=True)
+"""
+
+
+def test_cm_thread_goes_on_while_a_node_does_not_answer(env):
+    """A connect towards a node that lives but does not answer (stopped:
+    its HELLO waits up to 5 s) must not hold up the CM's thread: another
+    ID's connection to a node that answers completes meanwhile.  The
+    first ID then hears UNREACHABLE (-ETIMEDOUT), as when the IB CM's
+    retries run out, instead of waiting for ever."""
+    silent_port, local_port = fh.free_port(), fh.free_port()
+    pyenv = dict(env, PYTHONPATH=str(ROOT))
+    procs = []
+    try:
+        for code, port in ((_SILENT, silent_port), (_LOCAL, local_port)):
+            p = subprocess.Popen([sys.executable, "-c", code, str(port)],
+                                 env=pyenv, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)
+            procs.append(p)
+            line = p.stdout.readline()
+            assert "listening" in line, line + p.stdout.read()
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        res = subprocess.run([sys.executable, "-c", _CLIENT,
+                              str(silent_port), str(local_port)],
+                             env=pyenv, capture_output=True, text=True,
+                             timeout=T)
+        assert res.returncode == 0, res.stdout + res.stderr
+        took = float(res.stdout.split("LOCAL ")[1].split()[0])
+        assert took < 2.5, res.stdout
+        assert "FAR UNREACHABLE (status -110)" in res.stdout, res.stdout
+    finally:
+        if procs:
+            os.kill(procs[0].pid, signal.SIGCONT)
+        for p in procs:
+            fh.kill(p)
