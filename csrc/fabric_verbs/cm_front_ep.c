@@ -343,6 +343,45 @@ addr_dup(const struct sockaddr *sa, socklen_t len)
     return c;
 }
 
+/* The addresses of node and service (getaddrinfo, IPv4): the source of
+   a passive lookup, the destination of an active one. */
+static int
+rai_resolve(struct rdma_addrinfo *r, const char *node, const char *service,
+            int passive, int numeric)
+{
+    struct addrinfo h, *ai;
+    struct sockaddr **sa = passive ? &r->ai_src_addr : &r->ai_dst_addr;
+    socklen_t *len = passive ? &r->ai_src_len : &r->ai_dst_len;
+    int rc;
+
+    memset(&h, 0, sizeof(h));
+    h.ai_family = AF_INET;
+    h.ai_flags = (passive ? AI_PASSIVE : 0) | (numeric ? AI_NUMERICHOST : 0);
+    rc = getaddrinfo(node, service, &h, &ai);
+    if (rc != 0)
+        return rc;
+    *sa = addr_dup(ai->ai_addr, ai->ai_addrlen);
+    *len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return *sa == NULL ? EAI_MEMORY : 0;
+}
+
+/* An address the hints give (ai_src_addr, ai_dst_addr) into an empty
+   slot of the result, as librdmacm does: libfabric's verbs provider
+   passes its endpoints' addresses so, with no node and no service. */
+static int
+rai_take_hint(struct sockaddr **sa, socklen_t *len,
+              const struct sockaddr *hint, socklen_t hint_len)
+{
+    if (*len != 0 || hint == NULL || hint_len == 0)
+        return 0;
+    *sa = addr_dup(hint, hint_len);
+    if (*sa == NULL)
+        return EAI_MEMORY;
+    *len = hint_len;
+    return 0;
+}
+
 EXPORT int
 rdma_getaddrinfo(const char *node, const char *service,
                  const struct rdma_addrinfo *hints,
@@ -351,40 +390,37 @@ rdma_getaddrinfo(const char *node, const char *service,
     CM_REAL(int, rdma_getaddrinfo, (const char *, const char *,
                                     const struct rdma_addrinfo *,
                                     struct rdma_addrinfo **));
-    struct addrinfo h, *ai;
     struct rdma_addrinfo *r;
-    int rc, passive = hints != NULL && (hints->ai_flags & RAI_PASSIVE);
+    int rc = 0, passive = hints != NULL && (hints->ai_flags & RAI_PASSIVE);
 
     if (CM_CALLER_REAL())
         return real_fn ? CM_CALL(real_fn(node, service, hints, res)) : -1;
-    memset(&h, 0, sizeof(h));
-    h.ai_family = AF_INET;
-    h.ai_flags = passive ? AI_PASSIVE : 0;
-    if (hints != NULL && (hints->ai_flags & RAI_NUMERICHOST))
-        h.ai_flags |= AI_NUMERICHOST;
-    rc = getaddrinfo(node, service, &h, &ai);
-    if (rc != 0)
-        return rc;
-    r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        freeaddrinfo(ai);
-        return EAI_MEMORY;
+    if (node == NULL && service == NULL && hints == NULL) {
+        errno = EINVAL;
+        return -1;
     }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return EAI_MEMORY;
     r->ai_flags = hints ? hints->ai_flags : 0;
     r->ai_family = AF_INET;
     r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space
                                                      : RDMA_PS_TCP;
     r->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type
                     : qp_type_of_ps(r->ai_port_space);
-    if (passive) {
-        r->ai_src_len = ai->ai_addrlen;
-        r->ai_src_addr = addr_dup(ai->ai_addr, ai->ai_addrlen);
+    if (node != NULL || service != NULL)
+        rc = rai_resolve(r, node, service, passive,
+                         hints && (hints->ai_flags & RAI_NUMERICHOST));
+    if (rc == 0 && hints != NULL)
+        rc = rai_take_hint(&r->ai_dst_addr, &r->ai_dst_len,
+                           hints->ai_dst_addr, hints->ai_dst_len);
+    if (rc == 0 && hints != NULL)
+        rc = rai_take_hint(&r->ai_src_addr, &r->ai_src_len,
+                           hints->ai_src_addr, hints->ai_src_len);
+    if (rc != 0) {
+        rdma_freeaddrinfo(r);
+        return rc;
     }
-    else {
-        r->ai_dst_len = ai->ai_addrlen;
-        r->ai_dst_addr = addr_dup(ai->ai_addr, ai->ai_addrlen);
-    }
-    freeaddrinfo(ai);
     *res = r;
     return 0;
 }

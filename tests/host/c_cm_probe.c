@@ -41,6 +41,10 @@
                                      then TCLASS <n> (the route's
                                      traffic class after RDMA_OPTION_IB_PATH
                                      resolved it, TOS 0x28 set)
+     addrinfo                        rdma_getaddrinfo with no arguments,
+                                     with the addresses in the hints only,
+                                     and with a node and a hinted source;
+                                     print each result (AI lines)
    Every wait is bounded (10 s); stdout is line-buffered. */
 #include <errno.h>
 #include <poll.h>
@@ -518,6 +522,64 @@ options(void)
     return 0;
 }
 
+static void
+say_addr(const char *what, const struct sockaddr *sa, socklen_t len)
+{
+    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+    char text[INET_ADDRSTRLEN] = "-";
+    if (sa != NULL && len >= sizeof(*in) && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+    printf(" %s=%s:%d", what, text,
+           sa != NULL && len >= sizeof(*in) ? ntohs(in->sin_port) : 0);
+}
+
+static void
+say_ai(const char *call, int rc, const struct rdma_addrinfo *r)
+{
+    if (rc != 0) {
+        say_err(call);
+        return;
+    }
+    printf("AI %s flags=%d ps=0x%x qpt=%d", call, r->ai_flags,
+           r->ai_port_space, r->ai_qp_type);
+    say_addr("src", r->ai_src_addr, r->ai_src_len);
+    say_addr("dst", r->ai_dst_addr, r->ai_dst_len);
+    printf("\n");
+}
+
+/* rdma_getaddrinfo's three forms: nothing (EINVAL), the addresses in the
+   hints only (libfabric's verbs provider), a node with a hinted source */
+static int
+addrinfo(void)
+{
+    struct rdma_addrinfo hints, *r = NULL;
+    struct sockaddr_in src, dst;
+    int rc;
+
+    errno = 0;
+    rc = rdma_getaddrinfo(NULL, NULL, NULL, &r);
+    say_ai("nothing", rc, r);
+    addr_of(&src, "127.0.0.2", "4791");
+    addr_of(&dst, "127.0.0.3", "7471");
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_port_space = RDMA_PS_TCP;
+    hints.ai_src_addr = (struct sockaddr *)&src;
+    hints.ai_src_len = sizeof(src);
+    hints.ai_dst_addr = (struct sockaddr *)&dst;
+    hints.ai_dst_len = sizeof(dst);
+    rc = rdma_getaddrinfo(NULL, NULL, &hints, &r);
+    say_ai("hints", rc, r);
+    if (rc == 0)
+        rdma_freeaddrinfo(r);
+    hints.ai_dst_addr = NULL;
+    hints.ai_dst_len = 0;
+    rc = rdma_getaddrinfo("127.0.0.1", "7472", &hints, &r);
+    say_ai("node", rc, r);
+    if (rc == 0)
+        rdma_freeaddrinfo(r);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -543,6 +605,8 @@ main(int argc, char **argv)
         return reqdestroy(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "bind") == 0)
         return bind_ports(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "addrinfo") == 0)
+        return addrinfo();
     fprintf(stderr, "usage: see the comment at the top\n");
     return 2;
 }

@@ -329,6 +329,21 @@ def test_set_option_errors_and_effects(env, probe):
     assert "TCLASS 40" in res.stdout, res.stdout
 
 
+def test_getaddrinfo_takes_hinted_addresses(env, probe):
+    """rdma_getaddrinfo as librdmacm's: no node, no service and no hints
+    is EINVAL; with no node and no service the result carries the hints'
+    addresses (libfabric's verbs provider looks its endpoints up so); a
+    node's lookup keeps the hints' source address."""
+    out = run([probe, "addrinfo"], env).stdout
+    assert out.splitlines() == [
+        "ERR nothing 22",
+        "AI hints flags=0 ps=0x106 qpt=2 src=127.0.0.2:4791 "
+        "dst=127.0.0.3:7471",
+        "AI node flags=0 ps=0x106 qpt=2 src=127.0.0.2:4791 "
+        "dst=127.0.0.1:7472",
+    ], out
+
+
 def test_connect_to_unlistened_port_is_rejected(env, probe):
     """REJECTED with the IB CM's reason 8 (invalid service ID), as the
     kernel's CM answers a REQ no listener takes; the REJ's private data
