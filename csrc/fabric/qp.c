@@ -368,6 +368,7 @@ static void
 qp_reset(struct uqp *q)
 {
     q->sq_head = q->sq_tail;
+    fab_sqd_forget(q);              /* WRs posted in SQD */
     /* its completions leave the CQs (not an SRQ's receives: their WRs
        are gone from the SRQ) */
     fab_cq_clean(q->scq, q->qpn, q->srq != NULL);
@@ -535,7 +536,7 @@ fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
               struct pyrdma_status *st)
 {
     struct uqp *q = vq;
-    int cur, next;
+    int cur, next, held;
     struct peer *peer = NULL;
     const int known = M(STATE) | M(CUR_STATE) | M(EN_SQD_ASYNC_NOTIFY) |
                       M(ACCESS_FLAGS) | M(PKEY_INDEX) | M(PORT) | M(QKEY) |
@@ -567,7 +568,12 @@ fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
     if (next != IBV_QPS_RESET)
         apply_attrs(q, a, mask, peer);
     enter_state(q, next);
+    held = q->held != NULL && next == IBV_QPS_RTS;
     UNLOCK();
+    if (held) {                 /* SQD -> RTS: the WRs posted in SQD go */
+        struct pyrdma_send_wr *bad;
+        fab_post_send(q, NULL, &bad);
+    }
     return 0;
 }
 #undef M
@@ -603,6 +609,7 @@ fab_destroy_qp(void *vq, struct pyrdma_status *st)
                            "to %d multicast group(s): detach it first", busy);
     }
     q->destroyed = 1;
+    fab_sqd_forget(q);
     fab_sh_qp_sync(q);              /* no new one-sided op can start */
     N.qps[q->qpn & (MAX_QP - 1)] = NULL;
     N.qp_live--;

@@ -417,6 +417,32 @@ def test_rereg_mr_c(env, tmp_path):
     assert got == REREG_EXPECTED
 
 
+SQD_EXPECTED = {
+    "sqd": "0 1",
+    "posted_in_sqd": "0 0 0 0",         # taken, nothing sent or completed
+    "rts": "0",
+    "completed": "2 1 2 success success",
+    "data": "held-wr inline!",
+    "sqd2": "0 1",
+    "err": "0 0 0",
+    "flushed": "2 3 4 Work Request Flushed Error Work Request Flushed "
+               "Error 0",
+}
+
+
+def test_post_send_in_sqd_c(env, tmp_path):
+    """tests/host/c_front_sqd.c, an unmodified libibverbs program: send WRs
+    posted while the QP is in SQD are taken and held (an inline WR's data
+    copied then), go in order on SQD -> RTS, and flush on a move to ERR."""
+    exe = fh.build_c("c_front_sqd.c", tmp_path / "sqd",
+                     "infiniband/verbs.h", ("-Wall", "-Wextra", "-Werror"),
+                     ("-libverbs",))
+    res = run(on_fabric(exe), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert got == SQD_EXPECTED
+
+
 MCAST_EXPECTED = {
     "limits": "1 1 1",
     "attach0": "0",
