@@ -442,12 +442,15 @@ check_attr_values(const struct pyrdma_qp_attr *a, int mask,
         ((mask & M(DEST_QPN)) && a->dest_qp_num > 0xFFFFFF))
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "attribute out of "
                            "range");
+    /* (IBV_ACCESS_ON_DEMAND means nothing for a QP; a NIC with ODP
+       takes it, and rdma-core's ODP tests pass the MR's flags) */
     if ((mask & M(ACCESS_FLAGS)) &&
         (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE |
                                           IBV_ACCESS_REMOTE_WRITE |
                                           IBV_ACCESS_REMOTE_READ |
                                           IBV_ACCESS_REMOTE_ATOMIC |
-                                          IBV_ACCESS_MW_BIND)))
+                                          IBV_ACCESS_MW_BIND |
+                                          IBV_ACCESS_ON_DEMAND)))
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "qp_access_flags "
                            "0x%x", a->qp_access_flags);
     return 0;

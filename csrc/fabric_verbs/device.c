@@ -283,8 +283,22 @@ vop_query_device_ex(struct ibv_context *ctx,
     memset(&full, 0, sizeof(full));
     fv_device_out(&full.orig_attr, &a);
     full.phys_port_cnt_ex = a.phys_port_cnt;
-    /* the fabric has none of the extended capabilities (ODP, TSO, RSS,
-       timestamps...): they stay 0 */
+    /* on-demand paging: the fabric never pins memory (a WR reads and
+       writes it when it runs), so an IBV_ACCESS_ON_DEMAND MR is any MR;
+       explicit ODP on every transport and operation it has.  No
+       implicit ODP (an MR over the whole address space).  The other
+       extended capabilities (TSO, RSS, timestamps...) stay 0. */
+    full.odp_caps.general_caps = IBV_ODP_SUPPORT;
+    full.odp_caps.per_transport_caps.rc_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+        IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+        IBV_ODP_SUPPORT_SRQ_RECV;
+    full.odp_caps.per_transport_caps.uc_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+        IBV_ODP_SUPPORT_SRQ_RECV;
+    full.odp_caps.per_transport_caps.ud_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+        IBV_ODP_SUPPORT_SRQ_RECV;
     memcpy(attr, &full, len < sizeof(full) ? len : sizeof(full));
     return 0;
 }
@@ -491,6 +505,7 @@ ibv_open_device(struct ibv_device *dev)
     c->vctx.query_device_ex = vop_query_device_ex;
     c->vctx.create_cq_ex = fv_create_cq_ex;
     c->vctx.create_qp_ex = fv_create_qp_ex;
+    c->vctx.advise_mr = fv_advise_mr;
     ctx->device = dev;
     ctx->num_comp_vectors = 1;
     pthread_mutex_init(&ctx->mutex, NULL);

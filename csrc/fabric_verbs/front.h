@@ -65,6 +65,7 @@ struct fmr {
     struct ibv_mr mr;          /* what the program sees */
     void *h;                   /* fabric MR handle (NULL: revoked when its
                                   context was closed) */
+    unsigned int access;       /* IBV_ACCESS_* as registered */
     struct fmr *next, *prev;   /* in fctx.mrs */
 };
 
@@ -298,6 +299,8 @@ struct fcq *fv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
 /* the _ex verbs of the verbs_context (extended.c) */
 struct ibv_cq_ex *fv_create_cq_ex(struct ibv_context *ctx,
                                   struct ibv_cq_init_attr_ex *a);
+int fv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+                 uint32_t flags, struct ibv_sge *sg_list, uint32_t num_sge);
 struct ibv_qp *fv_create_qp_ex(struct ibv_context *ctx,
                                struct ibv_qp_init_attr_ex *a);
 

@@ -171,6 +171,7 @@ reg_mr(struct ibv_pd *pd, void *addr, size_t length, unsigned int access)
         return obj_failed(m, &st);
     m->mr.addr = addr;
     m->mr.length = length;
+    m->access = access;
     m->mr.lkey = info.lkey;
     m->mr.rkey = info.rkey;
     IN_PD(&m->mr, pd);
@@ -265,8 +266,57 @@ rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
         fv_use(&fv_pd_of(mr->pd)->users, -1);
         mr->pd = pd;
     }
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+        m->access = acc;
     mr->lkey = info.lkey;
     mr->rkey = info.rkey;
+    return 0;
+}
+
+/* The ODP MR of c in pd whose lkey is sge's and which covers it, with
+   local write if write; 1 if there is one. */
+static int
+odp_mr_covers(struct fctx *c, struct ibv_pd *pd, const struct ibv_sge *sge,
+              int write)
+{
+    struct fmr *m;
+    int ok = 0;
+    pthread_mutex_lock(&c->mrs_lock);
+    for (m = c->mrs; m != NULL && !ok; m = m->next)
+        ok = m->mr.lkey == sge->lkey && m->mr.pd == pd && m->h != NULL &&
+             (m->access & IBV_ACCESS_ON_DEMAND) &&
+             (!write || (m->access & IBV_ACCESS_LOCAL_WRITE)) &&
+             sge->addr >= (uintptr_t)m->mr.addr &&
+             sge->length <= m->mr.length &&
+             sge->addr - (uintptr_t)m->mr.addr <=
+             m->mr.length - sge->length;
+    pthread_mutex_unlock(&c->mrs_lock);
+    return ok;
+}
+
+/* ibv_advise_mr (verbs_context op): prefetch ranges of ODP MRs.  The
+   fabric reads and writes a program's memory itself, when a WR runs, and
+   never pins it: there is nothing to fault in ahead, so a prefetch only
+   checks its arguments as a NIC's driver does -- a known advice, only
+   IBV_ADVISE_MR_FLAG_FLUSH, each s/g element inside an ODP MR of pd (with
+   local write for PREFETCH_WRITE): else EINVAL. */
+int
+fv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+             uint32_t flags, struct ibv_sge *sg_list, uint32_t num_sge)
+{
+    struct fctx *c = fv_ctx_of(pd->context);
+    uint32_t i;
+    if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH &&
+        advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+        advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+        return EOPNOTSUPP;
+    if ((flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH) || num_sge == 0 ||
+        sg_list == NULL)
+        return EINVAL;
+    for (i = 0; i < num_sge; i++)
+        if (!odp_mr_covers(c, pd, &sg_list[i],
+                           advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE))
+            return EINVAL;
     return 0;
 }
 

@@ -443,6 +443,34 @@ def test_post_send_in_sqd_c(env, tmp_path):
     assert got == SQD_EXPECTED
 
 
+ODP_EXPECTED = {
+    # IBV_ODP_SUPPORT; RC: send, recv, write, read, atomic, SRQ recv; UC:
+    # send, recv, write, SRQ recv; UD: send, recv, SRQ recv
+    "odp_caps": "0x1 0x3f 0x27 0x23",
+    "connect": "0",                     # ON_DEMAND in qp_access_flags
+    "write": "success odp-write",
+    "read": "success odp-read",
+    "advise": "0 0 0",
+    "advise_errors": "Invalid argument|Invalid argument|Invalid argument|"
+                     "Invalid argument",
+}
+
+
+def test_on_demand_paging_c(env, tmp_path):
+    """tests/host/c_front_odp.c, an unmodified libibverbs program: the
+    ODP caps in ibv_query_device_ex, an IBV_ACCESS_ON_DEMAND MR over
+    memory not touched yet written and read through, ibv_advise_mr's
+    prefetch (its advices; a range outside the MR, a non-ODP MR, unknown
+    flags, no s/g element: EINVAL)."""
+    exe = fh.build_c("c_front_odp.c", tmp_path / "odp",
+                     "infiniband/verbs.h", ("-Wall", "-Wextra", "-Werror"),
+                     ("-libverbs",))
+    res = run(on_fabric(exe), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert got == ODP_EXPECTED
+
+
 MCAST_EXPECTED = {
     "limits": "1 1 1",
     "attach0": "0",
