@@ -152,11 +152,17 @@ void
 fv_pd_use(struct ibv_pd *pd, int d)
 {
     struct fpd *p = fv_pd_of(pd);
-    int left = __atomic_add_fetch(&p->users, d, __ATOMIC_ACQ_REL);
-    if (p->orig == NULL)
+    int gone;
+    if (p->orig == NULL) {
+        fv_use(&p->users, d);
         return;
+    }
+    pthread_mutex_lock(&reg_lock);      /* against a concurrent release */
+    p->users += d;
     fv_use(&p->orig->users, d);
-    if (left == 0 && __atomic_load_n(&p->released, __ATOMIC_ACQUIRE))
+    gone = p->users == 0 && p->released;
+    pthread_mutex_unlock(&reg_lock);
+    if (gone)
         free(p);
 }
 
@@ -165,10 +171,17 @@ fv_pd_use(struct ibv_pd *pd, int d)
 int
 fv_pd_release_import(struct fpd *p)
 {
-    if (__atomic_exchange_n(&p->released, 1, __ATOMIC_ACQ_REL))
+    int gone;
+    pthread_mutex_lock(&reg_lock);
+    if (p->released) {
+        pthread_mutex_unlock(&reg_lock);
         return 0;
+    }
+    p->released = 1;
     fv_use(&p->orig->users, -1);
-    if (!fv_in_use(&p->users))
+    gone = p->users == 0;
+    pthread_mutex_unlock(&reg_lock);
+    if (gone)
         free(p);
     return 0;
 }

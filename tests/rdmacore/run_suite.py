@@ -62,7 +62,7 @@ EXCEPTIONS = {
 PENDING: dict[str, str] = {}
 
 
-# Tests ucx0 must pass on every run though rxe0 cannot (they skip there):
+# Tests ucx0 must pass on every run though rxe0 may not (they skip there):
 # what the fabric does beyond rxe (issue #22), by test id; one skipped or
 # failed on a ucx0 run fails the tier.  Implicit
 # ODP (an MR over the whole address space) and huge pages (none
@@ -77,6 +77,9 @@ REQUIRED_ON_UCX0 = {
                  "prefetch_sync_no_page_fault_rc_traffic",
                  "prefetch_async_no_page_fault_rc_traffic")
 }
+REQUIRED_ON_UCX0["tests.test_shared_pd.SharedPDTestCase."
+                 "test_imported_rc_ex_rdma_write"] = \
+    "a context imported in its process (docs/c_programs.rst)"
 
 
 def required(tid):
