@@ -37,7 +37,7 @@ from setuptools.command.build_ext import build_ext
 # The software fabric (csrc/fabric/: fabric.h and wire.h are its headers).
 FABRIC_SOURCES = ["csrc/fabric/" + f + ".c" for f in (
     "node", "peer", "auth", "wire", "ring", "mr", "adopt", "cq", "qp", "req",
-    "resp", "rel", "mw", "mcast", "ops", "cm", "cm_conn", "cm_msg",
+    "resp", "rel", "sqd", "mw", "mcast", "ops", "cm", "cm_conn", "cm_msg",
     "cm_addr", "cm_mcast")]
 FABRIC_HEADERS = ["csrc/fabric/fabric.h", "csrc/fabric/wire.h",
                   "csrc/fabric/cm.h"]
@@ -90,6 +90,7 @@ FRONT_LIB = ("librdma_fabric_verbs.so",
              ["csrc/fabric_verbs/device.c", "csrc/fabric_verbs/objects.c",
               "csrc/fabric_verbs/datapath.c", "csrc/fabric_verbs/extended.c",
               "csrc/fabric_verbs/convert.c", "csrc/fabric_verbs/cm_front.c",
+              "csrc/fabric_verbs/import.c",
               "csrc/fabric_verbs/cm_front_ep.c",
               "csrc/fabric_verbs/cm_front_real.c", "csrc/status.c",
               "csrc/settings.c"],

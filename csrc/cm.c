@@ -550,9 +550,15 @@ ch_drain(pyrdma_obj *o)
 static int
 ch_destroy(pyrdma_obj *o, struct pyrdma_status *st)
 {
-    ((pyrdma_CMChannel *)o)->fd = -1;
+    pyrdma_CMChannel *ch = (pyrdma_CMChannel *)o;
+    int fd = ch->fd;
+    ch->fd = -1;
     ch_drain(o);
-    return o->prov->cm_destroy_channel(o->h, st);
+    if (o->prov->cm_destroy_channel(o->h, st) < 0) {
+        ch->fd = fd;            /* refused: still open */
+        return -1;
+    }
+    return 0;
 }
 
 static const struct pyrdma_objkind ch_kind = {

@@ -9,8 +9,13 @@ static int
 cc_destroy(pyrdma_obj *o, struct pyrdma_status *st)
 {
     pyrdma_CompChannel *cc = (pyrdma_CompChannel *)o;
+    int fd = cc->fd;
     cc->fd = -1;
-    return o->prov->destroy_comp_channel(o->h, st);
+    if (o->prov->destroy_comp_channel(o->h, st) < 0) {
+        cc->fd = fd;            /* refused: still open */
+        return -1;
+    }
+    return 0;
 }
 
 static const struct pyrdma_objkind cc_kind = {

@@ -5,8 +5,11 @@
  * parent's intrusive list of children.  close() closes the children first,
  * in rank order (QPs before SRQs and CQs, everything before the PD and the
  * Context), then frees the provider resource, then leaves the parents'
- * lists.  The provider handle is stolen before it is freed, so a second
- * close() does nothing, and every method checks the handle first.
+ * lists.  The provider handle is dropped once it is freed, so a second
+ * close() does nothing, and every method checks the handle first.  A
+ * close the provider refuses (EBUSY, EINVAL: a window bound to the MR, a
+ * QP attached to a multicast group) raises and keeps the object open and
+ * usable, in its parents' lists: a close after the cause is gone frees it.
  */
 #include <errno.h>
 #include <poll.h>
@@ -178,14 +181,22 @@ pyrdma_obj_close(pyrdma_obj *o)
         return 0;
     o->closing = 1;
     Py_INCREF(o);
+    /* a child that stays open (its close refused) keeps o open: o's
+       resource is still in use */
     if (close_children(o) < 0)
         rc = -1;
     /* an inherited object is only forgotten here: the resource is the
        parent's */
-    if (!inherited(o) && o->kind->destroy(o, &st) < 0) {
-        if (rc == 0)
-            pyrdma_raise_status(o->state, &st);
+    if (rc == 0 && !inherited(o) && o->kind->destroy(o, &st) < 0) {
+        /* the provider refused (EBUSY, EINVAL: something still uses it):
+           the object stays open and usable, a later close may succeed */
+        pyrdma_raise_status(o->state, &st);
         rc = -1;
+    }
+    if (rc < 0) {
+        o->closing = 0;
+        Py_DECREF(o);
+        return -1;
     }
     o->h = NULL;
     if (o->kind->release != NULL)
@@ -344,7 +355,8 @@ obj_exit(PyObject *op, PyObject *args)
 PyMethodDef pyrdma_obj_methods[] = {
     {"close", obj_close, METH_NOARGS,
      "close($self, /)\n--\n\nRelease the object and, first, every object "
-     "made from it. Idempotent."},
+     "made from it. Idempotent. A close the device refuses raises "
+     "SysError and leaves the object open and usable."},
     {"__enter__", obj_enter, METH_NOARGS, NULL},
     {"__exit__", obj_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -691,6 +691,9 @@ struct uqp {
     int destroyed;         /* being destroyed */
     int mc_queued;         /* post_send queued multicast copies (UD):
                               the outbox is to be drained */
+    /* send WRs posted in SQD, waiting for RTS (sqd.c; N.lock) */
+    struct pyrdma_send_wr *held, *held_last;
+    uint32_t n_held;
 };
 
 /* A response waiting to be sent. */
@@ -1054,6 +1057,16 @@ int fab_destroy_qp(void *vq, struct pyrdma_status *st);
 /* req.c */
 int fab_post_send(void *vq, struct pyrdma_send_wr *wr,
                   struct pyrdma_send_wr **bad);
+int fab_post_check(const struct uqp *q, const struct pyrdma_send_wr *wr);
+
+/* sqd.c */
+int fab_sqd_hold(struct uqp *q, struct pyrdma_send_wr *wr,
+                 struct pyrdma_send_wr **bad);
+struct pyrdma_send_wr *fab_sqd_take(struct uqp *q);
+void fab_sqd_put_back(struct uqp *q, struct pyrdma_send_wr *l,
+                      struct pyrdma_send_wr *rest);
+void fab_sqd_forget(struct uqp *q);
+void fab_sqd_flush(struct uqp *q);
 
 /* resp.c */
 int fab_rq_init(struct rq *r, uint32_t max_wr, uint32_t max_sge);

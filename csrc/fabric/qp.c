@@ -368,6 +368,7 @@ static void
 qp_reset(struct uqp *q)
 {
     q->sq_head = q->sq_tail;
+    fab_sqd_forget(q);              /* WRs posted in SQD */
     /* its completions leave the CQs (not an SRQ's receives: their WRs
        are gone from the SRQ) */
     fab_cq_clean(q->scq, q->qpn, q->srq != NULL);
@@ -441,12 +442,15 @@ check_attr_values(const struct pyrdma_qp_attr *a, int mask,
         ((mask & M(DEST_QPN)) && a->dest_qp_num > 0xFFFFFF))
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "attribute out of "
                            "range");
+    /* (IBV_ACCESS_ON_DEMAND means nothing for a QP; a NIC with ODP
+       takes it, and rdma-core's ODP tests pass the MR's flags) */
     if ((mask & M(ACCESS_FLAGS)) &&
         (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE |
                                           IBV_ACCESS_REMOTE_WRITE |
                                           IBV_ACCESS_REMOTE_READ |
                                           IBV_ACCESS_REMOTE_ATOMIC |
-                                          IBV_ACCESS_MW_BIND)))
+                                          IBV_ACCESS_MW_BIND |
+                                          IBV_ACCESS_ON_DEMAND)))
         return pyrdma_fail(st, EINVAL, "ibv_modify_qp", "qp_access_flags "
                            "0x%x", a->qp_access_flags);
     return 0;
@@ -535,7 +539,7 @@ fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
               struct pyrdma_status *st)
 {
     struct uqp *q = vq;
-    int cur, next;
+    int cur, next, held;
     struct peer *peer = NULL;
     const int known = M(STATE) | M(CUR_STATE) | M(EN_SQD_ASYNC_NOTIFY) |
                       M(ACCESS_FLAGS) | M(PKEY_INDEX) | M(PORT) | M(QKEY) |
@@ -567,7 +571,12 @@ fab_modify_qp(void *vq, struct pyrdma_qp_attr *a, int mask,
     if (next != IBV_QPS_RESET)
         apply_attrs(q, a, mask, peer);
     enter_state(q, next);
+    held = q->held != NULL && next == IBV_QPS_RTS;
     UNLOCK();
+    if (held) {                 /* SQD -> RTS: the WRs posted in SQD go */
+        struct pyrdma_send_wr *bad;
+        fab_post_send(q, NULL, &bad);
+    }
     return 0;
 }
 #undef M
@@ -603,6 +612,7 @@ fab_destroy_qp(void *vq, struct pyrdma_status *st)
                            "to %d multicast group(s): detach it first", busy);
     }
     q->destroyed = 1;
+    fab_sqd_forget(q);
     fab_sh_qp_sync(q);              /* no new one-sided op can start */
     N.qps[q->qpn & (MAX_QP - 1)] = NULL;
     N.qp_live--;

@@ -383,6 +383,8 @@ fab_sq_advance(struct uqp *q)
     }
     if (q->attr.sq_draining)
         fab_sq_drained(q);
+    if (q->held != NULL)
+        fab_sqd_flush(q);       /* WRs posted in SQD, the QP now in ERR */
 }
 
 /* Fail slot i with status; every later WR flushes. */

@@ -1181,24 +1181,22 @@ am_sent_slots(struct uqp *q, uint32_t first, uint32_t last)
     }
 }
 
-int
-fab_post_send(void *vq, struct pyrdma_send_wr *wr,
-              struct pyrdma_send_wr **bad)
+/* Post the WR list wr on q (post_lock held, q out of SQD): 0 or the
+   errno of the WR left at *bad.  *signal: the progress thread is to be
+   woken. */
+static int
+post_locked(struct uqp *q, struct pyrdma_send_wr *wr,
+            struct pyrdma_send_wr **bad, int *signal)
 {
-    struct uqp *q = vq;
     uint32_t first, last;
-    int rc, signal = 0, n_ucp;
+    int rc, n_ucp;
     struct peer *bell = NULL;
 
-    map_targets(q, wr);
-    mcast_members(q, wr);
-    pthread_mutex_lock(&q->post_lock);
     slots_settle(q, wr);
     LOCK();
     if (q->attr.qp_state == IBV_QPS_RESET || q->attr.qp_state == IBV_QPS_INIT
-        || q->attr.qp_state == IBV_QPS_RTR || q->attr.qp_state == IBV_QPS_SQD) {
+        || q->attr.qp_state == IBV_QPS_RTR) {
         UNLOCK();
-        pthread_mutex_unlock(&q->post_lock);
         *bad = wr;
         return EINVAL;
     }
@@ -1219,16 +1217,80 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
         UNLOCK();
         if (bell != NULL)
             fab_ring_bell(bell);
-        signal = am_send_slots(q, first, last);
+        *signal |= am_send_slots(q, first, last);
         LOCK();
         am_sent_slots(q, first, last);
         bell = NULL;
     }
     fab_sq_advance(q);
     UNLOCK();
-    pthread_mutex_unlock(&q->post_lock);
     if (bell != NULL)
         fab_ring_bell(bell);
+    return rc;
+}
+
+/* The WRs held while q was in SQD (sqd.c), taken from it: posted now,
+   before any later WR (post_lock held); what post_send refuses goes
+   back to the held list. */
+static void
+post_held(struct uqp *q, struct pyrdma_send_wr *l, int *signal)
+{
+    struct pyrdma_send_wr *rest = NULL;
+    map_targets(q, l);
+    mcast_members(q, l);
+    if (post_locked(q, l, &rest, signal) == 0)
+        rest = NULL;
+    LOCK();
+    fab_sqd_put_back(q, l, rest);
+    fab_sq_advance(q);
+    UNLOCK();
+}
+
+/* A WR's checks at post time, for one to be held in SQD: 0 or the errno
+   post_send gives it. */
+int
+fab_post_check(const struct uqp *q, const struct pyrdma_send_wr *wr)
+{
+    size_t total = 0;
+    int i;
+    if (wr->num_sge < 0 || (uint32_t)wr->num_sge > q->cap.max_send_sge)
+        return EINVAL;
+    if (wr->opcode == IBV_WR_BIND_MW)
+        return wr->bind_mw.mw == NULL ? EINVAL : 0;
+    if (wr->opcode == IBV_WR_LOCAL_INV)
+        return 0;
+    for (i = 0; i < wr->num_sge; i++)
+        total += wr->sg_list[i].length;
+    return check_post_time(q, wr, op_of(wr), total,
+                           (wr->send_flags & IBV_SEND_INLINE) != 0);
+}
+
+int
+fab_post_send(void *vq, struct pyrdma_send_wr *wr,
+              struct pyrdma_send_wr **bad)
+{
+    struct uqp *q = vq;
+    struct pyrdma_send_wr *held;
+    int rc = 0, signal = 0;
+
+    map_targets(q, wr);
+    mcast_members(q, wr);
+    pthread_mutex_lock(&q->post_lock);
+    LOCK();
+    if (q->attr.qp_state == IBV_QPS_SQD) {
+        /* a drained send queue: the WRs wait for RTS (sqd.c) */
+        rc = fab_sqd_hold(q, wr, bad);
+        UNLOCK();
+        pthread_mutex_unlock(&q->post_lock);
+        return rc;
+    }
+    held = fab_sqd_take(q);
+    UNLOCK();
+    if (held != NULL)
+        post_held(q, held, &signal);
+    if (wr != NULL)
+        rc = post_locked(q, wr, bad, &signal);
+    pthread_mutex_unlock(&q->post_lock);
     if (signal)
         wake_progress();
     if (__atomic_load_n(&q->mc_queued, __ATOMIC_RELAXED) &&

@@ -204,7 +204,7 @@ fv_op_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
     m->mw.rkey = rkey;
     m->mw.handle = fv_new_handle();
     m->mw.type = type;
-    fv_use(&fv_pd_of(pd)->users, 1);
+    fv_pd_use(pd, 1);
     mw_link(m, 1);
     return &m->mw;
 }
@@ -227,7 +227,7 @@ fv_op_dealloc_mw(struct ibv_mw *mw)
         mw_link(m, 1);
         return fv_failed(&st);
     }
-    fv_use(&fv_pd_of(mw->pd)->users, -1);
+    fv_pd_use(mw->pd, -1);
     free(m);
     return 0;
 }

@@ -283,8 +283,22 @@ vop_query_device_ex(struct ibv_context *ctx,
     memset(&full, 0, sizeof(full));
     fv_device_out(&full.orig_attr, &a);
     full.phys_port_cnt_ex = a.phys_port_cnt;
-    /* the fabric has none of the extended capabilities (ODP, TSO, RSS,
-       timestamps...): they stay 0 */
+    /* on-demand paging: the fabric never pins memory (a WR reads and
+       writes it when it runs), so an IBV_ACCESS_ON_DEMAND MR is any MR;
+       explicit ODP on every transport and operation it has.  No
+       implicit ODP (an MR over the whole address space).  The other
+       extended capabilities (TSO, RSS, timestamps...) stay 0. */
+    full.odp_caps.general_caps = IBV_ODP_SUPPORT;
+    full.odp_caps.per_transport_caps.rc_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+        IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+        IBV_ODP_SUPPORT_SRQ_RECV;
+    full.odp_caps.per_transport_caps.uc_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+        IBV_ODP_SUPPORT_SRQ_RECV;
+    full.odp_caps.per_transport_caps.ud_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+        IBV_ODP_SUPPORT_SRQ_RECV;
     memcpy(attr, &full, len < sizeof(full) ? len : sizeof(full));
     return 0;
 }
@@ -431,11 +445,14 @@ ibv_import_device(int cmd_fd)
 {
     REAL(struct ibv_context *, ibv_import_device, "IBVERBS_1.10", (int));
     if (is_cmd_fd(cmd_fd)) {
-        /* a ucx0 context lives in its process: sharing it with another
-           one is not supported (EOPNOTSUPP, as rxe gives) */
-        fv_debug("ibv_import_device: a ucx0 context cannot be imported");
-        errno = EOPNOTSUPP;
-        return NULL;
+        /* a ucx0 context of this process: a new context on it; one of
+           another process (its cmd_fd passed over a socket) cannot be
+           shared (EOPNOTSUPP, as rxe gives) */
+        struct ibv_context *c = fv_import_ctx(cmd_fd);
+        if (c == NULL && errno == EOPNOTSUPP)
+            fv_debug("ibv_import_device: a ucx0 context of another "
+                     "process cannot be imported");
+        return c;
     }
     if (real_fn == NULL) {
         errno = ENOSYS;
@@ -485,12 +502,34 @@ ibv_open_device(struct ibv_device *dev)
         errno = e;
         return NULL;
     }
+    c->refs = malloc(sizeof(*c->refs));
+    if (c->refs == NULL) {
+        close(ctx->async_fd);
+        close(ctx->cmd_fd);
+        fv_prov->close_device(c->h, &st);
+        free(c);
+        errno = ENOMEM;
+        return NULL;
+    }
+    *c->refs = 1;
+    fv_ctx_setup(c, dev);
+    fv_reg_ctx(c, 1);
+    return ctx;
+}
+
+/* The fields and ops of ucx0 context c (its fabric handle, async_fd and
+   cmd_fd set) for device dev: ibv_open_device's, ibv_import_device's. */
+void
+fv_ctx_setup(struct fctx *c, struct ibv_device *dev)
+{
+    struct ibv_context *ctx = &c->vctx.context;
     c->gen = __atomic_load_n(&fv_gen, __ATOMIC_RELAXED);
     c->vctx.sz = sizeof(c->vctx);
     c->vctx.query_port = vop_query_port;
     c->vctx.query_device_ex = vop_query_device_ex;
     c->vctx.create_cq_ex = fv_create_cq_ex;
     c->vctx.create_qp_ex = fv_create_qp_ex;
+    c->vctx.advise_mr = fv_advise_mr;
     ctx->device = dev;
     ctx->num_comp_vectors = 1;
     pthread_mutex_init(&ctx->mutex, NULL);
@@ -504,7 +543,6 @@ ibv_open_device(struct ibv_device *dev)
     ctx->ops.alloc_mw = fv_op_alloc_mw;
     ctx->ops.dealloc_mw = fv_op_dealloc_mw;
     ctx->ops.bind_mw = fv_op_bind_mw;
-    return ctx;
 }
 
 EXPORT int
@@ -514,6 +552,7 @@ ibv_close_device(struct ibv_context *ctx)
             (ctx), EINVAL);
     struct pyrdma_status st;
     struct fctx *c;
+    int last;
 
     c = fv_ctx_of(ctx);
     if (fv_in_use(&c->users)) {
@@ -528,10 +567,18 @@ ibv_close_device(struct ibv_context *ctx)
         fv_revoke_mrs(c);
         return 0;
     }
+    /* the fabric context goes with the last context on it (the one
+       opened and those imported from it: import.c) */
+    last = fv_ctx_release(c);
+    if (last && fv_prov->close_device(c->h, &st) < 0) {
+        fv_use(c->refs, 1);     /* refused: the context stays */
+        fv_reg_ctx(c, 1);
+        return fv_failed(&st);
+    }
+    if (last)
+        free(c->refs);
     close(ctx->async_fd);
     close(ctx->cmd_fd);
-    if (fv_prov->close_device(c->h, &st) < 0)
-        return fv_failed(&st);
     pthread_mutex_destroy(&ctx->mutex);
     pthread_mutex_destroy(&c->mrs_lock);
     free(c);

@@ -51,13 +51,22 @@ struct fctx {
                                   with objects left revokes them) */
     struct fmw *mws;           /* its memory windows (revoked first: an MR
                                   with windows bound stays registered) */
+    int *refs;                 /* contexts on h: this one and those
+                                  imported from it (import.c) */
+    struct fctx *rnext;        /* in import.c's list of contexts */
 };
 
 /* A protection domain. */
 struct fpd {
     struct ibv_pd pd;          /* what the program sees */
     void *h;                   /* fabric PD handle */
-    int users;                 /* MRs, QPs, SRQs and AHs in it */
+    int users;                 /* MRs, QPs, SRQs and AHs in it, and its
+                                  imports */
+    struct fpd *orig;          /* imported (ibv_import_pd): the PD it is
+                                  a view of, else NULL */
+    int released;              /* a view unimported while objects made in
+                                  it were left: freed with the last */
+    struct fpd *rnext;         /* in import.c's list of PDs */
 };
 
 /* A memory region. */
@@ -65,7 +74,12 @@ struct fmr {
     struct ibv_mr mr;          /* what the program sees */
     void *h;                   /* fabric MR handle (NULL: revoked when its
                                   context was closed) */
+    unsigned int access;       /* IBV_ACCESS_* as registered */
     struct fmr *next, *prev;   /* in fctx.mrs */
+    struct fmr *orig;          /* imported (ibv_import_mr): the MR it is
+                                  a view of, else NULL */
+    int imports;               /* views of it not yet released */
+    struct fmr *rnext;         /* in import.c's list of MRs */
 };
 
 /* A memory window. */
@@ -298,6 +312,18 @@ struct fcq *fv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
 /* the _ex verbs of the verbs_context (extended.c) */
 struct ibv_cq_ex *fv_create_cq_ex(struct ibv_context *ctx,
                                   struct ibv_cq_init_attr_ex *a);
+/* import.c */
+void fv_ctx_setup(struct fctx *c, struct ibv_device *dev);
+struct ibv_context *fv_import_ctx(int cmd_fd);
+void fv_reg_ctx(struct fctx *c, int in);
+void fv_reg_pd(struct fpd *p, int in);
+void fv_reg_mr(struct fmr *m, int in);
+int fv_ctx_release(struct fctx *c);
+int fv_pd_release_import(struct fpd *p);
+void fv_pd_use(struct ibv_pd *pd, int d);
+int fv_mr_release_import(struct fmr *m);
+int fv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+                 uint32_t flags, struct ibv_sge *sg_list, uint32_t num_sge);
 struct ibv_qp *fv_create_qp_ex(struct ibv_context *ctx,
                                struct ibv_qp_init_attr_ex *a);
 

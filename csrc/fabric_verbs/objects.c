@@ -37,11 +37,12 @@ obj_failed(void *o, const struct pyrdma_status *st)
    PD counts it. */
 #define IN_PD(o, pd_) \
     ((o)->context = (pd_)->context, (o)->pd = (pd_), \
-     (o)->handle = fv_new_handle(), fv_use(&fv_pd_of(pd_)->users, 1))
+     (o)->handle = fv_new_handle(), fv_pd_use(pd_, 1))
 
 /* Destroy the fabric object h (with the fabric's destroy op) of a ucx0
    object: EBUSY while users (NULL: not counted) says others still use it.
-   Then parent, the count of the context or PD it was in, goes down.  0 or
+   Then parent, the count of the context it was in, goes down (NULL: the
+   caller's fv_pd_use does it for a PD's objects).  0 or
    an errno; the caller frees the object's own parts. */
 static int
 unmake(void *h, int *users, int (*destroy)(void *, struct pyrdma_status *),
@@ -52,7 +53,8 @@ unmake(void *h, int *users, int (*destroy)(void *, struct pyrdma_status *),
         return EBUSY;
     if (destroy(h, &st) < 0)
         return fv_failed(&st);
-    fv_use(parent, -1);
+    if (parent != NULL)
+        fv_use(parent, -1);
     return 0;
 }
 
@@ -87,6 +89,7 @@ ibv_alloc_pd(struct ibv_context *ctx)
     if (fv_prov->alloc_pd(fv_ctx_of(ctx)->h, &p->h, &st) < 0)
         return obj_failed(p, &st);
     IN_CONTEXT(&p->pd, ctx);
+    fv_reg_pd(p, 1);                /* ibv_import_pd finds it */
     return &p->pd;
 }
 
@@ -96,10 +99,16 @@ ibv_dealloc_pd(struct ibv_pd *pd)
     FORWARD(int, ibv_dealloc_pd, "IBVERBS_1.1", (struct ibv_pd *),
             pd->context, (pd), EINVAL);
     struct fpd *p = fv_pd_of(pd);
-    int e = unmake(p->h, &p->users, fv_prov->dealloc_pd,
-                   &fv_ctx_of(pd->context)->users);
+    int e;
+    if (p->orig != NULL)            /* a view (import.c): released */
+        return fv_pd_release_import(p);
+    fv_reg_pd(p, 0);
+    e = unmake(p->h, &p->users, fv_prov->dealloc_pd,
+               &fv_ctx_of(pd->context)->users);
     if (e == 0)
         free(p);
+    else
+        fv_reg_pd(p, 1);
     return e;
 }
 
@@ -139,7 +148,7 @@ fv_revoke_mrs(struct fctx *c)
     for (; w != NULL; w = w->next) {    /* windows first: they hold MRs */
         if (fv_prov->dealloc_mw(w->h, &st) == 0) {
             w->h = NULL;
-            fv_use(&fv_pd_of(w->mw.pd)->users, -1);
+            fv_pd_use(w->mw.pd, -1);
         }
     }
     pthread_mutex_lock(&c->mrs_lock);
@@ -152,7 +161,7 @@ fv_revoke_mrs(struct fctx *c)
             continue;
         }
         m->h = NULL;
-        fv_use(&fv_pd_of(m->mr.pd)->users, -1);
+        fv_pd_use(m->mr.pd, -1);
     }
 }
 
@@ -171,10 +180,12 @@ reg_mr(struct ibv_pd *pd, void *addr, size_t length, unsigned int access)
         return obj_failed(m, &st);
     m->mr.addr = addr;
     m->mr.length = length;
+    m->access = access;
     m->mr.lkey = info.lkey;
     m->mr.rkey = info.rkey;
     IN_PD(&m->mr, pd);
     mr_link(m, 1);
+    fv_reg_mr(m, 1);                /* ibv_import_mr finds it */
     return &m->mr;
 }
 
@@ -261,12 +272,61 @@ rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
         mr->length = length;
     }
     if (flags & IBV_REREG_MR_CHANGE_PD) {
-        fv_use(&fv_pd_of(pd)->users, 1);
-        fv_use(&fv_pd_of(mr->pd)->users, -1);
+        fv_pd_use(pd, 1);
+        fv_pd_use(mr->pd, -1);
         mr->pd = pd;
     }
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+        m->access = acc;
     mr->lkey = info.lkey;
     mr->rkey = info.rkey;
+    return 0;
+}
+
+/* The ODP MR of c in pd whose lkey is sge's and which covers it, with
+   local write if write; 1 if there is one. */
+static int
+odp_mr_covers(struct fctx *c, struct ibv_pd *pd, const struct ibv_sge *sge,
+              int write)
+{
+    struct fmr *m;
+    int ok = 0;
+    pthread_mutex_lock(&c->mrs_lock);
+    for (m = c->mrs; m != NULL && !ok; m = m->next)
+        ok = m->mr.lkey == sge->lkey && m->mr.pd == pd && m->h != NULL &&
+             (m->access & IBV_ACCESS_ON_DEMAND) &&
+             (!write || (m->access & IBV_ACCESS_LOCAL_WRITE)) &&
+             sge->addr >= (uintptr_t)m->mr.addr &&
+             sge->length <= m->mr.length &&
+             sge->addr - (uintptr_t)m->mr.addr <=
+             m->mr.length - sge->length;
+    pthread_mutex_unlock(&c->mrs_lock);
+    return ok;
+}
+
+/* ibv_advise_mr (verbs_context op): prefetch ranges of ODP MRs.  The
+   fabric reads and writes a program's memory itself, when a WR runs, and
+   never pins it: there is nothing to fault in ahead, so a prefetch only
+   checks its arguments as a NIC's driver does -- a known advice, only
+   IBV_ADVISE_MR_FLAG_FLUSH, each s/g element inside an ODP MR of pd (with
+   local write for PREFETCH_WRITE): else EINVAL. */
+int
+fv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+             uint32_t flags, struct ibv_sge *sg_list, uint32_t num_sge)
+{
+    struct fctx *c = fv_ctx_of(pd->context);
+    uint32_t i;
+    if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH &&
+        advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+        advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+        return EOPNOTSUPP;
+    if ((flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH) || num_sge == 0 ||
+        sg_list == NULL)
+        return EINVAL;
+    for (i = 0; i < num_sge; i++)
+        if (!odp_mr_covers(c, pd, &sg_list[i],
+                           advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE))
+            return EINVAL;
     return 0;
 }
 
@@ -288,39 +348,29 @@ ibv_dereg_mr(struct ibv_mr *mr)
             mr->context, (mr), EINVAL);
     struct fmr *m = container_of(mr, struct fmr, mr);
     int e;
+    if (m->orig != NULL)            /* a view (import.c): released */
+        return fv_mr_release_import(m);
+    fv_reg_mr(m, 0);
+    if (__atomic_load_n(&m->imports, __ATOMIC_ACQUIRE) != 0) {
+        fv_reg_mr(m, 1);
+        return EBUSY;               /* imported views of it are left */
+    }
     if (m->h == NULL) {
         /* revoked when its context was closed: only the struct is left */
         free(m);
         return 0;
     }
     mr_link(m, 0);
-    e = unmake(m->h, NULL, fv_prov->dereg_mr, &fv_pd_of(mr->pd)->users);
+    e = unmake(m->h, NULL, fv_prov->dereg_mr, NULL);
+    if (e == 0)
+        fv_pd_use(mr->pd, -1);
     if (e != 0) {
         mr_link(m, 1);
+        fv_reg_mr(m, 1);
         return e;
     }
     free(m);
     return 0;
-}
-
-EXPORT struct ibv_pd *
-ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
-{
-    FORWARD(struct ibv_pd *, ibv_import_pd, "IBVERBS_1.10",
-            (struct ibv_context *, uint32_t), ctx, (ctx, handle),
-            (errno = EINVAL, NULL));
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-EXPORT struct ibv_mr *
-ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
-{
-    FORWARD(struct ibv_mr *, ibv_import_mr, "IBVERBS_1.10",
-            (struct ibv_pd *, uint32_t), pd->context, (pd, handle),
-            (errno = EINVAL, NULL));
-    errno = EOPNOTSUPP;
-    return NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -556,10 +606,10 @@ ibv_destroy_srq(struct ibv_srq *srq)
             srq->context, (srq), EINVAL);
     struct fsrq *s = fv_srq_of(srq);
     /* EBUSY while a QP still uses it */
-    int e = unmake(s->h, &s->users, fv_prov->destroy_srq,
-                   &fv_pd_of(srq->pd)->users);
+    int e = unmake(s->h, &s->users, fv_prov->destroy_srq, NULL);
     if (e != 0)
         return e;
+    fv_pd_use(srq->pd, -1);
     sync_fini(&srq->mutex, &srq->cond);
     free(s);
     return 0;
@@ -675,10 +725,10 @@ ibv_destroy_qp(struct ibv_qp *qp)
     FORWARD(int, ibv_destroy_qp, "IBVERBS_1.1", (struct ibv_qp *),
             qp->context, (qp), EINVAL);
     struct fqp *q = fv_qp_of(qp);
-    int e = unmake(q->h, NULL, fv_prov->destroy_qp,
-                   &fv_pd_of(qp->pd)->users);
+    int e = unmake(q->h, NULL, fv_prov->destroy_qp, NULL);
     if (e != 0)
         return e;
+    fv_pd_use(qp->pd, -1);
     qp_uses(qp->send_cq, qp->recv_cq, qp->srq, -1);
     sync_fini(&qp->mutex, &qp->cond);
     free(q->x);
@@ -790,10 +840,11 @@ ibv_destroy_ah(struct ibv_ah *ah)
     FORWARD(int, ibv_destroy_ah, "IBVERBS_1.1", (struct ibv_ah *),
             ah->context, (ah), EINVAL);
     struct fah *h = container_of(ah, struct fah, ah);
-    int e = unmake(h->h, NULL, fv_prov->destroy_ah,
-                   &fv_pd_of(ah->pd)->users);
-    if (e == 0)
+    int e = unmake(h->h, NULL, fv_prov->destroy_ah, NULL);
+    if (e == 0) {
+        fv_pd_use(ah->pd, -1);
         free(h);
+    }
     return e;
 }
 

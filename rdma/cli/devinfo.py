@@ -64,14 +64,23 @@ def _line(indent: int, key: str, value: object) -> str:
 def _fabric_extended_lines() -> List[str]:
     """The extended part of ``ibv_devinfo -v`` (what it reads with
     ibv_query_device_ex, then ``num_comp_vectors``) for the software
-    fabric: its query_device_ex reports none of the extended capabilities
-    (no ODP, timestamps, TSO, RSS, WQs, packet pacing or tag matching:
-    all 0, csrc/fabric_verbs/device.c) and its contexts have one
-    completion vector.  rdma's bindings have no ibv_query_device_ex, so
-    for a verbs device this part is not printed."""
-    lines = ["\tgeneral_odp_caps:"]
-    for t in ("rc", "uc", "ud", "xrc"):
-        lines += [f"\t{t}_odp_caps:", "\t" * 5 + "NO SUPPORT"]
+    fabric: its query_device_ex reports explicit ODP (the fabric never
+    pins memory) and none of the other extended capabilities (no
+    timestamps, TSO, RSS, WQs, packet pacing or tag matching: all 0,
+    csrc/fabric_verbs/device.c), and its contexts have one completion
+    vector.  rdma's bindings have no ibv_query_device_ex, so for a verbs
+    device this part is not printed."""
+    caps = {"general": ["ODP_SUPPORT"],
+            "rc": ["SEND", "RECV", "WRITE", "READ", "ATOMIC", "SRQ"],
+            "uc": ["SEND", "RECV", "WRITE", "SRQ"],
+            "ud": ["SEND", "RECV", "SRQ"],
+            "xrc": []}
+    lines = []
+    for t, names in caps.items():
+        lines.append(f"\t{t}_odp_caps:")
+        if t != "general":
+            names = ["SUPPORT_" + n for n in names]
+        lines += ["\t" * 5 + n for n in names or ["NO SUPPORT"]]
     lines += ["\tcompletion_timestamp_mask not supported",
               "\tcore clock not supported",
               _line(1, "device_cap_flags_ex", "0x0"),

@@ -153,19 +153,33 @@ def test_attach_detach_argument_errors(pair_factory, ctx):
 
 
 def test_destroy_attached_qp(ctx):
-    """A QP detached from a group can be destroyed, and the group goes on
-    for the others.  (Destroying it while attached is EBUSY, as the kernel
-    says: tests/host/c_front_mcast.c checks that, since the Python object
-    is closed all the same and the QP it leaves behind would keep the CQs
-    busy here.)"""
+    """Closing a QP attached to a group is EBUSY, as the kernel says, and
+    the QP stays open and attached (it still receives the group's SENDs),
+    and so does its PD when the PD's close meets it; detached, it closes,
+    and the group goes on for the others."""
     sides = [ud_side(ctx) for _ in range(3)]
     a, b, c = sides
     mgid, join = group_of(a)
     try:
         for s in (b, c):
             s.qp.attach_mcast(mgid, MLID)
+        with pytest.raises(rdma.SysError) as ei:
+            c.qp.close()
+        assert ei.value.errno == errno.EBUSY
+        assert "ibv_destroy_qp" in str(ei.value)
+        assert not c.qp.closed
+        c.post_recv(wr_id=2)
+        send_to_group(a, mgid, b"still attached")
+        check_got(c, b"still attached", mgid)
+        # its PD's close meets it: the PD stays open (its other children
+        # closed), the QP's error is raised
+        with pytest.raises(rdma.SysError) as ei:
+            c.pd.close()
+        assert ei.value.errno == errno.EBUSY
+        assert not c.pd.closed and not c.qp.closed and c.mr.closed
         c.qp.detach_mcast(mgid, MLID)
         c.qp.close()
+        assert c.qp.closed
         b.post_recv(wr_id=1)
         send_to_group(a, mgid, b"after a destroy")
         check_got(b, b"after a destroy", mgid)

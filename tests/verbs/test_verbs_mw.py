@@ -342,3 +342,31 @@ def test_requests_after_local_work_requests(pair):
     check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_SEND, 6)
     check_ok(poll_cq(b.recv_cq)[0], ibv.IBV_WC_RECV, 5)
 
+
+
+def test_dereg_with_a_window_bound_keeps_the_mr(pair):
+    """MR.close() while a window is bound to the MR is refused (EINVAL, as
+    rxe's dereg_mr says) and the MR stays open: its keys still work, its
+    window too; once the window is gone the MR closes."""
+    import errno
+
+    import rdma
+    a, b = pair(RC, side_b=BINDABLE)
+    mw = b.pd.mw(ibv.IBV_MW_TYPE_1)
+    rkey = b.qp.bind_mw(mw, ibv.mw_bind_info(
+        mr=b.mr, addr=b.mr.addr + 256, length=128, mw_access_flags=RW))
+    check_ok(poll_cq(b.send_cq)[0], ibv.IBV_WC_BIND_MW)
+    with pytest.raises(rdma.SysError) as ei:
+        b.mr.close()
+    assert ei.value.errno == errno.EINVAL
+    assert "ibv_dereg_mr" in str(ei.value)
+    assert not b.mr.closed
+    data = pattern(16, 7)
+    check_ok(write_via(a, b, b.mr.rkey, 64, data), ibv.IBV_WC_RDMA_WRITE)
+    assert bytes(b.buf[64:80]) == data
+    check_ok(write_via(a, b, rkey, 256, data[::-1]), ibv.IBV_WC_RDMA_WRITE)
+    assert bytes(b.buf[256:272]) == data[::-1]
+    mw.close()
+    b.mr.close()
+    assert b.mr.closed
+    b.mr.close()                # closed: a no-op

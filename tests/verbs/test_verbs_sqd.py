@@ -128,9 +128,9 @@ def test_sqd_only_from_rts(ctx, state):
 
 
 def test_post_send_in_sqd(ctx, provider):
-    """A send WR posted while the QP is in SQD: rxe takes it and holds it
-    until SQD -> RTS; ucx0 refuses it with EINVAL ([unsupported-misc]),
-    and nothing is sent either way before RTS."""
+    """A send WR posted while the QP is in SQD is taken and held until
+    SQD -> RTS, as on rxe: nothing is sent before RTS; then the held WR
+    goes, before the ones posted later."""
     a = Side(ctx, RC)
     b = Side(ctx, RC)
     try:
@@ -138,17 +138,20 @@ def test_post_send_in_sqd(ctx, provider):
         to_sqd(a.qp)
         drained_event(ctx, a.qp)
         a.buf[:8] = b"held wr!"
-        wr = a.send_wr(b, W, wr_id=7, length=8, remote_off=512)
-        if differs(provider, "unsupported-misc"):
-            with pytest.raises(rdma.SysError) as ei:
-                a.qp.post_send(wr)
-            assert ei.value.errno == errno.EINVAL
-            assert qp_state(a.qp) == ibv.IBV_QPS_SQD
-            return
-        a.qp.post_send(wr)
+        a.qp.post_send(a.send_wr(b, W, wr_id=7, length=8, remote_off=512))
+        assert qp_state(a.qp) == ibv.IBV_QPS_SQD
         expect_no_completion(a.send_cq, 0.3)
         assert bytes(b.buf[512:520]) == bytes(8)
         a.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTS), STATE)
+        if differs(provider, "sqd-resume"):
+            # a NIC's send queue starts again on SQD -> RTS by itself
+            check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_RDMA_WRITE, 7)
+            assert bytes(b.buf[512:520]) == b"held wr!"
+            a.qp.post_send(a.send_wr(b, W, wr_id=8, length=8,
+                                     remote_off=520))
+            check_ok(poll_cq(a.send_cq)[0], ibv.IBV_WC_RDMA_WRITE, 8)
+            assert bytes(b.buf[512:528]) == b"held wr!" * 2
+            return
         # (rxe's requester does not look at its queue again on SQD -> RTS:
         # the held WR goes with the next one posted)
         a.qp.post_send(a.send_wr(b, W, wr_id=8, length=8, remote_off=520))
@@ -157,6 +160,103 @@ def test_post_send_in_sqd(ctx, provider):
         for w in wcs:
             check_ok(w, ibv.IBV_WC_RDMA_WRITE)
         assert bytes(b.buf[512:528]) == b"held wr!" * 2
+    finally:
+        a.close()
+        b.close()
+
+
+def test_post_send_in_sqd_order_and_inline(ctx):
+    """WRs posted in SQD keep their order with those posted after RTS, and
+    an inline WR's data is taken when it is posted (its buffer is reused at
+    once, as the inline flag allows)."""
+    a = Side(ctx, RC, max_inline_data=64, max_send_wr=8)
+    b = Side(ctx, RC)
+    try:
+        connect_pair(a, b)
+        to_sqd(a.qp)
+        drained_event(ctx, a.qp)
+        wrs = []
+        for i in range(3):
+            a.buf[64 * i:64 * i + 16] = pattern(16, 10 + i)
+            wrs.append(a.send_wr(b, W, wr_id=i, off=64 * i, length=16,
+                                 remote_off=16 * i))
+        a.qp.post_send(wrs)
+        a.buf[256:272] = b"inline bytes now"
+        a.qp.post_send(a.send_wr(b, W, wr_id=3, off=256, length=16,
+                                 remote_off=48,
+                                 send_flags=ibv.IBV_SEND_SIGNALED |
+                                 ibv.IBV_SEND_INLINE))
+        a.buf[256:272] = b"reused, not sent"
+        a.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_RTS), STATE)
+        a.buf[512:528] = pattern(16, 20)
+        a.qp.post_send(a.send_wr(b, W, wr_id=4, off=512, length=16,
+                                 remote_off=64))
+        wcs = poll_cq(a.send_cq, 5)
+        assert [w.wr_id for w in wcs] == [0, 1, 2, 3, 4]
+        for w in wcs:
+            check_ok(w, ibv.IBV_WC_RDMA_WRITE)
+        assert bytes(b.buf[:48]) == b"".join(pattern(16, 10 + i)
+                                             for i in range(3))
+        assert bytes(b.buf[48:64]) == b"inline bytes now"
+        assert bytes(b.buf[64:80]) == pattern(16, 20)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_post_send_in_sqd_then_err(ctx):
+    """WRs held in SQD when the QP goes to ERR flush (IBV_WC_WR_FLUSH_ERR,
+    unsignaled ones too, in order) and never reach the peer."""
+    a = Side(ctx, RC, sq_sig_all=0)
+    b = Side(ctx, RC)
+    try:
+        connect_pair(a, b)
+        to_sqd(a.qp)
+        drained_event(ctx, a.qp)
+        a.buf[:8] = b"flushed!"
+        a.qp.post_send([a.send_wr(b, W, wr_id=1, length=8),
+                        a.send_wr(b, W, wr_id=2, length=8, remote_off=8,
+                                  send_flags=0)])
+        a.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_ERR), STATE)
+        wcs = poll_cq(a.send_cq, 2)
+        assert [w.wr_id for w in wcs] == [1, 2]
+        assert all(w.status == ibv.IBV_WC_WR_FLUSH_ERR for w in wcs)
+        expect_no_completion(a.send_cq, 0.2)
+        assert bytes(b.buf[:16]) == bytes(16)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_post_send_in_sqd_bad_wr(ctx):
+    """In SQD a WR is checked when posted as in RTS: more s/g elements
+    than max_send_sge is EINVAL, a full send queue ENOMEM; the WRs before
+    the bad one are held (they flush on the move to ERR), nothing is
+    sent."""
+    a = Side(ctx, RC, max_send_wr=2)
+    b = Side(ctx, RC)
+    try:
+        connect_pair(a, b)
+        to_sqd(a.qp)
+        drained_event(ctx, a.qp)
+        two = [a.mr.sge(length=8), a.mr.sge(length=8, off=8)]
+        with pytest.raises(rdma.SysError) as ei:
+            a.qp.post_send(a.send_wr(b, W, wr_id=5, sg_list=two))
+        assert ei.value.errno == errno.EINVAL
+        cap = a.qp.query(STATE).cap.max_send_wr
+        a.buf[:8] = b"queued.."
+        wrs = [a.send_wr(b, W, wr_id=i, length=8, remote_off=8 * i)
+               for i in range(cap + 1)]
+        with pytest.raises(rdma.SysError) as ei:
+            a.qp.post_send(wrs)
+        assert ei.value.errno == errno.ENOMEM
+        assert qp_state(a.qp) == ibv.IBV_QPS_SQD
+        expect_no_completion(a.send_cq, 0.2)
+        a.qp.modify(ibv.qp_attr(qp_state=ibv.IBV_QPS_ERR), STATE)
+        wcs = poll_cq(a.send_cq, cap)
+        assert [w.wr_id for w in wcs] == list(range(cap))
+        assert all(w.status == ibv.IBV_WC_WR_FLUSH_ERR for w in wcs)
+        assert bytes(b.buf[:8 * (cap + 1)]) == bytes(8 * (cap + 1))
     finally:
         a.close()
         b.close()

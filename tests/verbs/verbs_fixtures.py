@@ -154,8 +154,8 @@ DIFFERENCES = {
                "a SEND_WITH_INV receive has IBV_WC_WITH_INV, one that "
                "fails to invalidate is NAKed (rxe: only in the MR under "
                "it; the kernel's flag value untranslated; ACKed)",
-    "unsupported-misc": "a send WR posted in SQD is refused with EINVAL "
-                        "(rxe: held until SQD -> RTS)",
+    "sqd-resume": "send WRs held in SQD go on SQD -> RTS by themselves "
+                  "(rxe: with the next post_send)",
     "rereg-mr": "ibv_rereg_mr changes an MR's PD, access and range "
                 "(rxe: EOPNOTSUPP / EINVAL, its provider has no rereg_mr)",
     "reset-cleans-cq": "a QP's move to RESET takes its completions out "
