@@ -286,6 +286,12 @@ cma_op(struct peer *p, const struct pyrdma_send_wr *wr, int write,
      of at least N.cma_min bytes);
    - CARRY_RING: a slot whose request goes through the same-host target's
      request ring, executed by the target's poll_cq;
+   - CARRY_LOCAL: a slot whose target is this process (an RC QP connected
+     to a QP of this node) where rings are allowed (peer.local):
+     post_send executes the request itself, as ring_run does a ring's
+     (instead of handing it to UCP's self transport, which calls the
+     same handler at once, for some 500 instructions more); only while no
+     earlier request of the QP is with UCP (order), else by UCP;
    - CARRY_AM: a slot whose request is a UCP active message.
    A one-sided WR that fails its checks when executed (fast_op returns 0)
    takes a slot after all (carrier_of again, one-sided carriers excluded),
@@ -296,6 +302,7 @@ enum carrier {
     CARRY_MAPPED,
     CARRY_CMA,
     CARRY_RING,
+    CARRY_LOCAL,
     CARRY_AM,
 };
 
@@ -373,6 +380,8 @@ carrier_of(const struct uqp *q, const struct pyrdma_send_wr *wr, int op,
     }
     if (q->type == IBV_QPT_RC && p != NULL && p->ring_state == 1)
         return CARRY_RING;
+    if (q->type == IBV_QPT_RC && p != NULL && p->local)
+        return CARRY_LOCAL;
     return CARRY_AM;
 }
 
@@ -1087,11 +1096,32 @@ post_all(struct uqp *q, struct pyrdma_send_wr **wrp)
     return rc;
 }
 
-/* CARRY_RING: the slots of [first, last) to be sent go into the peer's
-   ring while they fit, the rest of the call's by UCP, in order (N.lock
-   held).  Return how many are left for UCP; *bell: the peer to ring. */
+/* CARRY_LOCAL, slot s of q to be sent (N.lock held): executed here if
+   its order allows (held: q had slots with UCP before this call; the
+   rules of the ring's, ring_slots); 1 if done. */
 static int
-ring_slots(struct uqp *q, uint32_t first, uint32_t last, struct peer **bell)
+local_slot(struct uqp *q, struct slot *s, const struct peer *p, int held)
+{
+    const struct wire *h = (const struct wire *)s->buf;
+    if (held || s->ep != p->ep || (q->naked && (h->flags & F_ACK)))
+        return 0;
+    s->need_send = 0;
+    s->inflight = 0;
+    q->n_inflight--;
+    if (N.sh != NULL)
+        N.sh->st_local_req++;
+    fab_am_dispatch(h, s->buf + sizeof(struct wire),
+                    s->len - sizeof(struct wire));
+    return 1;
+}
+
+/* CARRY_RING: the slots of [first, last) to be sent go into the peer's
+   ring while they fit, CARRY_LOCAL ones are executed (local_slot), the
+   rest of the call's by UCP, in order (N.lock held).  Return how many
+   are left for UCP; *bell: the peer to ring. */
+static int
+ring_slots(struct uqp *q, uint32_t first, uint32_t last, struct peer **bell,
+           int held)
 {
     struct peer *p = q->peer;
     int n_ucp = 0;
@@ -1099,6 +1129,9 @@ ring_slots(struct uqp *q, uint32_t first, uint32_t last, struct peer **bell)
     for (i = first; i != last; i++) {
         struct slot *s = &q->sq[i & q->sq_mask];
         if (s->need_send != 1)
+            continue;
+        if (n_ucp == 0 && s->carrier == CARRY_LOCAL && p != NULL &&
+            local_slot(q, s, p, held))
             continue;
         if (n_ucp == 0 && s->carrier == CARRY_RING && p != NULL &&
             p->ring_state == 1 && s->ep == p->ep &&
@@ -1187,7 +1220,7 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
 {
     struct uqp *q = vq;
     uint32_t first, last;
-    int rc, signal = 0, n_ucp;
+    int rc, signal = 0, n_ucp, held;
     struct peer *bell = NULL;
 
     map_targets(q, wr);
@@ -1203,6 +1236,7 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
         return EINVAL;
     }
     first = q->sq_tail;
+    held = q->n_inflight != 0;
     rc = post_all(q, &wr);
     if (rc)
         *bad = wr;
@@ -1214,7 +1248,7 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
     }
     if ((q->ack_item != NULL || q->dack) && q->type == IBV_QPT_RC)
         piggyback_ack(q, first, last);
-    n_ucp = ring_slots(q, first, last, &bell);
+    n_ucp = ring_slots(q, first, last, &bell, held);
     if (n_ucp != 0) {
         UNLOCK();
         if (bell != NULL)
