@@ -290,8 +290,9 @@ cma_op(struct peer *p, const struct pyrdma_send_wr *wr, int write,
      to a QP of this node) where rings are allowed (peer.local):
      post_send executes the request itself, as ring_run does a ring's
      (instead of handing it to UCP's self transport, which calls the
-     same handler at once, for some 500 instructions more); only while no
-     earlier request of the QP is with UCP (order), else by UCP;
+     same handler at once, for some 500 instructions more); only one that
+     fits a ring entry, and while no earlier request of the QP is with
+     UCP (order), else by UCP;
    - CARRY_AM: a slot whose request is a UCP active message.
    A one-sided WR that fails its checks when executed (fast_op returns 0)
    takes a slot after all (carrier_of again, one-sided carriers excluded),
@@ -1097,13 +1098,16 @@ post_all(struct uqp *q, struct pyrdma_send_wr **wrp)
 }
 
 /* CARRY_LOCAL, slot s of q to be sent (N.lock held): executed here if
-   its order allows (held: q had slots with UCP before this call; the
-   rules of the ring's, ring_slots); 1 if done. */
+   it would fit a ring entry (a larger one goes by UCP, its rendezvous
+   for the payload) and its order allows (held: q had slots with UCP
+   before this call; the other rules are the ring's, ring_slots); 1 if
+   done. */
 static int
 local_slot(struct uqp *q, struct slot *s, const struct peer *p, int held)
 {
     const struct wire *h = (const struct wire *)s->buf;
-    if (held || s->ep != p->ep || (q->naked && (h->flags & F_ACK)))
+    if (held || s->len > RING_DATA || s->ep != p->ep ||
+        (q->naked && (h->flags & F_ACK)))
         return 0;
     s->need_send = 0;
     s->inflight = 0;
