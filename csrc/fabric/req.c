@@ -949,7 +949,12 @@ post_one(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     if (how == CARRY_MAPPED || how == CARRY_CMA)
         how = carrier_of(q, wr, op, total, hold, 0);
     slot_fill(q, s, wr, op, total, inline_data, fast, how);
-    if (fast <= 0 || s->done)
+    /* a zero-byte WRITE with immediate data has no data to place: like
+       an F_PLACED one, it lets later WRITE_WITH_IMMs place theirs
+       (fast_order_allows) */
+    if ((fast <= 0 && !(total == 0 &&
+                        wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) ||
+        s->done)
         q->sq_unplaced = s->idx + 1;
     return 0;
 }

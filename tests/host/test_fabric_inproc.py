@@ -271,3 +271,28 @@ def test_requests_to_own_qp_executed_by_post_send(pair):
     check_ok(poll_cq(a.send_cq, 1)[0], wr_id=77)
     check_ok(poll_cq(b.recv_cq, 1)[0], wr_id=78)
     assert bytes(b.buf[16384:16392]) == bytes(a.buf[:8])
+
+
+def test_zero_byte_write_imm_does_not_hold_back_placement(pair):
+    """WRITE_WITH_IMM, zero-byte WRITE_WITH_IMM, WRITE_WITH_IMM in one
+    post_send (dqplb's fragment, trailer, next fragment): the zero-byte
+    one has no data to place, so the third's data is placed one-sided
+    too (fast_write counts both), not copied into its request; the
+    receive completions come in order, every byte in place."""
+    a, b = pair
+    a.buf[:1024] = pattern(1024, 5)
+    for i in range(3):
+        b.qp.post_recv(ibv.recv_wr(wr_id=10 + i))
+    s0 = stats()
+    wrs = [ibv.send_wr(wr_id=i, opcode=ibv.IBV_WR_RDMA_WRITE_WITH_IMM,
+                       send_flags=ibv.IBV_SEND_SIGNALED, imm_data=i + 1,
+                       sg_list=a.mr.sge(n, off=off),
+                       remote_addr=b.mr.addr + off, rkey=b.mr.rkey)
+           for i, (n, off) in enumerate([(512, 0), (0, 0), (512, 512)])]
+    a.qp.post_send(wrs)
+    assert [check_ok(w).wr_id for w in poll_cq(a.send_cq, 3)] == [0, 1, 2]
+    assert [(check_ok(w).wr_id, w.byte_len, w.imm_data)
+            for w in poll_cq(b.recv_cq, 3)] == [(10, 512, 1), (11, 0, 2),
+                                                (12, 512, 3)]
+    assert bytes(b.buf[:1024]) == bytes(a.buf[:1024])
+    assert stats()["fast_write"] - s0["fast_write"] == 2
