@@ -37,7 +37,8 @@
       "4096 (64K with CAP_SYS_PTRACE)", "fabric", \
       "smallest WR that goes by cross-memory attach, not the ring") \
     X(UCX_NO_RING, "RDMA_UCX_NO_RING", "flag", "0", "fabric", \
-      "1: no request rings to same-host peers") \
+      "1: no request rings to same-host peers, no requests executed in " \
+      "place to this process") \
     X(UCX_ADOPT, "RDMA_UCX_ADOPT", "flag", "1", "fabric", \
       "0: never adopt a program's own memory into shared memory") \
     X(UCX_DEBUG_ADOPT_WP, "RDMA_UCX_DEBUG_ADOPT_WP", "choice auto|none|user", \

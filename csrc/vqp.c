@@ -409,6 +409,16 @@ check_peer(pyrdma_VQP *q, PyObject *peer, uint32_t *qpns, uint32_t *seq,
         return -1;
     }
     Py_DECREF(mode);
+    if (PyMapping_HasKeyString(peer, "proto")) {   /* absent: made by hand */
+        if ((v = peer_int(peer, "proto")) < 0)
+            return -1;
+        if (v != VQP_PROTO) {
+            PyErr_Format(PyExc_ValueError, "VirtualQP.connect(): the peer "
+                         "speaks VirtualQP protocol %lld, this one %d (both "
+                         "ends need the same rdma version)", v, VQP_PROTO);
+            return -1;
+        }
+    }
     if ((n = peer_int(peer, "n_qps")) < 0)
         return -1;
     if (n != q->n) {
@@ -572,10 +582,10 @@ vqp_info(PyObject *op, PyObject *noargs)
         return NULL;
     for (i = 0; i < q->n; i++)
         PyList_SET_ITEM(l, i, PyLong_FromUnsignedLong(q->q[i].qpn));
-    d = Py_BuildValue("{s:s,s:I,s:N,s:I,s:I,s:I}", "mode",
+    d = Py_BuildValue("{s:s,s:I,s:N,s:I,s:I,s:I,s:i}", "mode",
                       mode_names[q->mode], "n_qps", q->n, "qpns", l, "seq",
                       q->seq_next, "max_msgs", q->max_msgs, "fragment",
-                      q->fragment);
+                      q->fragment, "proto", VQP_PROTO);
     return d;
 }
 
@@ -705,7 +715,8 @@ static PyMethodDef vqp_methods[] = {
      "same mode and number of data QPs, else ValueError)."},
     {"info", vqp_info, METH_NOARGS,
      "info($self, /)\n--\n\nWhat the peer's connect() needs, as a dict "
-     "(mode, n_qps, qpns, seq, max_msgs, fragment): send it out of band."},
+     "(mode, n_qps, qpns, seq, max_msgs, fragment, proto): send it out "
+     "of band."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,6 +16,11 @@
 #define VQP_TRAILER 0xffffffffu
 
 enum { VQP_DQPLB, VQP_SPRAY };
+
+/* The protocol between two virtual QPs (info()'s "proto", checked by
+   connect()).  2: spray sends a one-fragment WRITE_WITH_IMM message as
+   one WRITE_WITH_IMM with data (no length and immediate trailers). */
+#define VQP_PROTO 2
 enum { VQP_ROUND_ROBIN, VQP_LEAST_OUTSTANDING };
 
 /* One virtual send WR, from posting to its virtual completion. */

@@ -11,7 +11,11 @@
  *    receiver puts fragments back in sequence order in a window.
  *  - spray: fragments are RDMA_WRITEs.  Once all of a WRITE_WITH_IMM
  *    message completed, data QP 0 carries two zero-byte WRITE_WITH_IMMs:
- *    the message length, then the user's immediate.
+ *    the message length, then the user's immediate.  A WRITE_WITH_IMM
+ *    message of one fragment (1 byte or more) that nothing waits to be
+ *    posted or notified before goes as one WR instead: a WRITE_WITH_IMM
+ *    on data QP 0 with its data and the user's immediate (the receiver
+ *    takes the length from byte_len; a length trailer has none).
  * The receiver keeps receive WRs posted on its data QPs (all of them in
  * dqplb, QP 0 in spray) and reposts each as it completes.  As on one QP,
  * an RDMA_WRITE_WITH_IMM message consumes one virtual receive WR and an
@@ -90,34 +94,23 @@ emit_done(pyrdma_VCQ *c)
         c->out_n++;
 }
 
-/* Queue a virtual completion on the VirtualCQ; 0 or ENOMEM. */
-static int
-emit(pyrdma_VCQ *c, const struct pyrdma_wc *wc)
-{
-    struct pyrdma_wc *e = emit_slot(c);
-
-    if (e == NULL)
-        return ENOMEM;
-    *e = *wc;
-    emit_done(c);
-    return 0;
-}
-
+/* A virtual receive completion, written in place (emit_slot). */
 static void
 emit_recv(pyrdma_VQP *q, uint64_t wr_id, int status, uint32_t len,
           uint32_t imm)
 {
-    struct pyrdma_wc wc;
+    struct pyrdma_wc *wc = emit_slot(q->vcq);
 
-    memset(&wc, 0, sizeof(wc));
-    wc.wr_id = wr_id;
-    wc.status = status;
-    wc.opcode = WC_RECV_RDMA_WITH_IMM;
-    wc.byte_len = len;
-    wc.imm_data = imm;
-    wc.wc_flags = status == WC_SUCCESS ? WC_WITH_IMM : 0;
-    wc.qp_num = q->q[0].qpn;
-    (void)emit(q->vcq, &wc);
+    if (wc == NULL)
+        return;             /* out of memory: lost */
+    wc->wr_id = wr_id;
+    wc->status = status;
+    wc->opcode = WC_RECV_RDMA_WITH_IMM;
+    wc->byte_len = len;
+    wc->imm_data = imm;
+    wc->wc_flags = status == WC_SUCCESS ? WC_WITH_IMM : 0;
+    wc->qp_num = q->q[0].qpn;
+    emit_done(q->vcq);
 }
 
 /* Report the messages at the head that are complete, in posting order. */
@@ -284,8 +277,9 @@ note_posted(pyrdma_VQP *q, struct vqp_msg *m, uint32_t i, uint32_t k,
 }
 
 /* Post the next fragment of m (serial s), whose s/g list is sg[nsg], on
-   data QP i, with its trailer when trailer is set; 0 or -1 (error state
-   entered). */
+   data QP i, with its trailer when trailer is set (spray: the fragment,
+   the whole message, is a WRITE_WITH_IMM with the user's immediate, no
+   trailer); 0 or -1 (error state entered). */
 static int
 post_frag_sg(pyrdma_VQP *q, struct vqp_msg *m, uint32_t s, uint32_t i,
              int trailer, struct pyrdma_sge *sg, int nsg)
@@ -294,6 +288,7 @@ post_frag_sg(pyrdma_VQP *q, struct vqp_msg *m, uint32_t s, uint32_t i,
     uint64_t off = (uint64_t)m->next_frag * q->fragment;
     uint32_t seq = q->seq_next;
     int last = m->next_frag + 1 == m->nfrags, rc;
+    uint32_t k = trailer && q->mode == VQP_DQPLB ? 2 : 1;
 
     memset(&wr[0], 0, sizeof(wr[0]));
     wr[0].wr_id = ((uint64_t)(s & 0x7fffffff) << 32) | m->next_frag;
@@ -308,9 +303,13 @@ post_frag_sg(pyrdma_VQP *q, struct vqp_msg *m, uint32_t s, uint32_t i,
                                (trailer ? VQP_IMM_NOTIFY : 0));
         q->seq_next = (seq + 1) & VQP_SEQ_MASK;
     }
+    else if (trailer) {
+        wr[0].opcode = PYRDMA_WR_RDMA_WRITE_WITH_IMM;
+        wr[0].imm_data = m->imm;
+    }
     else
         wr[0].opcode = PYRDMA_WR_RDMA_WRITE;
-    if (trailer) {
+    if (k == 2) {
         wr[1] = wr[0];
         wr[1].wr_id = (wr[0].wr_id & ~0xffffffffull) | VQP_TRAILER;
         wr[1].num_sge = 0;
@@ -321,7 +320,7 @@ post_frag_sg(pyrdma_VQP *q, struct vqp_msg *m, uint32_t s, uint32_t i,
     rc = q->o.prov->post_send(q->q[i].h, wr, &bad);
     m->next_frag++;
     if (rc == 0) {
-        note_posted(q, m, i, trailer ? 2 : 1, 1, seq);
+        note_posted(q, m, i, k, 1, seq);
         return 0;
     }
     if (bad == &wr[1])
@@ -486,6 +485,23 @@ enqueue_send(pyrdma_VQP *q, const struct pyrdma_send_wr *w)
     q->serial_next++;
 }
 
+/* The data QP for post_whole() of a message of total bytes (trailer: a
+   WRITE_WITH_IMM), -1 if none has room.  dqplb: the window has room, a
+   data QP has room for the fragment and its trailer.  spray: a
+   WRITE_WITH_IMM goes as one WR on data QP 0 (where the receiver's
+   receives are) if it carries data (its byte_len is its length) and no
+   notify waits before it (they come in order on QP 0). */
+static int
+whole_qp(pyrdma_VQP *q, int trailer, uint32_t total)
+{
+    if (q->mode == VQP_DQPLB)
+        return window_full(q) ? -1 : choose_qp(q, trailer ? 2 : 1);
+    if (!trailer)
+        return choose_qp(q, 1);
+    return total > 0 && q->notify_at == q->post_at &&
+           q->q[0].out < q->depth ? 0 : -1;
+}
+
 /* The fast path of a message of at most one fragment when nothing waits
    to be posted before it: post it 1:1 from the user's s/g list (no
    cutting, no copy of the list).  0 when it does not apply (the caller
@@ -494,8 +510,7 @@ enqueue_send(pyrdma_VQP *q, const struct pyrdma_send_wr *w)
 static int
 post_whole(pyrdma_VQP *q, const struct pyrdma_send_wr *w)
 {
-    int trailer = q->mode == VQP_DQPLB &&
-                  w->opcode == PYRDMA_WR_RDMA_WRITE_WITH_IMM, i, k;
+    int trailer = w->opcode == PYRDMA_WR_RDMA_WRITE_WITH_IMM, i, k;
     uint32_t total = 0, s;
     struct vqp_msg *m;
 
@@ -508,8 +523,7 @@ post_whole(pyrdma_VQP *q, const struct pyrdma_send_wr *w)
         if (total > q->fragment)
             return 0;
     }
-    if ((q->mode == VQP_DQPLB && window_full(q)) ||
-        (i = choose_qp(q, trailer ? 2 : 1)) < 0)
+    if ((i = whole_qp(q, trailer, total)) < 0)
         return 0;
     s = q->serial_next++;
     m = msg_at(q, s);
@@ -529,8 +543,9 @@ post_whole(pyrdma_VQP *q, const struct pyrdma_send_wr *w)
     if (post_frag_sg(q, m, s, (uint32_t)i, trailer, w->sg_list,
                      w->num_sge) == 0) {
         q->post_at++;
-        if (q->mode == VQP_DQPLB || m->opcode == PYRDMA_WR_RDMA_WRITE)
-            m->closed = 1;
+        m->closed = 1;      /* spray: no notify to post for it */
+        if (q->mode == VQP_SPRAY && q->notify_at == s)
+            q->notify_at = q->post_at;
     }
     return 1;
 }
@@ -747,6 +762,8 @@ on_recv(pyrdma_VQP *q, uint32_t i, const struct pyrdma_wc *wc)
     q->rx_owed = 1;
     if (q->mode == VQP_DQPLB)
         rx_dqplb(q, i, wc);
+    else if (!d->rx_trailer && wc->byte_len > 0)   /* spray: one WR */
+        delivered(q, wc->byte_len, wc->imm_data);
     else if (!d->rx_trailer) {      /* spray: the length, then the imm */
         d->rx_len = ntohl(wc->imm_data);
         d->rx_trailer = 1;

@@ -251,12 +251,13 @@ extern struct fab_ucp U;
 /* the key page: what a same-host initiator checks before a one-sided op */
 
 #define SH_MAGIC 0x4b435855u    /* "UXCK" */
-#define SH_VERSION 6            /* 3: struct wire has a session id (rings);
+#define SH_VERSION 7            /* 3: struct wire has a session id (rings);
                                    4: three more counters;
                                    5: MRs in the owner's own memory
                                    (rkey_len 0, cross-memory attach);
                                    6: struct sh_mr has xaddr (adopted
-                                   user memory), st_adopted */
+                                   user memory), st_adopted;
+                                   7: st_local_req */
 #define SH_MR 4096              /* MR keys with an index below this can be
                                    the target of a one-sided op */
 #define SH_RKEY_MAX 192         /* packed UCX rkey bytes */
@@ -330,7 +331,9 @@ struct sh_page {
     uint64_t cma_open;       /* 1: its own memory may be reached by
                                 cross-memory attach (same user) */
     uint64_t st_adopted;     /* user memory reg_mr adopted (mem_adopt) */
-    uint64_t pad1[2];        /* the QP table starts on a cache line */
+    uint64_t st_local_req;   /* requests to a QP of its own that its
+                                post_send executed (CARRY_LOCAL) */
+    uint64_t pad1[1];        /* the QP table starts on a cache line */
     struct sh_qp qp[MAX_QP];
     struct sh_mr mr[SH_MR];
 };
@@ -634,6 +637,9 @@ struct peer {
     struct sh_page *sh;    /* same host: its key page, or NULL */
     struct rkc *rk;        /* SH_MR cached rkeys (with sh) */
     int ring_state;        /* 0: none yet, 1: ring made (tx), -1: never */
+    int local;             /* it is this node, and rings are allowed: its
+                              requests are executed by post_send
+                              (CARRY_LOCAL) */
     struct ring *tx;       /* request ring to it (usable once tx->open) */
     uint64_t tx_head;      /* tx->head as last read (N.lock) */
     uint64_t tx_tail;      /* entries written to tx (N.lock) */
@@ -939,6 +945,9 @@ unsigned fab_rings_poll(void);
 void fab_rings_check(uint64_t t);
 void fab_ring_accept(uint64_t src);
 int fab_tls_shm(void);
+/* Request rings (and CARRY_LOCAL) allowed: RDMA_UCX_NO_RING unset, UCX
+   may use shared memory. */
+int fab_ring_allowed(void);
 void fab_ring_make(struct peer *p);
 void fab_rings_sleep(uint32_t v);
 void fab_ring_bell(struct peer *p);

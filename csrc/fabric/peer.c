@@ -416,8 +416,10 @@ hello_key(uint64_t guid, const struct route *r, uint64_t nkey[2], int *mode)
 static void
 peer_map_keys(struct peer *p, int have_rec)
 {
-    if (p->guid == N.guid)
+    if (p->guid == N.guid) {
         p->sh = N.sh;
+        p->local = fab_ring_allowed();
+    }
     else if (have_rec && N.sh != NULL)
         p->sh = fab_sh_map(p->guid);
     if (p->sh != NULL && (p->rk = calloc(SH_MR, sizeof(*p->rk))) == NULL) {

@@ -286,6 +286,13 @@ cma_op(struct peer *p, const struct pyrdma_send_wr *wr, int write,
      of at least N.cma_min bytes);
    - CARRY_RING: a slot whose request goes through the same-host target's
      request ring, executed by the target's poll_cq;
+   - CARRY_LOCAL: a slot whose target is this process (an RC QP connected
+     to a QP of this node) where rings are allowed (peer.local):
+     post_send executes the request itself, as ring_run does a ring's
+     (instead of handing it to UCP's self transport, which calls the
+     same handler at once, for some 500 instructions more); only one that
+     fits a ring entry, and while no earlier request of the QP is with
+     UCP (order), else by UCP;
    - CARRY_AM: a slot whose request is a UCP active message.
    A one-sided WR that fails its checks when executed (fast_op returns 0)
    takes a slot after all (carrier_of again, one-sided carriers excluded),
@@ -296,6 +303,7 @@ enum carrier {
     CARRY_MAPPED,
     CARRY_CMA,
     CARRY_RING,
+    CARRY_LOCAL,
     CARRY_AM,
 };
 
@@ -373,6 +381,8 @@ carrier_of(const struct uqp *q, const struct pyrdma_send_wr *wr, int op,
     }
     if (q->type == IBV_QPT_RC && p != NULL && p->ring_state == 1)
         return CARRY_RING;
+    if (q->type == IBV_QPT_RC && p != NULL && p->local)
+        return CARRY_LOCAL;
     return CARRY_AM;
 }
 
@@ -939,7 +949,12 @@ post_one(struct uqp *q, struct slot *s, struct pyrdma_send_wr *wr,
     if (how == CARRY_MAPPED || how == CARRY_CMA)
         how = carrier_of(q, wr, op, total, hold, 0);
     slot_fill(q, s, wr, op, total, inline_data, fast, how);
-    if (fast <= 0 || s->done)
+    /* a zero-byte WRITE with immediate data has no data to place: like
+       an F_PLACED one, it lets later WRITE_WITH_IMMs place theirs
+       (fast_order_allows) */
+    if ((fast <= 0 && !(total == 0 &&
+                        wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) ||
+        s->done)
         q->sq_unplaced = s->idx + 1;
     return 0;
 }
@@ -1087,11 +1102,35 @@ post_all(struct uqp *q, struct pyrdma_send_wr **wrp)
     return rc;
 }
 
-/* CARRY_RING: the slots of [first, last) to be sent go into the peer's
-   ring while they fit, the rest of the call's by UCP, in order (N.lock
-   held).  Return how many are left for UCP; *bell: the peer to ring. */
+/* CARRY_LOCAL, slot s of q to be sent (N.lock held): executed here if
+   it would fit a ring entry (a larger one goes by UCP, its rendezvous
+   for the payload) and its order allows (held: q had slots with UCP
+   before this call; the other rules are the ring's, ring_slots); 1 if
+   done. */
 static int
-ring_slots(struct uqp *q, uint32_t first, uint32_t last, struct peer **bell)
+local_slot(struct uqp *q, struct slot *s, const struct peer *p, int held)
+{
+    const struct wire *h = (const struct wire *)s->buf;
+    if (held || s->len > RING_DATA || s->ep != p->ep ||
+        (q->naked && (h->flags & F_ACK)))
+        return 0;
+    s->need_send = 0;
+    s->inflight = 0;
+    q->n_inflight--;
+    if (N.sh != NULL)
+        N.sh->st_local_req++;
+    fab_am_dispatch(h, s->buf + sizeof(struct wire),
+                    s->len - sizeof(struct wire));
+    return 1;
+}
+
+/* CARRY_RING: the slots of [first, last) to be sent go into the peer's
+   ring while they fit, CARRY_LOCAL ones are executed (local_slot), the
+   rest of the call's by UCP, in order (N.lock held).  Return how many
+   are left for UCP; *bell: the peer to ring. */
+static int
+ring_slots(struct uqp *q, uint32_t first, uint32_t last, struct peer **bell,
+           int held)
 {
     struct peer *p = q->peer;
     int n_ucp = 0;
@@ -1099,6 +1138,9 @@ ring_slots(struct uqp *q, uint32_t first, uint32_t last, struct peer **bell)
     for (i = first; i != last; i++) {
         struct slot *s = &q->sq[i & q->sq_mask];
         if (s->need_send != 1)
+            continue;
+        if (n_ucp == 0 && s->carrier == CARRY_LOCAL && p != NULL &&
+            local_slot(q, s, p, held))
             continue;
         if (n_ucp == 0 && s->carrier == CARRY_RING && p != NULL &&
             p->ring_state == 1 && s->ep == p->ep &&
@@ -1189,7 +1231,7 @@ post_locked(struct uqp *q, struct pyrdma_send_wr *wr,
             struct pyrdma_send_wr **bad, int *signal)
 {
     uint32_t first, last;
-    int rc, n_ucp;
+    int rc, n_ucp, held;
     struct peer *bell = NULL;
 
     slots_settle(q, wr);
@@ -1201,6 +1243,7 @@ post_locked(struct uqp *q, struct pyrdma_send_wr *wr,
         return EINVAL;
     }
     first = q->sq_tail;
+    held = q->n_inflight != 0;
     rc = post_all(q, &wr);
     if (rc)
         *bad = wr;
@@ -1212,7 +1255,7 @@ post_locked(struct uqp *q, struct pyrdma_send_wr *wr,
     }
     if ((q->ack_item != NULL || q->dack) && q->type == IBV_QPT_RC)
         piggyback_ack(q, first, last);
-    n_ucp = ring_slots(q, first, last, &bell);
+    n_ucp = ring_slots(q, first, last, &bell, held);
     if (n_ucp != 0) {
         UNLOCK();
         if (bell != NULL)

@@ -230,8 +230,8 @@ ctl_send(struct peer *p, int kind)
 /* Rings are shared memory: used when UCX may use it too (UCX_TLS unset,
    or naming a shared-memory transport), so that UCX_TLS=tcp still means
    TCP; RDMA_UCX_NO_RING=1 turns them off. */
-static int
-ring_allowed(void)
+int
+fab_ring_allowed(void)
 {
     if (FAB_SET_NUM(UCX_NO_RING))
         return 0;
@@ -266,7 +266,7 @@ fab_ring_make(struct peer *p)
     if (!__atomic_compare_exchange_n(&p->ring_state, &zero, -1, 0,
                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return;                 /* made, or being made, or never */
-    if (!ring_allowed())
+    if (!fab_ring_allowed())
         return;
     fab_ring_name(path, sizeof(path), N.guid, p->guid);
     snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());

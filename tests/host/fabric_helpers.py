@@ -41,11 +41,11 @@ from verbs_fixtures import (GRH_LEN, MR_ALL, PORT, QKEY,  # noqa: E402,F401
 
 #: the head of a fabric node's key page (struct sh_page in
 #: csrc/fabric/fabric.h): magic, version, owner pid, pad, GUID, counters
-STATS = struct.Struct("<IIiIQ" + "Q" * 19)
+STATS = struct.Struct("<IIiIQ" + "Q" * 20)
 STAT_NAMES = ("fast_write", "fast_read", "fast_atomic", "am_req", "ack_msg",
               "ack_piggy", "ack_late", "ring_req", "ring_gone", "ring_bell",
               "am_rndv", "revoked", "rx_bad", "rx_denied", "cma_write",
-              "cma_read", "cma_fenced", "cma_open", "adopted")
+              "cma_read", "cma_fenced", "cma_open", "adopted", "local_req")
 
 
 def _key_pages():

@@ -226,3 +226,73 @@ def test_own_memory_without_cross_memory_attach(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert json.loads(res.stdout.splitlines()[-1]) == {
         "cma_open": 0, "fast_write": 1, "am_req": 0, "ok": True}
+
+
+def test_requests_to_own_qp_executed_by_post_send(pair):
+    """A request to a QP of this very process (a WRITE_WITH_IMM's
+    immediate, a SEND, an RNR'd SEND that waits for its receive) is
+    executed by post_send itself (CARRY_LOCAL: the node's local_req
+    counts it, its responder am_req) rather than handed to UCP's self
+    transport; every completion and byte is as before, in order."""
+    a, b = pair
+    n = 12
+    a.buf[:4096] = pattern(4096, 3)
+    s0 = stats()
+    for i in range(n):
+        b.qp.post_recv(ibv.recv_wr(wr_id=100 + i,
+                                   sg_list=b.mr.sge(64, off=8192 + 64 * i)))
+    for i in range(n):
+        where = {} if i % 2 else dict(remote_addr=b.mr.addr + i * 100,
+                                      rkey=b.mr.rkey)
+        a.qp.post_send(ibv.send_wr(
+            wr_id=i, send_flags=ibv.IBV_SEND_SIGNALED,
+            opcode=(ibv.IBV_WR_SEND_WITH_IMM if i % 2
+                    else ibv.IBV_WR_RDMA_WRITE_WITH_IMM),
+            sg_list=a.mr.sge(1 + i, off=i * 100), imm_data=i + 1, **where))
+    swcs = poll_cq(a.send_cq, n)
+    rwcs = poll_cq(b.recv_cq, n)
+    assert [check_ok(w).wr_id for w in swcs] == list(range(n))
+    assert [(check_ok(w).wr_id, w.byte_len, w.imm_data) for w in rwcs] == [
+        (100 + i, 1 + i, i + 1) for i in range(n)]
+    for i in range(n):
+        src = bytes(a.buf[i * 100:i * 100 + 1 + i])
+        dst = (b.buf[i * 100:i * 100 + 1 + i] if i % 2 == 0 else
+               b.buf[8192 + 64 * i:8192 + 64 * i + 1 + i])
+        assert bytes(dst) == src, i
+    s1 = stats()
+    assert s1["local_req"] - s0["local_req"] == n, (s0, s1)
+    assert s1["am_req"] - s0["am_req"] == n
+    # no receive posted: RNR, then the retry finds the one posted later
+    a.qp.post_send(ibv.send_wr(wr_id=77, opcode=ibv.IBV_WR_SEND,
+                               send_flags=ibv.IBV_SEND_SIGNALED,
+                               sg_list=a.mr.sge(8)))
+    assert b.recv_cq.poll() == []
+    b.qp.post_recv(ibv.recv_wr(wr_id=78, sg_list=b.mr.sge(64, off=16384)))
+    check_ok(poll_cq(a.send_cq, 1)[0], wr_id=77)
+    check_ok(poll_cq(b.recv_cq, 1)[0], wr_id=78)
+    assert bytes(b.buf[16384:16392]) == bytes(a.buf[:8])
+
+
+def test_zero_byte_write_imm_does_not_hold_back_placement(pair):
+    """WRITE_WITH_IMM, zero-byte WRITE_WITH_IMM, WRITE_WITH_IMM in one
+    post_send (dqplb's fragment, trailer, next fragment): the zero-byte
+    one has no data to place, so the third's data is placed one-sided
+    too (fast_write counts both), not copied into its request; the
+    receive completions come in order, every byte in place."""
+    a, b = pair
+    a.buf[:1024] = pattern(1024, 5)
+    for i in range(3):
+        b.qp.post_recv(ibv.recv_wr(wr_id=10 + i))
+    s0 = stats()
+    wrs = [ibv.send_wr(wr_id=i, opcode=ibv.IBV_WR_RDMA_WRITE_WITH_IMM,
+                       send_flags=ibv.IBV_SEND_SIGNALED, imm_data=i + 1,
+                       sg_list=a.mr.sge(n, off=off),
+                       remote_addr=b.mr.addr + off, rkey=b.mr.rkey)
+           for i, (n, off) in enumerate([(512, 0), (0, 0), (512, 512)])]
+    a.qp.post_send(wrs)
+    assert [check_ok(w).wr_id for w in poll_cq(a.send_cq, 3)] == [0, 1, 2]
+    assert [(check_ok(w).wr_id, w.byte_len, w.imm_data)
+            for w in poll_cq(b.recv_cq, 3)] == [(10, 512, 1), (11, 0, 2),
+                                                (12, 512, 3)]
+    assert bytes(b.buf[:1024]) == bytes(a.buf[:1024])
+    assert stats()["fast_write"] - s0["fast_write"] == 2

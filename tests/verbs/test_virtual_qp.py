@@ -343,6 +343,26 @@ def test_peer_mismatch_detected_at_connect(ctx_pair, what):
         b.close()
 
 
+def test_peer_protocol_mismatch_detected_at_connect(ctx_pair):
+    """A peer whose info() names another VirtualQP protocol (another
+    rdma version: spray's one-WR messages differ) is refused at
+    connect; a record without "proto" (made by hand) is taken."""
+    a = End(ctx_pair[0], 2, "spray", 64)
+    b = End(ctx_pair[1], 2, "spray", 64)
+    try:
+        ep = ctx_pair[0].end_port
+        ma = rdma.virtual.local_info(a.vqp, ep)
+        mb = rdma.virtual.local_info(b.vqp, ctx_pair[1].end_port)
+        assert ma["proto"] == mb["proto"] == 2
+        with pytest.raises(ValueError, match="peer speaks VirtualQP "
+                           "protocol 1, this one 2"):
+            rdma.virtual.connect(a.vqp, ep, ma, {**mb, "proto": 1})
+        assert not a.vqp.connected
+    finally:
+        a.close()
+        b.close()
+
+
 # --------------------------------------------------------------------------
 # faults
 
@@ -602,3 +622,38 @@ def test_receives_reposted_in_batches(vpair, mode):
     assert [(w.wr_id, w.imm_data, w.byte_len) for w in rwcs] == [
         (i, i, 8 + i % 100) for i in range(count)]
     assert all(w.status == ibv.IBV_WC_SUCCESS for w in done + rwcs)
+
+
+def test_spray_one_fragment_imm_is_one_wr(vpair, provider):
+    """spray: a WRITE_WITH_IMM message of one fragment goes as one
+    WRITE_WITH_IMM on data QP 0 carrying its data and the user's
+    immediate (the receiver takes byte_len for the length), not a WRITE
+    and two zero-byte notifies.  On the fabric (both ends in this
+    process) every immediate is a request the receiver executes: one
+    per message.  Zero bytes and longer messages keep the notifies."""
+    if provider != "ucx":
+        pytest.skip("counts the software fabric's requests")
+    from host.fabric_helpers import node_stats
+    a, b = vpair(2, "spray", size=1 << 16, fragment=4096)
+    fill(a.mr, 1 << 16, 11)
+    count = 50
+    b.vqp.post_recv([ibv.recv_wr(wr_id=i) for i in range(count + 2)])
+    before = node_stats()["am_req"]
+    for i in range(count):
+        a.vqp.post_send(a.write(b, 1 + i * 37, wr_id=i, imm=i + 7,
+                                off=i * 1024, remote_off=i * 1024))
+        a.poll(1, peer=b)
+    rwcs = b.poll(count, peer=a)
+    assert node_stats()["am_req"] - before == count
+    assert [(w.wr_id, w.byte_len, w.imm_data) for w in rwcs] == [
+        (i, 1 + i * 37, i + 7) for i in range(count)]
+    for i in range(count):
+        o, n = i * 1024, 1 + i * 37
+        assert bytes(b.mr.buf[o:o + n]) == bytes(a.mr.buf[o:o + n]), i
+    # zero bytes, and 3 fragments: the data, then length and immediate
+    a.vqp.post_send([a.write(b, 0, wr_id=100, imm=1),
+                     a.write(b, 9000, wr_id=101, imm=2, remote_off=20000)])
+    assert [w.wr_id for w in a.poll(2, peer=b)] == [100, 101]
+    assert [(w.wr_id, w.byte_len, w.imm_data) for w in b.poll(2, peer=a)] \
+        == [(count, 0, 1), (count + 1, 9000, 2)]
+    assert a.vqp.error is None and b.vqp.error is None
