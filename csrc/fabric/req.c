@@ -1336,6 +1336,11 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
     pthread_mutex_unlock(&q->post_lock);
     if (signal)
         wake_progress();
+    if (q->peer != NULL && q->peer->guid == N.guid &&
+        __atomic_load_n(&N.ob_head, __ATOMIC_RELAXED) != NULL)
+        fab_drain(0);   /* UCX's self transport ran the request in this
+                           call: its response goes now, not at the
+                           sleeping progress thread's next tick */
     if (__atomic_load_n(&q->mc_queued, __ATOMIC_RELAXED) &&
         __atomic_exchange_n(&q->mc_queued, 0, __ATOMIC_ACQ_REL))
         fab_drain(0);           /* multicast copies in the outbox */
