@@ -398,15 +398,15 @@ rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
         e = errno;
     else
         rs->state = RS_ADDR;
-    while (!e && rs->state != RS_CONNECTED && rs->state != RS_FAILED) {
-        if (rs_progress(rs) > 0)
-            continue;
-        if (rs->nonblock) {
+    if (!e && rs->nonblock) {
+        /* as TCP: the outcome comes by rpoll and SO_ERROR */
+        rs_progress(rs);
+        if (rs->state != RS_CONNECTED)
             e = EINPROGRESS;
-            break;
-        }
-        rs_wait(rs, -1);
     }
+    while (!e && rs->state != RS_CONNECTED && rs->state != RS_FAILED)
+        if (rs_progress(rs) == 0)
+            rs_wait(rs, -1);
     if (!e && rs->state == RS_FAILED) {
         e = rs->err;
         rs->err = 0;

@@ -536,6 +536,9 @@ rs_iomap(struct rsk *rs, void *buf, size_t len, int prot, off_t offset)
     struct rs_map *n;
     struct ibv_mr *mr;
 
+    while (rs->state >= RS_ADDR && rs->state < RS_CONNECTED)
+        if (rs_progress(rs) == 0)
+            rs_wait(rs, -1);    /* an accepted socket: until established */
     if (rs->state != RS_CONNECTED || rs->qp == NULL) {
         errno = ENOTCONN;
         return -1;
