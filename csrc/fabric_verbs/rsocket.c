@@ -559,15 +559,15 @@ drain(struct rsk *rs)
     struct timespec t0, t;
     long limit = rs->linger.l_onoff ? rs->linger.l_linger * 1000L : 10000L;
 
-    if (rs->state == RS_ACCEPTING)
-        rs_progress(rs);
-    if (rs->state != RS_CONNECTED || rs->qp == NULL)
+    if (rs->state != RS_CONNECTED && rs->state != RS_ACCEPTING)
         return;
     rs->wr_shut = 1;
-    rs_send_fin(rs);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (!rs->broken && !rs->hup && (rs->sq_out > 0 || !rs->fin_sent)) {
+    /* an accepted socket not yet established: first that, then the FIN */
+    while (!rs->broken && !rs->hup && rs->state != RS_FAILED &&
+           (rs->state == RS_ACCEPTING || rs->sq_out > 0 || !rs->fin_sent)) {
         long ms;
+        rs_send_fin(rs);
         clock_gettime(CLOCK_MONOTONIC, &t);
         ms = (t.tv_sec - t0.tv_sec) * 1000L +
              (t.tv_nsec - t0.tv_nsec) / 1000000L;

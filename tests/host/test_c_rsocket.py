@@ -30,8 +30,8 @@ TOOLS = ("rstream", "riostream", "rcopy")
 SHM = {"UCX_TLS": "shm,self"}
 TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
 PS_TCP = 0x0106
-RESULT = re.compile(r"^(\S+)\s+\S+\s+\d+\s+\d+\s+\S+\s+[\d.]+s\s+([\d.]+)"
-                    r"\s+([\d.]+)$", re.M)
+RESULT = re.compile(r"^(\S+)\s+\S+\s+\S+\s+\S+\s+\S+\s+[\d.]+s\s+"
+                    r"([\d.]+)\s+([\d.]+)$", re.M)
 
 
 def _missing():
