@@ -26,6 +26,8 @@ import pytest
 import fabric_helpers as fh
 
 T = 120         # seconds for any one process
+ASAN = bool(os.environ.get("RDMA_TEST_ASAN"))
+T_ALL = 900 if ASAN else 300    # rstream -S all (about 25 s on shm)
 TOOLS = ("rstream", "riostream", "rcopy")
 SHM = {"UCX_TLS": "shm,self"}
 TCP = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
@@ -79,9 +81,9 @@ def claimed(env, port) -> bool:
         return False
 
 
-def pair(server, client, port, env, plain=False):
+def pair(server, client, port, env, plain=False, timeout=T):
     return fh.pair(on_fabric(*server), on_fabric(*client), port, env,
-                   timeout=T,
+                   timeout=timeout,
                    ready=None if plain else lambda p: claimed(env, p))
 
 
@@ -117,11 +119,11 @@ def test_front_end_exports_rsockets():
 
 # ---- rstream ---------------------------------------------------------------
 
-def rstream(env, *args, plain=False):
+def rstream(env, *args, plain=False, timeout=T):
     port = fh.free_port()
     base = ["rstream", "-p", str(port), *args]
     srv, cli = ok(pair(base, [*base, "-s", "127.0.0.1"], port, env,
-                       plain=plain))
+                       plain=plain, timeout=timeout))
     rows = RESULT.findall(cli)
     assert rows, cli
     return rows, srv, cli
@@ -142,7 +144,8 @@ def test_rstream_modes(env, tls, mode):
 def test_rstream_all_sizes_shm(env):
     """-S all: every size from 64 bytes to 6 MiB, latency and bandwidth
     (rstream prints its own throughput)."""
-    rows, _, cli = rstream(tls_env(env, "shm"), "-S", "all")
+    rows, _, cli = rstream(tls_env(env, "shm"), "-S", "all",
+                           timeout=T_ALL)
     names = [r[0] for r in rows]
     assert "64_lat" in names and "6m_bw" in names, cli
     print(cli)
