@@ -92,7 +92,11 @@ FRONT_LIB = ("librdma_fabric_verbs.so",
               "csrc/fabric_verbs/convert.c", "csrc/fabric_verbs/cm_front.c",
               "csrc/fabric_verbs/import.c",
               "csrc/fabric_verbs/cm_front_ep.c",
-              "csrc/fabric_verbs/cm_front_real.c", "csrc/status.c",
+              "csrc/fabric_verbs/cm_front_real.c",
+              "csrc/fabric_verbs/rsocket.c",
+              "csrc/fabric_verbs/rsocket_api.c",
+              "csrc/fabric_verbs/rsocket_io.c",
+              "csrc/fabric_verbs/rsocket_poll.c", "csrc/status.c",
               "csrc/settings.c"],
              ["-L{outdir}", "-l:librdma_fabric.so", "-Wl,-rpath,$ORIGIN",
               "-Wl,--version-script=csrc/fabric_verbs/ibv_front.map",
@@ -131,7 +135,8 @@ class BuildExtAndLibs(build_ext):
             deps += [os.path.join(outdir, FABRIC_LIB[0]),
                      "csrc/fabric_verbs/ibv_front.map",
                      "csrc/fabric_verbs/front.h",
-                     "csrc/fabric_verbs/cm_front.h"]
+                     "csrc/fabric_verbs/cm_front.h",
+                     "csrc/fabric_verbs/rsocket.h"]
         if (not self.force and os.path.exists(target) and
                 all(os.path.getmtime(d) <= os.path.getmtime(target)
                     for d in deps)):

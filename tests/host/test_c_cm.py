@@ -103,7 +103,7 @@ def ok(res):
 
 def test_front_end_exports_librdmacm():
     """librdma_fabric_verbs.so exports librdmacm's entry points under
-    librdmacm's versions; no rsocket call (those stay librdmacm's)."""
+    librdmacm's versions (its rsocket calls: test_c_rsocket.py)."""
     from rdma import fabric
     out = subprocess.run(["nm", "-D", "--defined-only",
                           fabric.library_path()], capture_output=True,
@@ -113,7 +113,6 @@ def test_front_end_exports_librdmacm():
               "rdma_create_ep@@RDMACM_1.0", "rdma_establish@@RDMACM_1.2",
               "rdma_init_qp_attr@@RDMACM_1.2"):
         assert s in syms, s
-    assert not [s for s in syms if re.match(r"r(socket|send|recv)@", s)]
 
 
 # ---- rdma-core's tools ---------------------------------------------------

@@ -130,15 +130,20 @@ def test_fabric_library_exports_only_its_interface():
 
 def test_front_end_exports_only_verbs():
     """librdma_fabric_verbs.so: the ibv_* entry points, each under
-    libibverbs' version, and librdmacm's rdma_* under librdmacm's
-    (tests/host/test_c_cm.py), needing the fabric library and nothing of
-    Python."""
+    libibverbs' version, and librdmacm's rdma_* and rsocket calls under
+    librdmacm's (tests/host/test_c_cm.py, test_c_rsocket.py), needing the
+    fabric library and nothing of Python."""
     lib = fabric.library_path()
     defined = _dynsyms(lib, "--defined-only")
     funcs = [s for s in defined if not s.startswith(("IBVERBS_", "RDMACM_"))]
     assert funcs and all(
         re.fullmatch(r"_?ibv_\w+@@IBVERBS_[0-9A-Z_.]+", s) or
-        re.fullmatch(r"rdma_\w+@@RDMACM_1\.[0-9]+", s) for s in funcs), \
+        re.fullmatch(r"rdma_\w+@@RDMACM_1\.[0-9]+", s) or
+        re.fullmatch(r"r(socket|bind|listen|accept|connect|shutdown|close|"
+                     r"recv|recvfrom|recvmsg|send|sendto|sendmsg|read|readv|"
+                     r"write|writev|poll|select|getpeername|getsockname|"
+                     r"setsockopt|getsockopt|fcntl|iomap|iounmap|iowrite)"
+                     r"@@RDMACM_1\.0", s) for s in funcs), \
         funcs
     assert "ibv_get_device_list@@IBVERBS_1.1" in funcs
     assert "ibv_create_comp_channel@@IBVERBS_1.0" in funcs
