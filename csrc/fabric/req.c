@@ -1199,7 +1199,8 @@ quick_allowed(const struct uqp *q, const struct pyrdma_send_wr *wr,
     const struct umr *mr;
 
     if (q->posting || q->attr.qp_state != IBV_QPS_RTS || q->err_pending ||
-        q->sq_head != q->sq_tail || q->cap.max_send_sge < 1 ||
+        q->sq_head != q->sq_tail || q->sq[q->sq_tail & q->sq_mask].inflight ||
+        q->cap.max_send_sge < 1 ||
         q->cap.max_send_wr < 1 || p == NULL || p->sh == NULL || p->failed ||
         N.sh == NULL || idx == 0 || idx >= SH_MR || sg->length > MAX_MSG)
         return 0;
@@ -1214,12 +1215,26 @@ quick_allowed(const struct uqp *q, const struct pyrdma_send_wr *wr,
            !__atomic_load_n(&mr->gone, __ATOMIC_SEQ_CST);
 }
 
+/* post_quick's WR was copied while the target withdrew its MR: it did
+   not reliably happen and fails as post_one fails a one-sided WR whose
+   fast_op returned -1, in the free slot at the SQ's tail. */
+static void
+quick_lost(struct uqp *q, const struct pyrdma_send_wr *wr, uint64_t len)
+{
+    struct slot *s = &q->sq[q->sq_tail & q->sq_mask];
+    slot_fill(q, s, wr, OP_WRITE, len,
+              (wr->send_flags & IBV_SEND_INLINE) != 0, -1, CARRY_MAPPED);
+    q->sq_unplaced = s->idx + 1;
+    q->sq_tail++;
+    fab_sq_advance(q);
+}
+
 /* The one-WR shortcut (N.lock held, post_lock not: see q->posting): wr
    done one-sided as fast_op does it, counted in on the target QP and MR
-   for just this WR.  1: done (its completion pushed if signaled), 0: not
-   taken, nothing done (the full way decides); also when the target
-   withdrew the MR during the copy: the full way finds it gone and fails
-   the WR as fast_op's -1 would (REM_ACCESS_ERR from the responder). */
+   for just this WR.  1: done (its completion pushed if signaled; or, if
+   the target withdrew the MR during the copy, failed as post_one fails
+   fast_op's -1: REM_ACCESS_ERR in the slot quick_allowed saw free), 0:
+   not taken, nothing done (the general way decides). */
 static int
 post_quick(struct uqp *q, const struct pyrdma_send_wr *wr)
 {
@@ -1228,7 +1243,7 @@ post_quick(struct uqp *q, const struct pyrdma_send_wr *wr)
     uint64_t raddr = wr->wr.rdma.remote_addr, len = wr->sg_list->length;
     struct sh_qp *t;
     struct sh_mr *m;
-    int ok;
+    int ok, copied = 0;
 
     if (!quick_allowed(q, wr, &c))
         return 0;
@@ -1239,14 +1254,18 @@ post_quick(struct uqp *q, const struct pyrdma_send_wr *wr)
     ok = fast_check_target(q, c, t, m, rkey, raddr, len, OP_WRITE);
     if (ok) {
         copy_sges(c->base + (raddr - m->addr), wr, len);
+        copied = 1;
         ok = __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey;
     }
     inflight_out(&m->inflight);
     inflight_out(&t->inflight);
-    if (!ok)
+    if (!ok && !copied)
         return 0;
     N.sh->st_fast_write++;
-    complete_one_sided(q, wr, 0);
+    if (ok)
+        complete_one_sided(q, wr, 0);
+    else
+        quick_lost(q, wr, len);
     return 1;
 }
 
