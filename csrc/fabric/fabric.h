@@ -664,6 +664,9 @@ struct uqp {
     struct pyrdma_qp_attr attr; /* as modified (state in attr.qp_state) */
     uint32_t epoch;        /* incremented at RESET */
     pthread_mutex_t post_lock; /* serializes post_send callers */
+    int posting;           /* a post_send holding post_lock is between its
+                              first and last N.lock (req.c: post_quick,
+                              which takes N.lock only, stays out) */
     /* send queue */
     struct slot *sq;       /* ring */
     uint32_t sq_mask;      /* ring size - 1 */

@@ -1223,6 +1223,95 @@ am_sent_slots(struct uqp *q, uint32_t first, uint32_t last)
     }
 }
 
+/* THE ONE-WR SHORTCUT (perftest's default: one WR per post_send call):
+   may wr go one-sided at once, as fast_op would take it (N.lock held)?  A
+   lone RC RDMA WRITE of one s/g entry (or inline data) into memory of a
+   same-host peer that UCX maps here, the target key in the peer's key
+   cache, the QP in RTS with nothing outstanding on a slot (RC order) and
+   no other post_send of q between its unlocked steps (q->posting).  Of
+   post_all's and fast_op's checks, those that can fail for such a WR. */
+static inline int
+quick_allowed(const struct uqp *q, const struct pyrdma_send_wr *wr,
+              const struct rkc **cp)
+{
+    const struct peer *p = q->peer;
+    const struct pyrdma_sge *sg = wr->sg_list;
+    uint32_t rkey = wr->wr.rdma.rkey, idx = rkey >> 8;
+    const struct rkc *c;
+    const struct umr *mr;
+
+    if (q->posting || q->attr.qp_state != IBV_QPS_RTS || q->err_pending ||
+        q->n_held != 0 ||
+        q->sq_head != q->sq_tail || q->sq[q->sq_tail & q->sq_mask].inflight ||
+        q->cap.max_send_sge < 1 ||
+        q->cap.max_send_wr < 1 || p == NULL || p->sh == NULL || p->failed ||
+        N.sh == NULL || idx == 0 || idx >= SH_MR || sg->length > MAX_MSG)
+        return 0;
+    c = &p->rk[idx];
+    if (c->key != rkey || c->base == NULL || (c->self && !self_sq_room(q)))
+        return 0;
+    *cp = c;
+    if (wr->send_flags & IBV_SEND_INLINE)
+        return sg->length <= q->cap.max_inline_data;
+    mr = mr_lookup(sg->lkey);
+    return mr != NULL && mr->pd == q->pd && in_mr(mr, sg->addr, sg->length) &&
+           !__atomic_load_n(&mr->gone, __ATOMIC_SEQ_CST);
+}
+
+/* post_quick's WR was copied while the target withdrew its MR: it did
+   not reliably happen and fails as post_one fails a one-sided WR whose
+   fast_op returned -1, in the free slot at the SQ's tail. */
+static void
+quick_lost(struct uqp *q, const struct pyrdma_send_wr *wr, uint64_t len)
+{
+    struct slot *s = &q->sq[q->sq_tail & q->sq_mask];
+    slot_fill(q, s, wr, OP_WRITE, len,
+              (wr->send_flags & IBV_SEND_INLINE) != 0, -1, CARRY_MAPPED);
+    q->sq_unplaced = s->idx + 1;
+    q->sq_tail++;
+    fab_sq_advance(q);
+}
+
+/* The one-WR shortcut (N.lock held, post_lock not: see q->posting): wr
+   done one-sided as fast_op does it, counted in on the target QP and MR
+   for just this WR.  1: done (its completion pushed if signaled; or, if
+   the target withdrew the MR during the copy, failed as post_one fails
+   fast_op's -1: REM_ACCESS_ERR in the slot quick_allowed saw free), 0:
+   not taken, nothing done (the general way decides). */
+static int
+post_quick(struct uqp *q, const struct pyrdma_send_wr *wr)
+{
+    const struct rkc *c = NULL;
+    uint32_t rkey = wr->wr.rdma.rkey;
+    uint64_t raddr = wr->wr.rdma.remote_addr, len = wr->sg_list->length;
+    struct sh_qp *t;
+    struct sh_mr *m;
+    int ok, copied = 0;
+
+    if (!quick_allowed(q, wr, &c))
+        return 0;
+    t = &q->peer->sh->qp[q->attr.dest_qp_num & (MAX_QP - 1)];
+    m = &q->peer->sh->mr[rkey >> 8];
+    __atomic_fetch_add(&t->inflight, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&m->inflight, 1, __ATOMIC_SEQ_CST);
+    ok = fast_check_target(q, c, t, m, rkey, raddr, len, OP_WRITE);
+    if (ok) {
+        copy_sges(c->base + (raddr - m->addr), wr, len);
+        copied = 1;
+        ok = __atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == rkey;
+    }
+    inflight_out(&m->inflight);
+    inflight_out(&t->inflight);
+    if (!ok && !copied)
+        return 0;
+    N.sh->st_fast_write++;
+    if (ok)
+        complete_one_sided(q, wr, 0);
+    else
+        quick_lost(q, wr, len);
+    return 1;
+}
+
 /* Post the WR list wr on q (post_lock held, q out of SQD): 0 or the
    errno of the WR left at *bad.  *signal: the progress thread is to be
    woken. */
@@ -1242,6 +1331,7 @@ post_locked(struct uqp *q, struct pyrdma_send_wr *wr,
         *bad = wr;
         return EINVAL;
     }
+    q->posting = 1;             /* until the last UNLOCK: post_quick */
     first = q->sq_tail;
     held = q->n_inflight != 0;
     rc = post_all(q, &wr);
@@ -1266,6 +1356,7 @@ post_locked(struct uqp *q, struct pyrdma_send_wr *wr,
         bell = NULL;
     }
     fab_sq_advance(q);
+    q->posting = 0;
     UNLOCK();
     if (bell != NULL)
         fab_ring_bell(bell);
@@ -1316,6 +1407,15 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
     struct pyrdma_send_wr *held;
     int rc = 0, signal = 0;
 
+    if (wr != NULL && wr->next == NULL && wr->opcode == IBV_WR_RDMA_WRITE &&
+        wr->num_sge == 1 && wr->sg_list->length != 0 &&
+        q->type == IBV_QPT_RC) {
+        LOCK();
+        rc = post_quick(q, wr);
+        UNLOCK();
+        if (rc)
+            return 0;
+    }
     map_targets(q, wr);
     mcast_members(q, wr);
     pthread_mutex_lock(&q->post_lock);

@@ -5,13 +5,15 @@ test): run ``python tests/bench/bench_c_front.py [--quick] [--reps N]``.
 For each transport (UCX_TLS=shm,self and tcp on lo), two processes each:
 
 - 8-byte RDMA WRITE message rate: ``ib_write_bw -s 8`` vs
-  ``ucp_put_bw -s 8`` (goal of issue 15: at least 0.8);
+  ``ucp_put_bw -s 8``, one WR per ``ibv_post_send`` (perftest's default;
+  goal of issue 22: at least 0.6);
 - the same with perftest's ``-l 32`` (``--post_list``: 32 WRs per
-  ``ibv_post_send`` call, how NIC message rates are usually measured);
+  ``ibv_post_send`` call, how NIC message rates are usually measured;
+  goal of issue 15: at least 0.8);
 - 64 KiB RDMA WRITE bandwidth: ``ib_write_bw -s 65536`` vs
-  ``ucp_put_bw -s 65536`` (goal: at least 0.9);
+  ``ucp_put_bw -s 65536`` (goal of issue 15: at least 0.9);
 - 8-byte SEND latency (one way, typical): ``ib_send_lat -s 8`` vs
-  ``tag_lat -s 8`` (goal: at most 1.5).
+  ``tag_lat -s 8`` (goal of issue 22: at most 1.3).
 
 perftest registers its own page-aligned buffers (``ibv_reg_mr``); the
 fabric adopts them into UCX shared memory, so its WRITEs take the
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
         n_lat = 200000 // q if name == "shm" else 20000 // q
         n_bw = 200000 // q if name == "shm" else 3000 // q
         measures = [
-            ("8 B WRITE rate (msg/s)", "ib_write_bw / ucp_put_bw", ">= 0.8",
+            ("8 B WRITE rate (msg/s)", "ib_write_bw / ucp_put_bw", ">= 0.6",
              lambda: run_c("ib_write_bw", 8, n_rate, env)["msg_s"],
              lambda: run_perftest("ucp_put_bw", 8, n_rate, env)["msg_s"]),
             ("8 B WRITE rate, lists of 32", "ib_write_bw -l 32 / ucp_put_bw",
@@ -121,7 +123,7 @@ def main(argv=None) -> int:
              ">= 0.9",
              lambda: run_c("ib_write_bw", 65536, n_bw, env)["mb_s"],
              lambda: run_perftest("ucp_put_bw", 65536, n_bw, env)["mb_s"]),
-            ("8 B SEND latency (us)", "ib_send_lat / tag_lat", "<= 1.5",
+            ("8 B SEND latency (us)", "ib_send_lat / tag_lat", "<= 1.3",
              lambda: run_c("ib_send_lat", 8, n_lat, env)["lat_us"],
              lambda: run_perftest("tag_lat", 8, n_lat, env)["lat_us"]),
         ]

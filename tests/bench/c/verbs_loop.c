@@ -5,6 +5,9 @@
  *   verbs_loop send-rate SECONDS [SIZE]    SEND, signaled, <=64 in flight
  *   verbs_loop pingpong SECONDS [SIZE]     SEND/RECV round trip, A->B->A
  *   verbs_loop write-bw SECONDS [SIZE]     RDMA WRITE of SIZE (64 KiB), <=16
+ *   verbs_loop mw-rate SECONDS [SIZE]      IBV_WR_BIND_MW of a type 2 window
+ *                                          over SIZE bytes + IBV_WR_LOCAL_INV
+ *                                          of it (ops: pairs), <=32 in flight
  *
  * Environment: BENCH_DEVICE (rxe0), BENCH_GID_INDEX (1).  Prints one line:
  * "<mode> size=<n> ops=<n> seconds=<s> mops=<x> usec=<x> mib_s=<x>".
@@ -67,7 +70,8 @@ static void make_end(struct end *e, size_t size)
 	e->buf = aligned_alloc(4096, size < 4096 ? 4096 : size);
 	memset(e->buf, 0x5a, size);
 	e->mr = ibv_reg_mr(pd, e->buf, size, IBV_ACCESS_LOCAL_WRITE |
-			   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+			   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			   IBV_ACCESS_MW_BIND);
 	if (!e->mr)
 		die("ibv_reg_mr");
 }
@@ -182,6 +186,60 @@ static long stream(struct end *a, struct end *b, enum ibv_wr_opcode op,
 	return done;
 }
 
+/* Post a BIND_MW of mw (type 2) over e's buffer with the next rkey, then
+   a LOCAL_INV of that rkey, both signaled, each its own ibv_post_send. */
+static void post_bind_inv(struct end *e, struct ibv_mw *mw, size_t size)
+{
+	struct ibv_send_wr w = {0}, *bad;
+
+	w.wr_id = 3;
+	w.opcode = IBV_WR_BIND_MW;
+	w.send_flags = IBV_SEND_SIGNALED;
+	w.bind_mw.mw = mw;
+	w.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	w.bind_mw.bind_info.mr = e->mr;
+	w.bind_mw.bind_info.addr = (uintptr_t)e->buf;
+	w.bind_mw.bind_info.length = size;
+	w.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE |
+					      IBV_ACCESS_REMOTE_READ;
+	if (ibv_post_send(e->qp, &w, &bad))
+		die("ibv_post_send BIND_MW");
+	mw->rkey = w.bind_mw.rkey;
+	memset(&w, 0, sizeof(w));
+	w.wr_id = 4;
+	w.opcode = IBV_WR_LOCAL_INV;
+	w.send_flags = IBV_SEND_SIGNALED;
+	w.invalidate_rkey = mw->rkey;
+	if (ibv_post_send(e->qp, &w, &bad))
+		die("ibv_post_send LOCAL_INV");
+}
+
+/* Bind + invalidate pairs with at most DEPTH / 2 pairs in flight. */
+static long mw_pairs(struct end *a, size_t size, double seconds,
+		     double *elapsed)
+{
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	long done = 0, posted = 0;
+	double t0 = now(), t = t0;
+
+	if (!mw)
+		die("ibv_alloc_mw");
+	while (t - t0 < seconds) {
+		while (posted - done < DEPTH) {
+			post_bind_inv(a, mw, size);
+			posted += 2;
+		}
+		done += poll_some(a->scq, DEPTH);
+		t = now();
+	}
+	while (done < posted)
+		done += poll_some(a->scq, DEPTH);
+	*elapsed = now() - t0;
+	if (ibv_dealloc_mw(mw))
+		die("ibv_dealloc_mw");
+	return done / 2;
+}
+
 static long pingpong(struct end *a, struct end *b, size_t size, double seconds,
 		     double *elapsed)
 {
@@ -225,8 +283,8 @@ int main(int argc, char **argv)
 	int n;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s write-rate|send-rate|pingpong|write-bw "
-			"SECONDS [SIZE]\n", argv[0]);
+		fprintf(stderr, "usage: %s write-rate|send-rate|pingpong|write-bw"
+			"|mw-rate SECONDS [SIZE]\n", argv[0]);
 		return 2;
 	}
 	mode = argv[1];
@@ -257,6 +315,8 @@ int main(int argc, char **argv)
 		ops = stream(&a, &b, IBV_WR_RDMA_WRITE, size, 16, seconds, &elapsed);
 	else if (!strcmp(mode, "pingpong"))
 		ops = pingpong(&a, &b, size, seconds, &elapsed);
+	else if (!strcmp(mode, "mw-rate"))
+		ops = mw_pairs(&a, size, seconds, &elapsed);
 	else {
 		fprintf(stderr, "unknown mode %s\n", mode);
 		return 2;
