@@ -1029,7 +1029,7 @@ piggyback_ack(struct uqp *q, uint32_t first, uint32_t last)
 /* Before N.lock (UCP is called): map the target MRs of wr's one-sided
    candidates not in q's peer's key cache yet, and make the peer's
    request ring (a racy look at the cache is enough). */
-static void
+static inline __attribute__((always_inline)) void
 map_targets(struct uqp *q, const struct pyrdma_send_wr *wr)
 {
     struct peer *p = q->type == IBV_QPT_RC
@@ -1315,7 +1315,7 @@ post_quick(struct uqp *q, const struct pyrdma_send_wr *wr)
 /* Post the WR list wr on q (post_lock held, q out of SQD): 0 or the
    errno of the WR left at *bad.  *signal: the progress thread is to be
    woken. */
-static int
+static inline __attribute__((always_inline)) int
 post_locked(struct uqp *q, struct pyrdma_send_wr *wr,
             struct pyrdma_send_wr **bad, int *signal)
 {
@@ -1419,18 +1419,24 @@ fab_post_send(void *vq, struct pyrdma_send_wr *wr,
     map_targets(q, wr);
     mcast_members(q, wr);
     pthread_mutex_lock(&q->post_lock);
-    LOCK();
-    if (q->attr.qp_state == IBV_QPS_SQD) {
-        /* a drained send queue: the WRs wait for RTS (sqd.c) */
-        rc = fab_sqd_hold(q, wr, bad);
+    /* SQD and its held WRs (a racy hint: a post that races a move to
+       SQD goes as if posted just before it) */
+    if (__atomic_load_n(&q->attr.qp_state, __ATOMIC_RELAXED) ==
+            IBV_QPS_SQD ||
+        __atomic_load_n(&q->n_held, __ATOMIC_RELAXED) != 0) {
+        LOCK();
+        if (q->attr.qp_state == IBV_QPS_SQD) {
+            /* a drained send queue: the WRs wait for RTS (sqd.c) */
+            rc = fab_sqd_hold(q, wr, bad);
+            UNLOCK();
+            pthread_mutex_unlock(&q->post_lock);
+            return rc;
+        }
+        held = fab_sqd_take(q);
         UNLOCK();
-        pthread_mutex_unlock(&q->post_lock);
-        return rc;
+        if (held != NULL)
+            post_held(q, held, &signal);
     }
-    held = fab_sqd_take(q);
-    UNLOCK();
-    if (held != NULL)
-        post_held(q, held, &signal);
     if (wr != NULL)
         rc = post_locked(q, wr, bad, &signal);
     pthread_mutex_unlock(&q->post_lock);
