@@ -205,6 +205,22 @@ PINGPONG_LOCAL = re.compile(r"local address:\s+LID 0x([0-9a-f]+), QPN "
                             r"0x([0-9a-f]+).*GID ([0-9a-f:.]+)")
 
 
+def on_fabric(*cmd) -> list:
+    """CMD run through the verbs front end (``python -m rdma.fabric
+    exec``)."""
+    return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
+
+
+def rendezvous_env(tmp_path, **extra) -> dict:
+    """The environment of one test's processes: a private rendezvous
+    directory under *tmp_path*, so that they see each other and no one
+    else; *extra* on top."""
+    d = tmp_path / "rendezvous"
+    d.mkdir(mode=0o700)
+    return dict(os.environ, RDMA_UCX_DIR=str(d),
+                UCX_WARN_UNUSED_ENV_VARS="n", **extra)
+
+
 def c_front_missing(tools) -> str | None:
     """Why C programs cannot run through the verbs front end here (its
     library, rdma-core's *tools*), or None."""

@@ -22,7 +22,6 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -54,10 +53,7 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 @pytest.fixture
 def env(tmp_path):
     """A private rendezvous directory for one test's processes."""
-    d = tmp_path / "rendezvous"
-    d.mkdir(mode=0o700)
-    return dict(os.environ, RDMA_UCX_DIR=str(d),
-                UCX_WARN_UNUSED_ENV_VARS="n")
+    return fh.rendezvous_env(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +64,7 @@ def probe(tmp_path_factory):
                       ("-lrdmacm", "-libverbs"))
 
 
-def on_fabric(*cmd):
-    return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
+on_fabric = fh.on_fabric
 
 
 def claimed(env, ps, port, netns=None, listening=True) -> bool:

@@ -18,7 +18,6 @@ each message's bytes; it then tears everything down in its own order.
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -52,18 +51,14 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 def env(request, tmp_path):
     """A private rendezvous directory for the test's processes, and the
     UCX transport."""
-    import os
-    d = tmp_path / "rendezvous"
-    d.mkdir(mode=0o700)
-    e = dict(os.environ, RDMA_UCX_DIR=str(d), UCX_WARN_UNUSED_ENV_VARS="n")
+    e = fh.rendezvous_env(tmp_path)
     e.update(SHM if request.param == "shm" else TCP)
     # libfabric's own choice of provider must not reach past verbs
     e.pop("FI_PROVIDER", None)
     return e
 
 
-def on_fabric(*cmd):
-    return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
+on_fabric = fh.on_fabric
 
 
 def test_fi_info(env):

@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -48,15 +47,12 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 def env(request, tmp_path):
     """A private rendezvous directory for the test's processes, and the
     UCX transport."""
-    d = tmp_path / "rendezvous"
-    d.mkdir(mode=0o700)
-    e = dict(os.environ, RDMA_UCX_DIR=str(d), UCX_WARN_UNUSED_ENV_VARS="n")
+    e = fh.rendezvous_env(tmp_path)
     e.update(SHM if request.param == "shm" else TCP)
     return e
 
 
-def on_fabric(*cmd):
-    return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
+on_fabric = fh.on_fabric
 
 
 def listening(env, port):

@@ -38,15 +38,10 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 def env(tmp_path):
     """The environment of one test's processes: a private rendezvous
     directory, so that they see each other and no one else."""
-    d = tmp_path / "rendezvous"
-    d.mkdir(mode=0o700)
-    return dict(os.environ, RDMA_UCX_DIR=str(d),
-                UCX_WARN_UNUSED_ENV_VARS="n")
+    return fh.rendezvous_env(tmp_path)
 
 
-def on_fabric(*cmd):
-    """CMD run through the front end."""
-    return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
+on_fabric = fh.on_fabric
 
 
 def run(cmd, env, timeout=T):

@@ -17,7 +17,6 @@ results).  XRC is not in the matrix: ucx0 has no XRC domains.
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -48,15 +47,10 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 @pytest.fixture
 def env(tmp_path):
     """A private rendezvous directory for the test's two processes."""
-    import os
-    d = tmp_path / "rendezvous"
-    d.mkdir(mode=0o700)
-    return dict(os.environ, RDMA_UCX_DIR=str(d),
-                UCX_WARN_UNUSED_ENV_VARS="n")
+    return fh.rendezvous_env(tmp_path)
 
 
-def on_fabric(*cmd):
-    return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
+on_fabric = fh.on_fabric
 
 
 def _run(test, env):

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -51,10 +50,7 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 @pytest.fixture
 def env(tmp_path):
     """A private rendezvous directory for one test's processes."""
-    d = tmp_path / "rendezvous"
-    d.mkdir(mode=0o700)
-    return dict(os.environ, RDMA_UCX_DIR=str(d),
-                UCX_WARN_UNUSED_ENV_VARS="n")
+    return fh.rendezvous_env(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +61,7 @@ def probe(tmp_path_factory):
                       ("-lrdmacm", "-libverbs"))
 
 
-def on_fabric(*cmd):
-    return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
+on_fabric = fh.on_fabric
 
 
 def claimed(env, port) -> bool:

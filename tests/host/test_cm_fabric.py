@@ -18,18 +18,14 @@ T = 90
 
 @pytest.fixture
 def env(tmp_path):
-    d = tmp_path / "rendezvous"
-    d.mkdir(mode=0o700)
-    return dict(os.environ, RDMA_UCX_DIR=str(d), RDMA_PROVIDER="ucx",
-                UCX_WARN_UNUSED_ENV_VARS="n")
+    return fh.rendezvous_env(tmp_path, RDMA_PROVIDER="ucx")
 
 
 def ibtool(*args):
     return [sys.executable, "-m", "rdma", "cm-pingpong", *args]
 
 
-def on_fabric(*cmd):
-    return [sys.executable, "-P", "-m", "rdma.fabric", "exec", "--", *cmd]
+on_fabric = fh.on_fabric
 
 
 def run_pair(server, client, env, wait_line=None):
