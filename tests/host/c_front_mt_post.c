@@ -18,7 +18,8 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
-#define DIE(what) do { perror(what); exit(2); } while (0)
+#include "verbs_test.h"
+
 #define WRITERS 3
 #define ITERS 40000
 #define SIG 64
@@ -134,40 +135,6 @@ poll_all(uint64_t *rbuf, long *n_send, long *n_recv)
 }
 
 static void
-connect_self(uint16_t lid)
-{
-    struct ibv_qp_attr a = {0};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = ACC;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-                      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-        DIE("modify INIT");
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = qp->qp_num;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.dlid = lid;
-    a.ah_attr.port_num = 1;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-        DIE("modify RTR");
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-                      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                      IBV_QP_MAX_QP_RD_ATOMIC))
-        DIE("modify RTS");
-}
-
-static void
 setup(uint64_t **rbuf)
 {
     struct ibv_device **list = ibv_get_device_list(NULL);
@@ -201,7 +168,8 @@ setup(uint64_t **rbuf)
     ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
     if ((qp = ibv_create_qp(pd, &ia)) == NULL)
         DIE("ibv_create_qp");
-    connect_self(pa.lid);
+    if (connect_rc(qp, qp->qp_num, pa.lid, ACC, 7))
+        DIE("connect_rc");
     *rbuf = mem + len / 16;
     for (i = 0; i < SENDS; i++) {
         struct ibv_sge s = {(uintptr_t)&(*rbuf)[i], 8, mr->lkey};

@@ -1,8 +1,9 @@
 /* verbs_test.h - what the C verbs programs of tests/host share
-   (c_front_probe.c, c_front_teardown.c, mr_safety.c, adopt_race.c): the
-   exit on a failed call, connecting an RC QP, and whether memory is an
-   adopted SysV segment.  Functions are static inline, so a program that
-   uses only some of them compiles cleanly under -Wall -Wextra -Werror. */
+   (c_front_probe.c, c_front_teardown.c, c_front_mt_post.c, mr_safety.c,
+   adopt_race.c and others): the exit on a failed call, connecting an RC
+   QP, and whether memory is an adopted SysV segment.  Functions are
+   static inline, so a program that uses only some of them compiles
+   cleanly under -Wall -Wextra -Werror. */
 #ifndef RDMA_TESTS_VERBS_TEST_H
 #define RDMA_TESTS_VERBS_TEST_H
 
